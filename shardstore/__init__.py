@@ -1,0 +1,81 @@
+"""shardstore: unbounded AI-agent conversation history in PostgreSQL.
+
+    import shardstore
+    store = shardstore.connect()      # $SHARDSTORE_DSN, else an embedded Postgres
+    sid = store.create_session(tenant_id="acme", subject_id="user:42")
+    store.append_turn(sid, {"role": "user", "content": "hi"}, idempotency_key="m-1")
+    store.tail(sid, n=20)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .aio import AsyncStore
+from .connector import AsyncConnector, Connector
+from .errors import (
+    ConfigurationError,
+    Conflict,
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidInput,
+    InvalidMessage,
+    MissingDependency,
+    SessionConflict,
+    SessionNotFound,
+    SessionPurged,
+    ShardstoreError,
+    TurnTooLarge,
+)
+from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
+from .settings import Settings
+from .store import Store
+from .tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_counter
+
+__all__ = [
+    "AppendResult", "AsyncStore", "Chunk", "ConfigurationError", "Conflict", "DatabaseError",
+    "DatabaseUnavailable", "HFTokenizerCounter", "InvalidInput", "InvalidMessage",
+    "MissingDependency", "PartitionInfo", "SessionConflict", "SessionInfo", "SessionNotFound",
+    "SessionPurged", "Settings", "ShardstoreError", "Stats", "Store", "TiktokenCounter",
+    "TokenCounter", "Turn", "TurnTooLarge", "connect", "connect_async",
+]
+
+Tokenizer = TokenCounter | str | os.PathLike[str] | None
+
+
+def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) -> Store:
+    """Open a store and make its schema current.
+
+    ``dsn`` may be a DSN string, a ``psycopg_pool.ConnectionPool`` or a ``psycopg.Connection``
+    (to join the caller's transactions); without it, ``$SHARDSTORE_DSN``, else the embedded
+    Postgres in the user data directory (started on demand, reused by later processes).
+    Migrations are applied idempotently (concurrent callers are serialised). ``tokenizer`` is
+    a tiktoken encoding name (default ``cl100k_base``), a path to a ``tokenizer.json``, or a
+    :class:`TokenCounter`. Other keywords are :class:`Settings` fields.
+    """
+    config = Settings.from_kwargs(settings)
+    counter = make_counter(tokenizer)
+    connector = Connector(dsn, config)
+    store = Store(connector, config, counter)
+    try:
+        store._setup()
+    except BaseException:
+        connector.close()
+        raise
+    return store
+
+
+async def connect_async(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) -> AsyncStore:
+    """asyncio version of :func:`connect` (accepts a DSN, an ``AsyncConnectionPool`` or an
+    ``AsyncConnection``) returning an :class:`AsyncStore`."""
+    config = Settings.from_kwargs(settings)
+    counter = make_counter(tokenizer)
+    connector = await AsyncConnector.create(dsn, config)
+    store = AsyncStore(connector, config, counter)
+    try:
+        await store._setup()
+    except BaseException:
+        await connector.close()
+        raise
+    return store

@@ -1,0 +1,133 @@
+"""The asyncio store: the same operations as :class:`shardstore.Store`, awaited."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from partition_manager import premake_op
+
+from .connector import AsyncConnector
+from .executor import run_async, stream_async
+from .migrations import migrate_op
+from .models import AppendResult, Chunk, SessionInfo, Stats, Turn
+from .ops import (
+    Context,
+    Op,
+    append_op,
+    chunks_op,
+    configure_op,
+    create_session_op,
+    flush_op,
+    history_op,
+    session_info_op,
+    stats_op,
+    tail_op,
+)
+from .settings import Settings
+from .store import _keys_for
+from .tokens import TokenCounter
+
+T = TypeVar("T")
+
+
+class AsyncStore:
+    """asyncio twin of :class:`shardstore.Store`; each method has the same guarantees.
+    Create it with :func:`shardstore.connect_async`."""
+
+    def __init__(self, connector: AsyncConnector, settings: Settings, counter: TokenCounter) -> None:
+        self._connector = connector
+        self.settings = settings
+        self._ctx = Context(settings, counter)
+        self.partition_interval: timedelta = settings.partition_interval or timedelta(days=7)
+
+    async def _run(self, op: Op[T]) -> T:
+        async with self._connector.connection() as conn:
+            return await run_async(conn, op)
+
+    async def _setup(self) -> None:
+        await self._run(migrate_op())
+        self.partition_interval = await self._run(configure_op(self.settings.partition_interval))
+        await self._run(premake_op(self.settings.premake))
+
+    async def create_session(
+        self,
+        tenant_id: str,
+        subject_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: uuid.UUID | str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> uuid.UUID:
+        """See :meth:`shardstore.Store.create_session`."""
+        return await self._run(
+            create_session_op(tenant_id, subject_id, agent_id, session_id, metadata)
+        )
+
+    async def session(self, session_id: uuid.UUID | str) -> SessionInfo:
+        """See :meth:`shardstore.Store.session`."""
+        return await self._run(session_info_op(session_id))
+
+    async def append_turn(
+        self,
+        session_id: uuid.UUID | str,
+        message: dict[str, Any],
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """See :meth:`shardstore.Store.append_turn`."""
+        return (await self._run(append_op(self._ctx, session_id, [message], [idempotency_key])))[0]
+
+    async def append_turns(
+        self,
+        session_id: uuid.UUID | str,
+        messages: Sequence[dict[str, Any]],
+        idempotency_keys: Sequence[str | None] | None = None,
+    ) -> list[AppendResult]:
+        """See :meth:`shardstore.Store.append_turns`."""
+        keys = _keys_for(messages, idempotency_keys)
+        return await self._run(append_op(self._ctx, session_id, list(messages), keys))
+
+    async def flush(self, session_id: uuid.UUID | str) -> int:
+        """See :meth:`shardstore.Store.flush`."""
+        return await self._run(flush_op(session_id))
+
+    async def tail(
+        self,
+        session_id: uuid.UUID | str,
+        n: int | None = None,
+        max_tokens: int | None = None,
+    ) -> list[Turn]:
+        """See :meth:`shardstore.Store.tail`."""
+        return await self._run(tail_op(self._ctx, session_id, n, max_tokens))
+
+    async def history(
+        self, session_id: uuid.UUID | str, from_seq: int = 0, to_seq: int | None = None
+    ) -> AsyncIterator[Turn]:
+        """See :meth:`shardstore.Store.history` (an async iterator)."""
+        op = history_op(session_id, from_seq, to_seq)
+        async with self._connector.connection() as conn:
+            async for turn in stream_async(conn, op):
+                yield turn
+
+    async def chunks(self, session_id: uuid.UUID | str, last: int | None = None) -> list[Chunk]:
+        """See :meth:`shardstore.Store.chunks`."""
+        return await self._run(chunks_op(session_id, last))
+
+    async def stats(self) -> Stats:
+        """See :meth:`shardstore.Store.stats`."""
+        return await self._run(stats_op())
+
+    async def premake_partitions(self, premake: int | None = None) -> list[str]:
+        """See :meth:`shardstore.Store.premake_partitions`."""
+        return await self._run(premake_op(self.settings.premake if premake is None else premake))
+
+    async def close(self) -> None:
+        """Close the pool if this store created it."""
+        await self._connector.close()
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

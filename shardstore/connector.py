@@ -1,0 +1,161 @@
+"""The one connector: turns a DSN, a psycopg pool or a psycopg connection into a source of
+connections for the store. Sync and asyncio flavours share the resolution logic."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from .errors import ConfigurationError, DatabaseUnavailable
+from .settings import Settings
+
+
+def resolve_dsn(dsn: str | None) -> str:
+    """``dsn``, else ``$SHARDSTORE_DSN``, else the embedded server's DSN."""
+    if dsn:
+        return dsn
+    env = os.environ.get("SHARDSTORE_DSN")
+    if env:
+        return env
+    from .embedded import embedded_dsn
+
+    return embedded_dsn()
+
+
+def connection_kwargs(settings: Settings) -> dict[str, Any]:
+    # autocommit: a single-statement call (append, tail) is then one round trip and one
+    # commit; multi-statement calls open an explicit transaction.
+    return {"autocommit": True, "prepare_threshold": settings.prepare_threshold}
+
+
+class Connector:
+    """Hands out connections. Owns (and closes) a pool only if it created it."""
+
+    def __init__(self, source: Any, settings: Settings) -> None:
+        self._pool: ConnectionPool[Any] | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._owned = False
+        self._lock = threading.Lock()
+        if isinstance(source, ConnectionPool):
+            self._pool = source
+        elif isinstance(source, psycopg.Connection):
+            self._conn = source
+        elif source is None or isinstance(source, str):
+            self.dsn = resolve_dsn(source)
+            self._pool = ConnectionPool(
+                self.dsn,
+                min_size=settings.pool_min_size,
+                max_size=settings.pool_max_size,
+                kwargs=connection_kwargs(settings),
+                open=False,
+                name="shardstore",
+            )
+            try:
+                self._pool.open(wait=True, timeout=settings.connect_timeout)
+            except Exception as exc:
+                self._pool.close()
+                raise DatabaseUnavailable(f"cannot connect to the database: {exc}") from exc
+            self._owned = True
+        else:
+            raise ConfigurationError(
+                "connect() takes a DSN string, a psycopg_pool.ConnectionPool or a "
+                f"psycopg.Connection, not {type(source).__name__}"
+            )
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._conn is not None:
+            # one caller connection: run whole operations one at a time
+            with self._lock:
+                yield self._conn
+            return
+        assert self._pool is not None
+        try:
+            cm = self._pool.connection()
+            conn = cm.__enter__()
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
+        except Exception as exc:  # pool timeout
+            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
+        try:
+            yield conn
+        except BaseException as exc:
+            cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        else:
+            cm.__exit__(None, None, None)
+
+    def close(self) -> None:
+        if self._owned and self._pool is not None:
+            self._pool.close()
+
+
+class AsyncConnector:
+    """The asyncio twin of :class:`Connector` (same sources, async pool)."""
+
+    def __init__(self) -> None:
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._owned = False
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def create(cls, source: Any, settings: Settings) -> AsyncConnector:
+        self = cls()
+        if isinstance(source, AsyncConnectionPool):
+            self._pool = source
+        elif isinstance(source, psycopg.AsyncConnection):
+            self._conn = source
+        elif source is None or isinstance(source, str):
+            dsn = await asyncio.to_thread(resolve_dsn, source)
+            self._pool = AsyncConnectionPool(
+                dsn,
+                min_size=settings.pool_min_size,
+                max_size=settings.pool_max_size,
+                kwargs=connection_kwargs(settings),
+                open=False,
+                name="shardstore-async",
+            )
+            try:
+                await self._pool.open(wait=True, timeout=settings.connect_timeout)
+            except Exception as exc:
+                await self._pool.close()
+                raise DatabaseUnavailable(f"cannot connect to the database: {exc}") from exc
+            self._owned = True
+        else:
+            raise ConfigurationError(
+                "connect_async() takes a DSN string, a psycopg_pool.AsyncConnectionPool or a "
+                f"psycopg.AsyncConnection, not {type(source).__name__}"
+            )
+        return self
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._conn is not None:
+            async with self._lock:
+                yield self._conn
+            return
+        assert self._pool is not None
+        try:
+            cm = self._pool.connection()
+            conn = await cm.__aenter__()
+        except Exception as exc:
+            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
+        try:
+            yield conn
+        except BaseException as exc:
+            await cm.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        else:
+            await cm.__aexit__(None, None, None)
+
+    async def close(self) -> None:
+        if self._owned and self._pool is not None:
+            await self._pool.close()

@@ -1,0 +1,69 @@
+"""One error tree: everything shardstore raises derives from :class:`ShardstoreError`.
+
+Driver errors are translated at a single boundary (:func:`shardstore.executor.translate`),
+so callers never need to catch psycopg exceptions.
+"""
+
+from __future__ import annotations
+
+
+class ShardstoreError(Exception):
+    """Base of every error raised by shardstore.
+
+    ``retryable`` says whether the same call may succeed if simply repeated (appends are
+    safe to repeat when they carry an idempotency key).
+    """
+
+    retryable: bool = False
+
+
+class InvalidInput(ShardstoreError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class InvalidMessage(InvalidInput):
+    """A message is not a JSON object with a string ``role`` that shardstore can store exactly."""
+
+
+class TurnTooLarge(InvalidInput):
+    """A single message exceeds the per-turn byte cap (``max_turn_bytes``)."""
+
+
+class SessionNotFound(ShardstoreError, LookupError):
+    """The session does not exist; create it with ``create_session()`` first."""
+
+
+class SessionPurged(ShardstoreError):
+    """The session was purged; its id is tombstoned and can never be written again."""
+
+
+class SessionConflict(ShardstoreError):
+    """``create_session`` was given an existing session id with different owners."""
+
+
+class ConfigurationError(ShardstoreError):
+    """The store's settings are invalid or disagree with the settings recorded in the database."""
+
+
+class MissingDependency(ShardstoreError, ImportError):
+    """An optional extra is needed for this feature; the message names the pip command."""
+
+
+class DatabaseUnavailable(ShardstoreError):
+    """The database could not be reached or the connection broke mid-call.
+
+    The call may or may not have been applied; repeat it (appends with an idempotency key
+    are stored exactly once however often they are repeated).
+    """
+
+    retryable = True
+
+
+class Conflict(ShardstoreError):
+    """A concurrent transaction conflicted (serialization failure, deadlock); retry the call."""
+
+    retryable = True
+
+
+class DatabaseError(ShardstoreError):
+    """Any other database error; the message carries the server's text and SQLSTATE."""

@@ -1,0 +1,162 @@
+"""Exact round-trip of caller messages through PostgreSQL JSONB.
+
+JSONB cannot hold ``\\u0000`` or lone surrogates, and JSON has no NaN or Infinity. Messages
+are validated here before anything reaches the server. Strings that JSONB cannot hold are
+stored in an escaped form that starts with a private-use marker; strings that happen to
+start with the marker are escaped too, so decoding is unambiguous. Ordinary strings are
+stored unchanged, which keeps the stored JSON readable and searchable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from .errors import InvalidMessage
+
+MARK = "\ue000"
+_ESC = "\ue001"
+_MARK_BYTES = MARK.encode()
+_NEEDS_ESCAPE = re.compile("[\x00\ud800-\udfff\ue001]")
+_ESCAPED = re.compile(_ESC + "([0-9a-f]{4})")
+MAX_DEPTH = 256
+
+_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+def _needs_escape(s: str) -> bool:
+    return s.startswith(MARK) or _NEEDS_ESCAPE.search(s) is not None
+
+
+def _escape(s: str) -> str:
+    return MARK + _NEEDS_ESCAPE.sub(lambda m: f"{_ESC}{ord(m.group()):04x}", s)
+
+
+def _unescape(s: str) -> str:
+    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), s[1:])
+
+
+class _Bad(Exception):
+    """Internal: a rejected value, with the path to it collected while unwinding."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path: list[str] = []
+
+    def where(self) -> str:
+        path = "$" + "".join(reversed(self.path))
+        return path if len(path) <= 120 else path[:117] + "..."
+
+
+def _check(value: Any, depth: int) -> bool:
+    """Validate one JSON value; return True if some string in it needs escaping."""
+    if depth > MAX_DEPTH:
+        raise _Bad(f"nests deeper than {MAX_DEPTH} levels (or contains a cycle)")
+    t = type(value)
+    if t is str:
+        return _needs_escape(value)
+    if t is dict:
+        escape = False
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Bad(f"has key {key!r} of type {type(key).__name__}; JSON keys are strings")
+            try:
+                escape |= _needs_escape(key) | _check(item, depth + 1)
+            except _Bad as bad:
+                bad.path.append(f".{key}")
+                raise
+        return escape
+    if t is list:
+        escape = False
+        for i, item in enumerate(value):
+            try:
+                escape |= _check(item, depth + 1)
+            except _Bad as bad:
+                bad.path.append(f"[{i}]")
+                raise
+        return escape
+    if t is float:
+        if not math.isfinite(value):
+            raise _Bad(f"is {value!r}, which JSON cannot represent")
+        return False
+    if value is None or t is bool or t is int:
+        return False
+    raise _Bad(
+        f"is a {t.__name__}; messages may hold only dict, list, str, int, float, bool and None"
+    )
+
+
+def _escape_tree(value: Any) -> Any:
+    if type(value) is str:
+        return _escape(value) if _needs_escape(value) else value
+    if type(value) is dict:
+        return {
+            (_escape(k) if _needs_escape(k) else k): _escape_tree(v) for k, v in value.items()
+        }
+    if type(value) is list:
+        return [_escape_tree(v) for v in value]
+    return value
+
+
+def _unescape_tree(value: Any) -> Any:
+    if type(value) is str:
+        return _unescape(value) if value.startswith(MARK) else value
+    if type(value) is dict:
+        return {
+            (_unescape(k) if k.startswith(MARK) else k): _unescape_tree(v)
+            for k, v in value.items()
+        }
+    if type(value) is list:
+        return [_unescape_tree(v) for v in value]
+    return value
+
+
+def encode_message(message: Any) -> str:
+    """Validate a chat message and return the JSON text to store.
+
+    Raises :class:`InvalidMessage` (and writes nothing) unless ``message`` is a dict with a
+    non-empty string ``role`` made only of JSON types, with string keys, finite floats and
+    no cycles.
+    """
+    if type(message) is not dict:
+        raise InvalidMessage(
+            f"a message must be a dict (a JSON object), not {type(message).__name__}"
+        )
+    role = message.get("role")
+    if type(role) is not str or not role:
+        raise InvalidMessage("a message needs a non-empty string 'role' (e.g. 'user', 'assistant')")
+    try:
+        needs_escape = _check(message, 0)
+    except _Bad as bad:
+        raise InvalidMessage(f"message value at {bad.where()} {bad.reason}") from None
+    except RecursionError:
+        raise InvalidMessage("message nests too deeply or contains a cycle") from None
+    return _dumps(_escape_tree(message) if needs_escape else message)
+
+
+def decode_value(value: Any) -> Any:
+    """Undo :func:`encode_message`'s escaping on a value loaded from JSONB."""
+    return _unescape_tree(value)
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """JSON loader for psycopg: parses JSONB text and restores escaped strings."""
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    value = json.loads(data)
+    marked = (MARK in data) if isinstance(data, str) else (_MARK_BYTES in data)
+    return _unescape_tree(value) if marked else value
+
+
+def encode_json(value: Any, what: str) -> str:
+    """Validate and encode any JSON value (e.g. session metadata) for exact round-trip."""
+    try:
+        needs_escape = _check(value, 0)
+    except _Bad as bad:
+        raise InvalidMessage(f"{what} value at {bad.where()} {bad.reason}") from None
+    except RecursionError:
+        raise InvalidMessage(f"{what} nests too deeply or contains a cycle") from None
+    return _dumps(_escape_tree(value) if needs_escape else value)

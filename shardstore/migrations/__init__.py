@@ -1,0 +1,74 @@
+"""Schema migrations: versioned SQL files applied in order, each in its own transaction.
+
+The runner serialises concurrent migrators with ``pg_advisory_xact_lock``, records each
+applied version in ``shardstore.schema_migrations`` and is idempotent: running it on an
+up-to-date database changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from ..ops import Op, Q, Tx
+
+# An arbitrary 64-bit key, fixed forever: every shardstore migrator takes this lock.
+MIGRATION_LOCK_KEY = 0x5348_4152_4453_0001
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+@cache
+def all_migrations() -> tuple[Migration, ...]:
+    """Every migration shipped with this version of shardstore, in order."""
+    found = []
+    for entry in resources.files(__name__).iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text("utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migration versions must be 1..n without gaps, found {versions}")
+    return tuple(found)
+
+
+def migrate_op() -> Op[list[int]]:
+    """Apply every pending migration; returns the versions applied by this call."""
+    applied: list[int] = []
+    yield Tx.BEGIN
+    yield Q("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,), fetch="none")
+    yield Q("CREATE SCHEMA IF NOT EXISTS shardstore", fetch="none")
+    yield Q(
+        "CREATE TABLE IF NOT EXISTS shardstore.schema_migrations ("
+        " version integer PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())",
+        fetch="none",
+    )
+    yield Tx.COMMIT
+    for migration in all_migrations():
+        yield Tx.BEGIN
+        yield Q("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,), fetch="none")
+        done = yield Q(
+            "SELECT 1 FROM shardstore.schema_migrations WHERE version = %s",
+            (migration.version,),
+            fetch="one",
+        )
+        if done is None:
+            yield Q(migration.sql, None, fetch="none", prepare=False)
+            yield Q(
+                "INSERT INTO shardstore.schema_migrations (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+                fetch="none",
+            )
+            applied.append(migration.version)
+        yield Tx.COMMIT
+    return applied

@@ -1,0 +1,96 @@
+"""Frozen value types returned by the public API."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an appended turn landed. ``duplicate`` is True when the idempotency key had
+    already been used: nothing was stored and the first append's result is returned."""
+
+    turn_seq: int
+    chunk_seq: int
+    tokens: int
+    duplicate: bool
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> AppendResult:
+        return cls(int(row[0]), int(row[1]), int(row[2]), bool(row[3]))
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One stored message. ``message`` is the dict exactly as it was appended."""
+
+    turn_seq: int
+    message: dict[str, Any]
+    tokens: int
+    created_at: datetime
+    chunk_seq: int
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Metadata of one chunk of a session's history.
+
+    ``is_open`` marks the newest chunk that still accepts turns (partly or wholly in the
+    write buffer); every other chunk is sealed in ``agent_history``.
+    """
+
+    chunk_seq: int
+    first_turn_seq: int
+    turn_count: int
+    token_count: int
+    byte_count: int
+    chunk_start: datetime
+    chunk_end: datetime
+    is_open: bool = False
+    partition: str | None = None
+
+    @property
+    def last_turn_seq(self) -> int:
+        return self.first_turn_seq + self.turn_count - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session's owners and its write head."""
+
+    session_id: uuid.UUID
+    tenant_id: str
+    subject_id: str | None
+    agent_id: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    turn_count: int
+    chunk_count: int
+    purged: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition of ``agent_history``: its bounds, chunk rows and total size on disk."""
+
+    name: str
+    lower: datetime
+    upper: datetime
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Store-wide counts. ``buffered_turns`` are turns not yet folded into a chunk row."""
+
+    sessions: int
+    turns: int
+    chunks: int
+    buffered_turns: int
+    partitions: list[PartitionInfo] = field(default_factory=list)
+    partition_interval_seconds: float = 0.0

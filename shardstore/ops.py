@@ -1,0 +1,395 @@
+"""Every store operation, written once as a sans-IO generator.
+
+An operation yields :class:`Q` (a statement; the executor sends back its result),
+:class:`Tx` markers (open / close a transaction) and, for streaming reads, :class:`Emit`
+(items for the caller). The sync and asyncio executors in :mod:`shardstore.executor`
+drive the same generators, so the two APIs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from . import jsoncodec
+from .errors import ConfigurationError, InvalidInput, SessionConflict, SessionNotFound, SessionPurged, TurnTooLarge
+from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
+from .plans import trim_tail
+from .settings import DEFAULT_PARTITION_INTERVAL, Settings
+from .sql import query
+from .tokens import TokenCounter
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Q:
+    """One statement. ``fetch`` says what the executor sends back: nothing, one row or all
+    rows. ``prepare=False`` keeps a statement unprepared so that it is planned with its
+    parameter values (partition pruning at plan time)."""
+
+    sql: str
+    params: Sequence[Any] | None = None
+    fetch: Literal["none", "one", "all"] = "all"
+    prepare: bool | None = None
+
+
+class Tx(enum.Enum):
+    """Transaction markers. BEGIN nests as a savepoint inside a caller's transaction."""
+
+    BEGIN = "begin"
+    BEGIN_SNAPSHOT = "begin_snapshot"  # repeatable read, read only (when not nested)
+    COMMIT = "commit"
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Items produced by a streaming operation, handed to the caller as they come."""
+
+    items: Sequence[Any]
+
+
+Step = Q | Tx | Emit
+Op = Generator[Step, Any, T]
+
+MAX_ID_CHARS = 256
+MAX_KEY_CHARS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What operations need besides their arguments."""
+
+    settings: Settings
+    counter: TokenCounter
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def session_uuid(value: Any) -> uuid.UUID:
+    """A session id as a UUID; raises InvalidInput for anything else."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise InvalidInput(f"session_id must be a UUID (or its string form), not {value!r:.80}")
+
+
+def _db_text(value: Any, what: str, *, limit: int, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string, not {value!r:.80}")
+    if len(value) > limit:
+        raise InvalidInput(f"{what} is longer than {limit} characters")
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must be valid Unicode (it holds a lone surrogate)") from None
+    return value
+
+
+def _positive(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or value <= 0:
+        raise InvalidInput(f"{what} must be a positive int, not {value!r:.80}")
+    return value
+
+
+def _non_negative(value: Any, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise InvalidInput(f"{what} must be a non-negative int, not {value!r:.80}")
+    return value
+
+
+# ---------------------------------------------------------------- setup
+
+
+def configure_op(partition_interval: timedelta | None) -> Op[timedelta]:
+    """Record the partition interval on first use; refuse to change it once partitions
+    exist (their bounds would overlap). Returns the interval in force."""
+    wanted = partition_interval or DEFAULT_PARTITION_INTERVAL
+    yield Tx.BEGIN
+    yield Q("LOCK TABLE shardstore.config IN EXCLUSIVE MODE", fetch="none")
+    yield Q(query("config_init"), (wanted.total_seconds(),), fetch="none")
+    row = yield Q(query("config_get"), fetch="one")
+    current = timedelta(seconds=row[0])
+    if partition_interval is not None and current != partition_interval:
+        (partitions,) = yield Q(query("partition_count"), fetch="one")
+        if partitions:
+            raise ConfigurationError(
+                f"this database partitions agent_history every {current}, not "
+                f"{partition_interval}; the interval cannot change once partitions exist. "
+                "Connect without partition_interval to use the recorded one."
+            )
+        yield Q(query("config_set_interval"), (partition_interval.total_seconds(),), fetch="none")
+        current = partition_interval
+    yield Tx.COMMIT
+    return current
+
+
+def ensure_partitions_op(bounds: Iterable[datetime]) -> Op[list[str]]:
+    """Make sure a partition exists for each of the given instants; returns their names."""
+    names = []
+    for at in bounds:
+        (name,) = yield Q(query("ensure_partition"), (at,), fetch="one")
+        names.append(name)
+    return names
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def create_session_op(
+    tenant_id: Any,
+    subject_id: Any = None,
+    agent_id: Any = None,
+    session_id: Any = None,
+    metadata: Any = None,
+) -> Op[uuid.UUID]:
+    tenant = _db_text(tenant_id, "tenant_id", limit=MAX_ID_CHARS, optional=False)
+    subject = _db_text(subject_id, "subject_id", limit=MAX_ID_CHARS, optional=True)
+    agent = _db_text(agent_id, "agent_id", limit=MAX_ID_CHARS, optional=True)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise InvalidInput("metadata must be a dict")
+    meta_text = jsoncodec.encode_json(metadata, "metadata")
+    sid = uuid.uuid4() if session_id is None else session_uuid(session_id)
+    row = yield Q(query("session_create"), (sid, tenant, subject, agent, meta_text), fetch="one")
+    if row is not None:
+        return sid
+    owners = yield Q(query("session_owners"), (sid,), fetch="one")
+    if owners is None:  # raced with a purge-and-delete; treat as absent
+        raise SessionNotFound(f"session {sid} vanished while being created; retry")
+    if owners[3]:
+        raise SessionPurged(f"session {sid} was purged; its id cannot be reused")
+    if tuple(owners[:3]) != (tenant, subject, agent):
+        raise SessionConflict(
+            f"session {sid} already exists with tenant/subject/agent {tuple(owners[:3])!r}"
+        )
+    return sid
+
+
+def session_info_op(session_id: Any) -> Op[SessionInfo]:
+    sid = session_uuid(session_id)
+    row = yield Q(query("session_get"), (sid,), fetch="one")
+    if row is None:
+        raise SessionNotFound(f"session {sid} does not exist")
+    return SessionInfo(
+        session_id=row[0], tenant_id=row[1], subject_id=row[2], agent_id=row[3],
+        metadata=jsoncodec.loads(row[4]), created_at=row[5], turn_count=row[6],
+        chunk_count=row[7], purged=row[8],
+    )
+
+
+# ---------------------------------------------------------------- writes
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTurns:
+    """Messages validated, encoded and counted client-side, ready for one append call."""
+
+    texts: list[str]
+    tokens: list[int]
+    sizes: list[int]
+    keys: list[str | None]
+
+
+def prepare_turns(ctx: Context, messages: Sequence[Any], keys: Sequence[Any]) -> PreparedTurns:
+    """Validate, encode and count a batch; raises before anything reaches the server."""
+    limit = ctx.settings.chunk_max_bytes
+    texts, tokens, sizes, clean_keys = [], [], [], []
+    for i, (message, key) in enumerate(zip(messages, keys, strict=True)):
+        text = jsoncodec.encode_message(message)
+        size = len(text.encode("utf-8"))
+        if size > limit:
+            raise TurnTooLarge(
+                f"message {i} is {size} bytes; the per-turn cap is {limit} bytes "
+                "(chunk_max_bytes). Store large tool outputs elsewhere and reference them."
+            )
+        texts.append(text)
+        sizes.append(size)
+        tokens.append(ctx.counter.count(text))
+        clean_keys.append(_db_text(key, "idempotency_key", limit=MAX_KEY_CHARS, optional=True))
+    return PreparedTurns(texts, tokens, sizes, clean_keys)
+
+
+def append_op(
+    ctx: Context, session_id: Any, messages: Sequence[Any], keys: Sequence[Any]
+) -> Op[list[AppendResult]]:
+    """Append a batch atomically, in one statement (one round trip, one commit)."""
+    sid = session_uuid(session_id)
+    if not messages:
+        return []
+    batch = prepare_turns(ctx, messages, keys)
+    rows = yield Q(
+        query("append"),
+        (
+            sid,
+            "[" + ",".join(batch.texts) + "]",
+            batch.tokens,
+            batch.sizes,
+            batch.keys,
+            ctx.settings.budget_tokens,
+            ctx.settings.chunk_max_bytes,
+        ),
+    )
+    return [AppendResult.from_row(r) for r in rows]
+
+
+def flush_op(session_id: Any) -> Op[int]:
+    sid = session_uuid(session_id)
+    (moved,) = yield Q(query("flush"), (sid,), fetch="one")
+    return int(moved)
+
+
+# ---------------------------------------------------------------- reads
+
+
+def _turn(row: Sequence[Any], chunk_seq: int | None = None) -> Turn:
+    return Turn(
+        turn_seq=row[0],
+        chunk_seq=row[1] if chunk_seq is None else chunk_seq,
+        tokens=row[2],
+        created_at=row[3],
+        idempotency_key=row[4],
+        message=jsoncodec.loads(row[5]),
+    )
+
+
+def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None) -> Op[list[Turn]]:
+    """Newest turns, oldest first, within n turns and max_tokens tokens."""
+    sid = session_uuid(session_id)
+    n = _positive(n, "n")
+    max_tokens = _positive(max_tokens, "max_tokens")
+    if n is None and max_tokens is None:
+        n = ctx.settings.default_tail_turns
+    rows = yield Q(query("tail"), (sid, n, max_tokens))
+    turns = [_turn(r) for r in reversed(rows)]
+    return trim_tail(turns)
+
+
+def history_op(session_id: Any, from_seq: Any = 0, to_seq: Any = None) -> Op[None]:
+    """Stream turns [from_seq, to_seq) in order, one chunk at a time, from one snapshot."""
+    sid = session_uuid(session_id)
+    lo = _non_negative(from_seq, "from_seq")
+    hi = None if to_seq is None else _non_negative(to_seq, "to_seq")
+    yield Tx.BEGIN_SNAPSHOT
+    head = yield Q(query("session_get"), (sid,), fetch="one")
+    if head is None:
+        raise SessionNotFound(f"session {sid} does not exist")
+    if head[8]:
+        raise SessionPurged(f"session {sid} was purged")
+    end = head[6] if hi is None else min(hi, head[6])
+    if lo < end:
+        chunk_rows = yield Q(query("chunk_map_from"), (sid, sid, lo))
+        for chunk_seq, chunk_start in chunk_rows:
+            rows = yield Q(
+                query("chunk_turns"), (sid, chunk_seq, chunk_start, lo, end), prepare=False
+            )
+            if rows:
+                yield Emit([_chunk_turn(r, chunk_seq) for r in rows])
+                lo = rows[-1][0] + 1
+            if lo >= end:
+                break
+        if lo < end:
+            rows = yield Q(query("buffer_turns"), (sid, lo, end))
+            if rows:
+                yield Emit([_turn(r) for r in rows])
+    yield Tx.COMMIT
+    return None
+
+
+def _chunk_turn(row: Sequence[Any], chunk_seq: int) -> Turn:
+    return Turn(
+        turn_seq=row[0], chunk_seq=chunk_seq, tokens=row[1], created_at=row[2],
+        idempotency_key=row[3], message=jsoncodec.loads(row[4]),
+    )
+
+
+def chunks_op(session_id: Any, last: Any = None) -> Op[list[Chunk]]:
+    """Chunk metadata, oldest first; the open chunk (if it holds turns) comes last."""
+    sid = session_uuid(session_id)
+    last = _positive(last, "last")
+    yield Tx.BEGIN_SNAPSHOT
+    head = yield Q(query("session_get"), (sid,), fetch="one")
+    if head is None:
+        raise SessionNotFound(f"session {sid} does not exist")
+    if head[8]:
+        raise SessionPurged(f"session {sid} was purged")
+    (open_seq, open_start, open_turns, open_tokens, open_bytes, last_at) = head[9:15]
+    sealed_wanted = None if last is None else last - (1 if open_turns else 0)
+    if sealed_wanted is None:
+        located = yield Q(query("chunk_map_from"), (sid, sid, 0))
+    else:
+        located = yield Q(query("chunk_map_last"), (sid, sealed_wanted + 1))
+    located = [r for r in located if not (open_turns and r[0] == open_seq)]
+    if sealed_wanted is not None:
+        located = sorted(located)[-sealed_wanted:] if sealed_wanted else []
+    chunks: list[Chunk] = []
+    if located:
+        rows = yield Q(
+            query("chunk_meta"),
+            (sid, [r[0] for r in located], sorted({r[1] for r in located})),
+            prepare=False,
+        )
+        wanted = {r[0] for r in located}
+        chunks = [
+            Chunk(
+                chunk_seq=r[0], first_turn_seq=r[1], turn_count=r[2], token_count=r[3],
+                byte_count=r[4], chunk_start=r[5], chunk_end=r[6], partition=r[7],
+            )
+            for r in rows
+            if r[0] in wanted
+        ]
+    if open_turns:
+        chunks.append(
+            Chunk(
+                chunk_seq=open_seq, first_turn_seq=head[6] - open_turns, turn_count=open_turns,
+                token_count=open_tokens, byte_count=open_bytes, chunk_start=open_start,
+                chunk_end=last_at, is_open=True,
+            )
+        )
+    yield Tx.COMMIT
+    return chunks
+
+
+def stats_op() -> Op[Stats]:
+    """Store-wide counts and per-partition row counts and sizes."""
+    yield Tx.BEGIN_SNAPSHOT
+    sessions, turns = yield Q(query("stats_sessions"), fetch="one")
+    (buffered,) = yield Q(query("stats_buffer"), fetch="one")
+    interval = yield Q(query("config_get"), fetch="one")
+    parts = yield Q(query("stats_partitions"))
+    counts = dict((yield Q(query("stats_partition_rows"))))
+    yield Tx.COMMIT
+    partitions = []
+    for name, bound, size in parts:
+        lower, upper = parse_bound(bound)
+        partitions.append(
+            PartitionInfo(name=name, lower=lower, upper=upper,
+                          rows=int(counts.get(f"shardstore.{name}", 0)), bytes=int(size))
+        )
+    return Stats(
+        sessions=int(sessions), turns=int(turns), chunks=sum(p.rows for p in partitions),
+        buffered_turns=int(buffered), partitions=partitions,
+        partition_interval_seconds=float(interval[0]) if interval else 0.0,
+    )
+
+
+def parse_bound(bound: str) -> tuple[datetime, datetime]:
+    # "FOR VALUES FROM ('2026-11-30 00:00:00+00') TO ('2026-12-07 00:00:00+00')"
+    parts = bound.split("'")
+    return datetime.fromisoformat(parts[1]), datetime.fromisoformat(parts[3])

@@ -1,0 +1,96 @@
+-- Every statement shardstore sends, by name. Loaded by shardstore.sql.query(name).
+-- Reads of agent_history are sent unprepared with literal partition keys so that they
+-- prune at plan time (a generic plan would lock every partition).
+
+-- name: config_get
+SELECT extract(epoch FROM partition_interval)::float8, partition_origin FROM shardstore.config;
+
+-- name: config_init
+INSERT INTO shardstore.config (partition_interval) VALUES (make_interval(secs => %s))
+ON CONFLICT (singleton) DO NOTHING;
+
+-- name: config_set_interval
+UPDATE shardstore.config SET partition_interval = make_interval(secs => %s);
+
+-- name: partition_count
+SELECT count(*) FROM pg_inherits WHERE inhparent = 'shardstore.agent_history'::regclass;
+
+-- name: ensure_partition
+SELECT shardstore.ensure_partition_v1(%s);
+
+-- name: session_create
+INSERT INTO shardstore.sessions (session_id, tenant_id, subject_id, agent_id, metadata)
+VALUES (%s, %s, %s, %s, %s::jsonb)
+ON CONFLICT (session_id) DO NOTHING
+RETURNING session_id;
+
+-- name: session_owners
+SELECT tenant_id, subject_id, agent_id, purged_at IS NOT NULL FROM shardstore.sessions
+ WHERE session_id = %s;
+
+-- name: session_get
+SELECT session_id, tenant_id, subject_id, agent_id, metadata::text, created_at,
+       next_turn_seq, open_chunk_seq + (open_turns > 0)::int, purged_at IS NOT NULL,
+       open_chunk_seq, open_chunk_start, open_turns, open_tokens, open_bytes, last_turn_at
+  FROM shardstore.sessions WHERE session_id = %s;
+
+-- name: append
+SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate
+  FROM shardstore.append_v1(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s);
+
+-- name: flush
+SELECT shardstore.flush_v1(%s);
+
+-- name: tail
+SELECT r_turn_seq, r_chunk_seq, r_tokens, r_created_at, r_key, r_message::text
+  FROM shardstore.tail_v1(%s, %s, %s);
+
+-- name: chunk_map_from
+SELECT chunk_seq, chunk_start FROM shardstore.chunk_map
+ WHERE session_id = %s AND chunk_seq >= coalesce(
+       (SELECT max(chunk_seq) FROM shardstore.chunk_map
+         WHERE session_id = %s AND first_turn_seq <= %s), 0)
+ ORDER BY chunk_seq;
+
+-- name: chunk_map_last
+SELECT chunk_seq, chunk_start FROM shardstore.chunk_map
+ WHERE session_id = %s ORDER BY chunk_seq DESC LIMIT %s;
+
+-- name: chunk_turns
+SELECT (e->>'s')::bigint, (e->>'t')::integer, (e->>'at')::timestamptz, e->>'k', (e->'m')::text
+  FROM shardstore.agent_history h,
+       jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS x(e, ord)
+ WHERE h.session_id = %s AND h.chunk_seq = %s AND h.chunk_start = %s
+   AND (e->>'s')::bigint >= %s AND (e->>'s')::bigint < %s
+ ORDER BY x.ord;
+
+-- name: buffer_turns
+SELECT turn_seq, chunk_seq, tokens, created_at, idempotency_key, message::text
+  FROM shardstore.turn_buffer
+ WHERE session_id = %s AND turn_seq >= %s AND turn_seq < %s
+ ORDER BY turn_seq;
+
+-- name: chunk_meta
+SELECT h.chunk_seq, h.first_turn_seq, h.turn_count, h.token_count, h.byte_count,
+       h.chunk_start, h.chunk_end, h.tableoid::regclass::text
+  FROM shardstore.agent_history h
+ WHERE h.session_id = %s AND h.chunk_seq = ANY(%s) AND h.chunk_start = ANY(%s)
+ ORDER BY h.chunk_seq;
+
+-- name: stats_sessions
+SELECT count(*) FILTER (WHERE purged_at IS NULL), coalesce(sum(next_turn_seq), 0)
+  FROM shardstore.sessions;
+
+-- name: stats_buffer
+SELECT count(*) FROM shardstore.turn_buffer;
+
+-- name: stats_partitions
+SELECT c.relname,
+       pg_get_expr(c.relpartbound, c.oid),
+       pg_total_relation_size(c.oid)
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'shardstore.agent_history'::regclass
+ ORDER BY c.relname;
+
+-- name: stats_partition_rows
+SELECT tableoid::regclass::text, count(*) FROM shardstore.agent_history GROUP BY 1;

@@ -1,0 +1,166 @@
+"""The synchronous store. Every method runs an operation from :mod:`shardstore.ops`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from partition_manager import premake_op
+
+from .connector import Connector
+from .executor import run_sync, stream_sync
+from .migrations import migrate_op
+from .models import AppendResult, Chunk, SessionInfo, Stats, Turn
+from .ops import (
+    Context,
+    Op,
+    append_op,
+    chunks_op,
+    configure_op,
+    create_session_op,
+    flush_op,
+    history_op,
+    session_info_op,
+    stats_op,
+    tail_op,
+)
+from .settings import Settings
+from .tokens import TokenCounter
+
+T = TypeVar("T")
+
+
+class Store:
+    """A shardstore on one PostgreSQL database. Safe to share between threads.
+
+    Create it with :func:`shardstore.connect`; close it with :meth:`close` (or use it as a
+    context manager).
+    """
+
+    def __init__(self, connector: Connector, settings: Settings, counter: TokenCounter) -> None:
+        self._connector = connector
+        self.settings = settings
+        self._ctx = Context(settings, counter)
+        self.partition_interval: timedelta = settings.partition_interval or timedelta(days=7)
+
+    def _run(self, op: Op[T]) -> T:
+        with self._connector.connection() as conn:
+            return run_sync(conn, op)
+
+    def _setup(self) -> None:
+        self._run(migrate_op())
+        self.partition_interval = self._run(configure_op(self.settings.partition_interval))
+        self._run(premake_op(self.settings.premake))
+
+    # -- sessions ---------------------------------------------------------------
+
+    def create_session(
+        self,
+        tenant_id: str,
+        subject_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: uuid.UUID | str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> uuid.UUID:
+        """Create a session and return its id. With ``session_id`` given the call is
+        idempotent: repeating it returns the same id; different owners raise
+        ``SessionConflict``; a purged id raises ``SessionPurged``."""
+        return self._run(create_session_op(tenant_id, subject_id, agent_id, session_id, metadata))
+
+    def session(self, session_id: uuid.UUID | str) -> SessionInfo:
+        """A session's owners, metadata and counts; ``SessionNotFound`` if unknown."""
+        return self._run(session_info_op(session_id))
+
+    # -- writes -----------------------------------------------------------------
+
+    def append_turn(
+        self,
+        session_id: uuid.UUID | str,
+        message: dict[str, Any],
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Append one message, durably, in one round trip and one commit.
+
+        Returns where it landed. A repeat with the same ``idempotency_key`` stores nothing
+        and returns the first result with ``duplicate=True``. Bad input raises an
+        ``InvalidInput`` subclass and writes nothing."""
+        return self._run(append_op(self._ctx, session_id, [message], [idempotency_key]))[0]
+
+    def append_turns(
+        self,
+        session_id: uuid.UUID | str,
+        messages: Sequence[dict[str, Any]],
+        idempotency_keys: Sequence[str | None] | None = None,
+    ) -> list[AppendResult]:
+        """Append several messages in one transaction: all are stored or none is."""
+        keys = _keys_for(messages, idempotency_keys)
+        return self._run(append_op(self._ctx, session_id, list(messages), keys))
+
+    def flush(self, session_id: uuid.UUID | str) -> int:
+        """Fold a session's buffered turns into its open chunk in ``agent_history`` (the
+        chunk stays open for more turns). Returns how many turns moved."""
+        return self._run(flush_op(session_id))
+
+    # -- reads ------------------------------------------------------------------
+
+    def tail(
+        self,
+        session_id: uuid.UUID | str,
+        n: int | None = None,
+        max_tokens: int | None = None,
+    ) -> list[Turn]:
+        """The newest turns, oldest first: at most ``n`` turns and at most ``max_tokens``
+        tokens (fewer rather than more; with neither given, ``default_tail_turns``). Never
+        starts with a tool result whose tool call was cut off."""
+        return self._run(tail_op(self._ctx, session_id, n, max_tokens))
+
+    def history(
+        self, session_id: uuid.UUID | str, from_seq: int = 0, to_seq: int | None = None
+    ) -> Iterator[Turn]:
+        """Every turn with ``from_seq <= turn_seq < to_seq``, in order, streamed one chunk
+        at a time from one consistent snapshot (holds one connection while iterating)."""
+        op = history_op(session_id, from_seq, to_seq)
+        with self._connector.connection() as conn:
+            yield from stream_sync(conn, op)
+
+    def chunks(self, session_id: uuid.UUID | str, last: int | None = None) -> list[Chunk]:
+        """Chunk metadata oldest first (the ``last`` newest when given); the open chunk,
+        if it holds turns, is the final entry with ``is_open=True``."""
+        return self._run(chunks_op(session_id, last))
+
+    def stats(self) -> Stats:
+        """Counts of sessions, turns, chunks and buffered turns; every partition with its
+        bounds, chunk rows and bytes on disk."""
+        return self._run(stats_op())
+
+    # -- maintenance ------------------------------------------------------------
+
+    def premake_partitions(self, premake: int | None = None) -> list[str]:
+        """Create the current partition and ``premake`` more ahead; returns new names."""
+        return self._run(premake_op(self.settings.premake if premake is None else premake))
+
+    def close(self) -> None:
+        """Close the connection pool if this store created it (idempotent)."""
+        self._connector.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _keys_for(
+    messages: Sequence[Any], keys: Sequence[str | None] | None
+) -> list[str | None]:
+    from .errors import InvalidInput
+
+    if isinstance(messages, dict | str | bytes) or not isinstance(messages, Sequence):
+        raise InvalidInput("messages must be a list of message dicts")
+    if keys is None:
+        return [None] * len(messages)
+    if isinstance(keys, str | bytes) or len(keys) != len(messages):
+        raise InvalidInput("idempotency_keys must be a list as long as messages")
+    return list(keys)

