@@ -26,5 +26,3 @@ def premake_op(premake: int) -> Op[list[str]]:
     plan = plan_premake(now_row[0], timedelta(seconds=cfg[0]), cfg[1], premake, existing)
     created = yield from ensure_partitions_op(b.lower for b in plan)
     return created
-
-

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +20,7 @@ class PartitionBounds:
 
     @property
     def name(self) -> str:
-        return "agent_history_p" + self.lower.astimezone(timezone.utc).strftime("%Y%m%dt%H%M%S")
+        return "agent_history_p" + self.lower.astimezone(UTC).strftime("%Y%m%dt%H%M%S")
 
 
 def bounds_for(at: datetime, interval: timedelta, origin: datetime) -> PartitionBounds:

@@ -1,10 +1,10 @@
 """shardstore: unbounded AI-agent conversation history in PostgreSQL.
 
-    import shardstore
-    store = shardstore.connect()      # $SHARDSTORE_DSN, else an embedded Postgres
-    sid = store.create_session(tenant_id="acme", subject_id="user:42")
-    store.append_turn(sid, {"role": "user", "content": "hi"}, idempotency_key="m-1")
-    store.tail(sid, n=20)
+import shardstore
+store = shardstore.connect()      # $SHARDSTORE_DSN, else an embedded Postgres
+sid = store.create_session(tenant_id="acme", subject_id="user:42")
+store.append_turn(sid, {"role": "user", "content": "hi"}, idempotency_key="m-1")
+store.tail(sid, n=20)
 """
 
 from __future__ import annotations
@@ -34,11 +34,32 @@ from .store import Store
 from .tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_counter
 
 __all__ = [
-    "AppendResult", "AsyncStore", "Chunk", "ConfigurationError", "Conflict", "DatabaseError",
-    "DatabaseUnavailable", "HFTokenizerCounter", "InvalidInput", "InvalidMessage",
-    "MissingDependency", "PartitionInfo", "SessionConflict", "SessionInfo", "SessionNotFound",
-    "SessionPurged", "Settings", "ShardstoreError", "Stats", "Store", "TiktokenCounter",
-    "TokenCounter", "Turn", "TurnTooLarge", "connect", "connect_async",
+    "AppendResult",
+    "AsyncStore",
+    "Chunk",
+    "ConfigurationError",
+    "Conflict",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "HFTokenizerCounter",
+    "InvalidInput",
+    "InvalidMessage",
+    "MissingDependency",
+    "PartitionInfo",
+    "SessionConflict",
+    "SessionInfo",
+    "SessionNotFound",
+    "SessionPurged",
+    "Settings",
+    "ShardstoreError",
+    "Stats",
+    "Store",
+    "TiktokenCounter",
+    "TokenCounter",
+    "Turn",
+    "TurnTooLarge",
+    "connect",
+    "connect_async",
 ]
 
 Tokenizer = TokenCounter | str | os.PathLike[str] | None
@@ -66,7 +87,9 @@ def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) ->
     return store
 
 
-async def connect_async(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) -> AsyncStore:
+async def connect_async(
+    dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any
+) -> AsyncStore:
     """asyncio version of :func:`connect` (accepts a DSN, an ``AsyncConnectionPool`` or an
     ``AsyncConnection``) returning an :class:`AsyncStore`."""
     config = Settings.from_kwargs(settings)

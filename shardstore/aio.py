@@ -37,11 +37,18 @@ class AsyncStore:
     """asyncio twin of :class:`shardstore.Store`; each method has the same guarantees.
     Create it with :func:`shardstore.connect_async`."""
 
-    def __init__(self, connector: AsyncConnector, settings: Settings, counter: TokenCounter) -> None:
+    def __init__(
+        self, connector: AsyncConnector, settings: Settings, counter: TokenCounter
+    ) -> None:
         self._connector = connector
         self.settings = settings
         self._ctx = Context(settings, counter)
         self.partition_interval: timedelta = settings.partition_interval or timedelta(days=7)
+
+    @property
+    def dsn(self) -> str | None:
+        """See :attr:`shardstore.Store.dsn`."""
+        return self._connector.dsn
 
     async def _run(self, op: Op[T]) -> T:
         async with self._connector.connection() as conn:

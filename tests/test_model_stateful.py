@@ -11,7 +11,14 @@ from typing import Any
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import shardstore
 from shardstore.jsoncodec import encode_message
@@ -20,8 +27,26 @@ from .model import SessionModel
 
 CHUNK_TOKENS = 240
 CHUNK_BYTES = 4096
-WORDS = ["alpha", "refund", "kernel", "ticket", "ocean", "pixel", "quartz", "lemon", "zebra",
-         "42", "€", "日本", "naïve", "\n", "{", "}", '"', "\\"]
+WORDS = [
+    "alpha",
+    "refund",
+    "kernel",
+    "ticket",
+    "ocean",
+    "pixel",
+    "quartz",
+    "lemon",
+    "zebra",
+    "42",
+    "€",
+    "日本",
+    "naïve",
+    "\n",
+    "{",
+    "}",
+    '"',
+    "\\",
+]
 
 roles = st.sampled_from(["user", "assistant", "tool", "system"])
 odd_text = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=12)
@@ -41,8 +66,13 @@ def messages(draw: st.DrawFn) -> dict[str, Any]:
     if role == "tool":
         message["tool_call_id"] = f"call_{seed}"
     if role == "assistant" and draw(st.booleans()):
-        message["tool_calls"] = [{"id": f"call_{seed}", "type": "function",
-                                  "function": {"name": "lookup", "arguments": '{"q": 1}'}}]
+        message["tool_calls"] = [
+            {
+                "id": f"call_{seed}",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": '{"q": 1}'},
+            }
+        ]
     if draw(st.integers(0, 5)) == 0:
         message["extra"] = draw(odd_text)  # NUL, lone surrogates, the escape marker...
     return message
@@ -67,7 +97,9 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(message=messages(), key=keys)
     def append_turn(self, message: dict[str, Any], key: str | None) -> None:
         got = self.store.append_turn(self.sid, message, idempotency_key=key)
-        assert (got.turn_seq, got.chunk_seq, got.tokens, got.duplicate) == self._expect(message, key)
+        assert (got.turn_seq, got.chunk_seq, got.tokens, got.duplicate) == self._expect(
+            message, key
+        )
 
     @rule(batch=st.lists(st.tuples(messages(), keys), min_size=1, max_size=6))
     def append_turns(self, batch: list[tuple[dict[str, Any], str | None]]) -> None:
@@ -111,7 +143,12 @@ class SessionMachine(RuleBasedStateMachine):
         assert [t.turn_seq for t in turns] == list(range(lo, max(lo, end)))
         for t in turns:
             m = self.model.turns[t.turn_seq]
-            assert (t.message, t.tokens, t.chunk_seq, t.idempotency_key) == (m.message, m.tokens, m.chunk_seq, m.key)
+            assert (t.message, t.tokens, t.chunk_seq, t.idempotency_key) == (
+                m.message,
+                m.tokens,
+                m.chunk_seq,
+                m.key,
+            )
 
     @invariant()
     def chunks_obey_the_rules(self) -> None:
@@ -141,13 +178,17 @@ def test_store_matches_model(make_store: Callable[..., shardstore.Store]) -> Non
     # a partition interval of ten years keeps partition rollover out of this test
     # (tests/test_partitions.py covers it with a one-second interval)
     SessionMachine.store = make_store(
-        chunk_tokens=CHUNK_TOKENS, chunk_max_bytes=CHUNK_BYTES,
-        partition_interval=timedelta(days=3650), premake=0,
+        chunk_tokens=CHUNK_TOKENS,
+        chunk_max_bytes=CHUNK_BYTES,
+        partition_interval=timedelta(days=3650),
+        premake=0,
     )
     run_state_machine_as_test(
         SessionMachine,
         settings=settings(
-            max_examples=40, stateful_step_count=25, deadline=None,
+            max_examples=40,
+            stateful_step_count=25,
+            deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         ),
     )

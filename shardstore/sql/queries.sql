@@ -72,8 +72,8 @@ SELECT turn_seq, chunk_seq, tokens, created_at, idempotency_key, message::text
 
 -- name: chunk_meta
 SELECT h.chunk_seq, h.first_turn_seq, h.turn_count, h.token_count, h.byte_count,
-       h.chunk_start, h.chunk_end, h.tableoid::regclass::text
-  FROM shardstore.agent_history h
+       h.chunk_start, h.chunk_end, c.relname::text
+  FROM shardstore.agent_history h JOIN pg_class c ON c.oid = h.tableoid
  WHERE h.session_id = %s AND h.chunk_seq = ANY(%s) AND h.chunk_start = ANY(%s)
  ORDER BY h.chunk_seq;
 
@@ -93,4 +93,6 @@ SELECT c.relname,
  ORDER BY c.relname;
 
 -- name: stats_partition_rows
-SELECT tableoid::regclass::text, count(*) FROM shardstore.agent_history GROUP BY 1;
+SELECT c.relname::text, count(*)
+  FROM shardstore.agent_history h JOIN pg_class c ON c.oid = h.tableoid
+ GROUP BY 1;
