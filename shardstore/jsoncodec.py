@@ -18,8 +18,12 @@ from .errors import InvalidMessage
 
 MARK = "\ue000"
 _ESC = "\ue001"
+# MARK + _FLOAT + repr: a float that JSONB would hand back as an int (abs >= 1e16 is
+# written with an exponent, and numeric drops it: 1e16 returns as 10000000000000000).
+_FLOAT = "\ue002"
 _MARK_BYTES = MARK.encode()
-_NEEDS_ESCAPE = re.compile("[\x00\ud800-\udfff\ue001]")
+_NEEDS_ESCAPE = re.compile("[\x00\ud800-\udfff\ue001\ue002]")
+_BIG_FLOAT = 1e16
 _ESCAPED = re.compile(_ESC + "([0-9a-f]{4})")
 MAX_DEPTH = 256
 
@@ -34,7 +38,9 @@ def _escape(s: str) -> str:
     return MARK + _NEEDS_ESCAPE.sub(lambda m: f"{_ESC}{ord(m.group()):04x}", s)
 
 
-def _unescape(s: str) -> str:
+def _unescape(s: str) -> str | float:
+    if s[1:2] == _FLOAT:
+        return float(s[2:])
     return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), s[1:])
 
 
@@ -81,7 +87,7 @@ def _check(value: Any, depth: int) -> bool:
     if t is float:
         if not math.isfinite(value):
             raise _Bad(f"is {value!r}, which JSON cannot represent")
-        return False
+        return abs(value) >= _BIG_FLOAT
     if value is None or t is bool or t is int:
         return False
     raise _Bad(
@@ -92,6 +98,8 @@ def _check(value: Any, depth: int) -> bool:
 def _escape_tree(value: Any) -> Any:
     if type(value) is str:
         return _escape(value) if _needs_escape(value) else value
+    if type(value) is float and abs(value) >= _BIG_FLOAT:
+        return MARK + _FLOAT + repr(value)
     if type(value) is dict:
         return {(_escape(k) if _needs_escape(k) else k): _escape_tree(v) for k, v in value.items()}
     if type(value) is list:
@@ -109,6 +117,18 @@ def _unescape_tree(value: Any) -> Any:
     if type(value) is list:
         return [_unescape_tree(v) for v in value]
     return value
+
+
+def _unescape_key(key: str) -> str:
+    restored = _unescape(key)
+    return restored if isinstance(restored, str) else key
+
+
+def _encode(value: Any, needs_escape: bool, what: str) -> str:
+    try:
+        return _dumps(_escape_tree(value) if needs_escape else value)
+    except ValueError as exc:  # e.g. an int with more digits than Python will print
+        raise InvalidMessage(f"{what} cannot be written as JSON: {exc}") from None
 
 
 def encode_message(message: Any) -> str:
@@ -131,7 +151,7 @@ def encode_message(message: Any) -> str:
         raise InvalidMessage(f"message value at {bad.where()} {bad.reason}") from None
     except RecursionError:
         raise InvalidMessage("message nests too deeply or contains a cycle") from None
-    return _dumps(_escape_tree(message) if needs_escape else message)
+    return _encode(message, needs_escape, "message")
 
 
 def decode_value(value: Any) -> Any:
@@ -156,4 +176,4 @@ def encode_json(value: Any, what: str) -> str:
         raise InvalidMessage(f"{what} value at {bad.where()} {bad.reason}") from None
     except RecursionError:
         raise InvalidMessage(f"{what} nests too deeply or contains a cycle") from None
-    return _dumps(_escape_tree(value) if needs_escape else value)
+    return _encode(value, needs_escape, what)
