@@ -74,18 +74,26 @@ def explain(conn: psycopg.Connection[Any], sql: str, params: Any) -> dict[str, A
     data = row[0] if not isinstance(row[0], str) else json.loads(row[0])
     top = data[0]
     plan = top["Plan"]
-    return {"ms": top["Execution Time"], "plan_ms": top.get("Planning Time", 0.0),
-            "wal_records": plan.get("WAL Records", 0), "wal_bytes": plan.get("WAL Bytes", 0),
-            "wal_fpi": plan.get("WAL FPI", 0),
-            "shared_hit": plan.get("Shared Hit Blocks", 0), "node": plan["Node Type"],
-            "plan": data}
+    return {
+        "ms": top["Execution Time"],
+        "plan_ms": top.get("Planning Time", 0.0),
+        "wal_records": plan.get("WAL Records", 0),
+        "wal_bytes": plan.get("WAL Bytes", 0),
+        "wal_fpi": plan.get("WAL FPI", 0),
+        "shared_hit": plan.get("Shared Hit Blocks", 0),
+        "node": plan["Node Type"],
+        "plan": data,
+    }
 
 
 def summarize(samples: list[dict[str, Any]]) -> list[str]:
-    return [f"{med([s['ms'] for s in samples]):.3f}", f"{med([s['plan_ms'] for s in samples]):.3f}",
-            f"{med([s['wal_records'] for s in samples]):.0f}",
-            f"{med([s['wal_bytes'] for s in samples]):.0f}",
-            f"{sum(s['wal_fpi'] for s in samples) / len(samples):.2f}"]
+    return [
+        f"{med([s['ms'] for s in samples]):.3f}",
+        f"{med([s['plan_ms'] for s in samples]):.3f}",
+        f"{med([s['wal_records'] for s in samples]):.0f}",
+        f"{med([s['wal_bytes'] for s in samples]):.0f}",
+        f"{sum(s['wal_fpi'] for s in samples) / len(samples):.2f}",
+    ]
 
 
 def main() -> int:
@@ -97,9 +105,11 @@ def main() -> int:
     rep = Report()
     msgs = make_messages(4000)
     texts = [encode(m) for m in msgs]
-    with open_server(args.dsn, False) as server, \
-            psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn, autocommit=True) as raw:
+    with (
+        open_server(args.dsn, False) as server,
+        psycopg.connect(server.dsn, autocommit=True) as admin,
+        psycopg.connect(server.dsn, autocommit=True) as raw,
+    ):
         raw.execute(FLOOR_DDL)
         store = shardstore.connect(server.dsn, pool_min_size=1, pool_max_size=1)
         try:
@@ -110,9 +120,15 @@ def main() -> int:
     return 0
 
 
-def profile_append(args: argparse.Namespace, store: shardstore.Store,
-                   admin: psycopg.Connection[Any], raw: psycopg.Connection[Any], rep: Report,
-                   msgs: list[dict[str, Any]], texts: list[str]) -> None:
+def profile_append(
+    args: argparse.Namespace,
+    store: shardstore.Store,
+    admin: psycopg.Connection[Any],
+    raw: psycopg.Connection[Any],
+    rep: Report,
+    msgs: list[dict[str, Any]],
+    texts: list[str],
+) -> None:
     ctx = store._ctx
     budget, maxb = store.settings.budget_tokens, store.settings.chunk_max_bytes
     prepped = [prepare_turns(ctx, [m], [None]) for m in msgs]
@@ -138,14 +154,24 @@ def profile_append(args: argparse.Namespace, store: shardstore.Store,
     def raw_append(sid: uuid.UUID, key: str, bud: int) -> Callable[[], None]:
         def f() -> None:
             pt = prepped[nxt(key) % len(prepped)]
-            raw.execute(APPEND_SQL, (sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes,
-                                     pt.keys, bud, maxb)).fetchall()
+            raw.execute(
+                APPEND_SQL, (sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, bud, maxb)
+            ).fetchall()
+
         return f
 
     def fast() -> None:
         pt = prepped[nxt("fast") % len(prepped)]
-        raw.execute(FAST_APPEND, {"sid": s_fast, "tok": pt.tokens[0], "bytes": pt.sizes[0],
-                                  "budget": 10**12, "msg": pt.texts[0]}).fetchall()
+        raw.execute(
+            FAST_APPEND,
+            {
+                "sid": s_fast,
+                "tok": pt.tokens[0],
+                "bytes": pt.sizes[0],
+                "budget": 10**12,
+                "msg": pt.texts[0],
+            },
+        ).fetchall()
 
     def pool() -> None:
         with store._connector.connection():
@@ -175,15 +201,29 @@ def profile_append(args: argparse.Namespace, store: shardstore.Store,
             a = lsn(admin)
             lat = time_calls(fn, n)
             b = lsn(admin)
-            res[name].append((pct(lat, 50), pct(lat, 99), sum(lat) / len(lat),
-                              lsn_diff(admin, a, b) // n))
+            res[name].append(
+                (pct(lat, 50), pct(lat, 99), sum(lat) / len(lat), lsn_diff(admin, a, b) // n)
+            )
         progress(f"append profile round {r + 1}/{rounds}")
-    rep.add("## Append: client-side decomposition", "",
-            f"{rounds} rounds x {n} calls each, interleaved; medians over rounds.", "")
-    rep.table(["call", "p50 ms", "p99 ms", "mean ms", "WAL bytes/call"],
-              [[k, ms(med([x[0] for x in v])), ms(med([x[1] for x in v])),
-                ms(med([x[2] for x in v])), f"{med([x[3] for x in v]):.0f}"]
-               for k, v in res.items()])
+    rep.add(
+        "## Append: client-side decomposition",
+        "",
+        f"{rounds} rounds x {n} calls each, interleaved; medians over rounds.",
+        "",
+    )
+    rep.table(
+        ["call", "p50 ms", "p99 ms", "mean ms", "WAL bytes/call"],
+        [
+            [
+                k,
+                ms(med([x[0] for x in v])),
+                ms(med([x[1] for x in v])),
+                ms(med([x[2] for x in v])),
+                f"{med([x[3] for x in v]):.0f}",
+            ]
+            for k, v in res.items()
+        ],
+    )
 
     # server side: each statement of the append_v1 fast path, EXPLAIN (ANALYZE, WAL)
     sid = store.create_session("p", "explain")
@@ -193,37 +233,65 @@ def profile_append(args: argparse.Namespace, store: shardstore.Store,
     for i in range(200):
         pt = prepped[i % len(prepped)]
         with raw.transaction():
-            seq = raw.execute("SELECT next_turn_seq FROM shardstore.sessions "
-                              "WHERE session_id = %s", (sid,)).fetchone()
+            seq = raw.execute(
+                "SELECT next_turn_seq FROM shardstore.sessions WHERE session_id = %s", (sid,)
+            ).fetchone()
             assert seq is not None
             steps = [
                 ("SELECT ... FOR UPDATE (lock_session_v1 body)", lock_sql, (sid,)),
                 ("SELECT * FROM config", "SELECT * FROM shardstore.config", None),
-                ("INSERT INTO turn_buffer", "INSERT INTO shardstore.turn_buffer (session_id, "
-                 "turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message) "
-                 "VALUES (%s, %s, 0, now(), %s, %s, NULL, %s::jsonb)",
-                 (sid, seq[0], pt.tokens[0], pt.sizes[0], pt.texts[0])),
-                ("UPDATE sessions (head)", "UPDATE shardstore.sessions SET next_turn_seq = "
-                 "next_turn_seq + 1, open_turns = open_turns + 1, open_tokens = open_tokens + 1,"
-                 " open_bytes = open_bytes + 1, last_turn_at = now() WHERE session_id = %s",
-                 (sid,)),
+                (
+                    "INSERT INTO turn_buffer",
+                    "INSERT INTO shardstore.turn_buffer (session_id, "
+                    "turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message) "
+                    "VALUES (%s, %s, 0, now(), %s, %s, NULL, %s::jsonb)",
+                    (sid, seq[0], pt.tokens[0], pt.sizes[0], pt.texts[0]),
+                ),
+                (
+                    "UPDATE sessions (head)",
+                    "UPDATE shardstore.sessions SET next_turn_seq = "
+                    "next_turn_seq + 1, open_turns = open_turns + 1, open_tokens = open_tokens + 1,"
+                    " open_bytes = open_bytes + 1, last_turn_at = now() WHERE session_id = %s",
+                    (sid,),
+                ),
             ]
             for label, sql, params in steps:
                 rows.setdefault(label, []).append(explain(raw, sql, params))
         # whole function, same session (no fold: huge budget)
-        rows.setdefault("SELECT * FROM append_v1(...) whole, no fold", []).append(explain(
-            raw, APPEND_SQL, (sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys,
-                              10**12, maxb)))
-        rows.setdefault("floor INSERT", []).append(explain(
-            raw, FLOOR_INSERT, (fsid, 10**6 + i, pt.texts[0])))
-        rows.setdefault("one-statement CTE append", []).append(explain(raw, FAST_APPEND, {
-            "sid": s_fast, "tok": pt.tokens[0], "bytes": pt.sizes[0], "budget": 10**12,
-            "msg": pt.texts[0]}))
-    rep.add("## Append: server side, per statement (EXPLAIN ANALYZE, WAL; commit excluded)", "",
-            "200 samples each; execution ms and WAL are medians, FPI is the mean per call. "
-            "The first four rows run inside one transaction, like append_v1's body.", "")
-    rep.table(["statement", "exec ms", "plan ms", "WAL records", "WAL bytes", "FPI/call"],
-              [[k, *summarize(v)] for k, v in rows.items()])
+        rows.setdefault("SELECT * FROM append_v1(...) whole, no fold", []).append(
+            explain(
+                raw,
+                APPEND_SQL,
+                (sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, 10**12, maxb),
+            )
+        )
+        rows.setdefault("floor INSERT", []).append(
+            explain(raw, FLOOR_INSERT, (fsid, 10**6 + i, pt.texts[0]))
+        )
+        rows.setdefault("one-statement CTE append", []).append(
+            explain(
+                raw,
+                FAST_APPEND,
+                {
+                    "sid": s_fast,
+                    "tok": pt.tokens[0],
+                    "bytes": pt.sizes[0],
+                    "budget": 10**12,
+                    "msg": pt.texts[0],
+                },
+            )
+        )
+    rep.add(
+        "## Append: server side, per statement (EXPLAIN ANALYZE, WAL; commit excluded)",
+        "",
+        "200 samples each; execution ms and WAL are medians, FPI is the mean per call. "
+        "The first four rows run inside one transaction, like append_v1's body.",
+        "",
+    )
+    rep.table(
+        ["statement", "exec ms", "plan ms", "WAL records", "WAL bytes", "FPI/call"],
+        [[k, *summarize(v)] for k, v in rows.items()],
+    )
 
     # the fold: compression method and cost
     fold_rows = []
@@ -237,26 +305,47 @@ def profile_append(args: argparse.Namespace, store: shardstore.Store,
         sizes = []
         for j in range(20):
             s = store.create_session("p", f"fold-{comp}-{j}")
-            store.append_turns(s, msgs[j * 20:(j * 20) + 20])  # one open chunk of ~20 turns
-            row = raw.execute("SELECT open_chunk_seq, open_chunk_start FROM shardstore.sessions"
-                              " WHERE session_id = %s", (s,)).fetchone()
+            store.append_turns(s, msgs[j * 20 : (j * 20) + 20])  # one open chunk of ~20 turns
+            row = raw.execute(
+                "SELECT open_chunk_seq, open_chunk_start FROM shardstore.sessions"
+                " WHERE session_id = %s",
+                (s,),
+            ).fetchone()
             assert row is not None
             samples.append(explain(raw, "SELECT shardstore.fold_v1(%s, %s, %s)", (s, *row)))
-            size = raw.execute("SELECT pg_column_size(conversation_chunk), "
-                               "octet_length(conversation_chunk::text) FROM "
-                               "shardstore.agent_history WHERE session_id = %s", (s,)).fetchone()
+            size = raw.execute(
+                "SELECT pg_column_size(conversation_chunk), "
+                "octet_length(conversation_chunk::text) FROM "
+                "shardstore.agent_history WHERE session_id = %s",
+                (s,),
+            ).fetchone()
             assert size is not None
             sizes.append(size[0] / size[1])
         fold_rows.append([comp, *summarize(samples), f"{med(sizes):.2f}"])
     raw.execute("RESET default_toast_compression")
     rep.add("## Fold of one ~20-turn chunk (fold_v1), by TOAST compression", "")
-    rep.table(["compression", "exec ms", "plan ms", "WAL records", "WAL bytes", "FPI/call",
-               "stored/raw bytes"], fold_rows)
+    rep.table(
+        [
+            "compression",
+            "exec ms",
+            "plan ms",
+            "WAL records",
+            "WAL bytes",
+            "FPI/call",
+            "stored/raw bytes",
+        ],
+        fold_rows,
+    )
 
 
-def profile_tail(args: argparse.Namespace, store: shardstore.Store,
-                 admin: psycopg.Connection[Any], raw: psycopg.Connection[Any], rep: Report,
-                 msgs: list[dict[str, Any]]) -> None:
+def profile_tail(
+    args: argparse.Namespace,
+    store: shardstore.Store,
+    admin: psycopg.Connection[Any],
+    raw: psycopg.Connection[Any],
+    rep: Report,
+    msgs: list[dict[str, Any]],
+) -> None:
     sids = {}
     for turns in (1000, args.big):
         sid = store.create_session("p", f"tail{turns}")
@@ -275,28 +364,53 @@ def profile_tail(args: argparse.Namespace, store: shardstore.Store,
     for turns, sid in sids.items():
         pieces = {
             "tail_v1(n=20) whole": ("SELECT * FROM shardstore.tail_v1(%s, 20, NULL)", (sid,)),
-            "buffer scan": ("SELECT b.turn_seq, b.message FROM shardstore.turn_buffer b "
-                            "WHERE b.session_id = %s ORDER BY b.turn_seq DESC", (sid,)),
-            "chunk_map scan (all rows)": ("SELECT m.chunk_seq, m.chunk_start FROM "
-                                          "shardstore.chunk_map m WHERE m.session_id = %s "
-                                          "ORDER BY m.chunk_seq DESC", (sid,)),
-            "chunk_map scan LIMIT 2": ("SELECT m.chunk_seq, m.chunk_start FROM "
-                                       "shardstore.chunk_map m WHERE m.session_id = %s "
-                                       "ORDER BY m.chunk_seq DESC LIMIT 2", (sid,)),
+            "buffer scan": (
+                "SELECT b.turn_seq, b.message FROM shardstore.turn_buffer b "
+                "WHERE b.session_id = %s ORDER BY b.turn_seq DESC",
+                (sid,),
+            ),
+            "chunk_map scan (all rows)": (
+                "SELECT m.chunk_seq, m.chunk_start FROM "
+                "shardstore.chunk_map m WHERE m.session_id = %s "
+                "ORDER BY m.chunk_seq DESC",
+                (sid,),
+            ),
+            "chunk_map scan LIMIT 2": (
+                "SELECT m.chunk_seq, m.chunk_start FROM "
+                "shardstore.chunk_map m WHERE m.session_id = %s "
+                "ORDER BY m.chunk_seq DESC LIMIT 2",
+                (sid,),
+            ),
         }
         for label, (sql, params) in pieces.items():
             samples = [explain(raw, sql, params) for _ in range(100)]
             node = samples[-1]["plan"][0]["Plan"]
             shape = node["Node Type"] + "".join(
-                f" > {c['Node Type']}" for c in node.get("Plans", [])[:2])
-            out.append([f"{turns:,}", label, f"{med([s['ms'] for s in samples]):.3f}",
-                        f"{med([s['plan_ms'] for s in samples]):.3f}",
-                        f"{med([s['shared_hit'] for s in samples]):.0f}", shape])
-        t = time_calls(lambda sid=sid: raw.execute(
-            "SELECT * FROM shardstore.tail_v1(%s, 20, NULL)", (sid,)).fetchall(), 300)
+                f" > {c['Node Type']}" for c in node.get("Plans", [])[:2]
+            )
+            out.append(
+                [
+                    f"{turns:,}",
+                    label,
+                    f"{med([s['ms'] for s in samples]):.3f}",
+                    f"{med([s['plan_ms'] for s in samples]):.3f}",
+                    f"{med([s['shared_hit'] for s in samples]):.0f}",
+                    shape,
+                ]
+            )
+        t = time_calls(
+            lambda sid=sid: raw.execute(
+                "SELECT * FROM shardstore.tail_v1(%s, 20, NULL)", (sid,)
+            ).fetchall(),
+            300,
+        )
         out.append([f"{turns:,}", "tail_v1 via psycopg (round trip)", ms(pct(t, 50)), "", "", ""])
-    rep.add("## Tail pieces at a small and a big history", "",
-            "EXPLAIN (ANALYZE, BUFFERS) medians of 100; 'hit' = shared buffers touched.", "")
+    rep.add(
+        "## Tail pieces at a small and a big history",
+        "",
+        "EXPLAIN (ANALYZE, BUFFERS) medians of 100; 'hit' = shared buffers touched.",
+        "",
+    )
     rep.table(["turns", "piece", "exec ms", "plan ms", "shared hit", "plan shape"], out)
 
 

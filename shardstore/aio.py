@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
@@ -56,7 +57,11 @@ class AsyncStore:
 
     async def _setup(self) -> None:
         await self._run(migrate_op())
-        self.partition_interval = await self._run(configure_op(self.settings.partition_interval))
+        interval, origin = await self._run(configure_op(self.settings.partition_interval))
+        self.partition_interval = interval
+        self._ctx = dataclasses.replace(
+            self._ctx, partition_interval=interval, partition_origin=origin
+        )
         await self._run(premake_op(self.settings.premake))
 
     async def create_session(

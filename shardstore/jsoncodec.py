@@ -87,7 +87,7 @@ def _check(value: Any, depth: int) -> bool:
     if t is float:
         if not math.isfinite(value):
             raise _Bad(f"is {value!r}, which JSON cannot represent")
-        return abs(value) >= _BIG_FLOAT
+        return bool(abs(value) >= _BIG_FLOAT)
     if value is None or t is bool or t is int:
         return False
     raise _Bad(

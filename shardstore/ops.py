@@ -12,7 +12,7 @@ import enum
 import uuid
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from . import jsoncodec
@@ -73,6 +73,9 @@ class Context:
 
     settings: Settings
     counter: TokenCounter
+    # the database's partitioning (shardstore.config), known after configure_op
+    partition_interval: timedelta = DEFAULT_PARTITION_INTERVAL
+    partition_origin: datetime = datetime(2001, 1, 1, tzinfo=UTC)
 
 
 # ---------------------------------------------------------------- argument checks
@@ -123,9 +126,9 @@ def _non_negative(value: Any, what: str) -> int:
 # ---------------------------------------------------------------- setup
 
 
-def configure_op(partition_interval: timedelta | None) -> Op[timedelta]:
+def configure_op(partition_interval: timedelta | None) -> Op[tuple[timedelta, datetime]]:
     """Record the partition interval on first use; refuse to change it once partitions
-    exist (their bounds would overlap). Returns the interval in force."""
+    exist (their bounds would overlap). Returns the interval and origin in force."""
     wanted = partition_interval or DEFAULT_PARTITION_INTERVAL
     yield Tx.BEGIN
     yield Q("LOCK TABLE shardstore.config IN EXCLUSIVE MODE", fetch="none")
@@ -143,7 +146,7 @@ def configure_op(partition_interval: timedelta | None) -> Op[timedelta]:
         yield Q(query("config_set_interval"), (partition_interval.total_seconds(),), fetch="none")
         current = partition_interval
     yield Tx.COMMIT
-    return current
+    return current, row[1]
 
 
 def ensure_partitions_op(bounds: Iterable[datetime]) -> Op[list[str]]:
@@ -257,6 +260,8 @@ def append_op(
             batch.keys,
             ctx.settings.budget_tokens,
             ctx.settings.chunk_max_bytes,
+            ctx.partition_interval.total_seconds(),
+            ctx.partition_origin,
         ),
     )
     return [AppendResult.from_row(r) for r in rows]

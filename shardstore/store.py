@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -57,7 +58,11 @@ class Store:
 
     def _setup(self) -> None:
         self._run(migrate_op())
-        self.partition_interval = self._run(configure_op(self.settings.partition_interval))
+        interval, origin = self._run(configure_op(self.settings.partition_interval))
+        self.partition_interval = interval
+        self._ctx = dataclasses.replace(
+            self._ctx, partition_interval=interval, partition_origin=origin
+        )
         self._run(premake_op(self.settings.premake))
 
     # -- sessions ---------------------------------------------------------------

@@ -22,7 +22,11 @@ def test_eight_threads_on_one_session(make_store: Callable[..., shardstore.Store
             for i in range(per_thread):
                 msg = {"role": "user", "content": f"writer {w} message {i} " + "word " * (i % 40)}
                 if i % 10 == 9:
-                    results[w].extend(store.append_turns(sid, [msg, {"role": "assistant", "content": f"w{w} r{i}"}]))
+                    results[w].extend(
+                        store.append_turns(
+                            sid, [msg, {"role": "assistant", "content": f"w{w} r{i}"}]
+                        )
+                    )
                 else:
                     results[w].append(store.append_turn(sid, msg, idempotency_key=f"{w}-{i}"))
                 if i % 25 == 0:
@@ -45,7 +49,9 @@ def test_eight_threads_on_one_session(make_store: Callable[..., shardstore.Store
         seqs = [r.turn_seq for r in results[w]]
         assert seqs == sorted(seqs), "a writer's own appends keep their order"
         mine = [t for t in turns if t.message["content"].startswith(f"writer {w} ")]
-        assert [t.message["content"].split()[3] for t in mine] == [str(i) for i in range(per_thread)]
+        assert [t.message["content"].split()[3] for t in mine] == [
+            str(i) for i in range(per_thread)
+        ]
     chunks = store.chunks(sid)
     assert sum(c.turn_count for c in chunks) == expected_total
     assert [c.chunk_seq for c in chunks] == list(range(len(chunks)))

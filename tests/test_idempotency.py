@@ -23,7 +23,8 @@ def test_retry_after_the_chunk_was_folded(store: shardstore.Store, dsn: str) -> 
     store.append_turn(sid, {"role": "user", "content": "next"})
     with psycopg.connect(dsn) as conn:
         (buffered,) = conn.execute(
-            "SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = %s AND turn_seq = 0", (sid,)
+            "SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = %s AND turn_seq = 0",
+            (sid,),
         ).fetchone()  # type: ignore[misc]
     assert buffered == 0, "turn 0 must have left the buffer for this test to mean anything"
     retry = store.append_turn(sid, {"role": "user", "content": "early"}, idempotency_key="k0")

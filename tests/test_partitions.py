@@ -3,6 +3,7 @@ writers racing for the same missing partition all succeed."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -80,10 +81,14 @@ def test_racing_writers_create_one_partition(make_store: Callable[..., shardstor
     for sid in sessions:
         turns = list(store.history(sid))
         assert [t.turn_seq for t in turns] == list(range(6))
-        assert [t.message["content"] for t in turns] == ["before"] + [f"after {i}" for i in range(5)]
+        assert [t.message["content"] for t in turns] == ["before"] + [
+            f"after {i}" for i in range(5)
+        ]
 
 
-def test_ensure_partition_races_directly(dsn: str, make_store: Callable[..., shardstore.Store]) -> None:
+def test_ensure_partition_races_directly(
+    dsn: str, make_store: Callable[..., shardstore.Store]
+) -> None:
     make_store(partition_interval=timedelta(seconds=1), premake=0)
     target = datetime.now(UTC) + timedelta(hours=1)
     barrier = threading.Barrier(6)
@@ -94,7 +99,9 @@ def test_ensure_partition_races_directly(dsn: str, make_store: Callable[..., sha
         try:
             with psycopg.connect(dsn) as conn:
                 barrier.wait()
-                (name,) = conn.execute("SELECT shardstore.ensure_partition_v1(%s)", (target,)).fetchone()  # type: ignore[misc]
+                (name,) = conn.execute(
+                    "SELECT shardstore.ensure_partition_v1(%s)", (target,)
+                ).fetchone()  # type: ignore[misc]
                 time.sleep(0.05)  # hold the transaction open a little to widen the race
                 conn.commit()
                 names.append(name)
@@ -123,7 +130,7 @@ def test_premake_creates_partitions_ahead(make_store: Callable[..., shardstore.S
     assert len(parts) == 4
     now = datetime.now(UTC)
     assert parts[0].lower <= now < parts[0].upper
-    assert all(a.upper == b.lower for a, b in zip(parts, parts[1:], strict=False))
+    assert all(a.upper == b.lower for a, b in itertools.pairwise(parts))
     assert store.premake_partitions() == []
 
 
@@ -140,10 +147,15 @@ def test_partition_interval_cannot_change_once_partitions_exist(
     assert make_store().partition_interval == timedelta(hours=1)
 
 
-def test_python_plan_agrees_with_sql_bins(dsn: str, make_store: Callable[..., shardstore.Store]) -> None:
+def test_python_plan_agrees_with_sql_bins(
+    dsn: str, make_store: Callable[..., shardstore.Store]
+) -> None:
     make_store(partition_interval=timedelta(days=7), premake=0)
-    instants = [datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC), datetime(1999, 2, 3, tzinfo=UTC),
-                datetime(2031, 7, 4, 12, 0, 0, tzinfo=UTC)]
+    instants = [
+        datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC),
+        datetime(1999, 2, 3, tzinfo=UTC),
+        datetime(2031, 7, 4, 12, 0, 0, tzinfo=UTC),
+    ]
     with psycopg.connect(dsn) as conn:
         for at in instants:
             (lo,) = conn.execute(
@@ -155,6 +167,8 @@ def test_python_plan_agrees_with_sql_bins(dsn: str, make_store: Callable[..., sh
 
 def test_plan_premake_is_pure_and_skips_existing() -> None:
     now = datetime(2026, 11, 30, 10, 30, tzinfo=UTC)
-    plan = plan_premake(now, timedelta(hours=1), ORIGIN, 2, existing=[datetime(2026, 11, 30, 11, tzinfo=UTC)])
+    plan = plan_premake(
+        now, timedelta(hours=1), ORIGIN, 2, existing=[datetime(2026, 11, 30, 11, tzinfo=UTC)]
+    )
     assert [b.lower.hour for b in plan] == [10, 12]
     assert plan[0].name == "agent_history_p20261130t100000"

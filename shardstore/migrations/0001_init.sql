@@ -68,7 +68,8 @@ CREATE TABLE shardstore.turn_buffer (
     idempotency_key text,
     message         jsonb NOT NULL,
     PRIMARY KEY (session_id, turn_seq)
-);
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000,
+        autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 2000);
 
 -- Idempotency keys outlive the buffer row, so a retry is recognised after its fold too.
 CREATE TABLE shardstore.turn_keys (
@@ -210,28 +211,30 @@ CREATE FUNCTION shardstore.append_v1(
     p_bytes         integer[],
     p_keys          text[],
     p_budget_tokens bigint,
-    p_budget_bytes  bigint)
+    p_budget_bytes  bigint,
+    p_interval      interval,      -- shardstore.config's, passed in to save a read per call
+    p_origin        timestamptz)
 RETURNS TABLE (r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_duplicate boolean)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     s        shardstore.sessions%ROWTYPE;
-    cfg      shardstore.config%ROWTYPE;
     v_now    timestamptz;
     v_bucket timestamptz;
     v_n      integer := coalesce(array_length(p_tokens, 1), 0);
     v_key    record;
     v_dirty  boolean := false;
 BEGIN
-    s := shardstore.lock_session_v1(p_session_id);
-    SELECT * INTO cfg FROM shardstore.config;
+    SELECT * INTO s FROM shardstore.sessions WHERE session_id = p_session_id FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'SS500',
-            MESSAGE = 'shardstore is not initialised: connect with shardstore.connect() or run "shardstore init"';
+        RAISE EXCEPTION USING ERRCODE = 'SS404', MESSAGE = format('session %s does not exist', p_session_id);
+    END IF;
+    IF s.purged_at IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SS410', MESSAGE = format('session %s was purged', p_session_id);
     END IF;
     -- turns of one session never go back in time, even if the server clock does
-    v_now := greatest(clock_timestamp(), s.last_turn_at);
-    v_bucket := date_bin(cfg.partition_interval, v_now, cfg.partition_origin);
+    v_now := greatest(statement_timestamp(), s.last_turn_at);
+    v_bucket := date_bin(p_interval, v_now, p_origin);
     FOR i IN 1 .. v_n LOOP
         IF p_keys[i] IS NOT NULL THEN
             SELECT k.turn_seq, k.chunk_seq, k.tokens INTO v_key
@@ -247,7 +250,7 @@ BEGIN
         IF s.open_turns > 0 AND (
                s.open_tokens + p_tokens[i] > p_budget_tokens
             OR s.open_bytes + p_bytes[i] > p_budget_bytes
-            OR date_bin(cfg.partition_interval, s.open_chunk_start, cfg.partition_origin) <> v_bucket) THEN
+            OR date_bin(p_interval, s.open_chunk_start, p_origin) <> v_bucket) THEN
             PERFORM shardstore.fold_v1(p_session_id, s.open_chunk_seq, s.open_chunk_start);
             s.open_chunk_seq := s.open_chunk_seq + 1;
             s.open_turns := 0; s.open_tokens := 0; s.open_bytes := 0;
@@ -314,7 +317,8 @@ DECLARE
     v_count  integer := 0;
     v_tokens bigint := 0;
     v_below  bigint;
-    c        record;
+    v_seq    bigint;
+    v_start  timestamptz;
     t        record;
 BEGIN
     SELECT * INTO s FROM shardstore.sessions WHERE session_id = p_session_id;
@@ -338,8 +342,17 @@ BEGIN
         RETURN NEXT;
         v_count := v_count + 1; v_tokens := v_tokens + t.tokens; v_below := t.turn_seq;
     END LOOP;
-    FOR c IN SELECT m.chunk_seq, m.chunk_start FROM shardstore.chunk_map m
-              WHERE m.session_id = p_session_id ORDER BY m.chunk_seq DESC LOOP
+    -- sealed chunks are dense below the open one: walk down by primary key, so a tail
+    -- costs the same at 1,000 and at 1,000,000 turns of history
+    v_seq := s.open_chunk_seq;
+    WHILE v_seq >= 0 LOOP
+        SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
+         WHERE m.session_id = p_session_id AND m.chunk_seq = v_seq;
+        IF NOT FOUND THEN
+            EXIT WHEN v_seq < s.open_chunk_seq;  -- only the open chunk may be unfolded
+            v_seq := v_seq - 1;
+            CONTINUE;
+        END IF;
         -- EXECUTE plans with the values known, so the scan prunes to one partition
         FOR t IN EXECUTE
             'SELECT (e->>''s'')::bigint AS turn_seq, (e->>''t'')::integer AS tokens,
@@ -348,17 +361,18 @@ BEGIN
                     jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS x(e, ord)
               WHERE h.session_id = $1 AND h.chunk_seq = $2 AND h.chunk_start = $3
               ORDER BY x.ord DESC'
-            USING p_session_id, c.chunk_seq, c.chunk_start LOOP
+            USING p_session_id, v_seq, v_start LOOP
             CONTINUE WHEN t.turn_seq >= v_below;
             IF (p_n IS NOT NULL AND v_count >= p_n)
                OR (p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens) THEN
                 RETURN;
             END IF;
-            r_turn_seq := t.turn_seq; r_chunk_seq := c.chunk_seq; r_tokens := t.tokens;
+            r_turn_seq := t.turn_seq; r_chunk_seq := v_seq; r_tokens := t.tokens;
             r_created_at := t.created_at; r_key := t.key; r_message := t.message;
             RETURN NEXT;
             v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
         END LOOP;
+        v_seq := v_seq - 1;
     END LOOP;
 END
 $$;

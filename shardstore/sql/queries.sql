@@ -36,7 +36,8 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text, created_at,
 
 -- name: append
 SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate
-  FROM shardstore.append_v1(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s);
+  FROM shardstore.append_v1(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s,
+                            make_interval(secs => %s), %s);
 
 -- name: flush
 SELECT shardstore.flush_v1(%s);
