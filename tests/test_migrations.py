@@ -60,7 +60,7 @@ def test_every_query_is_valid_against_the_migrated_schema(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for name, sql in _queries().items():
             counter = iter(range(1, 100))
-            numbered = re.sub(r"%s", lambda _: f"${next(counter)}", sql)
+            numbered = re.sub(r"%s", lambda _, c=counter: f"${next(c)}", sql)
             # PREPARE parses and analyses: every table, column, function and type must exist
             conn.execute(f"PREPARE check_{name} AS {numbered}")
             conn.execute(f"DEALLOCATE check_{name}")

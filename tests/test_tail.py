@@ -1,0 +1,82 @@
+"""tail(): newest turns oldest first, within n and max_tokens, never opening on an orphaned
+tool result."""
+
+from __future__ import annotations
+
+import shardstore
+from shardstore.plans import is_tool_result
+
+
+def _conversation(store: shardstore.Store) -> object:
+    sid = store.create_session("acme")
+    store.append_turns(
+        sid,
+        [
+            {"role": "user", "content": "weather in Paris and Rome?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "a",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": '{"c":"Paris"}'},
+                    },
+                    {
+                        "id": "b",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": '{"c":"Rome"}'},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": "a", "content": "Paris: 12C " * 30},
+            {"role": "tool", "tool_call_id": "b", "content": "Rome: 18C"},
+            {"role": "assistant", "content": "Paris 12C, Rome 18C."},
+        ],
+    )
+    return sid
+
+
+def test_tail_never_starts_with_an_orphaned_tool_result(store: shardstore.Store) -> None:
+    sid = _conversation(store)
+    for n in range(1, 7):
+        turns = store.tail(sid, n=n)  # type: ignore[arg-type]
+        assert len(turns) <= n
+        assert not turns or not is_tool_result(turns[0].message)
+    assert [t.turn_seq for t in store.tail(sid, n=2)] == [4]  # [tool b, assistant] -> drop tool
+    assert [t.turn_seq for t in store.tail(sid, n=3)] == [4]
+    assert [t.turn_seq for t in store.tail(sid, n=4)] == [1, 2, 3, 4]
+
+
+def test_seed_format_tool_results_count_too(store: shardstore.Store) -> None:
+    sid = store.create_session("acme")
+    store.append_turns(
+        sid,
+        [
+            {"role": "assistant", "content": "calling", "metadata": {"tool_calls": ["t1"]}},
+            {"role": "tool_result", "content": "42", "metadata": {"tool_call_id": "t1"}},
+            {"role": "assistant", "content": "it is 42"},
+        ],
+    )
+    assert [t.turn_seq for t in store.tail(sid, n=2)] == [2]
+
+
+def test_max_tokens_is_never_exceeded(store: shardstore.Store) -> None:
+    sid = _conversation(store)
+    all_turns = store.tail(sid, n=100)
+    for budget in range(1, sum(t.tokens for t in all_turns) + 5):
+        turns = store.tail(sid, max_tokens=budget)
+        assert sum(t.tokens for t in turns) <= budget
+    assert store.tail(sid, max_tokens=1) == []
+
+
+def test_tail_reaches_back_across_sealed_chunks(make_store: object) -> None:
+    store = make_store(chunk_tokens=100)  # type: ignore[operator]
+    sid = store.create_session("acme")
+    for i in range(60):
+        store.append_turn(sid, {"role": "user", "content": f"message number {i}"})
+    assert len(store.chunks(sid)) > 5
+    turns = store.tail(sid, n=45)
+    assert [t.turn_seq for t in turns] == list(range(15, 60))
+    assert [t.message["content"] for t in turns] == [f"message number {i}" for i in range(15, 60)]
+    assert store.tail(sid) == turns[-20:]  # default: 20 turns
