@@ -155,7 +155,11 @@ def profile_append(
         def f() -> None:
             pt = prepped[nxt(key) % len(prepped)]
             raw.execute(
-                APPEND_SQL, (sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, bud, maxb)
+                APPEND_SQL,
+                (
+                    sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, bud, maxb,
+                    store._ctx.partition_interval.total_seconds(), store._ctx.partition_origin,
+                ),
             ).fetchall()
 
         return f
@@ -262,7 +266,10 @@ def profile_append(
             explain(
                 raw,
                 APPEND_SQL,
-                (sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, 10**12, maxb),
+                (
+                    sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, 10**12, maxb,
+                    store._ctx.partition_interval.total_seconds(), store._ctx.partition_origin,
+                ),
             )
         )
         rows.setdefault("floor INSERT", []).append(

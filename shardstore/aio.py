@@ -12,9 +12,11 @@ from partition_manager import premake_op
 
 from .connector import AsyncConnector
 from .executor import run_async, stream_async
+from .folding import AsyncFolder
 from .migrations import migrate_op
 from .models import AppendResult, Chunk, SessionInfo, Stats, Turn
 from .ops import (
+    AppendOutcome,
     Context,
     Op,
     append_op,
@@ -22,6 +24,7 @@ from .ops import (
     configure_op,
     create_session_op,
     flush_op,
+    fold_sealed_op,
     history_op,
     session_info_op,
     stats_op,
@@ -44,6 +47,9 @@ class AsyncStore:
         self._connector = connector
         self.settings = settings
         self._ctx = Context(settings, counter)
+        self._folder = (
+            AsyncFolder(self._run) if connector.pooled and settings.background_fold else None
+        )
         self.partition_interval: timedelta = settings.partition_interval or timedelta(days=7)
 
     @property
@@ -54,6 +60,19 @@ class AsyncStore:
     async def _run(self, op: Op[T]) -> T:
         async with self._connector.connection() as conn:
             return await run_async(conn, op)
+
+    async def _after_append(self, outcome: AppendOutcome) -> None:
+        if not outcome.sealed:
+            return
+        if self._folder is not None:
+            self._folder.submit(outcome.session_id)
+        else:
+            await self._run(fold_sealed_op(outcome.session_id))
+
+    async def drain_folds(self) -> None:
+        """See :meth:`shardstore.Store.drain_folds`."""
+        if self._folder is not None:
+            await self._folder.drain()
 
     async def _setup(self) -> None:
         await self._run(migrate_op())
@@ -88,7 +107,9 @@ class AsyncStore:
         idempotency_key: str | None = None,
     ) -> AppendResult:
         """See :meth:`shardstore.Store.append_turn`."""
-        return (await self._run(append_op(self._ctx, session_id, [message], [idempotency_key])))[0]
+        outcome = await self._run(append_op(self._ctx, session_id, [message], [idempotency_key]))
+        await self._after_append(outcome)
+        return outcome.results[0]
 
     async def append_turns(
         self,
@@ -98,7 +119,9 @@ class AsyncStore:
     ) -> list[AppendResult]:
         """See :meth:`shardstore.Store.append_turns`."""
         keys = _keys_for(messages, idempotency_keys)
-        return await self._run(append_op(self._ctx, session_id, list(messages), keys))
+        outcome = await self._run(append_op(self._ctx, session_id, list(messages), keys))
+        await self._after_append(outcome)
+        return outcome.results
 
     async def flush(self, session_id: uuid.UUID | str) -> int:
         """See :meth:`shardstore.Store.flush`."""
@@ -135,7 +158,9 @@ class AsyncStore:
         return await self._run(premake_op(self.settings.premake if premake is None else premake))
 
     async def close(self) -> None:
-        """Close the pool if this store created it."""
+        """Finish queued folds, then close the pool if this store created it."""
+        if self._folder is not None:
+            await self._folder.close()
         await self._connector.close()
 
     async def __aenter__(self) -> AsyncStore:

@@ -118,6 +118,11 @@ class Connector:
         else:
             cm.__exit__(None, None, None)
 
+    @property
+    def pooled(self) -> bool:
+        """True when connections come from a pool (background work may take one)."""
+        return self._pool is not None
+
     def close(self) -> None:
         if self._owned and self._pool is not None:
             self._pool.close()
@@ -183,6 +188,11 @@ class AsyncConnector:
             raise
         else:
             await cm.__aexit__(None, None, None)
+
+    @property
+    def pooled(self) -> bool:
+        """True when connections come from a pool (background work may take one)."""
+        return self._pool is not None
 
     async def close(self) -> None:
         if self._owned and self._pool is not None:

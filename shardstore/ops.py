@@ -8,6 +8,7 @@ drive the same generators, so the two APIs cannot drift apart.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import uuid
 from collections.abc import Generator, Iterable, Sequence
@@ -242,13 +243,22 @@ def prepare_turns(ctx: Context, messages: Sequence[Any], keys: Sequence[Any]) ->
     return PreparedTurns(texts, tokens, sizes, clean_keys)
 
 
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """Results of one append call; ``sealed`` says a chunk was closed and awaits its fold."""
+
+    session_id: uuid.UUID
+    results: list[AppendResult]
+    sealed: bool
+
+
 def append_op(
     ctx: Context, session_id: Any, messages: Sequence[Any], keys: Sequence[Any]
-) -> Op[list[AppendResult]]:
+) -> Op[AppendOutcome]:
     """Append a batch atomically, in one statement (one round trip, one commit)."""
     sid = session_uuid(session_id)
     if not messages:
-        return []
+        return AppendOutcome(sid, [], False)
     batch = prepare_turns(ctx, messages, keys)
     rows = yield Q(
         query("append"),
@@ -264,7 +274,13 @@ def append_op(
             ctx.partition_origin,
         ),
     )
-    return [AppendResult.from_row(r) for r in rows]
+    return AppendOutcome(sid, [AppendResult.from_row(r) for r in rows], any(r[4] for r in rows))
+
+
+def fold_sealed_op(session_id: uuid.UUID) -> Op[int]:
+    """Fold a session's sealed chunks from the buffer into agent_history."""
+    (moved,) = yield Q(query("fold_sealed"), (session_id,), fetch="one")
+    return int(moved)
 
 
 def flush_op(session_id: Any) -> Op[int]:
@@ -300,7 +316,10 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
 
 
 def history_op(session_id: Any, from_seq: Any = 0, to_seq: Any = None) -> Op[None]:
-    """Stream turns [from_seq, to_seq) in order, one chunk at a time, from one snapshot."""
+    """Stream turns [from_seq, to_seq) in order, one chunk at a time, from one snapshot.
+
+    Within a chunk the folded turns (in agent_history) precede the buffered ones; a sealed
+    chunk may still sit wholly in the buffer until its fold."""
     sid = session_uuid(session_id)
     lo = _non_negative(from_seq, "from_seq")
     hi = None if to_seq is None else _non_negative(to_seq, "to_seq")
@@ -312,20 +331,23 @@ def history_op(session_id: Any, from_seq: Any = 0, to_seq: Any = None) -> Op[Non
         raise SessionPurged(f"session {sid} was purged")
     end = head[6] if hi is None else min(hi, head[6])
     if lo < end:
-        chunk_rows = yield Q(query("chunk_map_from"), (sid, sid, lo))
-        for chunk_seq, chunk_start in chunk_rows:
-            rows = yield Q(
-                query("chunk_turns"), (sid, chunk_seq, chunk_start, lo, end), prepare=False
-            )
-            if rows:
-                yield Emit([_chunk_turn(r, chunk_seq) for r in rows])
-                lo = rows[-1][0] + 1
-            if lo >= end:
-                break
-        if lo < end:
-            rows = yield Q(query("buffer_turns"), (sid, lo, end))
-            if rows:
-                yield Emit([_turn(r) for r in rows])
+        located = yield Q(query("chunk_map_from"), (sid, sid, lo))
+        buffered = yield Q(query("buffer_turns"), (sid, lo, end))
+        by_chunk: dict[int, list[Turn]] = {}
+        for row in buffered:
+            by_chunk.setdefault(row[1], []).append(_turn(row))
+        folded = {chunk_seq: start for chunk_seq, start in located}
+        for chunk_seq in sorted(folded.keys() | by_chunk.keys()):
+            if chunk_seq in folded:
+                rows = yield Q(
+                    query("chunk_turns"),
+                    (sid, chunk_seq, folded[chunk_seq], lo, end),
+                    prepare=False,
+                )
+                if rows:
+                    yield Emit([_chunk_turn(r, chunk_seq) for r in rows])
+            if chunk_seq in by_chunk:
+                yield Emit(by_chunk[chunk_seq])
     yield Tx.COMMIT
     return None
 
@@ -342,7 +364,8 @@ def _chunk_turn(row: Sequence[Any], chunk_seq: int) -> Turn:
 
 
 def chunks_op(session_id: Any, last: Any = None) -> Op[list[Chunk]]:
-    """Chunk metadata, oldest first; the open chunk (if it holds turns) comes last."""
+    """Chunk metadata, oldest first (the ``last`` newest when given). A chunk's turns may be
+    folded, buffered (open, or sealed and awaiting its fold) or both: the parts are summed."""
     sid = session_uuid(session_id)
     last = _positive(last, "last")
     yield Tx.BEGIN_SNAPSHOT
@@ -351,25 +374,20 @@ def chunks_op(session_id: Any, last: Any = None) -> Op[list[Chunk]]:
         raise SessionNotFound(f"session {sid} does not exist")
     if head[8]:
         raise SessionPurged(f"session {sid} was purged")
-    (open_seq, open_start, open_turns, open_tokens, open_bytes, last_at) = head[9:15]
-    sealed_wanted = None if last is None else last - (1 if open_turns else 0)
-    if sealed_wanted is None:
-        located = yield Q(query("chunk_map_from"), (sid, sid, 0))
-    else:
-        located = yield Q(query("chunk_map_last"), (sid, sealed_wanted + 1))
-    located = [r for r in located if not (open_turns and r[0] == open_seq)]
-    if sealed_wanted is not None:
-        located = sorted(located)[-sealed_wanted:] if sealed_wanted else []
-    chunks: list[Chunk] = []
+    open_seq, open_turns = head[9], head[11]
+    newest = open_seq if open_turns else open_seq - 1
+    first = 0 if last is None else max(0, newest - last + 1)
+    located = yield Q(query("chunk_map_since"), (sid, first))
+    buffered = yield Q(query("buffer_chunks"), (sid, first))
+    folded: dict[int, Chunk] = {}
     if located:
         rows = yield Q(
             query("chunk_meta"),
             (sid, [r[0] for r in located], sorted({r[1] for r in located})),
             prepare=False,
         )
-        wanted = {r[0] for r in located}
-        chunks = [
-            Chunk(
+        folded = {
+            r[0]: Chunk(
                 chunk_seq=r[0],
                 first_turn_seq=r[1],
                 turn_count=r[2],
@@ -380,23 +398,37 @@ def chunks_op(session_id: Any, last: Any = None) -> Op[list[Chunk]]:
                 partition=r[7],
             )
             for r in rows
-            if r[0] in wanted
-        ]
-    if open_turns:
-        chunks.append(
-            Chunk(
-                chunk_seq=open_seq,
-                first_turn_seq=head[6] - open_turns,
-                turn_count=open_turns,
-                token_count=open_tokens,
-                byte_count=open_bytes,
-                chunk_start=open_start,
-                chunk_end=last_at,
-                is_open=True,
+        }
+    yield Tx.COMMIT
+    chunks = {seq: c for seq, c in folded.items() if seq <= newest}
+    for seq, first_turn, count, tokens, size, start, end in buffered:
+        if seq > newest:
+            continue
+        part = Chunk(
+            chunk_seq=seq,
+            first_turn_seq=first_turn,
+            turn_count=int(count),
+            token_count=int(tokens),
+            byte_count=int(size),
+            chunk_start=start,
+            chunk_end=end,
+        )
+        done = chunks.get(seq)
+        chunks[seq] = (
+            part
+            if done is None
+            else dataclasses.replace(
+                done,
+                turn_count=done.turn_count + part.turn_count,
+                token_count=done.token_count + part.token_count,
+                byte_count=done.byte_count + part.byte_count,
+                chunk_end=part.chunk_end,
             )
         )
-    yield Tx.COMMIT
-    return chunks
+    ordered = [chunks[seq] for seq in sorted(chunks)]
+    if ordered and open_turns and ordered[-1].chunk_seq == open_seq:
+        ordered[-1] = dataclasses.replace(ordered[-1], is_open=True)
+    return ordered
 
 
 def stats_op() -> Op[Stats]:

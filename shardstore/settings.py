@@ -28,6 +28,9 @@ class Settings:
     - ``premake``: partitions kept ready ahead of now.
     - ``prepare_threshold``: psycopg's; None disables server-side prepared statements
       (needed behind a transaction-mode pooler).
+    - ``background_fold``: fold sealed chunks on a worker (thread or asyncio task) so that
+      no append waits for a fold; False folds right after the sealing append instead.
+      A store on a caller's connection always folds inline, in the caller's transaction.
     """
 
     chunk_tokens: int = 10_000
@@ -40,6 +43,7 @@ class Settings:
     prepare_threshold: int | None = 5
     default_tail_turns: int = 20
     connect_timeout: float = 30.0
+    background_fold: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunk_tokens, int) or self.chunk_tokens < 16:

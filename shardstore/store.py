@@ -12,9 +12,11 @@ from partition_manager import premake_op
 
 from .connector import Connector
 from .executor import run_sync, stream_sync
+from .folding import BackgroundFolder
 from .migrations import migrate_op
 from .models import AppendResult, Chunk, SessionInfo, Stats, Turn
 from .ops import (
+    AppendOutcome,
     Context,
     Op,
     append_op,
@@ -22,6 +24,7 @@ from .ops import (
     configure_op,
     create_session_op,
     flush_op,
+    fold_sealed_op,
     history_op,
     session_info_op,
     stats_op,
@@ -44,6 +47,9 @@ class Store:
         self._connector = connector
         self.settings = settings
         self._ctx = Context(settings, counter)
+        self._folder = (
+            BackgroundFolder(self._run) if connector.pooled and settings.background_fold else None
+        )
         self.partition_interval: timedelta = settings.partition_interval or timedelta(days=7)
 
     @property
@@ -55,6 +61,21 @@ class Store:
     def _run(self, op: Op[T]) -> T:
         with self._connector.connection() as conn:
             return run_sync(conn, op)
+
+    def _after_append(self, outcome: AppendOutcome) -> None:
+        if not outcome.sealed:
+            return
+        if self._folder is not None:
+            self._folder.submit(outcome.session_id)
+        else:  # on a caller's connection: fold inside the caller's transaction
+            self._run(fold_sealed_op(outcome.session_id))
+
+    def drain_folds(self) -> None:
+        """Block until every chunk sealed by this store's appends so far has been folded into
+        ``agent_history``. Reads never need this (they merge buffer and chunks); it is for
+        benchmarks, tests and orderly shutdown."""
+        if self._folder is not None:
+            self._folder.drain()
 
     def _setup(self) -> None:
         self._run(migrate_op())
@@ -97,7 +118,9 @@ class Store:
         Returns where it landed. A repeat with the same ``idempotency_key`` stores nothing
         and returns the first result with ``duplicate=True``. Bad input raises an
         ``InvalidInput`` subclass and writes nothing."""
-        return self._run(append_op(self._ctx, session_id, [message], [idempotency_key]))[0]
+        outcome = self._run(append_op(self._ctx, session_id, [message], [idempotency_key]))
+        self._after_append(outcome)
+        return outcome.results[0]
 
     def append_turns(
         self,
@@ -107,7 +130,9 @@ class Store:
     ) -> list[AppendResult]:
         """Append several messages in one transaction: all are stored or none is."""
         keys = _keys_for(messages, idempotency_keys)
-        return self._run(append_op(self._ctx, session_id, list(messages), keys))
+        outcome = self._run(append_op(self._ctx, session_id, list(messages), keys))
+        self._after_append(outcome)
+        return outcome.results
 
     def flush(self, session_id: uuid.UUID | str) -> int:
         """Fold a session's buffered turns into its open chunk in ``agent_history`` (the
@@ -153,7 +178,10 @@ class Store:
         return self._run(premake_op(self.settings.premake if premake is None else premake))
 
     def close(self) -> None:
-        """Close the connection pool if this store created it (idempotent)."""
+        """Finish queued folds, then close the connection pool if this store created it
+        (idempotent)."""
+        if self._folder is not None:
+            self._folder.close()
         self._connector.close()
 
     def __enter__(self) -> Store:

@@ -121,6 +121,10 @@ class SessionMachine(RuleBasedStateMachine):
         moved = self.store.flush(self.sid)
         assert moved >= 0
 
+    @rule()
+    def drain_folds(self) -> None:
+        self.store.drain_folds()
+
     @rule(n=st.integers(1, 40))
     def tail_n(self, n: int) -> None:
         turns = self.store.tail(self.sid, n=n)

@@ -202,8 +202,10 @@ $$;
 
 -- Appends a batch of turns (one or many) atomically: assigns gap-free turn_seq, starts a
 -- new chunk when the token budget, the byte cap or the partition boundary would be
--- crossed (folding the full one), and records idempotency keys. A key seen before
--- returns the first result with duplicate = true and stores nothing.
+-- crossed, and records idempotency keys. A key seen before returns the first result with
+-- duplicate = true and stores nothing. A sealed chunk stays in the buffer (r_sealed tells
+-- the caller) and is folded by fold_sealed_v1 outside the append's transaction, so that
+-- no append pays for a fold.
 CREATE FUNCTION shardstore.append_v1(
     p_session_id    uuid,
     p_messages      jsonb,      -- JSON array, one message per turn
@@ -214,11 +216,13 @@ CREATE FUNCTION shardstore.append_v1(
     p_budget_bytes  bigint,
     p_interval      interval,      -- shardstore.config's, passed in to save a read per call
     p_origin        timestamptz)
-RETURNS TABLE (r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_duplicate boolean)
+RETURNS TABLE (r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_duplicate boolean,
+               r_sealed boolean)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     s        shardstore.sessions%ROWTYPE;
+    v_sealed boolean;
     v_now    timestamptz;
     v_bucket timestamptz;
     v_n      integer := coalesce(array_length(p_tokens, 1), 0);
@@ -242,7 +246,7 @@ BEGIN
              WHERE k.session_id = p_session_id AND k.idempotency_key = p_keys[i];
             IF FOUND THEN
                 r_turn_seq := v_key.turn_seq; r_chunk_seq := v_key.chunk_seq;
-                r_tokens := v_key.tokens; r_duplicate := true;
+                r_tokens := v_key.tokens; r_duplicate := true; r_sealed := false;
                 RETURN NEXT;
                 CONTINUE;
             END IF;
@@ -251,7 +255,7 @@ BEGIN
                s.open_tokens + p_tokens[i] > p_budget_tokens
             OR s.open_bytes + p_bytes[i] > p_budget_bytes
             OR date_bin(p_interval, s.open_chunk_start, p_origin) <> v_bucket) THEN
-            PERFORM shardstore.fold_v1(p_session_id, s.open_chunk_seq, s.open_chunk_start);
+            v_sealed := true;
             s.open_chunk_seq := s.open_chunk_seq + 1;
             s.open_turns := 0; s.open_tokens := 0; s.open_bytes := 0;
         END IF;
@@ -268,8 +272,9 @@ BEGIN
             VALUES (p_session_id, p_keys[i], s.next_turn_seq, s.open_chunk_seq, p_tokens[i], v_now);
         END IF;
         r_turn_seq := s.next_turn_seq; r_chunk_seq := s.open_chunk_seq;
-        r_tokens := p_tokens[i]; r_duplicate := false;
+        r_tokens := p_tokens[i]; r_duplicate := false; r_sealed := coalesce(v_sealed, false);
         RETURN NEXT;
+        v_sealed := false;
         s.next_turn_seq := s.next_turn_seq + 1;
         s.open_turns := s.open_turns + 1;
         s.open_tokens := s.open_tokens + p_tokens[i];
@@ -286,26 +291,62 @@ BEGIN
 END
 $$;
 
--- Folds a session's buffered turns into its open chunk without closing the chunk (used by
--- maintenance for idle sessions and by store.flush()). Returns the number of turns moved.
+-- Folds every sealed chunk still in a session's buffer (chunk_seq below the open one), in
+-- chunk order. Needs no session lock: sealed chunks get no more turns, and two folders
+-- racing for one chunk serialise on its buffer rows (the second moves nothing).
+-- Returns the number of turns moved.
+CREATE FUNCTION shardstore.fold_sealed_v1(p_session_id uuid)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_open  bigint;
+    v_moved integer := 0;
+    v_start timestamptz;
+    c       record;
+BEGIN
+    SELECT open_chunk_seq INTO v_open FROM shardstore.sessions WHERE session_id = p_session_id;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    FOR c IN SELECT b.chunk_seq, min(b.created_at) AS first_at
+               FROM shardstore.turn_buffer b
+              WHERE b.session_id = p_session_id AND b.chunk_seq < v_open
+              GROUP BY b.chunk_seq ORDER BY b.chunk_seq LOOP
+        -- a chunk flushed while it was open already has its start (and partition) recorded
+        SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
+         WHERE m.session_id = p_session_id AND m.chunk_seq = c.chunk_seq;
+        v_moved := v_moved + shardstore.fold_v1(p_session_id, c.chunk_seq, coalesce(v_start, c.first_at));
+    END LOOP;
+    RETURN v_moved;
+END
+$$;
+
+-- Folds all of a session's buffered turns, sealed chunks and the open one, into
+-- agent_history; the open chunk stays open for more turns (used by maintenance for idle
+-- sessions and by store.flush()). Returns the number of turns moved.
 CREATE FUNCTION shardstore.flush_v1(p_session_id uuid)
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    s shardstore.sessions%ROWTYPE;
+    s       shardstore.sessions%ROWTYPE;
+    v_moved integer;
 BEGIN
     s := shardstore.lock_session_v1(p_session_id);
-    IF s.open_turns = 0 THEN
-        RETURN 0;
+    v_moved := shardstore.fold_sealed_v1(p_session_id);
+    IF s.open_turns > 0 THEN
+        v_moved := v_moved + shardstore.fold_v1(p_session_id, s.open_chunk_seq, s.open_chunk_start);
     END IF;
-    RETURN shardstore.fold_v1(p_session_id, s.open_chunk_seq, s.open_chunk_start);
+    RETURN v_moved;
 END
 $$;
 
 -- The newest turns of a session, NEWEST FIRST, stopping before p_n turns are exceeded or
--- before the next turn would take the total over p_max_tokens (NULL = no limit). Reads the
--- buffer, then chunks newest first, each by its exact partition key.
+-- before the next turn would take the total over p_max_tokens (NULL = no limit). Walks
+-- chunks down from the open one by primary key, so a tail costs the same at 1,000 and at
+-- 1,000,000 turns: in each chunk the buffered turns (newest) come before the folded ones,
+-- and the folded part is read by its exact partition key.
 CREATE FUNCTION shardstore.tail_v1(p_session_id uuid, p_n integer, p_max_tokens bigint)
 RETURNS TABLE (r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamptz,
                r_key text, r_message jsonb)
@@ -316,7 +357,6 @@ DECLARE
     s        shardstore.sessions%ROWTYPE;
     v_count  integer := 0;
     v_tokens bigint := 0;
-    v_below  bigint;
     v_seq    bigint;
     v_start  timestamptz;
     t        record;
@@ -328,41 +368,12 @@ BEGIN
     IF s.purged_at IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SS410', MESSAGE = format('session %s was purged', p_session_id);
     END IF;
-    v_below := s.next_turn_seq;
-    FOR t IN SELECT b.turn_seq, b.chunk_seq, b.tokens, b.created_at, b.idempotency_key, b.message
-               FROM shardstore.turn_buffer b
-              WHERE b.session_id = p_session_id
-              ORDER BY b.turn_seq DESC LOOP
-        IF (p_n IS NOT NULL AND v_count >= p_n)
-           OR (p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens) THEN
-            RETURN;
-        END IF;
-        r_turn_seq := t.turn_seq; r_chunk_seq := t.chunk_seq; r_tokens := t.tokens;
-        r_created_at := t.created_at; r_key := t.idempotency_key; r_message := t.message;
-        RETURN NEXT;
-        v_count := v_count + 1; v_tokens := v_tokens + t.tokens; v_below := t.turn_seq;
-    END LOOP;
-    -- sealed chunks are dense below the open one: walk down by primary key, so a tail
-    -- costs the same at 1,000 and at 1,000,000 turns of history
     v_seq := s.open_chunk_seq;
     WHILE v_seq >= 0 LOOP
-        SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
-         WHERE m.session_id = p_session_id AND m.chunk_seq = v_seq;
-        IF NOT FOUND THEN
-            EXIT WHEN v_seq < s.open_chunk_seq;  -- only the open chunk may be unfolded
-            v_seq := v_seq - 1;
-            CONTINUE;
-        END IF;
-        -- EXECUTE plans with the values known, so the scan prunes to one partition
-        FOR t IN EXECUTE
-            'SELECT (e->>''s'')::bigint AS turn_seq, (e->>''t'')::integer AS tokens,
-                    (e->>''at'')::timestamptz AS created_at, e->>''k'' AS key, e->''m'' AS message
-               FROM shardstore.agent_history h,
-                    jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS x(e, ord)
-              WHERE h.session_id = $1 AND h.chunk_seq = $2 AND h.chunk_start = $3
-              ORDER BY x.ord DESC'
-            USING p_session_id, v_seq, v_start LOOP
-            CONTINUE WHEN t.turn_seq >= v_below;
+        FOR t IN SELECT b.turn_seq, b.tokens, b.created_at, b.idempotency_key AS key, b.message
+                   FROM shardstore.turn_buffer b
+                  WHERE b.session_id = p_session_id AND b.chunk_seq = v_seq
+                  ORDER BY b.turn_seq DESC LOOP
             IF (p_n IS NOT NULL AND v_count >= p_n)
                OR (p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens) THEN
                 RETURN;
@@ -372,6 +383,28 @@ BEGIN
             RETURN NEXT;
             v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
         END LOOP;
+        SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
+         WHERE m.session_id = p_session_id AND m.chunk_seq = v_seq;
+        IF FOUND THEN
+            -- EXECUTE plans with the values known, so the scan prunes to one partition
+            FOR t IN EXECUTE
+                'SELECT (e->>''s'')::bigint AS turn_seq, (e->>''t'')::integer AS tokens,
+                        (e->>''at'')::timestamptz AS created_at, e->>''k'' AS key, e->''m'' AS message
+                   FROM shardstore.agent_history h,
+                        jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS x(e, ord)
+                  WHERE h.session_id = $1 AND h.chunk_seq = $2 AND h.chunk_start = $3
+                  ORDER BY x.ord DESC'
+                USING p_session_id, v_seq, v_start LOOP
+                IF (p_n IS NOT NULL AND v_count >= p_n)
+                   OR (p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens) THEN
+                    RETURN;
+                END IF;
+                r_turn_seq := t.turn_seq; r_chunk_seq := v_seq; r_tokens := t.tokens;
+                r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+                RETURN NEXT;
+                v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+            END LOOP;
+        END IF;
         v_seq := v_seq - 1;
     END LOOP;
 END

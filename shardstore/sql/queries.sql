@@ -35,12 +35,15 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text, created_at,
   FROM shardstore.sessions WHERE session_id = %s;
 
 -- name: append
-SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate
+SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed
   FROM shardstore.append_v1(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s,
                             make_interval(secs => %s), %s);
 
 -- name: flush
 SELECT shardstore.flush_v1(%s);
+
+-- name: fold_sealed
+SELECT shardstore.fold_sealed_v1(%s);
 
 -- name: tail
 SELECT r_turn_seq, r_chunk_seq, r_tokens, r_created_at, r_key, r_message::text
@@ -53,9 +56,18 @@ SELECT chunk_seq, chunk_start FROM shardstore.chunk_map
          WHERE session_id = %s AND first_turn_seq <= %s), 0)
  ORDER BY chunk_seq;
 
--- name: chunk_map_last
+-- name: chunk_map_since
 SELECT chunk_seq, chunk_start FROM shardstore.chunk_map
- WHERE session_id = %s ORDER BY chunk_seq DESC LIMIT %s;
+ WHERE session_id = %s AND chunk_seq >= %s
+ ORDER BY chunk_seq;
+
+-- name: buffer_chunks
+SELECT chunk_seq, min(turn_seq), count(*), sum(tokens), sum(bytes), min(created_at),
+       max(created_at)
+  FROM shardstore.turn_buffer
+ WHERE session_id = %s AND chunk_seq >= %s
+ GROUP BY chunk_seq
+ ORDER BY chunk_seq;
 
 -- name: chunk_turns
 SELECT (e->>'s')::bigint, (e->>'t')::integer, (e->>'at')::timestamptz, e->>'k', (e->'m')::text
