@@ -21,7 +21,7 @@ from .errors import (
     SessionPurged,
     ShardstoreError,
 )
-from .ops import Emit, Op, Q, Tx
+from .ops import Emit, Op, Q, StatementFailed, Tx
 
 T = TypeVar("T")
 
@@ -61,6 +61,12 @@ def translate(exc: psycopg.Error) -> ShardstoreError:
 
 def _raise(exc: psycopg.Error) -> NoReturn:
     raise translate(exc) from exc
+
+
+def _recoverable(exc: psycopg.Error, step: Q, autocommit: bool, open_tx: list[Any]) -> bool:
+    # outside a transaction the failed statement undid only itself, so the operation may
+    # go on; inside one, the transaction is aborted and the error must surface
+    return bool(step.recover) and exc.sqlstate in step.recover and autocommit and not open_tx
 
 
 def _fetch(cur: Any, step: Q) -> Any:
@@ -112,8 +118,13 @@ def _drive(conn: psycopg.Connection[Any], op: Op[T]) -> Iterator[Any]:
                 return
             result = None
             if isinstance(step, Q):
-                cur = conn.execute(step.sql, step.params, prepare=step.prepare)
-                result = _fetch(cur, step)
+                try:
+                    cur = conn.execute(step.sql, step.params, prepare=step.prepare)
+                    result = _fetch(cur, step)
+                except psycopg.Error as exc:
+                    if not _recoverable(exc, step, conn.autocommit, tx.stack):
+                        raise
+                    result = StatementFailed(exc.sqlstate or "")
             elif step is Tx.BEGIN or step is Tx.BEGIN_SNAPSHOT:
                 tx.begin(step is Tx.BEGIN_SNAPSHOT)
             elif step is Tx.COMMIT:
@@ -188,8 +199,13 @@ async def _adrive(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> AsyncIterato
                 return
             result = None
             if isinstance(step, Q):
-                cur = await conn.execute(step.sql, step.params, prepare=step.prepare)
-                result = await _afetch(cur, step)
+                try:
+                    cur = await conn.execute(step.sql, step.params, prepare=step.prepare)
+                    result = await _afetch(cur, step)
+                except psycopg.Error as exc:
+                    if not _recoverable(exc, step, conn.autocommit, tx.stack):
+                        raise
+                    result = StatementFailed(exc.sqlstate or "")
             elif step is Tx.BEGIN or step is Tx.BEGIN_SNAPSHOT:
                 await tx.begin(step is Tx.BEGIN_SNAPSHOT)
             elif step is Tx.COMMIT:

@@ -44,6 +44,16 @@ class Q:
     params: Sequence[Any] | None = None
     fetch: Literal["none", "one", "all"] = "all"
     prepare: bool | None = None
+    # SQLSTATEs after which the operation wants a StatementFailed back instead of an error;
+    # honoured only outside any transaction (autocommit), where nothing else is undone
+    recover: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class StatementFailed:
+    """Sent back for a Q whose error was in its ``recover`` set."""
+
+    sqlstate: str
 
 
 class Tx(enum.Enum):
@@ -65,6 +75,7 @@ Step = Q | Tx | Emit
 Op = Generator[Step, Any, T]
 
 MAX_ID_CHARS = 256
+_UNIQUE_VIOLATION = frozenset({"23505"})
 MAX_KEY_CHARS = 512
 
 
@@ -260,6 +271,27 @@ def append_op(
     if not messages:
         return AppendOutcome(sid, [], False)
     batch = prepare_turns(ctx, messages, keys)
+    if len(batch.texts) == 1:
+        # the common case in one statement; None when the general path must decide
+        fast = yield Q(
+            query("append_one"),
+            (
+                sid,
+                batch.texts[0],
+                batch.tokens[0],
+                batch.sizes[0],
+                batch.keys[0],
+                ctx.settings.budget_tokens,
+                ctx.settings.chunk_max_bytes,
+                ctx.partition_interval.total_seconds(),
+                ctx.partition_origin,
+            ),
+            fetch="one",
+            recover=_UNIQUE_VIOLATION,
+        )
+        if fast is not None and not isinstance(fast, StatementFailed):
+            result = AppendResult(int(fast[0]), int(fast[1]), batch.tokens[0], False)
+            return AppendOutcome(sid, [result], False)
     rows = yield Q(
         query("append"),
         (

@@ -409,3 +409,55 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The common append in one statement: one turn that fits the open chunk (no seal, no
+-- partition boundary), for a live session whose idempotency key (if any) is new. Returns
+-- no row when any of that does not hold; the caller then uses append_v1, which handles
+-- every case. Same rules as append_v1 (tests/test_model_stateful.py holds both to one
+-- model). A concurrent append with the same key makes the turn_keys insert fail with a
+-- unique violation, rolling back the whole statement: the caller retries with append_v1,
+-- which reports the duplicate.
+CREATE FUNCTION shardstore.append_one_v1(
+    p_session_id    uuid,
+    p_message       jsonb,
+    p_tokens        integer,
+    p_bytes         integer,
+    p_key           text,
+    p_budget_tokens bigint,
+    p_budget_bytes  bigint,
+    p_interval      interval,
+    p_origin        timestamptz)
+RETURNS TABLE (r_turn_seq bigint, r_chunk_seq bigint)
+LANGUAGE sql
+AS $$
+    WITH head AS (
+        UPDATE shardstore.sessions s
+           SET next_turn_seq = s.next_turn_seq + 1,
+               open_turns    = s.open_turns + 1,
+               open_tokens   = s.open_tokens + p_tokens,
+               open_bytes    = s.open_bytes + p_bytes,
+               last_turn_at  = greatest(statement_timestamp(), s.last_turn_at)
+         WHERE s.session_id = p_session_id
+           AND s.purged_at IS NULL
+           AND s.open_turns > 0
+           AND s.open_tokens + p_tokens <= p_budget_tokens
+           AND s.open_bytes + p_bytes <= p_budget_bytes
+           AND date_bin(p_interval, greatest(statement_timestamp(), s.last_turn_at), p_origin)
+             = date_bin(p_interval, s.open_chunk_start, p_origin)
+           AND (p_key IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM shardstore.turn_keys k
+                    WHERE k.session_id = p_session_id AND k.idempotency_key = p_key))
+        RETURNING s.next_turn_seq - 1 AS turn_seq, s.open_chunk_seq AS chunk_seq,
+                  s.last_turn_at AS at
+    ), keyed AS (
+        INSERT INTO shardstore.turn_keys
+               (session_id, idempotency_key, turn_seq, chunk_seq, tokens, created_at)
+        SELECT p_session_id, p_key, head.turn_seq, head.chunk_seq, p_tokens, head.at
+          FROM head WHERE p_key IS NOT NULL
+    )
+    INSERT INTO shardstore.turn_buffer
+           (session_id, turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message)
+    SELECT p_session_id, head.turn_seq, head.chunk_seq, head.at, p_tokens, p_bytes, p_key, p_message
+      FROM head
+    RETURNING turn_seq, chunk_seq
+$$;

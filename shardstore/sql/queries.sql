@@ -39,6 +39,11 @@ SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed
   FROM shardstore.append_v1(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s,
                             make_interval(secs => %s), %s);
 
+-- name: append_one
+SELECT r_turn_seq, r_chunk_seq
+  FROM shardstore.append_one_v1(%s, %s::jsonb, %s::integer, %s::integer, %s::text, %s::bigint,
+                                %s::bigint, make_interval(secs => %s), %s);
+
 -- name: flush
 SELECT shardstore.flush_v1(%s);
 
