@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import psycopg
 
 import shardstore
@@ -51,3 +54,35 @@ def test_keys_are_per_session(store: shardstore.Store) -> None:
     store.append_turn(a, {"role": "user", "content": "x"}, idempotency_key="same")
     r = store.append_turn(b, {"role": "user", "content": "y"}, idempotency_key="same")
     assert not r.duplicate
+
+
+def test_concurrent_retries_with_one_key_store_once(make_store: Any) -> None:
+    store = make_store(pool_max_size=4)
+    sid = store.create_session("acme")
+    store.append_turn(sid, {"role": "user", "content": "warm"})
+    rounds, racers = 40, 3
+    outcomes: list[list[shardstore.AppendResult]] = [[] for _ in range(rounds)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(racers)
+
+    def racer() -> None:
+        try:
+            for i in range(rounds):
+                barrier.wait()
+                message = {"role": "user", "content": f"payment {i}"}
+                outcomes[i].append(store.append_turn(sid, message, idempotency_key=f"pay-{i}"))
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=racer) for _ in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for results in outcomes:
+        assert sorted(r.duplicate for r in results) == [False] + [True] * (racers - 1)
+        assert len({r.turn_seq for r in results}) == 1
+    contents = [t.message["content"] for t in store.history(sid)]
+    assert contents == ["warm"] + [f"payment {i}" for i in range(rounds)]
