@@ -56,6 +56,11 @@ def translate(exc: psycopg.Error) -> ShardstoreError:
     text = (diag.message_primary if diag is not None else None) or str(exc)
     if kind is DatabaseError:
         text = f"{text} (SQLSTATE {sqlstate or 'unknown'})"
+    elif sqlstate in ("3F000", "42P01", "42883"):
+        text = (
+            f"{text}: this database's shardstore schema is missing or older than this "
+            "version; connect with shardstore.connect() or run 'shardstore init' to migrate"
+        )
     return kind(text)
 
 

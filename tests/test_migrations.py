@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+import shardstore
 from shardstore.executor import run_sync
 from shardstore.migrations import all_migrations, migrate_op
 from shardstore.sql import _queries
@@ -64,3 +65,12 @@ def test_every_query_is_valid_against_the_migrated_schema(dsn: str) -> None:
             # PREPARE parses and analyses: every table, column, function and type must exist
             conn.execute(f"PREPARE check_{name} AS {numbered}")
             conn.execute(f"DEALLOCATE check_{name}")
+
+
+def test_a_changed_migration_is_reported(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE shardstore.schema_migrations SET checksum = 'edited' WHERE version = 1"
+        )
+        with pytest.raises(shardstore.ConfigurationError, match="differs"):
+            run_sync(conn, migrate_op())

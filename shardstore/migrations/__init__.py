@@ -7,11 +7,13 @@ up-to-date database changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from ..errors import ConfigurationError
 from ..ops import Op, Q, Tx
 
 # An arbitrary 64-bit key, fixed forever: every shardstore migrator takes this lock.
@@ -24,6 +26,10 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
 @cache
@@ -49,7 +55,7 @@ def migrate_op() -> Op[list[int]]:
     yield Q("CREATE SCHEMA IF NOT EXISTS shardstore", fetch="none")
     yield Q(
         "CREATE TABLE IF NOT EXISTS shardstore.schema_migrations ("
-        " version integer PRIMARY KEY, name text NOT NULL,"
+        " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
         " applied_at timestamptz NOT NULL DEFAULT now())",
         fetch="none",
     )
@@ -58,15 +64,23 @@ def migrate_op() -> Op[list[int]]:
         yield Tx.BEGIN
         yield Q("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,), fetch="none")
         done = yield Q(
-            "SELECT 1 FROM shardstore.schema_migrations WHERE version = %s",
+            "SELECT checksum FROM shardstore.schema_migrations WHERE version = %s",
             (migration.version,),
             fetch="one",
         )
+        if done is not None and done[0] != migration.checksum:
+            raise ConfigurationError(
+                f"migration {migration.version} ({migration.name}) in this database differs "
+                "from the one this shardstore ships: the database was built by another "
+                "(development) version. Use a fresh database, or reinstall the version that "
+                "created it."
+            )
         if done is None:
             yield Q(migration.sql, None, fetch="none", prepare=False)
             yield Q(
-                "INSERT INTO shardstore.schema_migrations (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
+                "INSERT INTO shardstore.schema_migrations (version, name, checksum)"
+                " VALUES (%s, %s, %s)",
+                (migration.version, migration.name, migration.checksum),
                 fetch="none",
             )
             applied.append(migration.version)
