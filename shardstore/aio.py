@@ -13,6 +13,7 @@ from partition_manager import premake_op
 from .connector import AsyncConnector
 from .executor import run_async, stream_async
 from .folding import AsyncFolder
+from .maintenance import AsyncMaintenanceMethods
 from .migrations import migrate_op
 from .models import AppendResult, Chunk, SessionInfo, Stats, Turn
 from .ops import (
@@ -30,6 +31,7 @@ from .ops import (
     stats_op,
     tail_op,
 )
+from .purge import AsyncPurgeMethods
 from .settings import Settings
 from .store import _keys_for
 from .tokens import TokenCounter
@@ -37,7 +39,7 @@ from .tokens import TokenCounter
 T = TypeVar("T")
 
 
-class AsyncStore:
+class AsyncStore(AsyncMaintenanceMethods, AsyncPurgeMethods):
     """asyncio twin of :class:`shardstore.Store`; each method has the same guarantees.
     Create it with :func:`shardstore.connect_async`."""
 

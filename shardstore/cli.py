@@ -900,6 +900,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session_id", metavar="SESSION_ID")
 
     command("stats", cmd_stats, "store-wide counts and partitions")
+
+    # commands of the lifecycle features live in their own modules
+    from . import cli_maintain, cli_purge
+
+    cli_maintain.register(command)
+    cli_purge.register(command)
     return parser
 
 

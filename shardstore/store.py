@@ -13,6 +13,7 @@ from partition_manager import premake_op
 from .connector import Connector
 from .executor import run_sync, stream_sync
 from .folding import BackgroundFolder
+from .maintenance import MaintenanceMethods
 from .migrations import migrate_op
 from .models import AppendResult, Chunk, SessionInfo, Stats, Turn
 from .ops import (
@@ -30,13 +31,14 @@ from .ops import (
     stats_op,
     tail_op,
 )
+from .purge import PurgeMethods
 from .settings import Settings
 from .tokens import TokenCounter
 
 T = TypeVar("T")
 
 
-class Store:
+class Store(MaintenanceMethods, PurgeMethods):
     """A shardstore on one PostgreSQL database. Safe to share between threads.
 
     Create it with :func:`shardstore.connect`; close it with :meth:`close` (or use it as a

@@ -24,6 +24,7 @@ def test_retry_after_the_chunk_was_folded(store: shardstore.Store, dsn: str) -> 
     big = {"role": "tool", "tool_call_id": "c", "content": "data " * 9000}
     store.append_turn(sid, big)  # over the budget: seals chunk 0 and folds it
     store.append_turn(sid, {"role": "user", "content": "next"})
+    store.drain_folds()
     with psycopg.connect(dsn) as conn:
         (buffered,) = conn.execute(
             "SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = %s AND turn_seq = 0",

@@ -1,0 +1,2 @@
+-- 0002: partition maintenance (issue 3). Reserved.
+SELECT 1;
