@@ -177,3 +177,13 @@ def encode_json(value: Any, what: str) -> str:
     except RecursionError:
         raise InvalidMessage(f"{what} nests too deeply or contains a cycle") from None
     return _encode(value, needs_escape, what)
+
+
+def loads_envelopes(data: str) -> list[dict[str, Any]]:
+    """Parse a chunk's JSON text; restores escaped strings inside each envelope's message
+    ("m") only, since the other fields were stored as-is."""
+    envelopes: list[dict[str, Any]] = json.loads(data)
+    if MARK in data:
+        for envelope in envelopes:
+            envelope["m"] = _unescape_tree(envelope["m"])
+    return envelopes

@@ -371,27 +371,35 @@ def history_op(session_id: Any, from_seq: Any = 0, to_seq: Any = None) -> Op[Non
         folded = {chunk_seq: start for chunk_seq, start in located}
         for chunk_seq in sorted(folded.keys() | by_chunk.keys()):
             if chunk_seq in folded:
-                rows = yield Q(
-                    query("chunk_turns"),
-                    (sid, chunk_seq, folded[chunk_seq], lo, end),
+                row = yield Q(
+                    query("chunk_text"),
+                    (sid, chunk_seq, folded[chunk_seq]),
+                    fetch="one",
                     prepare=False,
                 )
-                if rows:
-                    yield Emit([_chunk_turn(r, chunk_seq) for r in rows])
+                if row is not None:
+                    turns = [
+                        _envelope_turn(e, chunk_seq)
+                        for e in jsoncodec.loads_envelopes(row[0])
+                        if lo <= e["s"] < end
+                    ]
+                    if turns:
+                        yield Emit(turns)
             if chunk_seq in by_chunk:
                 yield Emit(by_chunk[chunk_seq])
     yield Tx.COMMIT
     return None
 
 
-def _chunk_turn(row: Sequence[Any], chunk_seq: int) -> Turn:
+def _envelope_turn(envelope: dict[str, Any], chunk_seq: int) -> Turn:
+    """A Turn from one stored envelope {"s", "t", "at", "k"?, "m"} (already decoded)."""
     return Turn(
-        turn_seq=row[0],
+        turn_seq=envelope["s"],
         chunk_seq=chunk_seq,
-        tokens=row[1],
-        created_at=row[2],
-        idempotency_key=row[3],
-        message=jsoncodec.loads(row[4]),
+        tokens=envelope["t"],
+        created_at=datetime.fromisoformat(envelope["at"]),
+        idempotency_key=envelope.get("k"),
+        message=envelope["m"],
     )
 
 

@@ -225,3 +225,15 @@ def test_int_too_long_for_json_is_refused(store: shardstore.Store) -> None:
     sid = store.create_session("acme")
     with pytest.raises(shardstore.InvalidMessage):
         store.append_turn(sid, {"role": "user", "n": 10**5000})
+
+
+def test_keys_and_messages_with_the_marker_survive_a_fold(store: shardstore.Store) -> None:
+    sid = store.create_session("acme")
+    key = "\ue000key\ue001"
+    message = {"role": "user", "content": "\ue000\x00 marked"}
+    store.append_turn(sid, message, idempotency_key=key)
+    store.flush(sid)
+    (turn,) = store.history(sid)
+    assert (turn.message, turn.idempotency_key) == (message, key)
+    assert store.tail(sid, n=1)[0].idempotency_key == key
+    assert store.append_turn(sid, message, idempotency_key=key).duplicate

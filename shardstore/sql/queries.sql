@@ -74,13 +74,12 @@ SELECT chunk_seq, min(turn_seq), count(*), sum(tokens), sum(bytes), min(created_
  GROUP BY chunk_seq
  ORDER BY chunk_seq;
 
--- name: chunk_turns
-SELECT (e->>'s')::bigint, (e->>'t')::integer, (e->>'at')::timestamptz, e->>'k', (e->'m')::text
-  FROM shardstore.agent_history h,
-       jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS x(e, ord)
- WHERE h.session_id = %s AND h.chunk_seq = %s AND h.chunk_start = %s
-   AND (e->>'s')::bigint >= %s AND (e->>'s')::bigint < %s
- ORDER BY x.ord;
+-- name: chunk_text
+-- one chunk's envelopes as JSON text: parsing it client-side is ~2x faster than expanding
+-- it server-side with jsonb_array_elements
+SELECT conversation_chunk::text
+  FROM shardstore.agent_history
+ WHERE session_id = %s AND chunk_seq = %s AND chunk_start = %s;
 
 -- name: buffer_turns
 SELECT turn_seq, chunk_seq, tokens, created_at, idempotency_key, message::text
