@@ -85,3 +85,24 @@ def test_unknown_setting_is_refused(dsn: str) -> None:
         shardstore.connect(dsn, chunk_tokns=5)
     with pytest.raises(shardstore.ConfigurationError):
         shardstore.connect(dsn, partition_interval="half a day")
+
+
+@pytest.mark.parametrize("threshold", [None, 5])
+def test_prepared_statements_can_be_turned_off(dsn: str, threshold: int | None) -> None:
+    # behind a transaction-mode pooler (pgbouncer) prepared statements must be off; one
+    # pooled connection, so the statements below run where the appends ran
+    with shardstore.connect(
+        dsn, prepare_threshold=threshold, pool_max_size=1, background_fold=False
+    ) as store:
+        sid = store.create_session("acme")
+        for i in range(30):  # well past psycopg's default threshold of 5 executions
+            store.append_turn(sid, {"role": "user", "content": f"m{i}"}, idempotency_key=f"k{i}")
+            store.tail(sid, n=3)
+        assert [t.message["content"] for t in store.history(sid)] == [f"m{i}" for i in range(30)]
+        with store._connector.connection() as conn:
+            row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    assert row is not None
+    if threshold is None:
+        assert row[0] == 0
+    else:
+        assert row[0] > 0  # the control: the check above can fail
