@@ -1,28 +1,48 @@
-"""Partition planning and creation for ``shardstore.agent_history``.
+"""Partition planning, creation and maintenance for ``shardstore.agent_history``.
 
-Planning is pure (:mod:`partition_manager.plan`); :func:`premake_op` applies a plan as a
-sans-IO operation that the sync and asyncio stores both run.
+Planning is pure (:mod:`partition_manager.plan`); :func:`premake_op` (connect-time premake)
+and :mod:`partition_manager.runner` (a whole maintenance run) apply plans as sans-IO
+operations that the sync and asyncio stores both run. ``python -m partition_manager`` is
+``shardstore maintain``.
+
+This package imports shardstore lazily, so that ``python -m partition_manager`` (which
+imports this package before shardstore) does not meet shardstore importing it back.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
-from shardstore.ops import Op, Q, ensure_partitions_op, parse_bound
-from shardstore.sql import query
+from .plan import (
+    MaintenancePlan,
+    MaintenancePolicy,
+    Partition,
+    PartitionBounds,
+    PartitionState,
+    bounds_for,
+    plan_maintenance,
+    plan_premake,
+)
 
-from .plan import PartitionBounds, bounds_for, plan_premake
+if TYPE_CHECKING:
+    from .premake import premake_op
 
-__all__ = ["PartitionBounds", "bounds_for", "plan_premake", "premake_op"]
+__all__ = [
+    "MaintenancePlan",
+    "MaintenancePolicy",
+    "Partition",
+    "PartitionBounds",
+    "PartitionState",
+    "bounds_for",
+    "plan_maintenance",
+    "plan_premake",
+    "premake_op",
+]
 
 
-def premake_op(premake: int) -> Op[list[str]]:
-    """Create the current partition and ``premake`` ahead of it (by the server's clock);
-    returns the names of the partitions created."""
-    now_row = yield Q("SELECT now()", fetch="one")
-    cfg = yield Q(query("config_get"), fetch="one")
-    rows = yield Q(query("stats_partitions"))
-    existing = [parse_bound(bound)[0] for _, bound, _ in rows]
-    plan = plan_premake(now_row[0], timedelta(seconds=cfg[0]), cfg[1], premake, existing)
-    created = yield from ensure_partitions_op(b.lower for b in plan)
-    return created
+def __getattr__(name: str) -> Any:
+    if name == "premake_op":
+        from .premake import premake_op
+
+        return premake_op
+    raise AttributeError(f"module 'partition_manager' has no attribute {name!r}")
