@@ -1,10 +1,237 @@
-"""CLI commands of a lifecycle feature; registered by shardstore.cli.build_parser."""
+"""``shardstore purge``: GDPR purge from the command line.
+
+    shardstore purge session SESSION_ID
+    shardstore purge subject --tenant T --subject S
+    shardstore purge tenant --tenant T
+    shardstore purge range SESSION_ID (--before-turn N | --before TIME)
+    shardstore purge before TIME [--tenant T] [--no-truncate]
+
+Every form takes ``--dry-run`` (report what would go, remove nothing), ``--vacuum`` (vacuum
+what was touched), ``--yes`` (no confirmation prompt; the prompt only appears when stdin and
+stderr are terminals) and ``--json``. TIME is an ISO 8601 date or time (UTC unless it
+names a zone) or an age such as ``90 days`` (that long before now).
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
+
+from .cli import Runner, UsageError, _kv, _num, _printable, _size, format_table
+from .errors import ConfigurationError
+from .purge import DEFAULT_BATCH_SIZE, PurgeReport
+from .settings import parse_interval
+
+
+def parse_time(text: str, *, now: datetime | None = None) -> datetime:
+    """An ISO 8601 date/time (UTC when it names no zone) or an age like '90 days'."""
+    try:
+        age = parse_interval(text)
+    except ConfigurationError:
+        pass
+    else:
+        return (now or datetime.now(UTC)) - age
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(
+            f"cannot read time {text!r}: write an ISO 8601 time such as 2026-01-31 or "
+            "2026-01-31T12:00:00+01:00, or an age such as '90 days'"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
 
 
 def register(command: Callable[..., Any]) -> None:
-    """Add this module's subcommands with ``command(name, handler, help) -> parser``."""
+    """Add ``purge`` and its forms (session, subject, tenant, range, before)."""
+    parser = command(
+        "purge",
+        cmd_purge,
+        "GDPR purge: remove sessions, a data subject, a tenant, a session's oldest turns, "
+        "or everything older than a time, leaving tombstones",
+    )
+    forms = parser.add_subparsers(dest="purge_kind", metavar="WHAT", required=True)
+
+    def form(name: str, help_text: str, *, batched: bool) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = forms.add_parser(name, help=help_text, description=help_text)
+        p.add_argument(
+            "--dry-run", action="store_true", help="report what would go; remove nothing"
+        )
+        p.add_argument("--vacuum", action="store_true", help="VACUUM the tables touched")
+        p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+        # global options are accepted after the form too
+        p.add_argument("--dsn", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+        if batched:
+            p.add_argument(
+                "--batch-size",
+                type=_positive,
+                default=DEFAULT_BATCH_SIZE,
+                metavar="N",
+                help=f"sessions per transaction (default {DEFAULT_BATCH_SIZE})",
+            )
+            p.add_argument(
+                "--progress",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help="progress bar on stderr (default: when stderr is a terminal)",
+            )
+        return p
+
+    p = form("session", "purge one session and leave its tombstone", batched=False)
+    p.add_argument("session_id", metavar="SESSION_ID")
+
+    p = form("subject", "purge every session of a data subject", batched=True)
+    p.add_argument("--tenant", required=True, help="tenant id")
+    p.add_argument("--subject", required=True, help="subject id")
+
+    p = form("tenant", "purge every session of a tenant", batched=True)
+    p.add_argument("--tenant", required=True, help="tenant id")
+
+    p = form("range", "purge a session's oldest turns (the session stays live)", batched=False)
+    p.add_argument("session_id", metavar="SESSION_ID")
+    cut = p.add_mutually_exclusive_group(required=True)
+    cut.add_argument(
+        "--before-turn", type=_non_negative, metavar="N", help="purge turns with turn_seq < N"
+    )
+    cut.add_argument("--before", metavar="TIME", help="purge turns written before TIME")
+
+    p = form(
+        "before",
+        "retention: purge every turn written before TIME (sessions stay live)",
+        batched=True,
+    )
+    p.add_argument(
+        "time", metavar="TIME", help="ISO 8601 time (UTC by default) or an age ('90 days')"
+    )
+    p.add_argument("--tenant", help="only this tenant's sessions")
+    p.add_argument(
+        "--no-truncate",
+        action="store_true",
+        help="delete row by row even where whole partitions could be emptied",
+    )
+
+
+def _describe(args: argparse.Namespace) -> str:
+    kind = args.purge_kind
+    if kind == "session":
+        return f"session {_printable(args.session_id)}"
+    if kind == "subject":
+        subject, tenant = _printable(args.subject), _printable(args.tenant)
+        return f"every session of subject {subject!r} (tenant {tenant!r})"
+    if kind == "tenant":
+        return f"every session of tenant {_printable(args.tenant)!r}"
+    if kind == "range":
+        cut = (
+            f"turn {args.before_turn}" if args.before_turn is not None else _printable(args.before)
+        )
+        return f"the turns of session {_printable(args.session_id)} before {cut}"
+    scope = f" of tenant {_printable(args.tenant)!r}" if args.tenant else ""
+    return f"every turn{scope} written before {_printable(args.time)}"
+
+
+def _confirm(run: Runner) -> bool:
+    args = run.args
+    if args.dry_run or args.yes or not (sys.stdin.isatty() and run.err.isatty()):
+        return True
+    print(f"Purge {_describe(args)}? This cannot be undone. [y/N] ", end="", file=run.err)
+    run.err.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def cmd_purge(run: Runner) -> int:
+    args = run.args
+    kind = args.purge_kind
+    before = parse_time(args.before) if kind == "range" and args.before is not None else None
+    cutoff = parse_time(args.time) if kind == "before" else None
+    if not _confirm(run):
+        print("aborted: nothing was purged", file=run.err)
+        return 1
+    progress = getattr(args, "progress", None)
+    show = run.err.isatty() if progress is None else bool(progress)
+    common: dict[str, Any] = {"dry_run": args.dry_run, "vacuum": args.vacuum}
+    with run.connect() as store:
+        if kind == "session":
+            report = store.purge_session(args.session_id, **common)
+        elif kind == "subject":
+            report = store.purge_subject(
+                args.tenant, args.subject, batch_size=args.batch_size, progress=show, **common
+            )
+        elif kind == "tenant":
+            report = store.purge_tenant(
+                args.tenant, batch_size=args.batch_size, progress=show, **common
+            )
+        elif kind == "range":
+            report = store.purge_range(
+                args.session_id, before_turn_seq=args.before_turn, before=before, **common
+            )
+        else:
+            assert cutoff is not None
+            report = store.purge_before(
+                cutoff,
+                args.tenant,
+                batch_size=args.batch_size,
+                progress=show,
+                truncate_partitions=not args.no_truncate,
+                **common,
+            )
+    if run.json:
+        doc = report.to_dict()
+        if cutoff is not None:
+            doc["before"] = cutoff.isoformat()
+        run.emit(doc)
+        return 0
+    print_report(run, report, _describe(args))
+    return 0
+
+
+def print_report(run: Runner, report: PurgeReport, what: str) -> None:
+    """The human form of a purge report."""
+    head = "dry run, nothing removed: would purge" if report.dry_run else "purged"
+    run.line(f"{head} {what}")
+    run.line()
+    pairs = [
+        (
+            "sessions",
+            f"{_num(report.sessions_affected)} affected"
+            + (f", {_num(report.tombstoned)} tombstoned" if report.tombstoned else ""),
+        ),
+        ("removed", f"{_num(report.rows)} rows, {_size(report.bytes)}"),
+    ]
+    if report.cut_turn_seq is not None:
+        pairs.append(("history now", f"starts at turn {report.cut_turn_seq}"))
+    if report.partitions_truncated:
+        pairs.append(("truncated", ", ".join(report.partitions_truncated)))
+    if report.vacuumed:
+        pairs.append(("vacuumed", f"{len(report.vacuumed)} tables"))
+    batches = f"{report.batches} batch{'es' if report.batches != 1 else ''}"
+    pairs.append(("took", f"{report.seconds:.2f} s in {batches}"))
+    run.line(_kv(pairs))
+    run.line()
+    rows = [
+        [name, _num(t.rows), _num(t.rewritten), _size(t.bytes)]
+        for name, t in [*report.tables.items(), *report.partitions.items()]
+    ]
+    run.line(format_table(("table", "rows", "rewritten", "bytes"), rows, "lrrr"))

@@ -1,11 +1,747 @@
-"""GDPR purge (issue 3): store methods live here as mixins of Store / AsyncStore."""
+"""GDPR purge: remove a session, a data subject, a tenant, a session's oldest turns, or
+everything older than a point in time, from every shardstore table.
+
+Guarantees (docs/purge.md explains them at length):
+
+* **Atomic per session.** Each session is purged by one SQL function call
+  (``purge_session_v1`` / ``purge_range_v1`` in migration 0003); a batch of sessions is one
+  transaction. A crash or an error leaves every session either untouched or fully purged,
+  and running the same purge again finishes the job (the plan is recomputed from what is
+  left: purged sessions are tombstoned, range-purged ones no longer have older turns).
+* **Complete.** A purge clears the write buffer, the chunks (by exact partition key; the
+  chunk holding a range cut is rewritten without the purged turns), chunk locations,
+  idempotency keys, detached partitions waiting for archive, and every table registered in
+  ``shardstore.purge_targets`` (later tables register there). It is safe against
+  concurrent appends (they wait or get ``SessionPurged``) and background folds (see the
+  concurrency note in 0003_purge.sql).
+* **Tombstone.** A purged session keeps its sessions row with ``purged_at`` set, its
+  ``tenant_id``, ``created_at`` and turn count; ``subject_id``, ``agent_id`` and
+  ``metadata`` are cleared. Appending, reading or re-creating it raises ``SessionPurged``.
+* **Dry run.** ``dry_run=True`` does the same work and rolls it back, so its report is
+  exactly what a real purge would remove at that moment.
+* **Old row versions.** Deleted rows stay on disk as dead tuples until VACUUM; ``vacuum=True``
+  vacuums every table and partition the purge touched. Backups and WAL archives are outside
+  shardstore's reach.
+
+The planning and the batching are sans-IO operations (:mod:`shardstore.ops`), driven by the
+sync and asyncio stores alike.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import Conflict, InvalidInput, SessionPurged
+from .ops import Op, Q, Tx, parse_bound, session_uuid
+from .sql import query
+
+T = TypeVar("T")
+
+AGENT_HISTORY = "shardstore.agent_history"
+SESSIONS = "shardstore.sessions"
+_PARTITION_PREFIX = "shardstore.agent_history_"
+_ZERO_UUID = uuid.UUID(int=0)
+
+DEFAULT_BATCH_SIZE = 100
+# a purge that meets a deadlock or a lock timeout continues from where it stopped
+_RETRIES = 5
+# how long purge_before waits for a partition's lock before deleting its rows one by one
+TRUNCATE_LOCK_TIMEOUT_S = 2.0
+
+ProgressHook = Callable[[int, int], None]
+"""Called after each committed batch with (sessions done so far, sessions planned)."""
+
+
+# ---------------------------------------------------------------- report
+
+
+@dataclass(frozen=True, slots=True)
+class TableRemoval:
+    """What a purge removed from one table.
+
+    ``rows``: rows deleted. ``rewritten``: rows changed in place (the chunk holding a
+    range cut, a chunk location moved to the cut, a session row turned into a tombstone).
+    ``bytes``: ``pg_column_size`` of the deleted rows (their values as stored, TOAST
+    compressed, without indexes or tuple headers) plus the bytes rewritten rows lost; for
+    a partition emptied by TRUNCATE, its size on disk (table, TOAST and indexes)."""
+
+    rows: int = 0
+    rewritten: int = 0
+    bytes: int = 0
+
+    def __add__(self, other: TableRemoval) -> TableRemoval:
+        return TableRemoval(
+            self.rows + other.rows, self.rewritten + other.rewritten, self.bytes + other.bytes
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {"rows": self.rows, "rewritten": self.rewritten, "bytes": self.bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReport:
+    """The result of a purge (or of its dry run).
+
+    ``tables`` has an entry for every table the purge clears (every registered table, with
+    zeros where nothing was found, and ``shardstore.sessions`` for tombstones);
+    ``shardstore.agent_history`` sums its partitions, which ``partitions`` lists one by one
+    (detached partitions too). ``session_ids``: the sessions in which something was removed
+    or that were tombstoned. ``cut_turn_seq``: for ``purge_range``, the first turn kept.
+    ``seconds``: wall time of the whole purge, retries included."""
+
+    kind: str
+    dry_run: bool
+    tables: dict[str, TableRemoval]
+    partitions: dict[str, TableRemoval] = field(default_factory=dict)
+    partitions_truncated: tuple[str, ...] = ()
+    session_ids: tuple[uuid.UUID, ...] = ()
+    tombstoned: int = 0
+    cut_turn_seq: int | None = None
+    vacuumed: tuple[str, ...] = ()
+    batches: int = 0
+    seconds: float = 0.0
+
+    @property
+    def sessions_affected(self) -> int:
+        return len(self.session_ids)
+
+    @property
+    def rows(self) -> int:
+        """Rows deleted, all tables together."""
+        return sum(t.rows for t in self.tables.values())
+
+    @property
+    def bytes(self) -> int:
+        """Bytes removed, all tables together (see :class:`TableRemoval`)."""
+        return sum(t.bytes for t in self.tables.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (the CLI's ``--json`` output)."""
+        return {
+            "kind": self.kind,
+            "dry_run": self.dry_run,
+            "sessions_affected": self.sessions_affected,
+            "tombstoned": self.tombstoned,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "tables": {name: t.to_dict() for name, t in self.tables.items()},
+            "partitions": {name: t.to_dict() for name, t in self.partitions.items()},
+            "partitions_truncated": list(self.partitions_truncated),
+            "cut_turn_seq": self.cut_turn_seq,
+            "vacuumed": list(self.vacuumed),
+            "batches": self.batches,
+            "seconds": self.seconds,
+            "session_ids": [str(s) for s in self.session_ids],
+        }
+
+
+@dataclass
+class _Acc:
+    """What a purge has done so far. Lives outside the operation so that a retry after a
+    deadlock continues the same report (only committed batches are merged into it)."""
+
+    kind: str
+    dry_run: bool
+    started: float = field(default_factory=time.monotonic)
+    targets: list[str] = field(default_factory=list)
+    tables: dict[str, TableRemoval] = field(default_factory=dict)
+    partitions: dict[str, TableRemoval] = field(default_factory=dict)
+    truncated: list[str] = field(default_factory=list)
+    sessions: dict[uuid.UUID, None] = field(default_factory=dict)  # ordered set
+    tombstoned: int = 0
+    cut: int | None = None
+    vacuumed: list[str] = field(default_factory=list)
+    batches: int = 0
+
+    def reset(self) -> None:
+        """Forget everything (a dry run that must start over: nothing was committed)."""
+        fresh = _Acc(self.kind, self.dry_run, self.started)
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+    def add(self, table: str, removal: TableRemoval) -> None:
+        if table.startswith(_PARTITION_PREFIX):
+            self.partitions[table] = self.partitions.get(table, TableRemoval()) + removal
+            table = AGENT_HISTORY
+        self.tables[table] = self.tables.get(table, TableRemoval()) + removal
+
+    def merge(self, session_id: uuid.UUID, doc: dict[str, Any]) -> None:
+        """Add one session's result (the JSON a purge_*_v1 function returned)."""
+        touched = False
+        for table, (rows, rewritten, size) in (doc.get("tables") or {}).items():
+            self.add(table, TableRemoval(int(rows), int(rewritten), int(size)))
+            touched = touched or bool(rows or rewritten)
+        if doc.get("tombstoned"):
+            self.tombstoned += 1
+            touched = True
+        if touched:
+            self.sessions[session_id] = None
+
+    def report(self) -> PurgeReport:
+        tables = {name: TableRemoval() for name in self.targets}
+        if self.kind in ("session", "subject", "tenant"):
+            tables.setdefault(SESSIONS, TableRemoval())
+        for name, removal in self.tables.items():
+            tables[name] = tables.get(name, TableRemoval()) + removal
+        return PurgeReport(
+            kind=self.kind,
+            dry_run=self.dry_run,
+            tables=tables,
+            partitions=dict(sorted(self.partitions.items())),
+            partitions_truncated=tuple(dict.fromkeys(self.truncated)),
+            session_ids=tuple(self.sessions),
+            tombstoned=self.tombstoned,
+            cut_turn_seq=self.cut,
+            vacuumed=tuple(self.vacuumed),
+            batches=self.batches,
+            seconds=time.monotonic() - self.started,
+        )
+
+
+# ---------------------------------------------------------------- planning (pure)
+
+
+def droppable_partitions(
+    partitions: Sequence[tuple[str, datetime, datetime]], before: datetime, now: datetime
+) -> list[str]:
+    """Partitions whose whole range lies before ``before`` and in the past: every chunk in
+    them was written before ``before`` (a chunk never spans partitions), so they can be
+    emptied whole instead of row by row."""
+    limit = min(before, now)
+    return [name for name, _lower, upper in partitions if upper <= limit]
+
+
+def vacuum_targets(acc: _Acc) -> list[str]:
+    """Tables and partitions where a purge left dead row versions."""
+    names = [
+        name for name, t in acc.tables.items() if name != AGENT_HISTORY and (t.rows or t.rewritten)
+    ]
+    names += [
+        name
+        for name, t in acc.partitions.items()
+        if (t.rows or t.rewritten) and name not in acc.truncated
+    ]
+    return sorted(set(names))
+
+
+def _check_batch(value: Any) -> int:
+    if type(value) is not int or value < 1:
+        raise InvalidInput(f"batch_size must be a positive int, not {value!r:.80}")
+    return value
+
+
+def _check_text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string, not {value!r:.80}")
+    return value
+
+
+def _check_time(value: Any, what: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{what} must be a datetime, not {value!r:.80}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{what} must be timezone-aware (e.g. datetime.now(UTC))")
+    return value
+
+
+# ---------------------------------------------------------------- operations (sans-IO)
+
+
+def _targets_op(acc: _Acc) -> Op[None]:
+    if not acc.targets:
+        rows = yield Q(query("purge_targets"))
+        acc.targets = [r[0] for r in rows]
+
+
+def _vacuum_op(acc: _Acc, vacuum: bool) -> Op[None]:
+    if not vacuum or acc.dry_run:
+        return
+    for name in vacuum_targets(acc):
+        if name in acc.vacuumed:
+            continue
+        # VACUUM cannot run in a transaction block: pool connections are autocommit
+        yield Q(f"VACUUM {name}", fetch="none", prepare=False)
+        acc.vacuumed.append(name)
+
+
+def purge_session_op(acc: _Acc, session_id: uuid.UUID, vacuum: bool) -> Op[PurgeReport]:
+    """Purge one session (one statement, atomic) and leave its tombstone."""
+    yield from _targets_op(acc)
+    (doc,) = yield Q(query("purge_session"), (session_id, acc.dry_run), fetch="one")
+    acc.merge(session_id, doc)
+    acc.batches += 1
+    yield from _vacuum_op(acc, vacuum)
+    return acc.report()
+
+
+def purge_range_op(
+    acc: _Acc,
+    session_id: uuid.UUID,
+    before_seq: int | None,
+    before: datetime | None,
+    vacuum: bool,
+) -> Op[PurgeReport]:
+    """Purge a session's turns before a turn_seq or a time (one statement, atomic)."""
+    yield from _targets_op(acc)
+    (doc,) = yield Q(
+        query("purge_range"), (session_id, before_seq, before, acc.dry_run), fetch="one"
+    )
+    if doc.get("purged"):
+        raise SessionPurged(f"session {session_id} was purged")
+    acc.merge(session_id, doc)
+    acc.cut = doc.get("cut")
+    acc.batches += 1
+    yield from _vacuum_op(acc, vacuum)
+    return acc.report()
+
+
+def purge_sessions_op(
+    acc: _Acc,
+    count_sql: str,
+    list_sql: str,
+    selector: tuple[Any, ...],
+    batch_size: int,
+    vacuum: bool,
+    progress: ProgressHook | None,
+) -> Op[PurgeReport]:
+    """Purge every live session that ``list_sql`` selects, ``batch_size`` sessions per
+    transaction, in session id order. A real run repeats its pass until nothing is left
+    (sessions created meanwhile are caught); a dry run makes one pass."""
+    yield from _targets_op(acc)
+    (total,) = yield Q(count_sql, selector, fetch="one")
+    total = int(total)
+    done = 0
+    for _round in range(1 if acc.dry_run else 10):
+        after = _ZERO_UUID
+        found = False
+        while True:
+            rows = yield Q(list_sql, (*selector, after, batch_size))
+            if not rows:
+                break
+            found = True
+            ids = [r[0] for r in rows]
+            after = ids[-1]
+            yield Tx.BEGIN
+            results = yield Q(query("purge_session_batch"), (acc.dry_run, ids))
+            yield Tx.COMMIT
+            for sid, doc in results:
+                acc.merge(sid, doc)
+            acc.batches += 1
+            done += len(ids)
+            if progress is not None:
+                progress(done, max(total, done))
+        if not found:
+            break
+    yield from _vacuum_op(acc, vacuum)
+    return acc.report()
+
+
+def purge_before_op(
+    acc: _Acc,
+    before: datetime,
+    tenant_id: str | None,
+    batch_size: int,
+    vacuum: bool,
+    truncate: bool,
+    progress: ProgressHook | None,
+) -> Op[PurgeReport]:
+    """Retention by time: remove every turn written before ``before`` (of one tenant's
+    sessions, with ``tenant_id``).
+
+    1. Partitions wholly before ``before`` are emptied with TRUNCATE (only those holding
+       nothing but this tenant's chunks, with ``tenant_id``); a partition whose lock is not
+       granted within a moment is left to step 2.
+    2. Every session with older turns gets a range purge at its first turn written at or
+       after ``before`` (buffer, chunk locations, keys, registered rows, the rest of the
+       chunks, the chunk holding the cut rewritten), ``batch_size`` sessions per transaction.
+    The data goes first: a crash between the steps leaves only chunk locations to clean,
+    and running the purge again completes it."""
+    yield from _targets_op(acc)
+    (now,) = yield Q(query("purge_now"), fetch="one")
+    skip: list[str] = []
+    if truncate:
+        rows = yield Q(query("purge_partitions"))
+        parts = [(name, *parse_bound(bound)) for name, bound in rows]
+        for name in droppable_partitions(parts, before, now):
+            (doc,) = yield Q(
+                query("purge_truncate_partition"),
+                (name, before, tenant_id, acc.dry_run, TRUNCATE_LOCK_TIMEOUT_S),
+                fetch="one",
+            )
+            if doc["truncated"]:
+                acc.truncated.append(f"shardstore.{name}")
+                acc.add(f"shardstore.{name}", TableRemoval(int(doc["rows"]), 0, int(doc["bytes"])))
+                skip.append(f"shardstore.{name}")
+    (total,) = yield Q(query("purge_before_count"), (before, tenant_id), fetch="one")
+    total = int(total)
+    done = 0
+    after = _ZERO_UUID
+    while True:
+        rows = yield Q(query("purge_before_sessions"), (before, tenant_id, after, batch_size))
+        if not rows:
+            break
+        ids = [r[0] for r in rows]
+        after = ids[-1]
+        yield Tx.BEGIN
+        results = yield Q(
+            query("purge_range_batch"),
+            (before, acc.dry_run, skip if acc.dry_run else None, ids),
+        )
+        yield Tx.COMMIT
+        for sid, doc in results:
+            acc.merge(sid, doc)
+        acc.batches += 1
+        done += len(ids)
+        if progress is not None:
+            progress(done, max(total, done))
+    yield from _vacuum_op(acc, vacuum)
+    return acc.report()
+
+
+# ---------------------------------------------------------------- progress
+
+
+class _Bar:
+    """A tqdm progress bar on stderr, fed by a ProgressHook."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=self.what, unit="session", file=sys.stderr)
+        self.bar.total = total
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _hook(
+    progress: bool | ProgressHook | None, what: str
+) -> tuple[ProgressHook | None, _Bar | None]:
+    if progress is True:
+        bar = _Bar(what)
+        return bar, bar
+    if progress is None or progress is False:
+        return None, None
+    if not callable(progress):
+        raise InvalidInput("progress must be True, False or a callable(done, total)")
+    return progress, None
+
+
+# ---------------------------------------------------------------- store methods
+
+
+def _session_arg(session_id: Any) -> uuid.UUID:
+    return session_uuid(session_id)
+
+
+def _range_args(before_turn_seq: Any, before: Any) -> tuple[int | None, datetime | None]:
+    if (before_turn_seq is None) == (before is None):
+        raise InvalidInput("give exactly one of before_turn_seq and before")
+    if before_turn_seq is not None and (type(before_turn_seq) is not int or before_turn_seq < 0):
+        raise InvalidInput(
+            f"before_turn_seq must be a non-negative int, not {before_turn_seq!r:.80}"
+        )
+    return before_turn_seq, None if before is None else _check_time(before, "before")
+
 
 class PurgeMethods:
-    """Purge methods of :class:`shardstore.Store`."""
+    """Purge methods of :class:`shardstore.Store`.
+
+    Every method returns a :class:`PurgeReport`. ``dry_run=True`` removes nothing and reports
+    what would go. ``vacuum=True`` vacuums the tables and partitions touched (needs an
+    autocommit connection, which the store's pool provides). A deadlock or lock timeout
+    makes the purge continue where it stopped (up to a few times); any other error leaves
+    every session either untouched or fully purged, and repeating the call completes it.
+    """
+
+    if TYPE_CHECKING:
+
+        def _run(self, op: Op[T]) -> T: ...
+
+    def _purge(self, acc: _Acc, make: Callable[[], Op[PurgeReport]]) -> PurgeReport:
+        for attempt in range(_RETRIES):
+            try:
+                return self._run(make())
+            except Conflict:
+                if attempt == _RETRIES - 1:
+                    raise
+                if acc.dry_run:
+                    acc.reset()
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def purge_session(
+        self, session_id: uuid.UUID | str, *, dry_run: bool = False, vacuum: bool = False
+    ) -> PurgeReport:
+        """Remove every trace of one session's conversation and leave a tombstone (later
+        appends, reads and ``create_session`` with its id raise ``SessionPurged``).
+        Atomic and idempotent; ``SessionNotFound`` if the id was never used."""
+        sid = _session_arg(session_id)
+        acc = _Acc("session", dry_run)
+        return self._purge(acc, lambda: purge_session_op(acc, sid, vacuum))
+
+    def purge_subject(
+        self,
+        tenant_id: str,
+        subject_id: str,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: bool | ProgressHook = False,
+    ) -> PurgeReport:
+        """Purge every session of one data subject of a tenant, ``batch_size`` sessions per
+        transaction (``progress=True`` shows a bar on stderr; a callable gets
+        ``(done, total)`` after each batch). Each session is purged atomically; after a
+        crash, call again to finish."""
+        tenant = _check_text(tenant_id, "tenant_id")
+        subject = _check_text(subject_id, "subject_id")
+        size = _check_batch(batch_size)
+        acc = _Acc("subject", dry_run)
+        hook, bar = _hook(progress, "purge subject")
+        try:
+            return self._purge(
+                acc,
+                lambda: purge_sessions_op(
+                    acc,
+                    query("purge_subject_count"),
+                    query("purge_subject_sessions"),
+                    (tenant, subject),
+                    size,
+                    vacuum,
+                    hook,
+                ),
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def purge_tenant(
+        self,
+        tenant_id: str,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: bool | ProgressHook = False,
+    ) -> PurgeReport:
+        """Purge every session of a tenant (batched and resumable like
+        :meth:`purge_subject`). The tombstones keep the tenant id."""
+        tenant = _check_text(tenant_id, "tenant_id")
+        size = _check_batch(batch_size)
+        acc = _Acc("tenant", dry_run)
+        hook, bar = _hook(progress, "purge tenant")
+        try:
+            return self._purge(
+                acc,
+                lambda: purge_sessions_op(
+                    acc,
+                    query("purge_tenant_count"),
+                    query("purge_tenant_sessions"),
+                    (tenant,),
+                    size,
+                    vacuum,
+                    hook,
+                ),
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def purge_range(
+        self,
+        session_id: uuid.UUID | str,
+        before_turn_seq: int | None = None,
+        before: datetime | None = None,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+    ) -> PurgeReport:
+        """Purge a session's oldest turns: those with ``turn_seq < before_turn_seq``, or
+        those written before ``before`` (give exactly one). Atomic; the session stays live:
+        ``history()`` then starts at the cut (``report.cut_turn_seq``), ``tail()`` and
+        appends work as before. The chunk holding the cut is rewritten without the purged
+        turns. Idempotency keys of purged turns are forgotten (a late retry of one is stored
+        as a new turn). ``SessionPurged`` for a purged session."""
+        sid = _session_arg(session_id)
+        seq, at = _range_args(before_turn_seq, before)
+        acc = _Acc("range", dry_run)
+        return self._purge(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
+
+    def purge_before(
+        self,
+        timestamp: datetime,
+        tenant_id: str | None = None,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: bool | ProgressHook = False,
+        truncate_partitions: bool = True,
+    ) -> PurgeReport:
+        """Retention: remove every turn written before ``timestamp`` (of ``tenant_id``'s
+        sessions only, when given). Partitions wholly older are emptied at once (TRUNCATE;
+        ``truncate_partitions=False`` deletes row by row instead); the rest is range-purged
+        session by session, batched and resumable. Sessions stay live."""
+        at = _check_time(timestamp, "timestamp")
+        tenant = None if tenant_id is None else _check_text(tenant_id, "tenant_id")
+        size = _check_batch(batch_size)
+        acc = _Acc("before", dry_run)
+        hook, bar = _hook(progress, "purge before")
+        try:
+            return self._purge(
+                acc,
+                lambda: purge_before_op(acc, at, tenant, size, vacuum, truncate_partitions, hook),
+            )
+        finally:
+            if bar is not None:
+                bar.close()
 
 
 class AsyncPurgeMethods:
-    """Purge methods of :class:`shardstore.AsyncStore`."""
+    """Purge methods of :class:`shardstore.AsyncStore`: the same operations and guarantees
+    as :class:`PurgeMethods`, awaited."""
+
+    if TYPE_CHECKING:
+
+        async def _run(self, op: Op[T]) -> T: ...
+
+    async def _purge(self, acc: _Acc, make: Callable[[], Op[PurgeReport]]) -> PurgeReport:
+        for attempt in range(_RETRIES):
+            try:
+                return await self._run(make())
+            except Conflict:
+                if attempt == _RETRIES - 1:
+                    raise
+                if acc.dry_run:
+                    acc.reset()
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def purge_session(
+        self, session_id: uuid.UUID | str, *, dry_run: bool = False, vacuum: bool = False
+    ) -> PurgeReport:
+        """See :meth:`shardstore.Store.purge_session`."""
+        sid = _session_arg(session_id)
+        acc = _Acc("session", dry_run)
+        return await self._purge(acc, lambda: purge_session_op(acc, sid, vacuum))
+
+    async def purge_subject(
+        self,
+        tenant_id: str,
+        subject_id: str,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: bool | ProgressHook = False,
+    ) -> PurgeReport:
+        """See :meth:`shardstore.Store.purge_subject`."""
+        tenant = _check_text(tenant_id, "tenant_id")
+        subject = _check_text(subject_id, "subject_id")
+        size = _check_batch(batch_size)
+        acc = _Acc("subject", dry_run)
+        hook, bar = _hook(progress, "purge subject")
+        try:
+            return await self._purge(
+                acc,
+                lambda: purge_sessions_op(
+                    acc,
+                    query("purge_subject_count"),
+                    query("purge_subject_sessions"),
+                    (tenant, subject),
+                    size,
+                    vacuum,
+                    hook,
+                ),
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+
+    async def purge_tenant(
+        self,
+        tenant_id: str,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: bool | ProgressHook = False,
+    ) -> PurgeReport:
+        """See :meth:`shardstore.Store.purge_tenant`."""
+        tenant = _check_text(tenant_id, "tenant_id")
+        size = _check_batch(batch_size)
+        acc = _Acc("tenant", dry_run)
+        hook, bar = _hook(progress, "purge tenant")
+        try:
+            return await self._purge(
+                acc,
+                lambda: purge_sessions_op(
+                    acc,
+                    query("purge_tenant_count"),
+                    query("purge_tenant_sessions"),
+                    (tenant,),
+                    size,
+                    vacuum,
+                    hook,
+                ),
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+
+    async def purge_range(
+        self,
+        session_id: uuid.UUID | str,
+        before_turn_seq: int | None = None,
+        before: datetime | None = None,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+    ) -> PurgeReport:
+        """See :meth:`shardstore.Store.purge_range`."""
+        sid = _session_arg(session_id)
+        seq, at = _range_args(before_turn_seq, before)
+        acc = _Acc("range", dry_run)
+        return await self._purge(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
+
+    async def purge_before(
+        self,
+        timestamp: datetime,
+        tenant_id: str | None = None,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: bool | ProgressHook = False,
+        truncate_partitions: bool = True,
+    ) -> PurgeReport:
+        """See :meth:`shardstore.Store.purge_before`."""
+        at = _check_time(timestamp, "timestamp")
+        tenant = None if tenant_id is None else _check_text(tenant_id, "tenant_id")
+        size = _check_batch(batch_size)
+        acc = _Acc("before", dry_run)
+        hook, bar = _hook(progress, "purge before")
+        try:
+            return await self._purge(
+                acc,
+                lambda: purge_before_op(acc, at, tenant, size, vacuum, truncate_partitions, hook),
+            )
+        finally:
+            if bar is not None:
+                bar.close()

@@ -1,0 +1,148 @@
+"""``shardstore purge``, run in-process."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import shardstore
+from shardstore.cli import UsageError, main
+from shardstore.cli_purge import parse_time
+
+from .test_purge_support import converse, hits, table_rows
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(dsn: str, capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    def run(*argv: str) -> Result:
+        capsys.readouterr()
+        rc = main(["--dsn", dsn, *argv])
+        captured = capsys.readouterr()
+        return Result(rc, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def store(make_store: Callable[..., shardstore.Store]) -> shardstore.Store:
+    return make_store(chunk_tokens=200)
+
+
+def test_purge_session_text_json_and_dry_run(
+    cli: Callable[..., Result], store: shardstore.Store, dsn: str
+) -> None:
+    sid = store.create_session("acme", "user:1")
+    converse(store, sid, "CLIMARK", 20)
+    store.drain_folds()
+    keyed = sum(1 for t in store.history(sid) if t.idempotency_key is not None)
+
+    dry = cli("purge", "session", str(sid), "--dry-run")
+    assert dry.rc == 0, dry.err
+    assert dry.out.startswith(f"dry run, nothing removed: would purge session {sid}")
+    assert "shardstore.agent_history" in dry.out and "tombstoned" in dry.out
+    assert hits(table_rows(dsn), "CLIMARK")
+
+    real = cli("purge", "session", str(sid), "--json", "--vacuum", "--yes")
+    assert real.rc == 0, real.err
+    doc = real.json()
+    assert doc["kind"] == "session" and doc["dry_run"] is False
+    assert doc["session_ids"] == [str(sid)] and doc["tombstoned"] == 1
+    assert doc["tables"]["shardstore.turn_keys"]["rows"] == keyed
+    assert doc["vacuumed"] and doc["rows"] > 0 and doc["bytes"] > 0
+    assert hits(table_rows(dsn), "CLIMARK") == []
+
+    late = cli("append", str(sid), "--content", "late")
+    assert late.rc == 2 and "purged" in late.err
+    missing = cli("purge", "session", str(uuid.uuid4()))
+    assert missing.rc == 2 and "does not exist" in missing.err
+
+
+def test_purge_subject_tenant_range_and_before(
+    cli: Callable[..., Result], store: shardstore.Store, dsn: str
+) -> None:
+    a = [store.create_session("acme", "user:a") for _ in range(3)]
+    b = store.create_session("acme", "user:b")
+    c = store.create_session("other", "user:c")
+    for sid in [*a, b, c]:
+        converse(store, sid, f"M{sid.hex}", 12)
+    store.drain_folds()
+
+    subject = cli(
+        "--json",
+        "purge",
+        "subject",
+        "--tenant",
+        "acme",
+        "--subject",
+        "user:a",
+        "--batch-size",
+        "2",
+        "--no-progress",
+    )
+    assert subject.rc == 0, subject.err
+    assert sorted(subject.json()["session_ids"]) == sorted(str(s) for s in a)
+    assert subject.json()["batches"] == 2
+
+    ranged = cli("purge", "range", str(b), "--before-turn", "5")
+    assert ranged.rc == 0, ranged.err
+    assert "history now  starts at turn 5" in ranged.out
+    assert [t.turn_seq for t in store.history(b)][:1] == [5]
+
+    by_time = cli("purge", "range", str(b), "--before", "2001-01-01", "--json")
+    assert by_time.rc == 0 and by_time.json()["rows"] == 0
+
+    before = cli(
+        "purge",
+        "before",
+        (datetime.now(UTC) + timedelta(minutes=1)).isoformat(),
+        "--tenant",
+        "other",
+        "--json",
+    )
+    assert before.rc == 0, before.err
+    assert before.json()["session_ids"] == [str(c)]
+    assert list(store.history(c)) == []
+
+    tenant = cli("purge", "tenant", "--tenant", "acme")
+    assert tenant.rc == 0, tenant.err
+    assert "purged every session of tenant 'acme'" in tenant.out
+    rows = table_rows(dsn)
+    assert all(hits(rows, f"M{sid.hex}") == [] for sid in [*a, b, c])
+
+    old = cli("purge", "before", "30 days", "--dry-run", "--json")
+    assert old.rc == 0 and old.json()["dry_run"] is True and old.json()["rows"] == 0
+
+
+def test_purge_usage_errors(cli: Callable[..., Result]) -> None:
+    assert cli("purge").rc == 2
+    assert cli("purge", "range", str(uuid.uuid4())).rc == 2  # needs a cut
+    assert cli("purge", "range", str(uuid.uuid4()), "--before-turn", "1", "--before", "x").rc == 2
+    bad = cli("purge", "before", "last tuesday")
+    assert bad.rc == 2 and "cannot read time" in bad.err
+    assert cli("purge", "subject", "--tenant", "acme").rc == 2
+
+
+def test_parse_time() -> None:
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    assert parse_time("90 days", now=now) == now - timedelta(days=90)
+    assert parse_time("2026-01-31") == datetime(2026, 1, 31, tzinfo=UTC)
+    offset = parse_time("2026-01-31T12:00:00+01:00")
+    assert offset == datetime(2026, 1, 31, 11, tzinfo=UTC)
+    with pytest.raises(UsageError):
+        parse_time("soon")
