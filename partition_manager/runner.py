@@ -34,7 +34,7 @@ from .plan import (
 )
 
 # Fixed forever: every maintenance run (Python or CALL shardstore.run_maintenance()) takes
-# this session-level advisory lock; 0002_maintenance.sql has the same number.
+# this session-level advisory lock; 0003_maintenance.sql has the same number.
 MAINTENANCE_LOCK_KEY = 0x5348_4152_4453_0002
 _LOCK_TIMEOUT_STATES = frozenset({"55P03"})
 _PARTITION_NAME = re.compile(r"^agent_history_p\d{8}t\d{6}$")

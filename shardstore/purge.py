@@ -4,7 +4,7 @@ everything older than a point in time, from every shardstore table.
 Guarantees (docs/purge.md explains them at length):
 
 * **Atomic per session.** Each session is purged by one SQL function call
-  (``purge_session_v1`` / ``purge_range_v1`` in migration 0003); a batch of sessions is one
+  (``purge_session_v1`` / ``purge_range_v1`` in migration 0002); a batch of sessions is one
   transaction. A crash or an error leaves every session either untouched or fully purged,
   and running the same purge again finishes the job (the plan is recomputed from what is
   left: purged sessions are tombstoned, range-purged ones no longer have older turns).
@@ -13,7 +13,7 @@ Guarantees (docs/purge.md explains them at length):
   idempotency keys, detached partitions waiting for archive, and every table registered in
   ``shardstore.purge_targets`` (later tables register there). It is safe against
   concurrent appends (they wait or get ``SessionPurged``) and background folds (see the
-  concurrency note in 0003_purge.sql).
+  concurrency note in 0002_purge.sql).
 * **Tombstone.** A purged session keeps its sessions row with ``purged_at`` set, its
   ``tenant_id``, ``created_at`` and turn count; ``subject_id``, ``agent_id`` and
   ``metadata`` are cleared. Appending, reading or re-creating it raises ``SessionPurged``.

@@ -1,5 +1,5 @@
 -- Statements of partition maintenance (partition_manager.runner). The steps themselves are
--- the maint_*_v1 functions of migrations/0002_maintenance.sql.
+-- the maint_*_v1 functions of migrations/0003_maintenance.sql.
 
 -- name: maint_try_lock
 SELECT pg_try_advisory_lock(%s);

@@ -1,4 +1,4 @@
--- GDPR purge (shardstore/purge.py). The work is done by the functions of migration 0003;
+-- GDPR purge (shardstore/purge.py). The work is done by the functions of migration 0002;
 -- these statements plan it (which sessions, which partitions) and call them.
 
 -- name: purge_session

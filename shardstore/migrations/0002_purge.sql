@@ -1,4 +1,4 @@
--- 0003: GDPR purge. A registry of everything a purge must clear, and the functions that
+-- 0002: GDPR purge. A registry of everything a purge must clear, and the functions that
 -- purge one session atomically (whole: tombstone; or a prefix of its turns), in one
 -- statement each. Batching, planning and reports live in shardstore/purge*.py.
 --

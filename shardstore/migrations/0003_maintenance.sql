@@ -1,4 +1,4 @@
--- 0002: partition maintenance. The steps of a maintenance run as small functions, each
+-- 0003: partition maintenance. The steps of a maintenance run as small functions, each
 -- one short transaction, shared by the Python runner (partition_manager) and the in-database
 -- procedure shardstore.run_maintenance() (for pg_cron). Every function that waits for a lock
 -- takes a lock timeout and gives up (returns false / -1) instead of queueing writers behind it.
@@ -158,6 +158,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_ids uuid[];
+    t     record;
 BEGIN
     WITH gone AS (
         DELETE FROM shardstore.sessions s
@@ -174,6 +175,12 @@ BEGIN
         DELETE FROM shardstore.turn_buffer WHERE session_id = ANY (v_ids);
         DELETE FROM shardstore.chunk_map WHERE session_id = ANY (v_ids);
         DELETE FROM shardstore.turn_keys WHERE session_id = ANY (v_ids);
+        -- and every session-scoped table that later features registered for purges
+        FOR t IN SELECT p.table_name, p.session_column FROM shardstore.purge_targets p
+                  WHERE NOT p.builtin ORDER BY p.position LOOP
+            EXECUTE format('DELETE FROM %s WHERE %I = ANY ($1)', t.table_name, t.session_column)
+              USING v_ids;
+        END LOOP;
     END IF;
     r_sessions := cardinality(v_ids);
     WITH old AS (
@@ -264,6 +271,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_rows bigint;
+    t      record;
 BEGIN
     IF p_name NOT LIKE 'agent_history\_r%' THEN
         RAISE EXCEPTION 'only retired tables (agent_history_r...) are dropped, not %', p_name;
@@ -281,6 +289,15 @@ BEGIN
               keys AS (DELETE FROM shardstore.turn_keys k USING per_session p
                         WHERE k.session_id = p.session_id AND k.chunk_seq <= p.upto)
          SELECT coalesce(sum(n), 0) FROM per_session', p_name) INTO v_rows;
+    -- registered chunk-level tables (e.g. per-chunk vectors) lose the dropped chunks' rows
+    FOR t IN SELECT p.table_name, p.session_column, p.chunk_column FROM shardstore.purge_targets p
+              WHERE NOT p.builtin AND p.chunk_column IS NOT NULL ORDER BY p.position LOOP
+        EXECUTE format(
+            'DELETE FROM %s x USING (SELECT session_id, max(chunk_seq) AS upto
+                                       FROM shardstore.%I GROUP BY session_id) d
+              WHERE x.%I = d.session_id AND x.%I <= d.upto',
+            t.table_name, p_name, t.session_column, t.chunk_column);
+    END LOOP;
     EXECUTE format('DROP TABLE shardstore.%I', p_name);
     RETURN v_rows;
 END
