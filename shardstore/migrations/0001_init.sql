@@ -359,6 +359,7 @@ DECLARE
     v_tokens bigint := 0;
     v_seq    bigint;
     v_start  timestamptz;
+    v_hit    boolean := false;
     t        record;
 BEGIN
     SELECT * INTO s FROM shardstore.sessions WHERE session_id = p_session_id;
@@ -382,9 +383,23 @@ BEGIN
             r_created_at := t.created_at; r_key := t.key; r_message := t.message;
             RETURN NEXT;
             v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+            v_hit := true;
         END LOOP;
         SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
          WHERE m.session_id = p_session_id AND m.chunk_seq = v_seq;
+        IF NOT FOUND AND NOT v_hit THEN
+            -- a gap (chunks removed by a range purge or retention): jump to the next
+            -- chunk that still exists, or stop
+            SELECT greatest(
+                       (SELECT max(m.chunk_seq) FROM shardstore.chunk_map m
+                         WHERE m.session_id = p_session_id AND m.chunk_seq < v_seq),
+                       (SELECT max(b.chunk_seq) FROM shardstore.turn_buffer b
+                         WHERE b.session_id = p_session_id AND b.chunk_seq < v_seq))
+              INTO v_seq;
+            EXIT WHEN v_seq IS NULL;
+            CONTINUE;
+        END IF;
+        v_hit := false;
         IF FOUND THEN
             -- EXECUTE plans with the values known, so the scan prunes to one partition
             FOR t IN EXECUTE
