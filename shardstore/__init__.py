@@ -29,6 +29,7 @@ from .errors import (
     TurnTooLarge,
 )
 from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
+from .purge import PurgeReport, TableRemoval
 from .settings import Settings
 from .store import Store
 from .tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_counter
@@ -44,8 +45,10 @@ __all__ = [
     "HFTokenizerCounter",
     "InvalidInput",
     "InvalidMessage",
+    "MaintenanceReport",
     "MissingDependency",
     "PartitionInfo",
+    "PurgeReport",
     "SessionConflict",
     "SessionInfo",
     "SessionNotFound",
@@ -54,6 +57,7 @@ __all__ = [
     "ShardstoreError",
     "Stats",
     "Store",
+    "TableRemoval",
     "TiktokenCounter",
     "TokenCounter",
     "Turn",
@@ -61,6 +65,8 @@ __all__ = [
     "connect",
     "connect_async",
 ]
+
+from partition_manager.runner import MaintenanceReport
 
 Tokenizer = TokenCounter | str | os.PathLike[str] | None
 

@@ -39,6 +39,7 @@ _BY_SQLSTATE: dict[str, type[ShardstoreError]] = {
     "3F000": ConfigurationError,  # invalid_schema_name: not migrated
     "42P01": ConfigurationError,  # undefined_table: not migrated
     "42883": ConfigurationError,  # undefined_function: schema older than the code
+    "25001": InvalidInput,  # active_sql_transaction: e.g. VACUUM inside a transaction
 }
 
 
@@ -56,6 +57,11 @@ def translate(exc: psycopg.Error) -> ShardstoreError:
     text = (diag.message_primary if diag is not None else None) or str(exc)
     if kind is DatabaseError:
         text = f"{text} (SQLSTATE {sqlstate or 'unknown'})"
+    elif sqlstate == "25001":
+        text = (
+            f"{text}: this needs a connection outside any transaction (VACUUM, DETACH "
+            "CONCURRENTLY); commit first or let the store use its own pool"
+        )
     elif sqlstate in ("3F000", "42P01", "42883"):
         text = (
             f"{text}: this database's shardstore schema is missing or older than this "
