@@ -231,6 +231,8 @@ def test_second_run_reports_already_running(
         holder2.execute("CALL shardstore.run_maintenance(8)")
         holder2.close()
         assert any("already running" in n for n in notices)
+        # closing a connection frees its locks only once its backend has exited: unlock now
+        holder.execute("SELECT pg_advisory_unlock(%s)", (MAINTENANCE_LOCK_KEY,))
     assert [n for n, _ in _attached(admin)][: len(before)] == [n for n, _ in before]
     # the lock is free again and a run goes through; the run gives its lock back
     report = store.maintain(premake=8)
