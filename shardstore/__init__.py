@@ -15,6 +15,7 @@ from typing import Any
 from .aio import AsyncStore
 from .connector import AsyncConnector, Connector
 from .errors import (
+    AccessDenied,
     ConfigurationError,
     Conflict,
     DatabaseError,
@@ -35,6 +36,7 @@ from .store import Store
 from .tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_counter
 
 __all__ = [
+    "AccessDenied",
     "AppendResult",
     "AsyncStore",
     "Chunk",

@@ -59,6 +59,11 @@ class DatabaseUnavailable(ShardstoreError):
     retryable = True
 
 
+class AccessDenied(ShardstoreError, PermissionError):
+    """The database role may not do this (privileges, or Row-Level Security scoping the
+    connection to another tenant)."""
+
+
 class Conflict(ShardstoreError):
     """A concurrent transaction conflicted (serialization failure, deadlock); retry the call."""
 

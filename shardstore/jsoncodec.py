@@ -30,6 +30,11 @@ MAX_DEPTH = 256
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
+def _float_needs_tag(value: float) -> bool:
+    # JSONB numeric hands back 1e16 as an int and -0.0 as 0.0
+    return abs(value) >= _BIG_FLOAT or (value == 0.0 and math.copysign(1.0, value) < 0)
+
+
 def _needs_escape(s: str) -> bool:
     return s.startswith(MARK) or _NEEDS_ESCAPE.search(s) is not None
 
@@ -87,7 +92,7 @@ def _check(value: Any, depth: int) -> bool:
     if t is float:
         if not math.isfinite(value):
             raise _Bad(f"is {value!r}, which JSON cannot represent")
-        return bool(abs(value) >= _BIG_FLOAT)
+        return _float_needs_tag(value)
     if value is None or t is bool or t is int:
         return False
     raise _Bad(
@@ -98,7 +103,7 @@ def _check(value: Any, depth: int) -> bool:
 def _escape_tree(value: Any) -> Any:
     if type(value) is str:
         return _escape(value) if _needs_escape(value) else value
-    if type(value) is float and abs(value) >= _BIG_FLOAT:
+    if type(value) is float and _float_needs_tag(value):
         return MARK + _FLOAT + repr(value)
     if type(value) is dict:
         return {(_escape(k) if _needs_escape(k) else k): _escape_tree(v) for k, v in value.items()}

@@ -75,6 +75,8 @@ Step = Q | Tx | Emit
 Op = Generator[Step, Any, T]
 
 MAX_ID_CHARS = 256
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
 _UNIQUE_VIOLATION = frozenset({"23505"})
 MAX_KEY_CHARS = 512
 
@@ -121,17 +123,17 @@ def _db_text(value: Any, what: str, *, limit: int, optional: bool) -> str | None
     return value
 
 
-def _positive(value: Any, what: str) -> int | None:
+def _positive(value: Any, what: str, limit: int = MAX_INT32) -> int | None:
     if value is None:
         return None
-    if type(value) is not int or value <= 0:
-        raise InvalidInput(f"{what} must be a positive int, not {value!r:.80}")
+    if type(value) is not int or not 0 < value <= limit:
+        raise InvalidInput(f"{what} must be an int from 1 to {limit}, not {value!r:.80}")
     return value
 
 
 def _non_negative(value: Any, what: str) -> int:
-    if type(value) is not int or value < 0:
-        raise InvalidInput(f"{what} must be a non-negative int, not {value!r:.80}")
+    if type(value) is not int or not 0 <= value <= MAX_INT64:
+        raise InvalidInput(f"{what} must be a non-negative int (bigint), not {value!r:.80}")
     return value
 
 
@@ -339,7 +341,7 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
     """Newest turns, oldest first, within n turns and max_tokens tokens."""
     sid = session_uuid(session_id)
     n = _positive(n, "n")
-    max_tokens = _positive(max_tokens, "max_tokens")
+    max_tokens = _positive(max_tokens, "max_tokens", MAX_INT64)
     if n is None and max_tokens is None:
         n = ctx.settings.default_tail_turns
     rows = yield Q(query("tail"), (sid, n, max_tokens))

@@ -36,11 +36,21 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import Conflict, InvalidInput, SessionPurged
-from .ops import Op, Q, Tx, parse_bound, session_uuid
+from .ops import (
+    MAX_ID_CHARS,
+    MAX_INT32,
+    MAX_INT64,
+    Op,
+    Q,
+    Tx,
+    _db_text,
+    parse_bound,
+    session_uuid,
+)
 from .sql import query
 
 T = TypeVar("T")
@@ -233,15 +243,22 @@ def vacuum_targets(acc: _Acc) -> list[str]:
 
 
 def _check_batch(value: Any) -> int:
-    if type(value) is not int or value < 1:
-        raise InvalidInput(f"batch_size must be a positive int, not {value!r:.80}")
+    if type(value) is not int or not 1 <= value <= MAX_INT32:
+        raise InvalidInput(f"batch_size must be an int from 1 to {MAX_INT32}, not {value!r:.80}")
     return value
 
 
 def _check_text(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string, not {value!r:.80}")
-    return value
+    checked = _db_text(value, what, limit=MAX_ID_CHARS, optional=False)
+    assert checked is not None
+    return checked
+
+
+def _check_flags(**flags: Any) -> None:
+    # a truthy string such as "no" must not be read as "yes, purge for real"
+    for name, value in flags.items():
+        if type(value) is not bool:
+            raise InvalidInput(f"{name} must be True or False, not {value!r:.80}")
 
 
 def _check_time(value: Any, what: str) -> datetime:
@@ -249,7 +266,10 @@ def _check_time(value: Any, what: str) -> datetime:
         raise InvalidInput(f"{what} must be a datetime, not {value!r:.80}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInput(f"{what} must be timezone-aware (e.g. datetime.now(UTC))")
-    return value
+    try:
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidInput(f"{what} is out of range: {value!r:.80}") from None
 
 
 # ---------------------------------------------------------------- operations (sans-IO)
@@ -452,9 +472,11 @@ def _session_arg(session_id: Any) -> uuid.UUID:
 def _range_args(before_turn_seq: Any, before: Any) -> tuple[int | None, datetime | None]:
     if (before_turn_seq is None) == (before is None):
         raise InvalidInput("give exactly one of before_turn_seq and before")
-    if before_turn_seq is not None and (type(before_turn_seq) is not int or before_turn_seq < 0):
+    if before_turn_seq is not None and (
+        type(before_turn_seq) is not int or not 0 <= before_turn_seq <= MAX_INT64
+    ):
         raise InvalidInput(
-            f"before_turn_seq must be a non-negative int, not {before_turn_seq!r:.80}"
+            f"before_turn_seq must be a non-negative int (bigint), not {before_turn_seq!r:.80}"
         )
     return before_turn_seq, None if before is None else _check_time(before, "before")
 
@@ -493,6 +515,7 @@ class PurgeMethods:
         Atomic and idempotent; ``SessionNotFound`` if the id was never used."""
         sid = _session_arg(session_id)
         acc = _Acc("session", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum)
         return self._purge(acc, lambda: purge_session_op(acc, sid, vacuum))
 
     def purge_subject(
@@ -513,6 +536,7 @@ class PurgeMethods:
         subject = _check_text(subject_id, "subject_id")
         size = _check_batch(batch_size)
         acc = _Acc("subject", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum)
         hook, bar = _hook(progress, "purge subject")
         try:
             return self._purge(
@@ -545,6 +569,7 @@ class PurgeMethods:
         tenant = _check_text(tenant_id, "tenant_id")
         size = _check_batch(batch_size)
         acc = _Acc("tenant", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum)
         hook, bar = _hook(progress, "purge tenant")
         try:
             return self._purge(
@@ -581,6 +606,7 @@ class PurgeMethods:
         sid = _session_arg(session_id)
         seq, at = _range_args(before_turn_seq, before)
         acc = _Acc("range", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum)
         return self._purge(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
 
     def purge_before(
@@ -602,6 +628,7 @@ class PurgeMethods:
         tenant = None if tenant_id is None else _check_text(tenant_id, "tenant_id")
         size = _check_batch(batch_size)
         acc = _Acc("before", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum, truncate_partitions=truncate_partitions)
         hook, bar = _hook(progress, "purge before")
         try:
             return self._purge(
@@ -639,6 +666,7 @@ class AsyncPurgeMethods:
         """See :meth:`shardstore.Store.purge_session`."""
         sid = _session_arg(session_id)
         acc = _Acc("session", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum)
         return await self._purge(acc, lambda: purge_session_op(acc, sid, vacuum))
 
     async def purge_subject(
@@ -656,6 +684,7 @@ class AsyncPurgeMethods:
         subject = _check_text(subject_id, "subject_id")
         size = _check_batch(batch_size)
         acc = _Acc("subject", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum)
         hook, bar = _hook(progress, "purge subject")
         try:
             return await self._purge(
@@ -687,6 +716,7 @@ class AsyncPurgeMethods:
         tenant = _check_text(tenant_id, "tenant_id")
         size = _check_batch(batch_size)
         acc = _Acc("tenant", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum)
         hook, bar = _hook(progress, "purge tenant")
         try:
             return await self._purge(
@@ -718,6 +748,7 @@ class AsyncPurgeMethods:
         sid = _session_arg(session_id)
         seq, at = _range_args(before_turn_seq, before)
         acc = _Acc("range", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum)
         return await self._purge(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
 
     async def purge_before(
@@ -736,6 +767,7 @@ class AsyncPurgeMethods:
         tenant = None if tenant_id is None else _check_text(tenant_id, "tenant_id")
         size = _check_batch(batch_size)
         acc = _Acc("before", dry_run)
+        _check_flags(dry_run=dry_run, vacuum=vacuum, truncate_partitions=truncate_partitions)
         hook, bar = _hook(progress, "purge before")
         try:
             return await self._purge(

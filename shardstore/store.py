@@ -193,13 +193,17 @@ class Store(MaintenanceMethods, PurgeMethods):
         self.close()
 
 
-def _keys_for(messages: Sequence[Any], keys: Sequence[str | None] | None) -> list[str | None]:
+def _keys_for(messages: Any, keys: Any) -> list[str | None]:
+    """Validate the batch shape: a list (or tuple) of messages and, when given, as many keys
+    (each a string or None) in the same order."""
     from .errors import InvalidInput
 
-    if isinstance(messages, dict | str | bytes) or not isinstance(messages, Sequence):
+    if not isinstance(messages, list | tuple):
         raise InvalidInput("messages must be a list of message dicts")
     if keys is None:
         return [None] * len(messages)
-    if isinstance(keys, str | bytes) or len(keys) != len(messages):
+    if not isinstance(keys, list | tuple) or len(keys) != len(messages):
         raise InvalidInput("idempotency_keys must be a list as long as messages")
+    if not all(k is None or isinstance(k, str) for k in keys):
+        raise InvalidInput("each idempotency key must be a string or None")
     return list(keys)

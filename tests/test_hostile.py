@@ -762,14 +762,9 @@ def test_cli_parsing_never_crashes(
         assert db_state(dsn) == before
 
 
-# ---------------------------------------------------------------- bugs (xfail until fixed)
+# ---------------------------------------------------------------- bugs these tests found (fixed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_keys_for accepts any sized iterable (set, dict) as "
-    "idempotency_keys and raises TypeError for an int",
-)
 @pytest.mark.parametrize("keys", [5, {"a", "b"}, {"a": 1, "b": 2}], ids=["int", "set", "dict"])
 def test_idempotency_keys_must_be_a_sequence(
     loaded: tuple[shardstore.Store, uuid.UUID], dsn: str, keys: Any
@@ -781,12 +776,6 @@ def test_idempotency_keys_must_be_a_sequence(
     assert db_state(dsn) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="purge_subject/purge_tenant/purge_before check their "
-    "text arguments less than create_session: a lone surrogate raises "
-    "UnicodeEncodeError, a NUL an untyped-SQLSTATE DatabaseError",
-)
 @pytest.mark.parametrize(
     "text", ["\ud800", "a\x00b", "t" * 100_000], ids=["surrogate", "nul", "long"]
 )
@@ -807,12 +796,6 @@ def test_purge_text_arguments_are_validated(
     assert db_state(dsn) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ints beyond the SQL parameter types reach the server: "
-    "a misleading ConfigurationError ('function does not exist ... migrate') or "
-    "DatabaseError (bigint out of range) instead of InvalidInput",
-)
 @pytest.mark.parametrize(
     "call",
     [
@@ -831,11 +814,6 @@ def test_out_of_range_ints_are_invalid_input(
         call(store, sid)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a timezone-aware datetime near year 1 overflows when "
-    "converted to UTC: ValueError escapes instead of InvalidInput",
-)
 def test_purge_before_extreme_datetime(loaded: tuple[shardstore.Store, uuid.UUID]) -> None:
     store, sid = loaded
     early = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
@@ -848,13 +826,6 @@ def test_purge_before_extreme_datetime(loaded: tuple[shardstore.Store, uuid.UUID
             call()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dry_run/vacuum are not type-checked: the Python side "
-    "reads them as truthy, the SQL side parses them as a boolean, so "
-    "purge_session(sid, dry_run='no') purges for real while its report says "
-    "dry_run='no'",
-)
 @pytest.mark.parametrize("flag", ["no", "false", 1], ids=repr)
 def test_purge_flags_must_be_bools(
     loaded: tuple[shardstore.Store, uuid.UUID], dsn: str, flag: Any
@@ -866,12 +837,6 @@ def test_purge_flags_must_be_bools(
     assert db_state(dsn) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="JSONB numeric has no negative zero: -0.0 comes back as "
-    "0.0 (equal in Python, so == checks miss it); jsoncodec should escape it like "
-    "big floats",
-)
 def test_negative_zero_keeps_its_sign(store: shardstore.Store) -> None:
     sid = store.create_session("acme")
     store.append_turn(sid, {"role": "user", "n": -0.0})

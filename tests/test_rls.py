@@ -279,11 +279,6 @@ def test_disable_restores_full_access(world: World) -> None:
         assert n == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="connect() always runs CREATE SCHEMA/TABLE IF NOT EXISTS, which needs CREATE "
-    "privileges even when the schema is current: a least-privilege role cannot connect()",
-)
 def test_connect_works_for_a_role_without_ddl_rights(world: World) -> None:
     with _tenant_conn(world, "acme") as conn:
         store = shardstore.connect(conn)
