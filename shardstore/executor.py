@@ -40,9 +40,9 @@ _BY_SQLSTATE: dict[str, type[ShardstoreError]] = {
     "3F000": ConfigurationError,  # invalid_schema_name: not migrated
     "42P01": ConfigurationError,  # undefined_table: not migrated
     "42883": ConfigurationError,  # undefined_function: schema older than the code
-    "25001": InvalidInput,
+    "25001": InvalidInput,  # active_sql_transaction: e.g. VACUUM inside a transaction
     "22003": InvalidInput,  # numeric_value_out_of_range
-    "42501": AccessDenied,  # insufficient_privilege (e.g. Row-Level Security)  # active_sql_transaction: e.g. VACUUM inside a transaction
+    "42501": AccessDenied,  # insufficient_privilege (e.g. Row-Level Security)
 }
 
 
