@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from partition_manager import premake_op
 
+from . import retry as retry_policy
 from .connector import AsyncConnector
 from .executor import run_async, stream_async
 from .folding import AsyncFolder
@@ -33,7 +34,7 @@ from .ops import (
 )
 from .purge import AsyncPurgeMethods
 from .settings import Settings
-from .store import _keys_for
+from .store import _keys_for, _require_keys
 from .tokens import TokenCounter
 
 T = TypeVar("T")
@@ -107,8 +108,13 @@ class AsyncStore(AsyncMaintenanceMethods, AsyncPurgeMethods):
         session_id: uuid.UUID | str,
         message: dict[str, Any],
         idempotency_key: str | None = None,
+        *,
+        retry: bool = False,
     ) -> AppendResult:
         """See :meth:`shardstore.Store.append_turn`."""
+        if retry:
+            _require_keys([idempotency_key])
+            return await retry_policy.acall(self.append_turn, session_id, message, idempotency_key)
         outcome = await self._run(append_op(self._ctx, session_id, [message], [idempotency_key]))
         await self._after_append(outcome)
         return outcome.results[0]
@@ -118,9 +124,14 @@ class AsyncStore(AsyncMaintenanceMethods, AsyncPurgeMethods):
         session_id: uuid.UUID | str,
         messages: Sequence[dict[str, Any]],
         idempotency_keys: Sequence[str | None] | None = None,
+        *,
+        retry: bool = False,
     ) -> list[AppendResult]:
         """See :meth:`shardstore.Store.append_turns`."""
         keys = _keys_for(messages, idempotency_keys)
+        if retry:
+            _require_keys(keys)
+            return await retry_policy.acall(self.append_turns, session_id, messages, keys)
         outcome = await self._run(append_op(self._ctx, session_id, list(messages), keys))
         await self._after_append(outcome)
         return outcome.results

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -53,6 +54,29 @@ async def aprobe(dsn: str, timeout: float) -> None:
         raise _unreachable(exc) from exc
 
 
+def _server_hung_up(conn: Any) -> bool:
+    # an idle connection has nothing to read: if its socket is readable, the server closed
+    # it (restart, crash, idle timeout) or sent a termination notice. One poll, no round trip.
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def check_stale(conn: psycopg.Connection[Any]) -> None:
+    """Pool check: ping only connections whose server hung up, so a restart costs no failed
+    call and a healthy checkout costs no round trip."""
+    if _server_hung_up(conn):
+        ConnectionPool.check_connection(conn)
+
+
+async def acheck_stale(conn: psycopg.AsyncConnection[Any]) -> None:
+    """asyncio version of :func:`check_stale`."""
+    if _server_hung_up(conn):
+        await AsyncConnectionPool.check_connection(conn)
+
+
 def connection_kwargs(settings: Settings) -> dict[str, Any]:
     # autocommit: a single-statement call (append, tail) is then one round trip and one
     # commit; multi-statement calls open an explicit transaction.
@@ -82,6 +106,8 @@ class Connector:
                 kwargs=connection_kwargs(settings),
                 open=False,
                 name="shardstore",
+                timeout=settings.connect_timeout,
+                check=check_stale,
             )
             try:
                 self._pool.open(wait=True, timeout=settings.connect_timeout)
@@ -155,6 +181,8 @@ class AsyncConnector:
                 kwargs=connection_kwargs(settings),
                 open=False,
                 name="shardstore-async",
+                timeout=settings.connect_timeout,
+                check=acheck_stale,
             )
             try:
                 await self._pool.open(wait=True, timeout=settings.connect_timeout)

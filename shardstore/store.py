@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from partition_manager import premake_op
 
+from . import retry as retry_policy
 from .connector import Connector
 from .executor import run_sync, stream_sync
 from .folding import BackgroundFolder
@@ -114,12 +115,18 @@ class Store(MaintenanceMethods, PurgeMethods):
         session_id: uuid.UUID | str,
         message: dict[str, Any],
         idempotency_key: str | None = None,
+        *,
+        retry: bool = False,
     ) -> AppendResult:
         """Append one message, durably, in one round trip and one commit.
 
         Returns where it landed. A repeat with the same ``idempotency_key`` stores nothing
         and returns the first result with ``duplicate=True``. Bad input raises an
-        ``InvalidInput`` subclass and writes nothing."""
+        ``InvalidInput`` subclass and writes nothing. ``retry=True`` repeats the call through
+        connection failures for up to 30 s (:mod:`shardstore.retry`); it needs a key."""
+        if retry:
+            _require_keys([idempotency_key])
+            return retry_policy.call(self.append_turn, session_id, message, idempotency_key)
         outcome = self._run(append_op(self._ctx, session_id, [message], [idempotency_key]))
         self._after_append(outcome)
         return outcome.results[0]
@@ -129,9 +136,15 @@ class Store(MaintenanceMethods, PurgeMethods):
         session_id: uuid.UUID | str,
         messages: Sequence[dict[str, Any]],
         idempotency_keys: Sequence[str | None] | None = None,
+        *,
+        retry: bool = False,
     ) -> list[AppendResult]:
-        """Append several messages in one transaction: all are stored or none is."""
+        """Append several messages in one transaction: all are stored or none is.
+        ``retry=True`` as for :meth:`append_turn` (every message needs a key)."""
         keys = _keys_for(messages, idempotency_keys)
+        if retry:
+            _require_keys(keys)
+            return retry_policy.call(self.append_turns, session_id, messages, keys)
         outcome = self._run(append_op(self._ctx, session_id, list(messages), keys))
         self._after_append(outcome)
         return outcome.results
@@ -191,6 +204,16 @@ class Store(MaintenanceMethods, PurgeMethods):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _require_keys(keys: Sequence[str | None]) -> None:
+    from .errors import InvalidInput
+
+    if any(k is None for k in keys):
+        raise InvalidInput(
+            "retry=True needs an idempotency key for every turn: without one, a repeat of "
+            "an append that did commit would store the turn twice"
+        )
 
 
 def _keys_for(messages: Any, keys: Any) -> list[str | None]:
