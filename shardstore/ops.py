@@ -75,6 +75,7 @@ Step = Q | Tx | Emit
 Op = Generator[Step, Any, T]
 
 MAX_ID_CHARS = 256
+HISTORY_BATCH = 16  # folded chunks fetched per round trip by history(): ~640 kB at 10k tokens
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
 _UNIQUE_VIOLATION = frozenset({"23505"})
@@ -371,18 +372,26 @@ def history_op(session_id: Any, from_seq: Any = 0, to_seq: Any = None) -> Op[Non
         for row in buffered:
             by_chunk.setdefault(row[1], []).append(_turn(row))
         folded = {chunk_seq: start for chunk_seq, start in located}
-        for chunk_seq in sorted(folded.keys() | by_chunk.keys()):
+        texts: dict[int, str] = {}
+        ordered = sorted(folded.keys() | by_chunk.keys())
+        pending = [seq for seq in ordered if seq in folded]
+        for chunk_seq in ordered:
             if chunk_seq in folded:
-                row = yield Q(
-                    query("chunk_text"),
-                    (sid, chunk_seq, folded[chunk_seq]),
-                    fetch="one",
-                    prepare=False,
-                )
-                if row is not None:
+                if chunk_seq not in texts:
+                    # the next few folded chunks in one round trip
+                    batch, pending = pending[:HISTORY_BATCH], pending[HISTORY_BATCH:]
+                    rows = yield Q(
+                        query("chunk_texts"),
+                        (sid, batch, sorted({folded[seq] for seq in batch})),
+                        prepare=False,
+                    )
+                    texts.update((seq, text) for seq, text in rows)
+                    pending = [seq for seq in pending if seq not in texts]
+                text = texts.pop(chunk_seq, None)
+                if text is not None:
                     turns = [
                         _envelope_turn(e, chunk_seq)
-                        for e in jsoncodec.loads_envelopes(row[0])
+                        for e in jsoncodec.loads_envelopes(text)
                         if lo <= e["s"] < end
                     ]
                     if turns:

@@ -71,3 +71,19 @@ def test_background_folds_empty_the_buffer(
     open_seq = store.chunks(sid)[-1].chunk_seq
     assert _buffered_chunks(dsn, sid) == {open_seq}
     assert sum(c.turn_count for c in store.chunks(sid)) == 50
+
+
+def test_history_across_many_batches_of_chunks(
+    make_store: Callable[..., shardstore.Store],
+) -> None:
+    store = make_store(chunk_tokens=60)
+    sid = store.create_session("acme")
+    messages = [{"role": "user", "content": f"turn {i} " + "x " * (i % 7)} for i in range(300)]
+    store.append_turns(sid, messages[:150])
+    store.flush(sid)
+    for m in messages[150:]:
+        store.append_turn(sid, m)
+    store.drain_folds()
+    assert len(store.chunks(sid)) > 3 * shardstore.ops.HISTORY_BATCH
+    assert [t.message for t in store.history(sid)] == messages
+    assert [t.turn_seq for t in store.history(sid, from_seq=77, to_seq=251)] == list(range(77, 251))

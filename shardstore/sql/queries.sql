@@ -74,12 +74,13 @@ SELECT chunk_seq, min(turn_seq), count(*), sum(tokens), sum(bytes), min(created_
  GROUP BY chunk_seq
  ORDER BY chunk_seq;
 
--- name: chunk_text
--- one chunk's envelopes as JSON text: parsing it client-side is ~2x faster than expanding
--- it server-side with jsonb_array_elements
-SELECT conversation_chunk::text
+-- name: chunk_texts
+-- several chunks' envelopes as JSON text, by exact partition keys (pruned at plan time);
+-- parsing them client-side is ~2x faster than expanding them with jsonb_array_elements
+SELECT chunk_seq, conversation_chunk::text
   FROM shardstore.agent_history
- WHERE session_id = %s AND chunk_seq = %s AND chunk_start = %s;
+ WHERE session_id = %s AND chunk_seq = ANY(%s) AND chunk_start = ANY(%s)
+ ORDER BY chunk_seq;
 
 -- name: buffer_turns
 SELECT turn_seq, chunk_seq, tokens, created_at, idempotency_key, message::text
