@@ -20,7 +20,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .cli import Runner, UsageError, _kv, _num, _printable, _size, format_table
+from .cli import (
+    Runner,
+    UsageError,
+    _kv,
+    _non_negative_int,
+    _num,
+    _positive_int,
+    _printable,
+    _size,
+    format_table,
+)
 from .errors import ConfigurationError
 from .purge import DEFAULT_BATCH_SIZE, PurgeReport
 from .settings import parse_interval
@@ -42,23 +52,6 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
             "2026-01-31T12:00:00+01:00, or an age such as '90 days'"
         ) from None
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
 
 
 def register(command: Callable[..., Any]) -> None:
@@ -86,7 +79,7 @@ def register(command: Callable[..., Any]) -> None:
         if batched:
             p.add_argument(
                 "--batch-size",
-                type=_positive,
+                type=_positive_int,
                 default=DEFAULT_BATCH_SIZE,
                 metavar="N",
                 help=f"sessions per transaction (default {DEFAULT_BATCH_SIZE})",
@@ -113,7 +106,7 @@ def register(command: Callable[..., Any]) -> None:
     p.add_argument("session_id", metavar="SESSION_ID")
     cut = p.add_mutually_exclusive_group(required=True)
     cut.add_argument(
-        "--before-turn", type=_non_negative, metavar="N", help="purge turns with turn_seq < N"
+        "--before-turn", type=_non_negative_int, metavar="N", help="purge turns with turn_seq < N"
     )
     cut.add_argument("--before", metavar="TIME", help="purge turns written before TIME")
 
