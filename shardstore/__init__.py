@@ -14,12 +14,14 @@ from typing import Any
 
 from .aio import AsyncStore
 from .connector import AsyncConnector, Connector
+from .embedding import Embedder, SentenceTransformerEmbedder
 from .errors import (
     AccessDenied,
     ConfigurationError,
     Conflict,
     DatabaseError,
     DatabaseUnavailable,
+    EmbeddingModelMismatch,
     InvalidInput,
     InvalidMessage,
     MissingDependency,
@@ -29,7 +31,7 @@ from .errors import (
     ShardstoreError,
     TurnTooLarge,
 )
-from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
+from .models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
 from .purge import PurgeReport, TableRemoval
 from .settings import Settings
 from .store import Store
@@ -44,6 +46,8 @@ __all__ = [
     "Conflict",
     "DatabaseError",
     "DatabaseUnavailable",
+    "Embedder",
+    "EmbeddingModelMismatch",
     "HFTokenizerCounter",
     "InvalidInput",
     "InvalidMessage",
@@ -51,6 +55,8 @@ __all__ = [
     "MissingDependency",
     "PartitionInfo",
     "PurgeReport",
+    "SearchHit",
+    "SentenceTransformerEmbedder",
     "SessionConflict",
     "SessionInfo",
     "SessionNotFound",

@@ -33,14 +33,16 @@ from .ops import (
     tail_op,
 )
 from .purge import AsyncPurgeMethods
+from .search import AsyncSearchMethods
 from .settings import Settings
 from .store import _keys_for, _require_keys
 from .tokens import TokenCounter
+from .vector_ops import VectorState, check_model_op
 
 T = TypeVar("T")
 
 
-class AsyncStore(AsyncMaintenanceMethods, AsyncPurgeMethods):
+class AsyncStore(AsyncMaintenanceMethods, AsyncPurgeMethods, AsyncSearchMethods):
     """asyncio twin of :class:`shardstore.Store`; each method has the same guarantees.
     Create it with :func:`shardstore.connect_async`."""
 
@@ -50,6 +52,7 @@ class AsyncStore(AsyncMaintenanceMethods, AsyncPurgeMethods):
         self._connector = connector
         self.settings = settings
         self._ctx = Context(settings, counter)
+        self._vectors = VectorState(settings.embedding_model)
         self._folder = (
             AsyncFolder(self._run) if connector.pooled and settings.background_fold else None
         )
@@ -85,6 +88,7 @@ class AsyncStore(AsyncMaintenanceMethods, AsyncPurgeMethods):
             self._ctx, partition_interval=interval, partition_origin=origin
         )
         await self._run(premake_op(self.settings.premake))
+        await self._run(check_model_op(self.settings.embedding_model))
 
     async def create_session(
         self,

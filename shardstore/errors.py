@@ -45,6 +45,11 @@ class ConfigurationError(ShardstoreError):
     """The store's settings are invalid or disagree with the settings recorded in the database."""
 
 
+class EmbeddingModelMismatch(ConfigurationError):
+    """The database holds vectors of another embedding model (or dimension); vectors of two
+    models cannot be compared. ``shardstore reembed --model NAME`` switches models."""
+
+
 class MissingDependency(ShardstoreError, ImportError):
     """An optional extra is needed for this feature; the message names the pip command."""
 

@@ -3,6 +3,7 @@ translate driver errors into the shardstore error tree at this one boundary."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, NoReturn, TypeVar
@@ -17,18 +18,20 @@ from .errors import (
     Conflict,
     DatabaseError,
     DatabaseUnavailable,
+    EmbeddingModelMismatch,
     InvalidInput,
     SessionNotFound,
     SessionPurged,
     ShardstoreError,
 )
-from .ops import Emit, Op, Q, StatementFailed, Tx
+from .ops import Call, Emit, Op, Q, StatementFailed, Tx
 
 T = TypeVar("T")
 
 _BY_SQLSTATE: dict[str, type[ShardstoreError]] = {
     "SS404": SessionNotFound,
     "SS410": SessionPurged,
+    "SS409": EmbeddingModelMismatch,
     "SS500": ConfigurationError,
     "40001": Conflict,
     "40P01": Conflict,
@@ -70,6 +73,9 @@ def translate(exc: psycopg.Error) -> ShardstoreError:
             f"{text}: this database's shardstore schema is missing or older than this "
             "version; connect with shardstore.connect() or run 'shardstore init' to migrate"
         )
+    hint = diag.message_hint if diag is not None else None
+    if hint:
+        text = f"{text}. {hint}"
     return kind(text)
 
 
@@ -143,6 +149,8 @@ def _drive(conn: psycopg.Connection[Any], op: Op[T]) -> Iterator[Any]:
                 tx.begin(step is Tx.BEGIN_SNAPSHOT)
             elif step is Tx.COMMIT:
                 tx.commit()
+            elif isinstance(step, Call):
+                result = step.fn(*step.args)
             elif isinstance(step, Emit):
                 yield from step.items
     except psycopg.Error as exc:
@@ -224,6 +232,8 @@ async def _adrive(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> AsyncIterato
                 await tx.begin(step is Tx.BEGIN_SNAPSHOT)
             elif step is Tx.COMMIT:
                 await tx.commit()
+            elif isinstance(step, Call):
+                result = await asyncio.to_thread(step.fn, *step.args)
             elif isinstance(step, Emit):
                 for item in step.items:
                     yield item

@@ -94,3 +94,15 @@ class Stats:
     buffered_turns: int
     partitions: list[PartitionInfo] = field(default_factory=list)
     partition_interval_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One chunk found by :meth:`shardstore.Store.search`. ``score`` is the cosine
+    similarity of its best-matching window to the query (1 = same direction); ``turns``
+    are the turns of that window, oldest first, not the whole chunk."""
+
+    session_id: uuid.UUID
+    chunk_seq: int
+    score: float
+    turns: list[Turn] = field(default_factory=list)

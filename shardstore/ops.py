@@ -1,8 +1,9 @@
 """Every store operation, written once as a sans-IO generator.
 
 An operation yields :class:`Q` (a statement; the executor sends back its result),
-:class:`Tx` markers (open / close a transaction) and, for streaming reads, :class:`Emit`
-(items for the caller). The sync and asyncio executors in :mod:`shardstore.executor`
+:class:`Tx` markers (open / close a transaction), :class:`Call` (local computation, run off
+the event loop by the asyncio executor) and, for streaming reads, :class:`Emit` (items for
+the caller). The sync and asyncio executors in :mod:`shardstore.executor`
 drive the same generators, so the two APIs cannot drift apart.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import uuid
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -41,7 +42,7 @@ class Q:
     parameter values (partition pruning at plan time)."""
 
     sql: str
-    params: Sequence[Any] | None = None
+    params: Sequence[Any] | Mapping[str, Any] | None = None
     fetch: Literal["none", "one", "all"] = "all"
     prepare: bool | None = None
     # SQLSTATEs after which the operation wants a StatementFailed back instead of an error;
@@ -71,7 +72,17 @@ class Emit:
     items: Sequence[Any]
 
 
-Step = Q | Tx | Emit
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Local work between statements (e.g. running an embedding model): the sync executor
+    calls it, the asyncio executor runs it in a thread so the event loop keeps going.
+    Its return value is sent back to the operation."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+Step = Q | Tx | Emit | Call
 Op = Generator[Step, Any, T]
 
 MAX_ID_CHARS = 256

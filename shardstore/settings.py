@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
+from .embedding import is_embedder
 from .errors import ConfigurationError
 
 DEFAULT_PARTITION_INTERVAL = timedelta(days=7)
@@ -31,6 +33,10 @@ class Settings:
     - ``background_fold``: fold sealed chunks on a worker (thread or asyncio task) so that
       no append waits for a fold; False folds right after the sealing append instead.
       A store on a caller's connection always folds inline, in the caller's transaction.
+    - ``embedding_model``: the model for ``embed()`` and text ``search()``: a name
+      (``"all-MiniLM-L6-v2"``, ``"BAAI/bge-m3"``), a local directory or an
+      :class:`~shardstore.embedding.Embedder`. None: the model recorded in the database,
+      else ``BAAI/bge-m3``. Loaded on first use, never downloaded.
     """
 
     chunk_tokens: int = 10_000
@@ -44,6 +50,7 @@ class Settings:
     default_tail_turns: int = 20
     connect_timeout: float = 30.0
     background_fold: bool = True
+    embedding_model: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunk_tokens, int) or self.chunk_tokens < 16:
@@ -76,6 +83,15 @@ class Settings:
             raise ConfigurationError("need 1 <= pool_min_size <= pool_max_size")
         if self.prepare_threshold is not None and self.prepare_threshold < 0:
             raise ConfigurationError("prepare_threshold must be None or >= 0")
+        model = self.embedding_model
+        if model is not None and not (
+            (isinstance(model, str) and model.strip())
+            or isinstance(model, os.PathLike)
+            or is_embedder(model)
+        ):
+            raise ConfigurationError(
+                "embedding_model must be a model name, a local path or an Embedder"
+            )
         if self.default_tail_turns < 1:
             raise ConfigurationError("default_tail_turns must be >= 1")
 

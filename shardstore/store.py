@@ -33,13 +33,15 @@ from .ops import (
     tail_op,
 )
 from .purge import PurgeMethods
+from .search import SearchMethods
 from .settings import Settings
 from .tokens import TokenCounter
+from .vector_ops import VectorState, check_model_op
 
 T = TypeVar("T")
 
 
-class Store(MaintenanceMethods, PurgeMethods):
+class Store(MaintenanceMethods, PurgeMethods, SearchMethods):
     """A shardstore on one PostgreSQL database. Safe to share between threads.
 
     Create it with :func:`shardstore.connect`; close it with :meth:`close` (or use it as a
@@ -50,6 +52,7 @@ class Store(MaintenanceMethods, PurgeMethods):
         self._connector = connector
         self.settings = settings
         self._ctx = Context(settings, counter)
+        self._vectors = VectorState(settings.embedding_model)
         self._folder = (
             BackgroundFolder(self._run) if connector.pooled and settings.background_fold else None
         )
@@ -88,6 +91,7 @@ class Store(MaintenanceMethods, PurgeMethods):
             self._ctx, partition_interval=interval, partition_origin=origin
         )
         self._run(premake_op(self.settings.premake))
+        self._run(check_model_op(self.settings.embedding_model))
 
     # -- sessions ---------------------------------------------------------------
 

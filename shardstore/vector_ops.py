@@ -1,0 +1,366 @@
+"""Embedding and search operations (sans-IO, like :mod:`shardstore.ops`) and the pure
+functions they plan with."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import jsoncodec
+from .embedding import (
+    DEFAULT_MODEL,
+    Embedder,
+    Window,
+    declared_dimension,
+    is_embedder,
+    make_embedder,
+    message_text,
+    model_identity,
+    plan_windows,
+    vector_literal,
+)
+from .errors import EmbeddingModelMismatch, InvalidInput
+from .models import SearchHit
+from .ops import Call, Context, Op, Q, Tx, _db_text, _envelope_turn, session_uuid
+from .sql import query
+
+MAX_K = 1000
+# hnsw.ef_search may not exceed 1000; a search asks for at most this many windows at once
+MAX_CANDIDATES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingConfig:
+    """The model recorded in the database for its vectors."""
+
+    model: str
+    dimension: int
+    window_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedBatch:
+    """What one worker batch did: chunks claimed, stored, and left queued (changed, busy or
+    outside a vector partition; embedded by a later batch)."""
+
+    claimed: int
+    stored: int
+    left: int
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def config_op() -> Op[EmbeddingConfig | None]:
+    """The recorded embedding model, or None before the first embedding."""
+    row = yield Q(query("vec_config_get"), fetch="one")
+    return None if row is None else EmbeddingConfig(row[0], int(row[1]), int(row[2]))
+
+
+def configure_op(
+    model: str, dimension: int, window_tokens: int, reset: bool
+) -> Op[EmbeddingConfig]:
+    """Record the model (first use), check it (later uses: EmbeddingModelMismatch for
+    another model), or switch to it dropping every vector (``reset``)."""
+    row = yield Q(query("vec_configure"), (model, dimension, window_tokens, reset), fetch="one")
+    data = json.loads(row[0])
+    return EmbeddingConfig(data["model"], int(data["dimension"]), int(data["window_tokens"]))
+
+
+def queue_count_op() -> Op[int]:
+    """Chunks waiting to be embedded."""
+    row = yield Q(query("vec_queue_count"), fetch="one")
+    return int(row[0])
+
+
+# ------------------------------------------------------------------ embedding
+
+
+def chunk_windows(embedder: Embedder, chunk_text: str, window_tokens: int) -> list[Window]:
+    """The windows of one stored chunk (``conversation_chunk`` as jsonb text)."""
+    turns = [
+        (int(e["s"]), datetime.fromisoformat(e["at"]), message_text(e["m"]))
+        for e in jsoncodec.loads_envelopes(chunk_text)
+    ]
+    return plan_windows(turns, window_tokens, embedder.token_counts, embedder.split)
+
+
+def _embed_rows(embedder: Embedder, window_tokens: int, rows: Sequence[Sequence[Any]]
+                ) -> list[tuple[list[Window], list[str]]]:
+    """Windows and their vectors (pgvector text) for each claimed chunk; [] for a vanished one."""
+    plans = [chunk_windows(embedder, r[5], window_tokens) if r[5] is not None else [] for r in rows]
+    flat = [w.text for plan in plans for w in plan]
+    vectors = iter(embedder.embed(flat)) if flat else iter(())
+    out = []
+    for plan in plans:
+        vecs = [next(vectors) for _ in plan]
+        for v in vecs:
+            if len(v) != embedder.dimension:
+                raise EmbeddingModelMismatch(
+                    f"the model returned {len(v)} dimensions, not {embedder.dimension}")
+        out.append((plan, [vector_literal(v) for v in vecs]))
+    return out
+
+
+def in_ranges(at: datetime, ranges: Sequence[Sequence[datetime]]) -> bool:
+    """Whether a chunk_start falls in one of the vector partitions' [lo, hi) ranges."""
+    return any(lo <= at < hi for lo, hi in ranges)
+
+
+def embed_batch_op(embedder: Embedder, window_tokens: int, batch: int) -> Op[EmbedBatch]:
+    """Embed up to ``batch`` queued chunks. The queue rows stay locked (FOR UPDATE SKIP
+    LOCKED) while the model runs, so concurrent workers never embed the same chunk; the
+    vectors are written only for chunks unchanged since they were read."""
+    ranges = yield Q(query("vec_sync_partitions"), prepare=False)
+    yield Tx.BEGIN
+    rows = yield Q(query("vec_claim"), (batch,), prepare=False)
+    ready = [r for r in rows if r[5] is None or in_ranges(r[2], ranges)]
+    if not ready:
+        yield Tx.COMMIT
+        return EmbedBatch(len(rows), 0, len(rows))
+    embedded = yield Call(_embed_rows, (embedder, window_tokens, ready))
+    w_idx: list[int] = []
+    w_first: list[int] = []
+    w_last: list[int] = []
+    w_first_at: list[datetime] = []
+    w_last_at: list[datetime] = []
+    w_vec: list[str] = []
+    for i, (plan, vecs) in enumerate(embedded, start=1):
+        for window, vec in zip(plan, vecs, strict=True):
+            w_idx.append(i)
+            w_first.append(window.first_seq)
+            w_last.append(window.last_seq)
+            w_first_at.append(window.first_at)
+            w_last_at.append(window.last_at)
+            w_vec.append(vec)
+    stored, left = yield Q(
+        query("vec_store"),
+        (
+            [r[0] for r in ready], [r[1] for r in ready], [r[2] for r in ready],
+            [r[3] if r[3] is not None else -1 for r in ready],
+            [r[4] if r[4] is not None else -1 for r in ready],
+            w_idx, w_first, w_last, w_first_at, w_last_at, w_vec,
+        ),
+        fetch="one",
+    )
+    yield Tx.COMMIT
+    return EmbedBatch(len(rows), int(stored), int(left) + len(rows) - len(ready))
+
+
+# ------------------------------------------------------------------ search
+
+
+@dataclass(frozen=True, slots=True)
+class SearchScope:
+    """Validated search arguments."""
+
+    session_id: uuid.UUID | None
+    tenant_id: str | None
+    agent_id: str | None
+    since: datetime | None
+    until: datetime | None
+    k: int
+
+
+def search_scope(session_id: Any, tenant_id: Any, agent_id: Any, since: Any, until: Any,
+                 k: Any) -> SearchScope:
+    """Check search arguments: a session or a tenant is required (a search never spans
+    tenants), times must be timezone-aware, 1 <= k <= 1000."""
+    sid = None if session_id is None else session_uuid(session_id)
+    tenant = _db_text(tenant_id, "tenant_id", limit=256, optional=True)
+    agent = _db_text(agent_id, "agent_id", limit=256, optional=True)
+    if sid is None and tenant is None:
+        raise InvalidInput("search needs session_id or tenant_id: a search never spans tenants")
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+            raise InvalidInput(f"{name} must be a timezone-aware datetime")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidInput(f"k must be an int between 1 and {MAX_K}")
+    return SearchScope(sid, tenant, agent, since, until, k)
+
+
+def partition_floor(at: datetime, interval: timedelta, origin: datetime) -> datetime:
+    """The lower bound of the partition holding ``at`` (date_bin's rule)."""
+    return origin + ((at - origin) // interval) * interval
+
+
+def best_per_chunk(rows: Sequence[Sequence[Any]], k: int) -> list[Sequence[Any]]:
+    """The best window of each chunk, best first, at most ``k`` chunks. ``rows`` are windows
+    (session_id, chunk_seq, chunk_start, first_seq, last_seq, distance) sorted by distance."""
+    seen: set[tuple[Any, Any]] = set()
+    best = []
+    for row in rows:
+        key = (row[0], row[1])
+        if key not in seen:
+            seen.add(key)
+            best.append(row)
+            if len(best) == k:
+                break
+    return best
+
+
+def _params(ctx: Context, scope: SearchScope, vector: str, limit: int) -> dict[str, Any]:
+    floor = (
+        None if scope.since is None
+        else partition_floor(scope.since, ctx.partition_interval, ctx.partition_origin)
+    )
+    return {
+        "q": vector, "session": scope.session_id, "tenant": scope.tenant_id,
+        "agent": scope.agent_id, "since": scope.since, "until": scope.until,
+        "since_floor": floor, "n": limit,
+    }
+
+
+def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHit]]:
+    """Nearest chunks to ``vector``. Session scope: every window of the session is compared
+    (exact). Tenant scope: each partition's HNSW index with iterative scan in strict order,
+    merged by distance across partitions; more windows are asked for until ``k`` distinct
+    chunks are found or the tenant has no more."""
+    k = scope.k
+    if scope.session_id is not None:
+        rows = yield Q(query("vec_search_exact"), _params(ctx, scope, vector, k), prepare=False)
+        best = list(rows)
+    else:
+        limit = min(MAX_CANDIDATES, max(40, 4 * k))
+        yield Tx.BEGIN
+        while True:
+            yield Q(query("vec_search_settings"), (str(limit),), fetch="none")
+            rows = yield Q(query("vec_search_ann"), _params(ctx, scope, vector, limit),
+                           prepare=False)
+            best = best_per_chunk(rows, k)
+            if len(best) == k or len(rows) < limit or limit >= MAX_CANDIDATES:
+                break
+            limit = min(MAX_CANDIDATES, limit * 4)
+        yield Tx.COMMIT
+    if not best:
+        return []
+    texts = yield Q(
+        query("vec_hit_turns"),
+        (list(range(len(best))), [r[0] for r in best], [r[1] for r in best],
+         [r[2] for r in best], [r[3] for r in best], [r[4] for r in best]),
+        prepare=False,
+    )
+    turns_of = {i: text for i, text in texts}
+    hits = []
+    for i, row in enumerate(best):
+        text = turns_of.get(i)
+        turns = (
+            [_envelope_turn(e, int(row[1])) for e in jsoncodec.loads_envelopes(text)]
+            if text else []
+        )
+        hits.append(SearchHit(row[0], int(row[1]), 1.0 - float(row[5]), turns))
+    return hits
+
+
+# ------------------------------------------------------------------ store-level flows
+
+
+class VectorState:
+    """A store's embedding model, resolved and checked against the database once."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec  # connect(embedding_model=...): None, a name, a path or an Embedder
+        self.ready: tuple[Embedder, EmbeddingConfig] | None = None
+
+
+def _model_facts(embedder: Embedder) -> tuple[int, int]:
+    return embedder.dimension, embedder.window_tokens
+
+
+def check_model_op(spec: Any) -> Op[None]:
+    """At connect: refuse a model other than the one the database's vectors come from,
+    judged by name (and dimension where known) without loading the model."""
+    if spec is None:
+        return None
+    recorded = yield from config_op()
+    if recorded is None:
+        return None
+    name = spec.name if is_embedder(spec) else os.fspath(spec)
+    dim = declared_dimension(spec)
+    if model_identity(name) != model_identity(recorded.model) or (
+        dim is not None and dim != recorded.dimension
+    ):
+        raise EmbeddingModelMismatch(
+            f"this database holds vectors of {recorded.model} ({recorded.dimension} "
+            f"dimensions), not {name}: vectors of two models cannot be mixed. Open it with "
+            f"embedding_model={recorded.model!r}, or re-embed everything with the new model: "
+            f"shardstore reembed --model {name}"
+        )
+    return None
+
+
+def prepare_op(state: VectorState, model: Any = None, reset: bool = False
+               ) -> Op[tuple[Embedder, EmbeddingConfig]]:
+    """The store's embedder, loaded and checked against (or recorded in) the database.
+    ``model`` with ``reset`` switches the database to another model (drops all vectors)."""
+    if state.ready is not None and not reset:
+        return state.ready
+    recorded = yield from config_op()
+    spec = model if model is not None else state.spec
+    if spec is None:
+        spec = recorded.model if recorded is not None else DEFAULT_MODEL
+    embedder = make_embedder(spec)
+    dimension, window = yield Call(_model_facts, (embedder,))
+    config = yield from configure_op(embedder.name, dimension, window, reset)
+    state.spec = embedder
+    state.ready = (embedder, config)
+    return state.ready
+
+
+def embed_op(state: VectorState, limit: int | None, batch: int, progress: Any) -> Op[int]:
+    """Embed queued chunks, ``batch`` per transaction, until none is left (or ``limit``
+    chunks were stored, or a batch could store nothing). Returns chunks stored."""
+    embedder, config = yield from prepare_op(state)
+    if progress is not None:
+        progress.total = yield from queue_count_op()
+        progress.refresh()
+    done = 0
+    while limit is None or done < limit:
+        size = batch if limit is None else min(batch, limit - done)
+        result = yield from embed_batch_op(embedder, config.window_tokens, size)
+        done += result.stored
+        if progress is not None:
+            progress.update(result.stored)
+        if result.claimed == 0 or result.stored == 0:
+            break
+    return done
+
+
+def search_query_op(ctx: Context, state: VectorState, scope: SearchScope, text_or_vector: Any
+                    ) -> Op[list[SearchHit]]:
+    """Embed the query (a string) or check it (a vector), then :func:`search_op`."""
+    if isinstance(text_or_vector, str):
+        if not text_or_vector.strip():
+            raise InvalidInput("the search query is empty")
+        embedder, _ = yield from prepare_op(state)
+        vectors = yield Call(embedder.embed, ([text_or_vector],))
+        vector = vectors[0]
+    else:
+        vector = _as_vector(text_or_vector)
+        recorded = yield from config_op()
+        if recorded is None:
+            return []  # nothing was ever embedded
+        if len(vector) != recorded.dimension:
+            raise InvalidInput(
+                f"the query vector has {len(vector)} dimensions; the stored vectors have "
+                f"{recorded.dimension} ({recorded.model})")
+    hits = yield from search_op(ctx, scope, vector_literal(vector))
+    return hits
+
+
+def _as_vector(value: Any) -> list[float]:
+    try:
+        vector = [float(x) for x in value]
+    except (TypeError, ValueError):
+        raise InvalidInput("query must be a string or a sequence of numbers") from None
+    if not vector or isinstance(value, dict | bytes | bytearray):
+        raise InvalidInput("query must be a string or a non-empty sequence of numbers")
+    if not all(math.isfinite(x) for x in vector):
+        raise InvalidInput("the query vector holds a non-finite number")
+    return vector
