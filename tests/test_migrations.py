@@ -62,6 +62,12 @@ def test_every_query_is_valid_against_the_migrated_schema(dsn: str) -> None:
         for name, sql in _queries().items():
             counter = iter(range(1, 100))
             numbered = re.sub(r"%s", lambda _, c=counter: f"${next(c)}", sql)
+            names: dict[str, int] = {}  # %(name)s: one number per name
+            numbered = re.sub(
+                r"%\((\w+)\)s",
+                lambda m, n=names: f"${n.setdefault(m.group(1), len(n) + 1)}",
+                numbered,
+            )
             # PREPARE parses and analyses: every table, column, function and type must exist
             conn.execute(f"PREPARE check_{name} AS {numbered}")
             conn.execute(f"DEALLOCATE check_{name}")

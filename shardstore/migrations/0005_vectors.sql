@@ -17,9 +17,10 @@ CREATE TABLE shardstore.embedding_config (
     configured_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Chunks whose content changed since they were last embedded (or never were). Holds keys
--- only, no text: a purge need not clear it (the worker drops rows of vanished chunks), so a
--- purge never waits for a worker that holds queue rows while it embeds.
+-- Chunks whose content changed since they were last embedded (or never were). Keys only.
+-- A session purge clears its rows (waiting for a worker that holds them to finish its
+-- batch); a range purge leaves them (the rewritten chunk must be embedded again, and the
+-- worker drops rows of chunks that vanished).
 CREATE TABLE shardstore.embed_queue (
     session_id  uuid NOT NULL,
     chunk_seq   bigint NOT NULL,
@@ -50,6 +51,8 @@ INSERT INTO shardstore.purge_targets
        (table_name, chunk_column, chunk_start_column, position, note)
 VALUES ('shardstore.chunk_vectors', 'chunk_seq', 'chunk_start', 50,
         'one embedding per window of a chunk (embeddings can be inverted back to text)');
+INSERT INTO shardstore.purge_targets (table_name, position, note)
+VALUES ('shardstore.embed_queue', 60, 'chunks waiting to be embedded (keys only)');
 
 -- Every chunk write (fold, flush, purge rewrite) queues the chunk for (re-)embedding.
 CREATE FUNCTION shardstore.vec_enqueue_v1()
@@ -243,3 +246,74 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Row-Level Security for the new tables (inert until enable_rls_v1(); docs/security.md).
+-- chunk_vectors carries tenant_id itself; the queue joins its session.
+CREATE POLICY tenant_isolation ON shardstore.chunk_vectors
+    USING (tenant_id = (SELECT shardstore.rls_tenant_v1()))
+    WITH CHECK (tenant_id = (SELECT shardstore.rls_tenant_v1()));
+
+CREATE POLICY tenant_isolation ON shardstore.embed_queue
+    USING (EXISTS (SELECT 1 FROM shardstore.sessions s
+                    WHERE s.session_id = embed_queue.session_id
+                      AND s.tenant_id = (SELECT shardstore.rls_tenant_v1())))
+    WITH CHECK (EXISTS (SELECT 1 FROM shardstore.sessions s
+                         WHERE s.session_id = embed_queue.session_id
+                           AND s.tenant_id = (SELECT shardstore.rls_tenant_v1())));
+
+-- the model record is global: a tenant role reads it and may lock it (vec_configure_v1
+-- checks under FOR UPDATE) but never changes it
+CREATE POLICY tenant_read ON shardstore.embedding_config FOR SELECT USING (true);
+CREATE POLICY tenant_lock ON shardstore.embedding_config FOR UPDATE USING (true) WITH CHECK (false);
+
+CREATE OR REPLACE FUNCTION shardstore.rls_tables_v1()
+RETURNS TABLE (r_table regclass, r_tenant boolean)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT t::regclass, k
+      FROM unnest(ARRAY['shardstore.sessions', 'shardstore.turn_buffer', 'shardstore.agent_history',
+                        'shardstore.chunk_map', 'shardstore.turn_keys', 'shardstore.chunk_vectors',
+                        'shardstore.embed_queue', 'shardstore.config', 'shardstore.purge_targets',
+                        'shardstore.maintenance_runs', 'shardstore.embedding_config'],
+                  ARRAY[true, true, true, true, true, true, true, false, false, false, false]) AS x(t, k)
+$$;
+
+-- vector partitions too: they hold session rows under their own names
+CREATE OR REPLACE FUNCTION shardstore.rls_partition_tables_v1()
+RETURNS SETOF regclass
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT c.oid::regclass
+      FROM pg_class c
+     WHERE c.relnamespace = 'shardstore'::regnamespace AND c.relkind = 'r'
+       AND c.relname ~ '^(agent_history|chunk_vectors)_[pr]'
+     ORDER BY c.relname
+$$;
+
+CREATE OR REPLACE FUNCTION shardstore.grant_tenant_role_v1(p_role regrole, p_tenant text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA shardstore TO %s', p_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON shardstore.sessions, shardstore.turn_buffer,'
+                   ' shardstore.agent_history, shardstore.chunk_map, shardstore.turn_keys,'
+                   ' shardstore.chunk_vectors, shardstore.embed_queue TO %s', p_role);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE ON shardstore.config TO %s', p_role);
+    EXECUTE format('GRANT SELECT, UPDATE ON shardstore.embedding_config TO %s', p_role);
+    EXECUTE format('GRANT SELECT ON shardstore.purge_targets, shardstore.schema_migrations,'
+                   ' shardstore.rls_role_tenants TO %s', p_role);
+    EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA shardstore TO %s', p_role);
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION shardstore.enable_rls_v1(boolean),'
+                   ' shardstore.disable_rls_v1(), shardstore.grant_tenant_role_v1(regrole, text)'
+                   ' FROM %s', p_role);
+    IF p_tenant IS NOT NULL THEN
+        INSERT INTO shardstore.rls_role_tenants (role_name, tenant_id)
+        VALUES (p_role::text, p_tenant)
+        ON CONFLICT (role_name) DO UPDATE SET tenant_id = EXCLUDED.tenant_id;
+    END IF;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION shardstore.grant_tenant_role_v1(regrole, text) FROM PUBLIC;
