@@ -765,6 +765,10 @@ def cmd_demo(run: Runner) -> int:
         "store-wide)"
     )
     run.line(format_partitions(stats.partitions, indent="  "))
+    if not args.no_search:
+        from .cli_search import demo_search
+
+        demo_search(run, args.tenant)
     return 0 if identical else 1
 
 
@@ -841,6 +845,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--turns", type=_positive_int, default=2000, help="messages (default 2000)")
     p.add_argument("--tenant", default="demo", help="tenant id (default 'demo')")
+    p.add_argument(
+        "--no-search", action="store_true", help="skip the embedding and search part"
+    )
     p.add_argument("--seed", type=int, default=1, help="synthetic conversation seed (default 1)")
     p.add_argument(
         "--batch",
@@ -902,10 +909,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("stats", cmd_stats, "store-wide counts and partitions")
 
     # commands of the lifecycle features live in their own modules
-    from . import cli_maintain, cli_purge
+    from . import cli_maintain, cli_purge, cli_search
 
     cli_maintain.register(command)
     cli_purge.register(command)
+    cli_search.register(command)
     return parser
 
 

@@ -115,6 +115,7 @@ class SentenceTransformerEmbedder:
             raise MissingDependency(
                 f"embedding needs sentence-transformers: {INSTALL_HINT}"
             ) from exc
+        _quiet_transformers()
         path = resolve_model_path(self._name)
         try:
             if path is not None:
@@ -153,6 +154,17 @@ class SentenceTransformerEmbedder:
             convert_to_numpy=True, show_progress_bar=False,
         )
         return [[float(x) for x in row] for row in vectors]
+
+
+def _quiet_transformers() -> None:
+    """Token counting runs texts longer than the model window through the tokenizer on
+    purpose (to cut them); transformers warns about that and draws progress bars."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def resolve_model_path(name: str) -> str | None:

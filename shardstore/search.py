@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from .errors import InvalidInput
 from .models import SearchHit
-from .ops import Context, Op
+from .ops import Context, Op, session_uuid
 from .vector_ops import (
     VectorState,
     embed_op,
@@ -54,7 +54,7 @@ class SearchMethods:
     _vectors: VectorState
 
     def embed(self, *, limit: int | None = None, batch_size: int = DEFAULT_BATCH,
-              progress: bool = False) -> int:
+              progress: bool = False, session_id: Any = None) -> int:
         """Embed every chunk that has no vectors yet or changed since it was embedded
         (folds, flushes and purges queue chunks automatically); returns how many chunks it
         embedded. Each chunk is cut into model windows, one vector each.
@@ -64,10 +64,13 @@ class SearchMethods:
         length of a batch); a worker that dies leaves nothing locked and nothing half
         written (each batch is one transaction); a chunk that changed while it was being
         embedded is not written with stale vectors but stays queued. Needs the embedding
-        model (``pip install 'shardstore[embeddings]'``)."""
+        model (``pip install 'shardstore[embeddings]'``). ``session_id`` embeds only that
+        session's chunks."""
+        sid = None if session_id is None else session_uuid(session_id)
         bar = _bar(progress)
         try:
-            done: int = self._run(embed_op(self._vectors, _limit(limit), _batch(batch_size), bar))
+            done: int = self._run(
+                embed_op(self._vectors, _limit(limit), _batch(batch_size), bar, sid))
         finally:
             bar.close()
         return done
@@ -106,12 +109,13 @@ class AsyncSearchMethods:
     _vectors: VectorState
 
     async def embed(self, *, limit: int | None = None, batch_size: int = DEFAULT_BATCH,
-                    progress: bool = False) -> int:
+                    progress: bool = False, session_id: Any = None) -> int:
         """See :meth:`shardstore.Store.embed`; the model runs in a worker thread."""
+        sid = None if session_id is None else session_uuid(session_id)
         bar = _bar(progress)
         try:
             done: int = await self._run(
-                embed_op(self._vectors, _limit(limit), _batch(batch_size), bar))
+                embed_op(self._vectors, _limit(limit), _batch(batch_size), bar, sid))
         finally:
             bar.close()
         return done

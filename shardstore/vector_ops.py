@@ -73,9 +73,9 @@ def configure_op(
     return EmbeddingConfig(data["model"], int(data["dimension"]), int(data["window_tokens"]))
 
 
-def queue_count_op() -> Op[int]:
-    """Chunks waiting to be embedded."""
-    row = yield Q(query("vec_queue_count"), fetch="one")
+def queue_count_op(session_id: uuid.UUID | None = None) -> Op[int]:
+    """Chunks waiting to be embedded (of one session, when given)."""
+    row = yield Q(query("vec_queue_count"), (session_id, session_id), fetch="one")
     return int(row[0])
 
 
@@ -113,13 +113,15 @@ def in_ranges(at: datetime, ranges: Sequence[Sequence[datetime]]) -> bool:
     return any(lo <= at < hi for lo, hi in ranges)
 
 
-def embed_batch_op(embedder: Embedder, window_tokens: int, batch: int) -> Op[EmbedBatch]:
+def embed_batch_op(
+    embedder: Embedder, window_tokens: int, batch: int, session_id: uuid.UUID | None = None
+) -> Op[EmbedBatch]:
     """Embed up to ``batch`` queued chunks. The queue rows stay locked (FOR UPDATE SKIP
     LOCKED) while the model runs, so concurrent workers never embed the same chunk; the
     vectors are written only for chunks unchanged since they were read."""
     ranges = yield Q(query("vec_sync_partitions"), prepare=False)
     yield Tx.BEGIN
-    rows = yield Q(query("vec_claim"), (batch,), prepare=False)
+    rows = yield Q(query("vec_claim"), (session_id, session_id, batch), prepare=False)
     ready = [r for r in rows if r[5] is None or in_ranges(r[2], ranges)]
     if not ready:
         yield Tx.COMMIT
@@ -313,17 +315,19 @@ def prepare_op(state: VectorState, model: Any = None, reset: bool = False
     return state.ready
 
 
-def embed_op(state: VectorState, limit: int | None, batch: int, progress: Any) -> Op[int]:
-    """Embed queued chunks, ``batch`` per transaction, until none is left (or ``limit``
-    chunks were stored, or a batch could store nothing). Returns chunks stored."""
+def embed_op(state: VectorState, limit: int | None, batch: int, progress: Any,
+             session_id: uuid.UUID | None = None) -> Op[int]:
+    """Embed queued chunks (of one session, when given), ``batch`` per transaction, until
+    none is left (or ``limit`` chunks were stored, or a batch could store nothing).
+    Returns chunks stored."""
     embedder, config = yield from prepare_op(state)
     if progress is not None:
-        progress.total = yield from queue_count_op()
+        progress.total = yield from queue_count_op(session_id)
         progress.refresh()
     done = 0
     while limit is None or done < limit:
         size = batch if limit is None else min(batch, limit - done)
-        result = yield from embed_batch_op(embedder, config.window_tokens, size)
+        result = yield from embed_batch_op(embedder, config.window_tokens, size, session_id)
         done += result.stored
         if progress is not None:
             progress.update(result.stored)

@@ -10,7 +10,7 @@ SELECT shardstore.vec_configure_v1(%s, %s, %s, %s)::text;
 SELECT r_lo, r_hi FROM shardstore.vec_sync_partitions_v1();
 
 -- name: vec_queue_count
-SELECT count(*) FROM shardstore.embed_queue;
+SELECT count(*) FROM shardstore.embed_queue WHERE %s::uuid IS NULL OR session_id = %s::uuid;
 
 -- Claims up to %s queued chunks that no other worker holds; the locks last until this
 -- worker's transaction ends (a worker that dies leaves nothing locked).
@@ -19,6 +19,7 @@ SELECT q.session_id, q.chunk_seq, q.chunk_start, h.first_turn_seq, h.turn_count,
        h.conversation_chunk::text
   FROM (SELECT x.session_id, x.chunk_seq, x.chunk_start, x.queued_at
           FROM shardstore.embed_queue x
+         WHERE %s::uuid IS NULL OR x.session_id = %s::uuid
          ORDER BY x.queued_at
          LIMIT %s
            FOR UPDATE SKIP LOCKED) q
