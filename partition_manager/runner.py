@@ -129,6 +129,9 @@ class MaintenanceReport:
     sessions_to_fold: int | None = None
     sessions_to_expire: int | None = None
     buffered_turns_to_expire: int | None = None
+    # embedding after the partition work (None: not attempted, no model configured)
+    chunks_embedded: int | None = None
+    embedding_skipped: str | None = None
 
     @property
     def healthy(self) -> bool:
@@ -172,6 +175,8 @@ class MaintenanceReport:
             "turns_folded": self.turns_folded,
             "sessions_expired": self.sessions_expired,
             "buffered_turns_expired": self.buffered_turns_expired,
+            "chunks_embedded": self.chunks_embedded,
+            "embedding_skipped": self.embedding_skipped,
             "partitions_ahead": self.partitions_ahead,
             "current_partition_attached": self.current_attached,
             "oldest_bound": ts(self.oldest_bound),
@@ -247,6 +252,10 @@ def format_report(report: MaintenanceReport) -> str:
         if report.archived:
             rows.append(("archived", _names(report.archived)))
         rows.append(("folded", f"{report.sessions_folded} sessions ({report.turns_folded} turns)"))
+        if report.chunks_embedded is not None:
+            rows.append(("embedded", f"{report.chunks_embedded} chunks"))
+        if report.embedding_skipped is not None:
+            rows.append(("embedding skipped", report.embedding_skipped))
         if report.retention is not None:
             rows.append(
                 (

@@ -67,6 +67,7 @@ def cmd_maintain(run: Runner) -> int:
             flush_idle=args.flush_idle,
             lock_timeout=args.lock_timeout,
             archive=args.archive_command,
+            embed=not args.no_embed,
         )
     if run.json:
         run.emit(report.to_json())
@@ -83,7 +84,7 @@ def register(command: Callable[..., Any]) -> None:
         "maintain",
         cmd_maintain,
         "partition maintenance: create partitions ahead, fold idle sessions' buffers, apply "
-        "retention (exit 3 when fewer than --premake partitions are ahead afterwards)",
+        "retention, embed new chunks (exit 3 when fewer than --premake partitions are ahead afterwards)",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan; change nothing, take no lock"
@@ -117,6 +118,11 @@ def register(command: Callable[..., Any]) -> None:
         help="shell command run for each expired partition before it is dropped; gets the "
         "detached table's name ({table}, else appended; also $SHARDSTORE_ARCHIVE_TABLE); "
         "non-zero exit keeps the table for the next run",
+    )
+    p.add_argument(
+        "--no-embed",
+        action="store_true",
+        help="skip embedding queued chunks (done by default when a model is recorded)",
     )
     p.add_argument(
         "--lock-timeout",

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +26,11 @@ from partition_manager.runner import (
     release_op,
 )
 
-from .errors import ConfigurationError, ShardstoreError
+from .errors import ConfigurationError, MissingDependency, ShardstoreError
 from .executor import run_async, run_sync
+from .ops import Op
 from .settings import parse_interval
+from .vector_ops import VectorState, wants_embedding_op
 
 if TYPE_CHECKING:
     from .connector import AsyncConnector, Connector
@@ -92,6 +96,9 @@ class MaintenanceMethods:
 
     settings: Settings
     _connector: Connector
+    _vectors: VectorState
+    _run: Callable[[Op[Any]], Any]
+    embed: Callable[..., int]
 
     def maintain(
         self,
@@ -102,6 +109,7 @@ class MaintenanceMethods:
         flush_idle: Duration = DEFAULT_FLUSH_IDLE,
         lock_timeout: Duration = DEFAULT_LOCK_TIMEOUT,
         archive: ArchiveHook | None = None,
+        embed: bool = True,
     ) -> MaintenanceReport:
         """Run partition maintenance once and report what it did.
 
@@ -121,7 +129,33 @@ class MaintenanceMethods:
         is dropped before it is detached and archived. ``dry_run`` takes no lock and changes
         nothing: the report carries the plan. ``report.healthy`` is False when fewer than
         ``premake`` partitions are ahead or a step failed (see ``report.errors``).
+
+        Then, with ``embed`` and an embedding model configured (this store's
+        ``embedding_model`` or one recorded in the database), embeds what is queued, idle
+        sessions' freshly folded chunks included (``report.chunks_embedded``); a model that
+        cannot load is reported in ``report.embedding_skipped`` without failing the run.
         """
+        report = self._maintain_partitions(
+            dry_run, premake, retention, flush_idle, lock_timeout, archive
+        )
+        if not embed or dry_run or report.already_running:
+            return report
+        try:
+            if not self._run(wants_embedding_op(self._vectors)):
+                return report
+            return dataclasses.replace(report, chunks_embedded=self.embed())
+        except (MissingDependency, ConfigurationError) as exc:
+            return dataclasses.replace(report, embedding_skipped=str(exc))
+
+    def _maintain_partitions(
+        self,
+        dry_run: bool,
+        premake: int | None,
+        retention: Duration,
+        flush_idle: Duration,
+        lock_timeout: Duration,
+        archive: ArchiveHook | None,
+    ) -> MaintenanceReport:
         program, state = _setup(
             self.settings, premake, retention, flush_idle, lock_timeout, archive, dry_run
         )
@@ -157,6 +191,9 @@ class AsyncMaintenanceMethods:
 
     settings: Settings
     _connector: AsyncConnector
+    _vectors: VectorState
+    _run: Callable[[Op[Any]], Coroutine[Any, Any, Any]]
+    embed: Callable[..., Coroutine[Any, Any, int]]
 
     async def maintain(
         self,
@@ -167,9 +204,31 @@ class AsyncMaintenanceMethods:
         flush_idle: Duration = DEFAULT_FLUSH_IDLE,
         lock_timeout: Duration = DEFAULT_LOCK_TIMEOUT,
         archive: ArchiveHook | None = None,
+        embed: bool = True,
     ) -> MaintenanceReport:
         """See :meth:`shardstore.Store.maintain`. A callable archive hook may be a coroutine
         function; a plain callable or a shell command runs in a worker thread."""
+        report = await self._maintain_partitions(
+            dry_run, premake, retention, flush_idle, lock_timeout, archive
+        )
+        if not embed or dry_run or report.already_running:
+            return report
+        try:
+            if not await self._run(wants_embedding_op(self._vectors)):
+                return report
+            return dataclasses.replace(report, chunks_embedded=await self.embed())
+        except (MissingDependency, ConfigurationError) as exc:
+            return dataclasses.replace(report, embedding_skipped=str(exc))
+
+    async def _maintain_partitions(
+        self,
+        dry_run: bool,
+        premake: int | None,
+        retention: Duration,
+        flush_idle: Duration,
+        lock_timeout: Duration,
+        archive: ArchiveHook | None,
+    ) -> MaintenanceReport:
         program, state = _setup(
             self.settings, premake, retention, flush_idle, lock_timeout, archive, dry_run
         )

@@ -315,6 +315,14 @@ def prepare_op(state: VectorState, model: Any = None, reset: bool = False
     return state.ready
 
 
+def wants_embedding_op(state: VectorState) -> Op[bool]:
+    """Whether maintenance should embed: a model was given to this store or is recorded."""
+    if state.spec is not None:
+        return True
+    recorded = yield from config_op()
+    return recorded is not None
+
+
 def embed_op(state: VectorState, limit: int | None, batch: int, progress: Any,
              session_id: uuid.UUID | None = None) -> Op[int]:
     """Embed queued chunks (of one session, when given), ``batch`` per transaction, until
