@@ -84,7 +84,8 @@ def register(command: Callable[..., Any]) -> None:
         "maintain",
         cmd_maintain,
         "partition maintenance: create partitions ahead, fold idle sessions' buffers, apply "
-        "retention, embed new chunks (exit 3 when fewer than --premake partitions are ahead afterwards)",
+        "retention, embed new chunks (exit 3 when fewer than --premake partitions are ahead "
+        "afterwards)",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan; change nothing, take no lock"
