@@ -86,8 +86,13 @@ def cmd_search(run: Runner) -> int:
         raise ConfigurationError("give --tenant (or --session): a search never spans tenants")
     with run.connect(**_model_settings(args)) as store:
         hits = store.search(
-            args.query, session_id=args.session, tenant_id=args.tenant, agent_id=args.agent,
-            since=args.since, until=args.until, k=args.k,
+            args.query,
+            session_id=args.session,
+            tenant_id=args.tenant,
+            agent_id=args.agent,
+            since=args.since,
+            until=args.until,
+            k=args.k,
         )
     if run.json:
         run.emit([hit_json(h) for h in hits])
@@ -207,13 +212,18 @@ def register(command: Callable[..., Any]) -> None:
     )
     p.add_argument("--watch", action="store_true", help="keep embedding new chunks until ^C")
     p.add_argument(
-        "--interval", type=_seconds, default=10.0, metavar="INTERVAL",
+        "--interval",
+        type=_seconds,
+        default=10.0,
+        metavar="INTERVAL",
         help="with --watch: pause between rounds, e.g. '10s' (default 10 s)",
     )
-    p.add_argument("--batch", type=_count, default=16, metavar="N",
-                   help="chunks per transaction (16)")
-    p.add_argument("--limit", type=_count, default=None, metavar="N",
-                   help="stop after N chunks (per round)")
+    p.add_argument(
+        "--batch", type=_count, default=16, metavar="N", help="chunks per transaction (16)"
+    )
+    p.add_argument(
+        "--limit", type=_count, default=None, metavar="N", help="stop after N chunks (per round)"
+    )
     p.add_argument("--model", default=None, help=model_help)
 
     p = command(
@@ -222,6 +232,7 @@ def register(command: Callable[..., Any]) -> None:
         "switch to another embedding model: drop all vectors and embed every chunk again",
     )
     p.add_argument("--model", required=True, help=model_help)
-    p.add_argument("--batch", type=_count, default=16, metavar="N",
-                   help="chunks per transaction (16)")
+    p.add_argument(
+        "--batch", type=_count, default=16, metavar="N", help="chunks per transaction (16)"
+    )
     p.add_argument("--yes", action="store_true", help="confirm dropping the stored vectors")

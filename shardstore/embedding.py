@@ -77,8 +77,9 @@ class SentenceTransformerEmbedder:
     package), a local directory, or a Hugging Face hub name already in the local cache
     (``huggingface-cli download BAAI/bge-m3`` once, where the network is allowed)."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, device: str | None = None,
-                 batch_size: int = 32) -> None:
+    def __init__(
+        self, model: str = DEFAULT_MODEL, *, device: str | None = None, batch_size: int = 32
+    ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ConfigurationError("embedding_model must be a model name, a path or an Embedder")
         self._name = model
@@ -138,8 +139,9 @@ class SentenceTransformerEmbedder:
 
     def split(self, text: str, max_tokens: int) -> list[str]:
         tokenizer = self._load().tokenizer
-        enc = tokenizer(text, add_special_tokens=False, truncation=False,
-                        return_offsets_mapping=True)
+        enc = tokenizer(
+            text, add_special_tokens=False, truncation=False, return_offsets_mapping=True
+        )
         offsets = enc["offset_mapping"]
         cuts = [0] + [offsets[i][0] for i in range(max_tokens, len(offsets), max_tokens)]
         cuts.append(len(text))
@@ -150,8 +152,11 @@ class SentenceTransformerEmbedder:
         if not texts:
             return []
         vectors = self._load().encode(
-            list(texts), batch_size=self._batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
+            list(texts),
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         return [[float(x) for x in row] for row in vectors]
 
@@ -186,9 +191,7 @@ def is_embedder(obj: Any) -> bool:
     """Whether ``obj`` has the :class:`Embedder` shape, judged without touching its
     properties (reading ``dimension`` may load a model)."""
     members = ("name", "dimension", "window_tokens", "token_counts", "split", "embed")
-    return not isinstance(obj, str | os.PathLike) and all(
-        _has_static(obj, m) for m in members
-    )
+    return not isinstance(obj, str | os.PathLike) and all(_has_static(obj, m) for m in members)
 
 
 def _has_static(obj: Any, member: str) -> bool:
@@ -281,8 +284,15 @@ def plan_windows(
     def close() -> None:
         nonlocal group, used
         if group:
-            windows.append(Window(group[0][0], group[-1][0], group[0][1], group[-1][1],
-                                  "\n".join(t[2] for t in group)))
+            windows.append(
+                Window(
+                    group[0][0],
+                    group[-1][0],
+                    group[0][1],
+                    group[-1][1],
+                    "\n".join(t[2] for t in group),
+                )
+            )
         group, used = [], 0
 
     for turn, count in zip(turns, counts, strict=True):

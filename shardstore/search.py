@@ -53,8 +53,14 @@ class SearchMethods:
     _ctx: Context
     _vectors: VectorState
 
-    def embed(self, *, limit: int | None = None, batch_size: int = DEFAULT_BATCH,
-              progress: bool = False, session_id: Any = None) -> int:
+    def embed(
+        self,
+        *,
+        limit: int | None = None,
+        batch_size: int = DEFAULT_BATCH,
+        progress: bool = False,
+        session_id: Any = None,
+    ) -> int:
         """Embed every chunk that has no vectors yet or changed since it was embedded
         (folds, flushes and purges queue chunks automatically); returns how many chunks it
         embedded. Each chunk is cut into model windows, one vector each.
@@ -70,22 +76,32 @@ class SearchMethods:
         bar = _bar(progress)
         try:
             done: int = self._run(
-                embed_op(self._vectors, _limit(limit), _batch(batch_size), bar, sid))
+                embed_op(self._vectors, _limit(limit), _batch(batch_size), bar, sid)
+            )
         finally:
             bar.close()
         return done
 
-    def reembed(self, model: Any = None, *, progress: bool = False,
-                batch_size: int = DEFAULT_BATCH) -> int:
+    def reembed(
+        self, model: Any = None, *, progress: bool = False, batch_size: int = DEFAULT_BATCH
+    ) -> int:
         """Switch the database to ``model`` (default: this store's ``embedding_model``):
         drop every stored vector, record the new model, queue every chunk and embed them all.
         Searches find less until it is done. Returns chunks embedded."""
         self._run(prepare_op(self._vectors, model, reset=True))
         return self.embed(progress=progress, batch_size=batch_size)
 
-    def search(self, query: Query, *, session_id: Any = None, tenant_id: str | None = None,
-               agent_id: str | None = None, since: datetime | None = None,
-               until: datetime | None = None, k: int = 5) -> list[SearchHit]:
+    def search(
+        self,
+        query: Query,
+        *,
+        session_id: Any = None,
+        tenant_id: str | None = None,
+        agent_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        k: int = 5,
+    ) -> list[SearchHit]:
         """The ``k`` chunks nearest to ``query`` (a text, embedded with the store's model, or
         a vector), best first, each with the turns of its best-matching window.
 
@@ -108,30 +124,46 @@ class AsyncSearchMethods:
     _ctx: Context
     _vectors: VectorState
 
-    async def embed(self, *, limit: int | None = None, batch_size: int = DEFAULT_BATCH,
-                    progress: bool = False, session_id: Any = None) -> int:
+    async def embed(
+        self,
+        *,
+        limit: int | None = None,
+        batch_size: int = DEFAULT_BATCH,
+        progress: bool = False,
+        session_id: Any = None,
+    ) -> int:
         """See :meth:`shardstore.Store.embed`; the model runs in a worker thread."""
         sid = None if session_id is None else session_uuid(session_id)
         bar = _bar(progress)
         try:
             done: int = await self._run(
-                embed_op(self._vectors, _limit(limit), _batch(batch_size), bar, sid))
+                embed_op(self._vectors, _limit(limit), _batch(batch_size), bar, sid)
+            )
         finally:
             bar.close()
         return done
 
-    async def reembed(self, model: Any = None, *, progress: bool = False,
-                      batch_size: int = DEFAULT_BATCH) -> int:
+    async def reembed(
+        self, model: Any = None, *, progress: bool = False, batch_size: int = DEFAULT_BATCH
+    ) -> int:
         """See :meth:`shardstore.Store.reembed`."""
         await self._run(prepare_op(self._vectors, model, reset=True))
         return await self.embed(progress=progress, batch_size=batch_size)
 
-    async def search(self, query: Query, *, session_id: Any = None,
-                     tenant_id: str | None = None, agent_id: str | None = None,
-                     since: datetime | None = None, until: datetime | None = None,
-                     k: int = 5) -> list[SearchHit]:
+    async def search(
+        self,
+        query: Query,
+        *,
+        session_id: Any = None,
+        tenant_id: str | None = None,
+        agent_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        k: int = 5,
+    ) -> list[SearchHit]:
         """See :meth:`shardstore.Store.search`."""
         scope = search_scope(session_id, tenant_id, agent_id, since, until, k)
         hits: list[SearchHit] = await self._run(
-            search_query_op(self._ctx, self._vectors, scope, query))
+            search_query_op(self._ctx, self._vectors, scope, query)
+        )
         return hits

@@ -31,6 +31,7 @@ from .ops import Call, Context, Op, Q, Tx, _db_text, _envelope_turn, session_uui
 from .sql import query
 
 MAX_K = 1000
+MAX_IDLE_BATCHES = 3
 # hnsw.ef_search may not exceed 1000; a search asks for at most this many windows at once
 MAX_CANDIDATES = 1000
 
@@ -91,8 +92,9 @@ def chunk_windows(embedder: Embedder, chunk_text: str, window_tokens: int) -> li
     return plan_windows(turns, window_tokens, embedder.token_counts, embedder.split)
 
 
-def _embed_rows(embedder: Embedder, window_tokens: int, rows: Sequence[Sequence[Any]]
-                ) -> list[tuple[list[Window], list[str]]]:
+def _embed_rows(
+    embedder: Embedder, window_tokens: int, rows: Sequence[Sequence[Any]]
+) -> list[tuple[list[Window], list[str]]]:
     """Windows and their vectors (pgvector text) for each claimed chunk; [] for a vanished one."""
     plans = [chunk_windows(embedder, r[5], window_tokens) if r[5] is not None else [] for r in rows]
     flat = [w.text for plan in plans for w in plan]
@@ -103,7 +105,8 @@ def _embed_rows(embedder: Embedder, window_tokens: int, rows: Sequence[Sequence[
         for v in vecs:
             if len(v) != embedder.dimension:
                 raise EmbeddingModelMismatch(
-                    f"the model returned {len(v)} dimensions, not {embedder.dimension}")
+                    f"the model returned {len(v)} dimensions, not {embedder.dimension}"
+                )
         out.append((plan, [vector_literal(v) for v in vecs]))
     return out
 
@@ -144,10 +147,17 @@ def embed_batch_op(
     stored, left = yield Q(
         query("vec_store"),
         (
-            [r[0] for r in ready], [r[1] for r in ready], [r[2] for r in ready],
+            [r[0] for r in ready],
+            [r[1] for r in ready],
+            [r[2] for r in ready],
             [r[3] if r[3] is not None else -1 for r in ready],
             [r[4] if r[4] is not None else -1 for r in ready],
-            w_idx, w_first, w_last, w_first_at, w_last_at, w_vec,
+            w_idx,
+            w_first,
+            w_last,
+            w_first_at,
+            w_last_at,
+            w_vec,
         ),
         fetch="one",
     )
@@ -170,8 +180,9 @@ class SearchScope:
     k: int
 
 
-def search_scope(session_id: Any, tenant_id: Any, agent_id: Any, since: Any, until: Any,
-                 k: Any) -> SearchScope:
+def search_scope(
+    session_id: Any, tenant_id: Any, agent_id: Any, since: Any, until: Any, k: Any
+) -> SearchScope:
     """Check search arguments: a session or a tenant is required (a search never spans
     tenants), times must be timezone-aware, 1 <= k <= 1000."""
     sid = None if session_id is None else session_uuid(session_id)
@@ -209,13 +220,19 @@ def best_per_chunk(rows: Sequence[Sequence[Any]], k: int) -> list[Sequence[Any]]
 
 def _params(ctx: Context, scope: SearchScope, vector: str, limit: int) -> dict[str, Any]:
     floor = (
-        None if scope.since is None
+        None
+        if scope.since is None
         else partition_floor(scope.since, ctx.partition_interval, ctx.partition_origin)
     )
     return {
-        "q": vector, "session": scope.session_id, "tenant": scope.tenant_id,
-        "agent": scope.agent_id, "since": scope.since, "until": scope.until,
-        "since_floor": floor, "n": limit,
+        "q": vector,
+        "session": scope.session_id,
+        "tenant": scope.tenant_id,
+        "agent": scope.agent_id,
+        "since": scope.since,
+        "until": scope.until,
+        "since_floor": floor,
+        "n": limit,
     }
 
 
@@ -233,8 +250,9 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         yield Tx.BEGIN
         while True:
             yield Q(query("vec_search_settings"), (str(limit),), fetch="none")
-            rows = yield Q(query("vec_search_ann"), _params(ctx, scope, vector, limit),
-                           prepare=False)
+            rows = yield Q(
+                query("vec_search_ann"), _params(ctx, scope, vector, limit), prepare=False
+            )
             best = best_per_chunk(rows, k)
             if len(best) == k or len(rows) < limit or limit >= MAX_CANDIDATES:
                 break
@@ -244,8 +262,14 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         return []
     texts = yield Q(
         query("vec_hit_turns"),
-        (list(range(len(best))), [r[0] for r in best], [r[1] for r in best],
-         [r[2] for r in best], [r[3] for r in best], [r[4] for r in best]),
+        (
+            list(range(len(best))),
+            [r[0] for r in best],
+            [r[1] for r in best],
+            [r[2] for r in best],
+            [r[3] for r in best],
+            [r[4] for r in best],
+        ),
         prepare=False,
     )
     turns_of = {i: text for i, text in texts}
@@ -254,7 +278,8 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         text = turns_of.get(i)
         turns = (
             [_envelope_turn(e, int(row[1])) for e in jsoncodec.loads_envelopes(text)]
-            if text else []
+            if text
+            else []
         )
         hits.append(SearchHit(row[0], int(row[1]), 1.0 - float(row[5]), turns))
     return hits
@@ -297,8 +322,9 @@ def check_model_op(spec: Any) -> Op[None]:
     return None
 
 
-def prepare_op(state: VectorState, model: Any = None, reset: bool = False
-               ) -> Op[tuple[Embedder, EmbeddingConfig]]:
+def prepare_op(
+    state: VectorState, model: Any = None, reset: bool = False
+) -> Op[tuple[Embedder, EmbeddingConfig]]:
     """The store's embedder, loaded and checked against (or recorded in) the database.
     ``model`` with ``reset`` switches the database to another model (drops all vectors)."""
     if state.ready is not None and not reset:
@@ -323,29 +349,38 @@ def wants_embedding_op(state: VectorState) -> Op[bool]:
     return recorded is not None
 
 
-def embed_op(state: VectorState, limit: int | None, batch: int, progress: Any,
-             session_id: uuid.UUID | None = None) -> Op[int]:
+def embed_op(
+    state: VectorState,
+    limit: int | None,
+    batch: int,
+    progress: Any,
+    session_id: uuid.UUID | None = None,
+) -> Op[int]:
     """Embed queued chunks (of one session, when given), ``batch`` per transaction, until
-    none is left (or ``limit`` chunks were stored, or a batch could store nothing).
-    Returns chunks stored."""
+    none is left (or ``limit`` chunks were stored, or three batches in a row could store
+    nothing: their chunks keep changing or are held by folds and purges; a later call
+    takes them). Returns chunks stored."""
     embedder, config = yield from prepare_op(state)
     if progress is not None:
         progress.total = yield from queue_count_op(session_id)
         progress.refresh()
     done = 0
+    idle = 0  # batches in a row that stored nothing (chunks changing or held by a fold)
     while limit is None or done < limit:
         size = batch if limit is None else min(batch, limit - done)
         result = yield from embed_batch_op(embedder, config.window_tokens, size, session_id)
         done += result.stored
         if progress is not None:
             progress.update(result.stored)
-        if result.claimed == 0 or result.stored == 0:
+        idle = idle + 1 if result.stored == 0 else 0
+        if result.claimed == 0 or idle == MAX_IDLE_BATCHES:
             break
     return done
 
 
-def search_query_op(ctx: Context, state: VectorState, scope: SearchScope, text_or_vector: Any
-                    ) -> Op[list[SearchHit]]:
+def search_query_op(
+    ctx: Context, state: VectorState, scope: SearchScope, text_or_vector: Any
+) -> Op[list[SearchHit]]:
     """Embed the query (a string) or check it (a vector), then :func:`search_op`."""
     if isinstance(text_or_vector, str):
         if not text_or_vector.strip():
@@ -361,7 +396,8 @@ def search_query_op(ctx: Context, state: VectorState, scope: SearchScope, text_o
         if len(vector) != recorded.dimension:
             raise InvalidInput(
                 f"the query vector has {len(vector)} dimensions; the stored vectors have "
-                f"{recorded.dimension} ({recorded.model})")
+                f"{recorded.dimension} ({recorded.model})"
+            )
     hits = yield from search_op(ctx, scope, vector_literal(vector))
     return hits
 

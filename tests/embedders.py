@@ -17,7 +17,9 @@ class HashEmbedder:
     """Each word adds a fixed pseudo-random unit direction; vectors are normalised. Tokens
     are words; a window holds ``window_tokens`` words."""
 
-    def __init__(self, dimension: int = 64, window_tokens: int = 32, name: str = "test/hash-words"):
+    def __init__(
+        self, dimension: int = 256, window_tokens: int = 32, name: str = "test/hash-words"
+    ) -> None:
         self._dimension = dimension
         self._window = window_tokens
         self._name = name
@@ -41,11 +43,15 @@ class HashEmbedder:
 
     def split(self, text: str, max_tokens: int) -> list[str]:
         words = text.split()
-        return [" ".join(words[i:i + max_tokens]) for i in range(0, len(words), max_tokens)] or [text]
+        return [" ".join(words[i : i + max_tokens]) for i in range(0, len(words), max_tokens)] or [
+            text
+        ]
 
     def _direction(self, word: str) -> list[float]:
-        digest = hashlib.sha256(word.lower().encode()).digest()
-        raw = (digest * ((self._dimension // len(digest)) + 1))[: self._dimension]
+        raw = b"".join(
+            hashlib.sha256(f"{block}:{word.lower()}".encode()).digest()
+            for block in range(self._dimension // 32 + 1)
+        )[: self._dimension]
         return [(b - 127.5) / 127.5 for b in raw]
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
