@@ -37,6 +37,10 @@ class Settings:
       (``"all-MiniLM-L6-v2"``, ``"BAAI/bge-m3"``), a local directory or an
       :class:`~shardstore.embedding.Embedder`. None: the model recorded in the database,
       else ``BAAI/bge-m3``. Loaded on first use, never downloaded.
+    - ``hnsw_ef_search``: candidates a tenant search asks each partition's HNSW index for
+      (at least 4 x k). Higher finds more of the true nearest neighbours and costs time;
+      with MiniLM vectors of single turns, 40 (pgvector's default) missed the nearest
+      turn for 2-3 of 8 questions, 100 for none (docs/architecture.md, "Search").
     """
 
     chunk_tokens: int = 10_000
@@ -51,6 +55,7 @@ class Settings:
     connect_timeout: float = 30.0
     background_fold: bool = True
     embedding_model: Any = None
+    hnsw_ef_search: int = 100
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunk_tokens, int) or self.chunk_tokens < 16:
@@ -92,6 +97,12 @@ class Settings:
             raise ConfigurationError(
                 "embedding_model must be a model name, a local path or an Embedder"
             )
+        if (
+            isinstance(self.hnsw_ef_search, bool)
+            or not isinstance(self.hnsw_ef_search, int)
+            or not 1 <= self.hnsw_ef_search <= 1000
+        ):
+            raise ConfigurationError("hnsw_ef_search must be an int between 1 and 1000")
         if self.default_tail_turns < 1:
             raise ConfigurationError("default_tail_turns must be >= 1")
 

@@ -246,7 +246,7 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         rows = yield Q(query("vec_search_exact"), _params(ctx, scope, vector, k), prepare=False)
         best = list(rows)
     else:
-        limit = min(MAX_CANDIDATES, max(40, 4 * k))
+        limit = min(MAX_CANDIDATES, max(ctx.settings.hnsw_ef_search, 4 * k))
         yield Tx.BEGIN
         while True:
             yield Q(query("vec_search_settings"), (str(limit),), fetch="none")

@@ -83,8 +83,9 @@ ON CONFLICT DO NOTHING;
 
 -- Records the embedding model, or checks it. A first call records it and types the vector
 -- column halfvec(p_dimension) with an HNSW cosine index (built on every partition). A call
--- with another model or dimension raises SS409 unless p_reset, which drops every vector,
--- retypes the column and queues every chunk again. Returns the configured row as jsonb.
+-- with another model or dimension raises SS409. p_reset (any model, the same one too)
+-- drops every vector, retypes the column and queues every chunk again. Returns the
+-- configured row as jsonb.
 CREATE FUNCTION shardstore.vec_configure_v1(p_model text, p_dimension integer,
                                             p_window_tokens integer, p_reset boolean)
 RETURNS jsonb
@@ -94,7 +95,7 @@ DECLARE
     cfg shardstore.embedding_config%ROWTYPE;
 BEGIN
     SELECT * INTO cfg FROM shardstore.embedding_config FOR UPDATE;
-    IF FOUND AND cfg.dimension = p_dimension
+    IF FOUND AND NOT p_reset AND cfg.dimension = p_dimension
        AND lower(regexp_replace(cfg.model, '^.*/', '')) = lower(regexp_replace(p_model, '^.*/', '')) THEN
         IF cfg.window_tokens <> p_window_tokens OR cfg.model <> p_model THEN
             UPDATE shardstore.embedding_config SET window_tokens = p_window_tokens, model = p_model
