@@ -30,7 +30,7 @@ from .errors import ConfigurationError, MissingDependency, ShardstoreError
 from .executor import run_async, run_sync
 from .ops import Op
 from .settings import parse_interval
-from .vector_ops import VectorState, wants_embedding_op
+from .vector_ops import VectorState, maintenance_backlog_op
 
 if TYPE_CHECKING:
     from .connector import AsyncConnector, Connector
@@ -131,9 +131,10 @@ class MaintenanceMethods:
         ``premake`` partitions are ahead or a step failed (see ``report.errors``).
 
         Then, with ``embed`` and an embedding model configured (this store's
-        ``embedding_model`` or one recorded in the database), embeds what is queued, idle
-        sessions' freshly folded chunks included (``report.chunks_embedded``); a model that
-        cannot load is reported in ``report.embedding_skipped`` without failing the run.
+        ``embedding_model`` or one recorded in the database), embeds as many chunks as were
+        queued at that moment, idle sessions' freshly folded chunks included
+        (``report.chunks_embedded``; a run ends even while writers keep queueing); a model
+        that cannot load is reported in ``report.embedding_skipped`` without failing the run.
         """
         report = self._maintain_partitions(
             dry_run, premake, retention, flush_idle, lock_timeout, archive
@@ -141,9 +142,10 @@ class MaintenanceMethods:
         if not embed or dry_run or report.already_running:
             return report
         try:
-            if not self._run(wants_embedding_op(self._vectors)):
+            backlog = self._run(maintenance_backlog_op(self._vectors))
+            if not backlog:
                 return report
-            return dataclasses.replace(report, chunks_embedded=self.embed())
+            return dataclasses.replace(report, chunks_embedded=self.embed(limit=backlog))
         except (MissingDependency, ConfigurationError) as exc:
             return dataclasses.replace(report, embedding_skipped=str(exc))
 
@@ -214,9 +216,11 @@ class AsyncMaintenanceMethods:
         if not embed or dry_run or report.already_running:
             return report
         try:
-            if not await self._run(wants_embedding_op(self._vectors)):
+            backlog = await self._run(maintenance_backlog_op(self._vectors))
+            if not backlog:
                 return report
-            return dataclasses.replace(report, chunks_embedded=await self.embed())
+            embedded = await self.embed(limit=backlog)
+            return dataclasses.replace(report, chunks_embedded=embedded)
         except (MissingDependency, ConfigurationError) as exc:
             return dataclasses.replace(report, embedding_skipped=str(exc))
 

@@ -341,12 +341,15 @@ def prepare_op(
     return state.ready
 
 
-def wants_embedding_op(state: VectorState) -> Op[bool]:
-    """Whether maintenance should embed: a model was given to this store or is recorded."""
-    if state.spec is not None:
-        return True
-    recorded = yield from config_op()
-    return recorded is not None
+def maintenance_backlog_op(state: VectorState) -> Op[int]:
+    """How many chunks a maintenance run should embed: those queued now (a run must end
+    even while writers keep queueing more), or 0 when no model is given or recorded."""
+    if state.spec is None:
+        recorded = yield from config_op()
+        if recorded is None:
+            return 0
+    count = yield from queue_count_op()
+    return count
 
 
 def embed_op(

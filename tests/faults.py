@@ -724,3 +724,45 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def check_vectors(dsn: str, purged: set[str], *, complete: bool) -> int:
+    """Invariants of the embedding tables, in one snapshot. Every vector row belongs to an
+    existing chunk of a live session, carries that session's tenant and agent, and covers
+    turns inside the chunk; no purged session has vectors or queue rows. With ``complete``
+    (the queue was drained and nothing wrote since): every chunk has vectors, and they
+    cover each of its turns. Returns the number of vector rows."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        orphans = conn.execute(
+            "SELECT v.session_id, v.chunk_seq FROM shardstore.chunk_vectors v"
+            " LEFT JOIN shardstore.agent_history h USING (session_id, chunk_seq, chunk_start)"
+            " LEFT JOIN shardstore.sessions s ON s.session_id = v.session_id"
+            " WHERE h.session_id IS NULL OR s.purged_at IS NOT NULL"
+            "    OR s.tenant_id <> v.tenant_id OR s.agent_id IS DISTINCT FROM v.agent_id"
+            "    OR v.first_turn_seq < h.first_turn_seq OR v.last_turn_seq < v.first_turn_seq"
+            "    OR v.last_turn_seq >= h.first_turn_seq + h.turn_count"
+        ).fetchall()
+        if orphans:
+            _fail(f"vectors without a matching live chunk: {orphans[:5]}")
+        for table in ("chunk_vectors", "embed_queue"):
+            rows = conn.execute(
+                f"SELECT DISTINCT session_id::text FROM shardstore.{table}"
+                " WHERE session_id::text = ANY (%s)",
+                (sorted(purged),),
+            ).fetchall()
+            if rows:
+                _fail(f"purged sessions still have {table} rows: {rows[:5]}")
+        if complete:
+            uncovered = conn.execute(
+                "SELECT h.session_id, h.chunk_seq, t.seq FROM shardstore.agent_history h,"
+                " generate_series(h.first_turn_seq, h.first_turn_seq + h.turn_count - 1) t(seq)"
+                " WHERE NOT EXISTS (SELECT 1 FROM shardstore.chunk_vectors v"
+                "  WHERE v.session_id = h.session_id AND v.chunk_seq = h.chunk_seq"
+                "    AND v.chunk_start = h.chunk_start AND t.seq BETWEEN v.first_turn_seq"
+                "    AND v.last_turn_seq) LIMIT 5"
+            ).fetchall()
+            if uncovered:
+                _fail(f"turns of folded chunks without vectors: {uncovered}")
+        row = conn.execute("SELECT count(*) FROM shardstore.chunk_vectors").fetchone()
+        return int(row[0]) if row else 0

@@ -1,8 +1,8 @@
 """Everything at once for a bounded time: 16 writer threads on one session, 16 on their own
-sessions, maintenance in a loop, purges of other sessions in a loop, and readers, on
-1-second partitions (so folds and maintenance create partitions all the while). Then: no
-deadlock, no error, no lost or duplicated turn, every invariant of tests.faults holds.
-(The embedding worker, issue 4, does not exist yet.)"""
+sessions, maintenance in a loop (which embeds too), two embedding workers, purges of other
+sessions in a loop, and readers (searches among them), on 1-second partitions (so folds
+and maintenance create partitions all the while). Then: no deadlock, no error, no lost or
+duplicated turn, every invariant of tests.faults holds, vectors included."""
 
 from __future__ import annotations
 
@@ -15,11 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import shardstore
-from tests.faults import Expected, batch_key, check_api, check_database, message
+from tests.embedders import HashEmbedder
+from tests.faults import (
+    Expected,
+    batch_key,
+    check_api,
+    check_database,
+    check_vectors,
+    message,
+)
 
 DURATION = float(os.environ.get("SHARDSTORE_CONCURRENCY_SECONDS", "12"))
 SHARED_WRITERS = 16
 OWN_WRITERS = 16
+EMBEDDERS = 2
 
 
 def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_path: Path) -> None:
@@ -28,6 +37,7 @@ def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_pat
         "partition_interval": timedelta(seconds=1),
         "premake": 2,
         "pool_max_size": 48,
+        "embedding_model": HashEmbedder(),
     }
     store = make_store(**settings)
     budget = store.settings.budget_tokens
@@ -104,9 +114,21 @@ def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_pat
             done += 1
         counts["purges"] = done
 
+    def embedder(worker: shardstore.Store, name: str) -> Callable[[], None]:
+        def body() -> None:
+            embedded = 0
+            while not stop.is_set():
+                embedded += worker.embed(batch_size=4)
+                time.sleep(0.02)
+            counts[name] = embedded
+
+        return body
+
     def reader() -> None:
         reads = 0
         while not stop.is_set():
+            store.search("message", tenant_id="conc", k=3)
+            store.search("message", session_id=shared, k=3)
             store.tail(shared, max_tokens=2000)
             turns = list(store.history(own[reads % OWN_WRITERS]))
             assert [t.turn_seq for t in turns] == list(range(len(turns)))
@@ -127,6 +149,12 @@ def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_pat
         threading.Thread(target=guard("purge", purger)),
         threading.Thread(target=guard("reader", reader)),
     ]
+    threads += [
+        threading.Thread(
+            target=guard(f"embed{i}", embedder(make_store(**settings), f"embedded{i}"))
+        )
+        for i in range(EMBEDDERS)
+    ]
     for t in threads:
         t.start()
     stop.wait(DURATION)
@@ -142,4 +170,9 @@ def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_pat
     check_api(store, str(store.dsn), [shared, *own])
     assert counts["maintenance_runs"] > 0 and counts["purges"] > 0 and counts["reads"] > 0
     assert rep.acked_turns > 0
+    assert sum(counts[f"embedded{i}"] for i in range(EMBEDDERS)) > 0
+    check_vectors(str(store.dsn), set(purged), complete=False)
+    store.maintain(flush_idle=timedelta(0))  # fold everything, then embed what is queued
+    vectors = check_vectors(str(store.dsn), set(purged), complete=True)
+    assert vectors > 0
     print(f"\nconcurrency: {rep.acked_turns} turns acknowledged, counts {counts}, {rep}")
