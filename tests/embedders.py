@@ -25,6 +25,7 @@ class HashEmbedder:
         self._name = name
         self.calls = 0
         self.texts_embedded = 0
+        self._directions: dict[str, list[float]] = {}
 
     @property
     def name(self) -> str:
@@ -48,11 +49,16 @@ class HashEmbedder:
         ]
 
     def _direction(self, word: str) -> list[float]:
+        cached = self._directions.get(word.lower())
+        if cached is not None:
+            return cached
         raw = b"".join(
             hashlib.sha256(f"{block}:{word.lower()}".encode()).digest()
             for block in range(self._dimension // 32 + 1)
         )[: self._dimension]
-        return [(b - 127.5) / 127.5 for b in raw]
+        direction = [(b - 127.5) / 127.5 for b in raw]
+        self._directions[word.lower()] = direction
+        return direction
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         self.calls += 1
