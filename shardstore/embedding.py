@@ -236,6 +236,15 @@ def make_embedder(spec: Any) -> Embedder:
 # ------------------------------------------------------------------ text and windows
 
 
+def model_safe(text: str) -> str:
+    """``text`` as tokenizers accept it: lone surrogates (which a stored message may hold,
+    jsoncodec keeps them exactly) become U+FFFD, NUL characters spaces."""
+    if text.isascii():
+        return text.replace("\x00", " ")
+    fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return fixed.replace("\x00", " ")
+
+
 def message_text(message: dict[str, Any]) -> str:
     """The searchable text of a message: its role, text content (string or text parts), a
     tool's name and the tool calls it makes. Other fields are metadata, not meaning."""
@@ -260,7 +269,7 @@ def message_text(message: dict[str, Any]) -> str:
     name = message.get("name")
     head = f"{role} {name}" if isinstance(name, str) and name else role
     body = "\n".join(p for p in parts if p)
-    return f"{head}: {body}" if head else body
+    return model_safe(f"{head}: {body}" if head else body)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from .embedding import (
     is_embedder,
     make_embedder,
     message_text,
+    model_safe,
     model_identity,
     plan_windows,
     vector_literal,
@@ -389,7 +390,7 @@ def search_query_op(
         if not text_or_vector.strip():
             raise InvalidInput("the search query is empty")
         embedder, _ = yield from prepare_op(state)
-        vectors = yield Call(embedder.embed, ([text_or_vector],))
+        vectors = yield Call(embedder.embed, ([model_safe(text_or_vector)],))
         vector = vectors[0]
     else:
         vector = _as_vector(text_or_vector)

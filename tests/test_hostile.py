@@ -610,6 +610,38 @@ WRONG: list[tuple[str, Callable[[Any, uuid.UUID], Any], type[Exception]]] = [
         shardstore.ConfigurationError,
     ),
     ("maintain archive int", lambda s, i: s.maintain(archive=5), shardstore.ConfigurationError),
+    ("search no scope", lambda s, i: s.search("x"), shardstore.InvalidInput),
+    ("search k str", lambda s, i: s.search("x", tenant_id="acme", k="5"), shardstore.InvalidInput),
+    ("search k huge", lambda s, i: s.search("x", session_id=i, k=10**9), shardstore.InvalidInput),
+    ("search tenant int", lambda s, i: s.search("x", tenant_id=5), shardstore.InvalidInput),
+    ("search session bad", lambda s, i: s.search("x", session_id="x'--"), shardstore.InvalidInput),
+    (
+        "search agent NUL",
+        lambda s, i: s.search("x", tenant_id="acme", agent_id="a\x00"),
+        shardstore.InvalidInput,
+    ),
+    (
+        "search since naive",
+        lambda s, i: s.search("x", tenant_id="acme", since=datetime(2020, 1, 1)),
+        shardstore.InvalidInput,
+    ),
+    (
+        "search until str",
+        lambda s, i: s.search("x", tenant_id="acme", until="2020-01-01"),
+        shardstore.InvalidInput,
+    ),
+    ("search query dict", lambda s, i: s.search({"a": 1}, session_id=i), shardstore.InvalidInput),
+    ("search query None", lambda s, i: s.search(None, session_id=i), shardstore.InvalidInput),
+    (
+        "search vector nan",
+        lambda s, i: s.search([float("nan")], session_id=i),
+        shardstore.InvalidInput,
+    ),
+    ("search query blank", lambda s, i: s.search("  ", session_id=i), shardstore.InvalidInput),
+    ("embed batch 0", lambda s, i: s.embed(batch_size=0), shardstore.InvalidInput),
+    ("embed batch str", lambda s, i: s.embed(batch_size="4"), shardstore.InvalidInput),
+    ("embed limit -1", lambda s, i: s.embed(limit=-1), shardstore.InvalidInput),
+    ("embed session bad", lambda s, i: s.embed(session_id=5), shardstore.InvalidInput),
     ("tail unknown", lambda s, i: s.tail(uuid.uuid4()), shardstore.SessionNotFound),
     (
         "append unknown",
@@ -617,6 +649,36 @@ WRONG: list[tuple[str, Callable[[Any, uuid.UUID], Any], type[Exception]]] = [
         shardstore.SessionNotFound,
     ),
 ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=FIXTURE_OK)
+@given(text=hostile_text, tenant=hostile_text)
+def test_hostile_search_text_finds_or_refuses(
+    searchable: tuple[shardstore.Store, uuid.UUID], dsn: str, text: str, tenant: str
+) -> None:
+    store, sid = searchable
+    before = db_state(dsn)
+    for scope in ({"session_id": sid}, {"tenant_id": tenant}):
+        try:
+            hits = store.search(text, **scope)  # type: ignore[arg-type]
+        except shardstore.InvalidInput:
+            continue
+        assert all(h.session_id == sid for h in hits)
+        if "tenant_id" in scope and tenant != "acme":
+            assert hits == []
+    assert db_state(dsn) == before
+
+
+@pytest.fixture
+def searchable(make_store: Callable[..., shardstore.Store]) -> tuple[shardstore.Store, uuid.UUID]:
+    from tests.embedders import HashEmbedder
+
+    store = make_store(embedding_model=HashEmbedder())
+    sid = store.create_session("acme", "u")
+    store.append_turns(sid, [{"role": "user", "content": f"turn {i} \ud800 x"} for i in range(5)])
+    store.flush(sid)
+    assert store.embed() == 1
+    return store, sid
 
 
 @pytest.fixture
