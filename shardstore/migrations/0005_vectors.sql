@@ -46,6 +46,9 @@ CREATE TABLE shardstore.chunk_vectors (
     embedding      halfvec NOT NULL,
     PRIMARY KEY (session_id, chunk_seq, chunk_start, window_no)
 ) PARTITION BY RANGE (chunk_start);
+-- A small tenant's windows are found faster by this index and an exact sort than by a
+-- filtered HNSW scan; the planner picks per query (benchmarks/results/search_scale.md).
+CREATE INDEX chunk_vectors_tenant ON shardstore.chunk_vectors (tenant_id);
 
 INSERT INTO shardstore.purge_targets
        (table_name, chunk_column, chunk_start_column, position, note)
