@@ -20,8 +20,8 @@ def test_search_scale_quick(server_dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     cmd = [
         sys.executable, str(SCRIPT), "--quick", "--dsn", server_dsn, "--out-dir", str(out),
-        "--chunks", "2000", "--partitions", "2,3", "--queries", "20", "--warmup", "2",
-        "--variants", "largest",
+        "--chunks", "2000", "--partitions", "2,3", "--queries", "20", "--big-queries", "10",
+        "--variant-queries", "5", "--warmup", "2", "--variants", "largest",
     ]
     proc = subprocess.run(
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
@@ -31,11 +31,13 @@ def test_search_scale_quick(server_dsn: str, tmp_path: Path) -> None:
     for section in ("## Targets", "## 1. store.search", "## 2. Setting variants",
                     "## 3. Load and HNSW build", "## 4. Plans"):
         assert section in md, section
-    rows = re.findall(r"^\| (\d+) \| ([^|]+) \| ([0-9.]+) \|", md, flags=re.MULTILINE)
-    store_rows = [r for r in rows if r[1].startswith("store.search (")]
-    assert [int(r[0]) for r in store_rows] == [2, 3]
-    assert any("btree" in r[1] for r in rows) and any("HNSW forced" in r[1] for r in rows)
-    assert all(0.0 <= float(r[2]) <= 1.0 for r in rows)
+    # | partitions | tenant | path | recall@10 | ...
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \| ([0-9.]+) \|", md, flags=re.MULTILINE)
+    store_rows = [r for r in rows if r[2].startswith("store.search (")]
+    assert sorted({int(r[0]) for r in store_rows}) == [2, 3]
+    assert {r[1].split()[0] for r in store_rows} == {"small", "big"}
+    assert any("HNSW forced" in r[2] for r in rows) and any("exact" in r[2] for r in rows)
+    assert all(0.0 <= float(r[3]) <= 1.0 for r in rows)
 
     data = json.loads((out / "search_scale.json").read_text(encoding="utf-8"))
     assert [x["partitions"] for x in data["layouts"]] == [2, 3]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -214,10 +215,19 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     assert "chunks (" in out and "sealed" in out
     assert "partitions of agent_history (every 7 days" in out
     assert "agent_history_p" in out
+    # the recall part: a short session embedded with MiniLM, a fact found by a paraphrase
+    from shardstore.cli_search import DEMO_FACTS, DEMO_QUESTION
+
+    memory = re.search(r"of a (\d+)-turn session", out)
+    assert memory, out
+    assert repr(DEMO_QUESTION) in out and "1. score" in out
+    assert DEMO_FACTS[0][:40] in out
 
     stats = cli("stats", "--json").json()
-    assert (stats["sessions"], stats["turns"]) == (1, 200)
+    assert (stats["sessions"], stats["turns"]) == (2, 200 + int(memory.group(1)))
     assert stats["chunks"] >= 1
+    plain = cli("demo", "--turns", "20", "--tenant", "t3", "--no-search")
+    assert plain.rc == 0 and "search (" not in plain.out
 
     doc = cli(
         "demo", "--turns", "200", "--seed", "5", "--tenant", "t2", "--batch", "7", "--json"
@@ -244,7 +254,7 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     # the demo session's history is exactly the synthetic conversation
     history = cli("history", doc["session_id"], "--json").json_lines()
     assert [t["message"] for t in history] == synthetic.messages(5, 200)
-    assert cli("stats", "--json").json()["turns"] == 400
+    assert cli("stats", "--json").json()["turns"] == 420 + int(memory.group(1))  # + --no-search run
 
 
 def test_errors_exit_with_status_2(cli: Cli) -> None:
