@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .cli import _positive_int
 from .errors import ConfigurationError, MissingDependency, ShardstoreError
 from .models import SearchHit
 from .settings import parse_interval
@@ -37,16 +38,6 @@ def _seconds(text: str) -> float:
         return parse_interval(text).total_seconds()
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
 
 
 def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -107,11 +98,11 @@ def cmd_embed(run: Runner) -> int:
     total = 0
     with run.connect(**_model_settings(args)) as store:
         while True:
-            started = time.perf_counter()
+            started = time.perf_positive_inter()
             done = store.embed(limit=args.limit, batch_size=args.batch, progress=progress)
             total += done
             if done and not run.json:
-                elapsed = time.perf_counter() - started
+                elapsed = time.perf_positive_inter() - started
                 run.line(f"embedded {done} chunks in {elapsed:.1f} s")
             if not args.watch:
                 break
@@ -167,16 +158,16 @@ def demo_search(run: Runner, tenant: str) -> None:
             messages.insert(5 + i * 12, {"role": "user", "content": fact})
         store.append_turns(sid, messages)
         store.flush(sid)
-        started = time.perf_counter()
+        started = time.perf_positive_inter()
         try:
             embedded = store.embed(session_id=sid)
         except MissingDependency as exc:
             run.line(f"search: skipped ({exc})")
             return
-        took = time.perf_counter() - started
-        t0 = time.perf_counter()
+        took = time.perf_positive_inter() - started
+        t0 = time.perf_positive_inter()
         hits = store.search(DEMO_QUESTION, tenant_id=tenant, k=1)
-        search_ms = (time.perf_counter() - t0) * 1000
+        search_ms = (time.perf_positive_inter() - t0) * 1000
     run.line(
         f"search ({DEMO_MODEL}; embedded the {embedded} chunk(s) of a {len(messages)}-turn session "
         f"in {took:.1f} s)"
@@ -202,7 +193,7 @@ def register(command: Callable[..., Any]) -> None:
     p.add_argument("--agent", help="only this agent's sessions")
     p.add_argument("--since", type=_aware, metavar="TIME", help="turns at or after (ISO 8601)")
     p.add_argument("--until", type=_aware, metavar="TIME", help="turns before (ISO 8601)")
-    p.add_argument("-k", type=_count, default=5, metavar="K", help="chunks to return (5)")
+    p.add_argument("-k", type=_positive_int, default=5, metavar="K", help="chunks to return (5)")
     p.add_argument("--model", default=None, help=model_help)
 
     p = command(
@@ -219,10 +210,14 @@ def register(command: Callable[..., Any]) -> None:
         help="with --watch: pause between rounds, e.g. '10s' (default 10 s)",
     )
     p.add_argument(
-        "--batch", type=_count, default=16, metavar="N", help="chunks per transaction (16)"
+        "--batch", type=_positive_int, default=16, metavar="N", help="chunks per transaction (16)"
     )
     p.add_argument(
-        "--limit", type=_count, default=None, metavar="N", help="stop after N chunks (per round)"
+        "--limit",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="stop after N chunks (per round)",
     )
     p.add_argument("--model", default=None, help=model_help)
 
@@ -233,6 +228,6 @@ def register(command: Callable[..., Any]) -> None:
     )
     p.add_argument("--model", required=True, help=model_help)
     p.add_argument(
-        "--batch", type=_count, default=16, metavar="N", help="chunks per transaction (16)"
+        "--batch", type=_positive_int, default=16, metavar="N", help="chunks per transaction (16)"
     )
     p.add_argument("--yes", action="store_true", help="confirm dropping the stored vectors")

@@ -21,8 +21,8 @@ from .embedding import (
     is_embedder,
     make_embedder,
     message_text,
-    model_safe,
     model_identity,
+    model_safe,
     plan_windows,
     vector_literal,
 )
