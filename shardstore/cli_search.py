@@ -98,11 +98,11 @@ def cmd_embed(run: Runner) -> int:
     total = 0
     with run.connect(**_model_settings(args)) as store:
         while True:
-            started = time.perf_positive_inter()
+            started = time.perf_counter()
             done = store.embed(limit=args.limit, batch_size=args.batch, progress=progress)
             total += done
             if done and not run.json:
-                elapsed = time.perf_positive_inter() - started
+                elapsed = time.perf_counter() - started
                 run.line(f"embedded {done} chunks in {elapsed:.1f} s")
             if not args.watch:
                 break
@@ -158,16 +158,16 @@ def demo_search(run: Runner, tenant: str) -> None:
             messages.insert(5 + i * 12, {"role": "user", "content": fact})
         store.append_turns(sid, messages)
         store.flush(sid)
-        started = time.perf_positive_inter()
+        started = time.perf_counter()
         try:
             embedded = store.embed(session_id=sid)
         except MissingDependency as exc:
             run.line(f"search: skipped ({exc})")
             return
-        took = time.perf_positive_inter() - started
-        t0 = time.perf_positive_inter()
+        took = time.perf_counter() - started
+        t0 = time.perf_counter()
         hits = store.search(DEMO_QUESTION, tenant_id=tenant, k=1)
-        search_ms = (time.perf_positive_inter() - t0) * 1000
+        search_ms = (time.perf_counter() - t0) * 1000
     run.line(
         f"search ({DEMO_MODEL}; embedded the {embedded} chunk(s) of a {len(messages)}-turn session "
         f"in {took:.1f} s)"
