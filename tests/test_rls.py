@@ -283,3 +283,31 @@ def test_connect_works_for_a_role_without_ddl_rights(world: World) -> None:
     with _tenant_conn(world, "acme") as conn:
         store = shardstore.connect(conn)
         assert store.session(world.acme).tenant_id == "acme"
+
+
+def test_search_and_vectors_are_scoped(world: World) -> None:
+    from tests.embedders import HashEmbedder
+
+    owner = shardstore.connect(world.dsn, embedding_model=HashEmbedder())
+    try:
+        assert owner.embed() > 0
+    finally:
+        owner.close()
+    with _tenant_conn(world, "acme") as conn:
+        store = rls.connect_tenant(conn, embedding_model=HashEmbedder())
+        mine = store.search("acme 7", tenant_id="acme", k=50)
+        assert mine and {h.session_id for h in mine} == {world.acme}
+        # another tenant's vectors are invisible, whatever the call names
+        assert store.search("globex 7", tenant_id="globex", k=50) == []
+        assert store.search("globex 7", session_id=world.other, k=50) == []
+        rows = conn.execute("SELECT DISTINCT tenant_id FROM shardstore.chunk_vectors").fetchall()
+        assert rows == [("acme",)]
+        queued = conn.execute("SELECT DISTINCT session_id FROM shardstore.embed_queue").fetchall()
+        assert set(queued) <= {(world.acme,)}
+        # the model record is global: read, never changed by a tenant
+        for sql in (
+            "DELETE FROM shardstore.embedding_config",
+            "UPDATE shardstore.embedding_config SET model = 'other'",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql)
