@@ -106,7 +106,10 @@ def cmd_embed(run: Runner) -> int:
                 run.line(f"embedded {done} chunks in {elapsed:.1f} s")
             if not args.watch:
                 break
-            time.sleep(args.interval)
+            try:
+                time.sleep(args.interval)
+            except KeyboardInterrupt:  # ^C between rounds ends a watch normally
+                break
     if run.json:
         run.emit({"embedded": total})
     elif total == 0:

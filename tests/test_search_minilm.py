@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from contextlib import redirect_stdout
 from typing import Any
 
@@ -120,6 +121,22 @@ def test_cli_embed_then_search(dsn: str) -> None:
     assert code == 0 and json.loads(text) == {"embedded": 1}
     code, text = run("embed")  # the recorded model is used
     assert code == 0 and "nothing to embed" in text
+    # --watch embeds, sleeps, embeds again... until ^C (here: during the first pause)
+    store = shardstore.connect(dsn)
+    try:
+        store.append_turn(sid, {"role": "user", "content": "Our wifi password is tulip-42."})
+        store.flush(sid)
+    finally:
+        store.close()
+
+    def interrupt(seconds: float) -> None:
+        assert seconds == 2.0
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(time, "sleep", interrupt)
+        code, text = run("embed", "--watch", "--interval", "2s")
+    assert code == 0 and "embedded 1 chunks" in text
     code, text = run("search", "what is my dog called?", "--session", str(sid), "-k", "1")
     assert code == 0 and "Biscuit" in text and "1. score" in text
     code, text = run("search", "anything")  # no scope: refused with a hint
