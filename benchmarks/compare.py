@@ -47,7 +47,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_core as bc
 
 import shardstore
-from shardstore import jsoncodec, synthetic
+from shardstore import jsoncodec
+from shardstore.demo import synthetic
 from shardstore.tokens import make_counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))

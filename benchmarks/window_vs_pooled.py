@@ -60,7 +60,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shardstore import jsoncodec, synthetic  # noqa: E402
+from shardstore import jsoncodec  # noqa: E402
+from shardstore.demo import synthetic  # noqa: E402
 from shardstore.embedding import (  # noqa: E402
     SentenceTransformerEmbedder,
     Window,

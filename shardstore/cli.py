@@ -28,8 +28,8 @@ from typing import Any, TextIO
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import synthetic
 from .connector import resolve_dsn
+from .demo import synthetic
 from .errors import DatabaseUnavailable, ShardstoreError
 from .models import AppendResult, Chunk, PartitionInfo, Stats, Turn
 from .settings import parse_interval

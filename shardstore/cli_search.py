@@ -145,7 +145,7 @@ DEMO_QUESTION = "which number should I quote about getting my money back?"
 
 def demo_search(run: Runner, tenant: str) -> None:
     """Embed a short conversation with planted facts and find one with a paraphrase."""
-    from . import synthetic
+    from .demo import synthetic
 
     run.line()
     try:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from shardstore import synthetic
 from shardstore.cli import main
+from shardstore.demo import synthetic
 
 
 @dataclass

