@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import itertools
 import json
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shardstore.cli import main
+from shardstore.cli import build_parser, main
 from shardstore.demo import synthetic
 
 
@@ -216,7 +217,7 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     assert "partitions of agent_history (every 7 days" in out
     assert "agent_history_p" in out
     # the recall part: a short session embedded with MiniLM, a fact found by a paraphrase
-    from shardstore.cli_search import DEMO_FACTS, DEMO_QUESTION
+    from shardstore.demo import DEMO_FACTS, DEMO_QUESTION
 
     memory = re.search(r"of a (\d+)-turn session", out)
     assert memory, out
@@ -336,6 +337,68 @@ def test_python_dash_m_runs_the_cli(dsn: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["sessions"] == 0
+
+
+def _command_parsers(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every parser of the command tree below ``parser``, nested ones included, by path."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append(((*path, name), sub))
+                found.extend(_command_parsers(sub, (*path, name)))
+    return found
+
+
+def test_global_options_are_accepted_after_every_command() -> None:
+    commands = _command_parsers(build_parser())
+    paths = {path for path, _ in commands}
+    assert {("stats",), ("purge",), ("purge", "session"), ("purge", "before")} <= paths
+    for path, sub in commands:
+        options = {opt for action in sub._actions for opt in action.option_strings}
+        assert {"--dsn", "--json", "--connect-timeout"} <= options, path
+
+
+@pytest.mark.parametrize(
+    ("argv", "dsn", "as_json", "timeout"),
+    [
+        (["stats"], None, False, 10.0),
+        (["--dsn", "A", "--json", "--connect-timeout", "3", "stats"], "A", True, 3.0),
+        (["stats", "--dsn", "B", "--json", "--connect-timeout", "4"], "B", True, 4.0),
+        (["--dsn", "A", "stats", "--dsn", "B"], "B", False, 10.0),  # the later one wins
+        (["purge", "session", "S", "--connect-timeout", "5"], None, False, 5.0),
+        (["purge", "before", "30 days", "--dsn", "D", "--json"], "D", True, 10.0),
+        (["purge", "--json", "tenant", "--tenant", "t", "--dsn", "D"], "D", True, 10.0),
+        (
+            [
+                *("--dsn", "A", "--json", "--connect-timeout", "2"),
+                *("purge", "range", "S", "--before-turn", "1"),
+            ],
+            "A",
+            True,
+            2.0,
+        ),
+        (["maintain", "--dry-run", "--connect-timeout", "1.5", "--dsn", "M"], "M", False, 1.5),
+    ],
+)
+def test_global_options_before_or_after_nested_commands(
+    argv: list[str], dsn: str | None, as_json: bool, timeout: float
+) -> None:
+    args = build_parser().parse_args(argv)
+    assert (args.dsn, args.json, args.connect_timeout) == (dsn, as_json, timeout)
+
+
+def test_global_options_after_the_command_reach_the_database(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["stats", "--json", "--dsn", dsn, "--connect-timeout", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["sessions"] == 0
+    unreachable = "postgresql://nobody@/x?host=/nonexistent-dir"
+    rc = main(["--connect-timeout", "0.5", "stats", "--dsn", unreachable])
+    assert rc == 2 and capsys.readouterr().err.startswith("error: cannot connect")
 
 
 # ---------------------------------------------------------------- synthetic conversations

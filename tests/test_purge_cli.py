@@ -13,7 +13,7 @@ import pytest
 
 import shardstore
 from shardstore.cli import UsageError, main
-from shardstore.cli_purge import parse_time
+from shardstore.cli.args import parse_time
 
 from .test_purge_support import converse, hits, table_rows
 
@@ -146,3 +146,38 @@ def test_parse_time() -> None:
     assert offset == datetime(2026, 1, 31, 11, tzinfo=UTC)
     with pytest.raises(UsageError):
         parse_time("soon")
+
+
+def test_global_options_after_nested_purge_forms(
+    store: shardstore.Store, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = store.create_session("acme", "user:g")
+    converse(store, sid, "GLOBALMARK", 6)
+    store.drain_folds()
+    capsys.readouterr()
+
+    # every global option after the nested form (this used to fail: "unrecognized arguments")
+    rc = main(
+        ["purge", "session", str(sid), "--yes", "--dsn", dsn, "--json", "--connect-timeout", "5"]
+    )
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    doc = json.loads(captured.out)
+    assert doc["kind"] == "session" and doc["session_ids"] == [str(sid)]
+    assert hits(table_rows(dsn), "GLOBALMARK") == []
+
+    # --dsn and --connect-timeout after the form are the ones used
+    unreachable = "postgresql://nobody@/x?host=/nonexistent-dir"
+    rc = main(
+        ["purge", "tenant", "--tenant", "acme", "--dsn", unreachable, "--connect-timeout", "0.5"]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("error: cannot connect to the database") and "Traceback" not in err
+
+    # --json between ``purge`` and its form, --dsn after it
+    rc = main(["purge", "--json", "range", str(uuid.uuid4()), "--before-turn", "1", "--dsn", dsn])
+    captured = capsys.readouterr()
+    assert (
+        rc == 2 and captured.err.startswith("error: session ") and "does not exist" in captured.err
+    )

@@ -1,5 +1,5 @@
-"""``shardstore maintain``: one partition maintenance run (registered by
-shardstore.cli.build_parser; ``python -m partition_manager`` runs the same command).
+"""``shardstore maintain``: one partition maintenance run (``python -m partition_manager``
+runs the same command).
 
 Exit status: 0 when the run left the current partition and ``--premake`` ahead attached and
 no step failed, and also when another run held the maintenance lock ("already running": that
@@ -10,52 +10,18 @@ database cannot be reached; 1 for an unexpected failure.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
 
 from partition_manager.runner import format_report
 
-from .errors import ConfigurationError
-from .settings import Settings, parse_interval
-
-if TYPE_CHECKING:
-    from .cli import Runner
-
-EXIT_UNHEALTHY = 3
-
-
-def _interval(text: str) -> timedelta:
-    try:
-        return parse_interval(text)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _lock_timeout(text: str) -> timedelta:
-    value = text.strip().lower()
-    try:
-        if value.endswith("ms"):
-            return timedelta(milliseconds=float(value[:-2]))
-        return timedelta(seconds=float(value.rstrip("s")))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"cannot read lock timeout {text!r}; write e.g. '200ms' or '1.5s'"
-        ) from None
-
-
-def _premake(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1000: {value}")
-    return value
+from ...settings import Settings
+from ..app import EXIT_OK, EXIT_UNHEALTHY, Commands, Runner
+from ..args import int_between, interval, lock_timeout
 
 
 def cmd_maintain(run: Runner) -> int:
+    """Run one maintenance pass and print its report; the exit status is as the module
+    says (0 healthy or already running, 3 unhealthy)."""
     args = run.args
     # connect() premakes too: keep that to the current partition, so that the run (and a dry
     # run's plan) is what does and reports the rest
@@ -74,32 +40,32 @@ def cmd_maintain(run: Runner) -> int:
     else:
         run.line(format_report(report))
     if report.already_running or report.healthy:
-        return 0
+        return EXIT_OK
     return EXIT_UNHEALTHY
 
 
-def register(command: Callable[..., Any]) -> None:
-    """Add this module's subcommands with ``command(name, handler, help) -> parser``."""
-    p = command(
+def register(commands: Commands) -> None:
+    """Add ``maintain``."""
+    p = commands.add(
         "maintain",
-        cmd_maintain,
         "partition maintenance: create partitions ahead, fold idle sessions' buffers, apply "
         "retention, embed new chunks (exit 3 when fewer than --premake partitions are ahead "
         "afterwards)",
+        cmd_maintain,
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan; change nothing, take no lock"
     )
     p.add_argument(
         "--premake",
-        type=_premake,
+        type=int_between(0, 1000),
         default=None,
         metavar="N",
         help="partitions kept ready ahead of the current one (default 4)",
     )
     p.add_argument(
         "--retention",
-        type=_interval,
+        type=interval,
         default=None,
         metavar="INTERVAL",
         help="drop partitions (and sessions, buffered turns) older than this, e.g. '90 days' "
@@ -107,7 +73,7 @@ def register(command: Callable[..., Any]) -> None:
     )
     p.add_argument(
         "--flush-idle",
-        type=_interval,
+        type=interval,
         default=timedelta(minutes=5),
         metavar="INTERVAL",
         help="fold the buffers of sessions without a turn for this long (default '5 minutes')",
@@ -127,7 +93,7 @@ def register(command: Callable[..., Any]) -> None:
     )
     p.add_argument(
         "--lock-timeout",
-        type=_lock_timeout,
+        type=lock_timeout,
         default=timedelta(seconds=1),
         metavar="DURATION",
         help="longest wait for any lock, e.g. '200ms', '2s' (default 1s); writers never "

@@ -8,78 +8,44 @@
 
 Every form takes ``--dry-run`` (report what would go, remove nothing), ``--vacuum`` (vacuum
 what was touched), ``--yes`` (no confirmation prompt; the prompt only appears when stdin and
-stderr are terminals) and ``--json``. TIME is an ISO 8601 date or time (UTC unless it
-names a zone) or an age such as ``90 days`` (that long before now).
+stderr are terminals) and the global options (``--json``, ``--dsn``, ``--connect-timeout``).
+TIME is an ISO 8601 date or time (UTC unless it names a zone) or an age such as ``90 days``
+(that long before now).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
-from .cli import (
-    Runner,
-    UsageError,
-    _kv,
-    _non_negative_int,
-    _num,
-    _positive_int,
-    _printable,
-    _size,
-    format_table,
-)
-from .errors import ConfigurationError
-from .purge import DEFAULT_BATCH_SIZE, PurgeReport
-from .settings import parse_interval
+from ...purge import DEFAULT_BATCH_SIZE, PurgeReport
+from ..app import Commands, Runner
+from ..args import non_negative_int, parse_time, positive_int
+from ..output import format_table, kv, num, printable, size
 
 
-def parse_time(text: str, *, now: datetime | None = None) -> datetime:
-    """An ISO 8601 date/time (UTC when it names no zone) or an age like '90 days'."""
-    try:
-        age = parse_interval(text)
-    except ConfigurationError:
-        pass
-    else:
-        return (now or datetime.now(UTC)) - age
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise UsageError(
-            f"cannot read time {text!r}: write an ISO 8601 time such as 2026-01-31 or "
-            "2026-01-31T12:00:00+01:00, or an age such as '90 days'"
-        ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def register(command: Callable[..., Any]) -> None:
+def register(commands: Commands) -> None:
     """Add ``purge`` and its forms (session, subject, tenant, range, before)."""
-    parser = command(
+    parser = commands.add(
         "purge",
-        cmd_purge,
         "GDPR purge: remove sessions, a data subject, a tenant, a session's oldest turns, "
         "or everything older than a time, leaving tombstones",
+        cmd_purge,
     )
-    forms = parser.add_subparsers(dest="purge_kind", metavar="WHAT", required=True)
+    forms = commands.nested(parser, "purge_kind")
 
     def form(name: str, help_text: str, *, batched: bool) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = forms.add_parser(name, help=help_text, description=help_text)
+        p = forms.add(name, help_text)
         p.add_argument(
             "--dry-run", action="store_true", help="report what would go; remove nothing"
         )
         p.add_argument("--vacuum", action="store_true", help="VACUUM the tables touched")
         p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-        # global options are accepted after the form too
-        p.add_argument("--dsn", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        p.add_argument(
-            "--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
-        )
         if batched:
             p.add_argument(
                 "--batch-size",
-                type=_positive_int,
+                type=positive_int,
                 default=DEFAULT_BATCH_SIZE,
                 metavar="N",
                 help=f"sessions per transaction (default {DEFAULT_BATCH_SIZE})",
@@ -106,7 +72,7 @@ def register(command: Callable[..., Any]) -> None:
     p.add_argument("session_id", metavar="SESSION_ID")
     cut = p.add_mutually_exclusive_group(required=True)
     cut.add_argument(
-        "--before-turn", type=_non_negative_int, metavar="N", help="purge turns with turn_seq < N"
+        "--before-turn", type=non_negative_int, metavar="N", help="purge turns with turn_seq < N"
     )
     cut.add_argument("--before", metavar="TIME", help="purge turns written before TIME")
 
@@ -129,19 +95,17 @@ def register(command: Callable[..., Any]) -> None:
 def _describe(args: argparse.Namespace) -> str:
     kind = args.purge_kind
     if kind == "session":
-        return f"session {_printable(args.session_id)}"
+        return f"session {printable(args.session_id)}"
     if kind == "subject":
-        subject, tenant = _printable(args.subject), _printable(args.tenant)
+        subject, tenant = printable(args.subject), printable(args.tenant)
         return f"every session of subject {subject!r} (tenant {tenant!r})"
     if kind == "tenant":
-        return f"every session of tenant {_printable(args.tenant)!r}"
+        return f"every session of tenant {printable(args.tenant)!r}"
     if kind == "range":
-        cut = (
-            f"turn {args.before_turn}" if args.before_turn is not None else _printable(args.before)
-        )
-        return f"the turns of session {_printable(args.session_id)} before {cut}"
-    scope = f" of tenant {_printable(args.tenant)!r}" if args.tenant else ""
-    return f"every turn{scope} written before {_printable(args.time)}"
+        cut = f"turn {args.before_turn}" if args.before_turn is not None else printable(args.before)
+        return f"the turns of session {printable(args.session_id)} before {cut}"
+    scope = f" of tenant {printable(args.tenant)!r}" if args.tenant else ""
+    return f"every turn{scope} written before {printable(args.time)}"
 
 
 def _confirm(run: Runner) -> bool:
@@ -155,6 +119,8 @@ def _confirm(run: Runner) -> bool:
 
 
 def cmd_purge(run: Runner) -> int:
+    """Run one purge form (after confirmation on a terminal) and print its report; 0 when
+    it ran, 1 when the confirmation was declined (nothing purged)."""
     args = run.args
     kind = args.purge_kind
     before = parse_time(args.before) if kind == "range" and args.before is not None else None
@@ -201,17 +167,18 @@ def cmd_purge(run: Runner) -> int:
 
 
 def print_report(run: Runner, report: PurgeReport, what: str) -> None:
-    """The human form of a purge report."""
+    """The human form of a purge report: a headline naming ``what``, a summary, and the
+    per-table (and per-partition) rows and bytes."""
     head = "dry run, nothing removed: would purge" if report.dry_run else "purged"
     run.line(f"{head} {what}")
     run.line()
     pairs = [
         (
             "sessions",
-            f"{_num(report.sessions_affected)} affected"
-            + (f", {_num(report.tombstoned)} tombstoned" if report.tombstoned else ""),
+            f"{num(report.sessions_affected)} affected"
+            + (f", {num(report.tombstoned)} tombstoned" if report.tombstoned else ""),
         ),
-        ("removed", f"{_num(report.rows)} rows, {_size(report.bytes)}"),
+        ("removed", f"{num(report.rows)} rows, {size(report.bytes)}"),
     ]
     if report.cut_turn_seq is not None:
         pairs.append(("history now", f"starts at turn {report.cut_turn_seq}"))
@@ -221,10 +188,10 @@ def print_report(run: Runner, report: PurgeReport, what: str) -> None:
         pairs.append(("vacuumed", f"{len(report.vacuumed)} tables"))
     batches = f"{report.batches} batch{'es' if report.batches != 1 else ''}"
     pairs.append(("took", f"{report.seconds:.2f} s in {batches}"))
-    run.line(_kv(pairs))
+    run.line(kv(pairs))
     run.line()
     rows = [
-        [name, _num(t.rows), _num(t.rewritten), _size(t.bytes)]
+        [name, num(t.rows), num(t.rewritten), size(t.bytes)]
         for name, t in [*report.tables.items(), *report.partitions.items()]
     ]
     run.line(format_table(("table", "rows", "rewritten", "bytes"), rows, "lrrr"))

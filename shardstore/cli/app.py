@@ -1,0 +1,241 @@
+"""The ``shardstore`` command line: global options, parser building, exit codes, the
+:class:`Runner` every command gets, and error handling.
+
+    shardstore [--dsn DSN] [--json] [--connect-timeout SECONDS] COMMAND ...
+
+The global options are accepted before the command and after it, at every level of nested
+commands (``shardstore purge session ID --connect-timeout 5``). The database is ``--dsn``,
+else ``$SHARDSTORE_DSN``, else the embedded Postgres (started on demand). Human output is
+aligned plain text; ``--json`` prints one JSON document on stdout (``history --json`` prints
+one JSON object per line). Errors from shardstore print ``error: <message>`` on stderr and
+exit with status 2 (bad usage also exits 2, unexpected failures exit 1).
+
+Commands live in :mod:`shardstore.cli.commands`, one module per feature; each has a
+``register(commands: Commands)`` function, and :data:`COMMAND_MODULES` lists them in the
+order ``--help`` shows them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import psycopg
+
+try:  # the connector is moving to shardstore.core (another engineer's change in progress)
+    from ..core.connector import resolve_dsn  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - before that move lands
+    from ..connector import resolve_dsn  # type: ignore[import-not-found,no-redef,unused-ignore]
+from ..errors import DatabaseUnavailable, ShardstoreError
+from ..store import Store
+from .args import UsageError
+from .output import dumps
+
+__all__ = [
+    "COMMAND_MODULES",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_UNHEALTHY",
+    "EXIT_USAGE",
+    "PROG",
+    "Commands",
+    "Handler",
+    "Runner",
+    "UsageError",
+    "build_parser",
+    "main",
+]
+
+PROG = "shardstore"
+
+#: Exit statuses.
+EXIT_OK = 0
+EXIT_FAILURE = 1  # an unexpected failure (with a traceback), or a check that failed
+EXIT_USAGE = 2  # bad usage, or a shardstore error (e.g. the database cannot be reached)
+EXIT_UNHEALTHY = 3  # maintain: the run finished, but the store is not healthy
+EXIT_INTERRUPTED = 130
+
+#: The command modules under ``shardstore.cli.commands``, in ``--help`` order.
+COMMAND_MODULES = ("init", "demo", "sessions", "history", "stats", "maintain", "purge", "search")
+
+
+def _connect_failure(dsn: str) -> str:
+    """The server's reason for refusing one direct connection (the pool's error does not
+    carry it), as a suffix for the error message; empty if a direct connection works."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=5):
+            return ""
+    except Exception as exc:
+        reason = " ".join(str(exc).split())
+        return f" ({reason})" if reason else ""
+
+
+class Runner:
+    """Holds what every command needs: parsed arguments, output streams, the store."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+        self.args = args
+        self.out = out
+        self.err = err
+        self.json: bool = bool(args.json)
+        self.embedded = not (args.dsn or os.environ.get("SHARDSTORE_DSN"))
+        self.dsn = ""
+
+    def connect(self, **settings: Any) -> Store:
+        """A store on the chosen database (starting the embedded Postgres if that is the
+        one), giving up after ``--connect-timeout``; ``settings`` go to
+        :func:`shardstore.connect`. Sets :attr:`dsn`. A refused connection raises
+        :class:`DatabaseUnavailable` with the server's reason appended."""
+        import shardstore
+
+        if self.embedded and self.err.isatty():
+            print(
+                "starting the embedded Postgres (set SHARDSTORE_DSN or --dsn to use another "
+                "server)…",
+                file=self.err,
+            )
+        self.dsn = resolve_dsn(self.args.dsn)
+        # The pool retries failed connections until connect_timeout and logs each failure;
+        # the CLI reports the final error once instead.
+        logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+        try:
+            return shardstore.connect(
+                self.dsn, connect_timeout=self.args.connect_timeout, **settings
+            )
+        except DatabaseUnavailable as exc:
+            raise DatabaseUnavailable(f"{exc}{_connect_failure(self.dsn)}") from exc
+
+    def emit(self, document: Any) -> None:
+        """Print ``document`` as one indented JSON document (:func:`output.dumps`)."""
+        print(dumps(document), file=self.out)
+
+    def line(self, text: str = "") -> None:
+        """Print one line of human output."""
+        print(text, file=self.out)
+
+
+#: What a command runs: gets the :class:`Runner`, returns the exit status.
+Handler = Callable[[Runner], int]
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, hidden: bool) -> None:
+    """The global options; ``hidden`` copies (for subcommands) neither show in help nor
+    set a default, so they only override what was given before the command."""
+    if not hidden:
+        parser.add_argument(
+            "--dsn",
+            default=None,
+            help="PostgreSQL DSN (default: $SHARDSTORE_DSN, else the embedded Postgres)",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            default=False,
+            help="print machine-readable JSON on stdout",
+        )
+        parser.add_argument(
+            "--connect-timeout",
+            type=float,
+            default=10.0,
+            metavar="SECONDS",
+            help="give up connecting after this long (default 10)",
+        )
+        return
+    parser.add_argument("--dsn", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--connect-timeout", type=float, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+
+
+class Commands:
+    """Adds subcommands to one level of the command tree. Every parser it makes accepts the
+    global options, so they work before or after any command, nested ones included."""
+
+    def __init__(
+        self,
+        subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+        common: argparse.ArgumentParser,
+    ) -> None:
+        self._subparsers = subparsers
+        self._common = common
+
+    def add(
+        self, name: str, help_text: str, handler: Handler | None = None
+    ) -> argparse.ArgumentParser:
+        """A new subcommand ``name`` (``help_text`` is its help and description) that
+        accepts the global options and, given a ``handler``, runs it."""
+        parser = self._subparsers.add_parser(
+            name, parents=[self._common], help=help_text, description=help_text
+        )
+        if handler is not None:
+            parser.set_defaults(handler=handler)
+        return parser
+
+    def nested(self, parser: argparse.ArgumentParser, dest: str, metavar: str = "WHAT") -> Commands:
+        """Sub-subcommands of ``parser`` (one is required; its name goes to ``dest``), made
+        with the same global options."""
+        subparsers = parser.add_subparsers(dest=dest, metavar=metavar, required=True)
+        return Commands(subparsers, self._common)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command in :data:`COMMAND_MODULES` (global options are
+    accepted before or after the command, at any depth)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Unbounded AI-agent conversation history in PostgreSQL.",
+        epilog="The database is --dsn, else $SHARDSTORE_DSN, else the embedded Postgres.",
+    )
+    _add_global_options(parser, hidden=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_global_options(common, hidden=True)
+    commands = Commands(
+        parser.add_subparsers(dest="command", metavar="COMMAND", required=True), common
+    )
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"{__package__}.commands.{name}")
+        module.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status
+    (0 ok, 2 shardstore error or bad usage, 1 unexpected failure, 130 interrupted; a
+    command may add its own, e.g. ``maintain``'s 3) and never raises."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed by argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    run = Runner(args, sys.stdout, sys.stderr)
+    handler: Handler = args.handler
+    try:
+        return handler(run)
+    except (ShardstoreError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (e.g. `shardstore history ... | head`): not an error
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        print(f"error: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE

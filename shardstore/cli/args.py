@@ -1,0 +1,123 @@
+"""Shared argument parsing for the command line: ``type=`` callables for argparse (they
+raise ``argparse.ArgumentTypeError``, which argparse reports as a usage error, exit 2) and
+parsers for values read inside a command (they raise :class:`UsageError`, also exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..settings import parse_interval
+
+
+class UsageError(Exception):
+    """Bad input detected by the CLI itself (e.g. a message that is not JSON); exit 2."""
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
+    return value
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """A ``type=`` callable accepting integers with ``low <= value <= high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}: {value}")
+        return value
+
+    return parse
+
+
+def interval(text: str) -> timedelta:
+    """A duration such as ``'7 days'``, ``'1h'`` or ``'90s'``
+    (:func:`shardstore.settings.parse_interval`)."""
+    try:
+        return parse_interval(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def interval_seconds(text: str) -> float:
+    """A duration as :func:`interval` reads it, in seconds."""
+    return interval(text).total_seconds()
+
+
+def lock_timeout(text: str) -> timedelta:
+    """A short duration in milliseconds (``'200ms'``) or seconds (``'1.5s'``, ``'2'``)."""
+    value = text.strip().lower()
+    try:
+        if value.endswith("ms"):
+            return timedelta(milliseconds=float(value[:-2]))
+        return timedelta(seconds=float(value.rstrip("s")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read lock timeout {text!r}; write e.g. '200ms' or '1.5s'"
+        ) from None
+
+
+def aware_time(text: str) -> datetime:
+    """An ISO 8601 time that names its zone (a naive time is refused)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read time {text!r}; write ISO 8601 with a zone, e.g. 2026-11-30T12:00Z"
+        ) from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give a time zone in {text!r} (e.g. Z or +01:00)")
+    return value
+
+
+def parse_time(text: str, *, now: datetime | None = None) -> datetime:
+    """An ISO 8601 date/time (UTC when it names no zone) or an age like '90 days' (that long
+    before ``now``, default the current time); always timezone-aware. Raises
+    :class:`UsageError` for anything else."""
+    try:
+        age = parse_interval(text)
+    except ConfigurationError:
+        pass
+    else:
+        return (now or datetime.now(UTC)) - age
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(
+            f"cannot read time {text!r}: write an ISO 8601 time such as 2026-01-31 or "
+            "2026-01-31T12:00:00+01:00, or an age such as '90 days'"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def parse_json(text: str, what: str) -> Any:
+    """``text`` decoded as JSON; raises :class:`UsageError` naming ``what`` if it is not."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc}") from None

@@ -1,0 +1,240 @@
+"""``shardstore demo``: append a long synthetic agent conversation, show how it was stored,
+then (unless ``--no-search``) embed a short conversation with planted facts and find one by
+a paraphrase. The only command that uses :mod:`shardstore.demo`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ... import demo
+from ...errors import MissingDependency, ShardstoreError
+from ..app import Commands, Runner
+from ..args import UsageError, positive_int
+from ..output import (
+    TurnPrinter,
+    chunk_json,
+    display_dsn,
+    format_chunks,
+    format_partitions,
+    interval_text,
+    kv,
+    num,
+    partition_json,
+    print_hits,
+    printable,
+    size,
+    turn_json,
+)
+
+if TYPE_CHECKING:
+    from ...store import Store
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def cmd_demo(run: Runner) -> int:
+    """Append ``--turns`` synthetic messages (seed ``--seed``, ``--batch`` per call), read
+    them back, and print rates, the tail, chunks and partitions (then the search part);
+    0 when the history read back equals what was appended, else 1."""
+    from tqdm import tqdm
+
+    args = run.args
+    if args.turns < 1:
+        raise UsageError("--turns must be at least 1")
+    if args.batch < 1:
+        raise UsageError("--batch must be at least 1")
+    messages = demo.messages(args.seed, args.turns)
+    with run.connect() as store:
+        sid = store.create_session(
+            args.tenant,
+            "user:demo",
+            "synthetic-agent",
+            metadata={"generator": "shardstore.synthetic", "seed": args.seed},
+        )
+        latencies: list[float] = []
+        tokens = 0
+        progress = tqdm(
+            total=len(messages),
+            unit="turn",
+            file=run.err,
+            disable=None,
+            desc="appending",
+            dynamic_ncols=True,
+        )
+        started = time.perf_counter()
+        try:
+            for at in range(0, len(messages), args.batch):
+                batch = messages[at : at + args.batch]
+                keys = [f"demo-{args.seed}-{at + i}" for i in range(len(batch))]
+                t0 = time.perf_counter()
+                if len(batch) == 1:
+                    results = [store.append_turn(sid, batch[0], keys[0])]
+                else:
+                    results = store.append_turns(sid, batch, keys)
+                latencies.append(time.perf_counter() - t0)
+                tokens += sum(r.tokens for r in results)
+                progress.update(len(batch))
+        finally:
+            progress.close()
+        elapsed = max(time.perf_counter() - started, 1e-9)
+
+        read_started = time.perf_counter()
+        read_back = [t.message for t in store.history(sid)]
+        read_elapsed = max(time.perf_counter() - read_started, 1e-9)
+        identical = read_back == messages
+
+        tail = store.tail(sid, n=6)
+        chunks = store.chunks(sid)
+        stats = store.stats()
+
+    byte_count = sum(c.byte_count for c in chunks)
+    latencies.sort()
+    turns_per_second = len(messages) / elapsed
+    tokens_per_second = tokens / elapsed
+    lat = {
+        "p50": _percentile(latencies, 0.5) * 1000,
+        "p99": _percentile(latencies, 0.99) * 1000,
+        "max": latencies[-1] * 1000,
+    }
+    if run.json:
+        run.emit(
+            {
+                "database": display_dsn(run.dsn),
+                "embedded": run.embedded,
+                "session_id": sid,
+                "tenant_id": args.tenant,
+                "seed": args.seed,
+                "turns": len(messages),
+                "tokens": tokens,
+                "bytes": byte_count,
+                "batch": args.batch,
+                "seconds": elapsed,
+                "turns_per_second": turns_per_second,
+                "tokens_per_second": tokens_per_second,
+                "append_latency_ms": lat,
+                "history": {
+                    "turns": len(read_back),
+                    "identical": identical,
+                    "seconds": read_elapsed,
+                },
+                "tail": [turn_json(t) for t in tail],
+                "chunks": [chunk_json(c) for c in chunks],
+                "partition_interval_seconds": stats.partition_interval_seconds,
+                "partitions": [partition_json(p) for p in stats.partitions],
+            }
+        )
+        return 0 if identical else 1
+
+    how = (
+        "one append_turn() per message"
+        if args.batch == 1
+        else (f"append_turns() in batches of {args.batch}")
+    )
+    run.line(
+        kv(
+            [
+                ("database", display_dsn(run.dsn) + (" (embedded)" if run.embedded else "")),
+                ("session", f"{sid}  (tenant {printable(args.tenant)}, seed {args.seed})"),
+                (
+                    "appended",
+                    f"{num(len(messages))} turns, {num(tokens)} tokens, {size(byte_count)} "
+                    f"in {elapsed:.2f} s ({how}, each one commit)",
+                ),
+                (
+                    "append rate",
+                    f"{num(round(turns_per_second))} turns/s, "
+                    f"{num(round(tokens_per_second))} tokens/s; latency "
+                    f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, "
+                    f"max {lat['max']:.2f} ms",
+                ),
+                (
+                    "read back",
+                    f"{num(len(read_back))} turns via history() in {read_elapsed:.2f} s: "
+                    + ("identical to what was appended" if identical else "MISMATCH"),
+                ),
+            ]
+        )
+    )
+    run.line()
+    run.line(f"tail (newest {len(tail)} turns)")
+    printer = TurnPrinter(run.out, indent="  ")
+    printer.header()
+    for t in tail:
+        printer.turn(t)
+    run.line()
+    sealed = sum(1 for c in chunks if not c.is_open)
+    run.line(
+        f"chunks ({len(chunks)}: {sealed} sealed"
+        + (", 1 open" if len(chunks) > sealed else "")
+        + ")"
+    )
+    run.line(format_chunks(chunks, head=3, tail=6, indent="  "))
+    run.line()
+    run.line(
+        f"partitions of agent_history (every {interval_text(stats.partition_interval_seconds)}, "
+        "store-wide)"
+    )
+    run.line(format_partitions(stats.partitions, indent="  "))
+    if not args.no_search:
+        demo_search(run, args.tenant)
+    return 0 if identical else 1
+
+
+def demo_search(run: Runner, tenant: str) -> None:
+    """Embed a short conversation with planted facts (:func:`shardstore.demo.recall_messages`)
+    in a new session of ``tenant`` and find one with a paraphrase, printing the hit. When
+    the embedding model cannot be loaded it prints ``search: skipped (reason)`` instead of
+    failing."""
+    run.line()
+    try:
+        store: Store = run.connect(embedding_model=demo.DEMO_MODEL)
+    except ShardstoreError as exc:
+        run.line(f"search: skipped ({exc})")
+        return
+    with store:
+        sid = store.create_session(tenant, "user:demo", "memory-demo")
+        messages = demo.recall_messages()
+        store.append_turns(sid, messages)
+        store.flush(sid)
+        started = time.perf_counter()
+        try:
+            embedded = store.embed(session_id=sid)
+        except MissingDependency as exc:
+            run.line(f"search: skipped ({exc})")
+            return
+        took = time.perf_counter() - started
+        t0 = time.perf_counter()
+        hits = store.search(demo.DEMO_QUESTION, tenant_id=tenant, k=1)
+        search_ms = (time.perf_counter() - t0) * 1000
+    run.line(
+        f"search ({demo.DEMO_MODEL}; embedded the {embedded} chunk(s) of a {len(messages)}-turn "
+        f"session in {took:.1f} s)"
+    )
+    run.line(f"  query: {demo.DEMO_QUESTION!r}  ({search_ms:.0f} ms, tenant {tenant!r})")
+    print_hits(run.out, hits, indent="  ")
+
+
+def register(commands: Commands) -> None:
+    """Add ``demo``."""
+    p = commands.add(
+        "demo",
+        "append a long synthetic agent conversation and show how it was stored",
+        cmd_demo,
+    )
+    p.add_argument("--turns", type=positive_int, default=2000, help="messages (default 2000)")
+    p.add_argument("--tenant", default="demo", help="tenant id (default 'demo')")
+    p.add_argument("--no-search", action="store_true", help="skip the embedding and search part")
+    p.add_argument("--seed", type=int, default=1, help="synthetic conversation seed (default 1)")
+    p.add_argument(
+        "--batch",
+        type=positive_int,
+        default=1,
+        help="messages per append call (default 1: one commit per message)",
+    )

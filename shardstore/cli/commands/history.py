@@ -1,0 +1,131 @@
+"""``shardstore append``, ``tail``, ``history`` and ``chunks``: writing and reading a
+session's turns."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..app import Commands, Runner
+from ..args import UsageError, non_negative_int, parse_json, positive_int
+from ..output import TurnPrinter, append_json, chunk_json, dumps, format_chunks, num, turn_json
+
+
+def cmd_append(run: Runner) -> int:
+    """Append one message (a JSON object) or several atomically (a JSON array), from the
+    argument, stdin or ``--role``/``--content``; 0 on success (duplicates included)."""
+    args = run.args
+    if args.content is not None or args.role is not None:
+        if args.message is not None:
+            raise UsageError("give either MESSAGE_JSON or --role/--content, not both")
+        if args.content is None:
+            raise UsageError("--role needs --content")
+        payload: Any = {"role": args.role or "user", "content": args.content}
+    else:
+        text = sys.stdin.read() if args.message in (None, "-") else args.message
+        if not text.strip():
+            raise UsageError("no message given (pass MESSAGE_JSON, '-' for stdin, or --content)")
+        payload = parse_json(text, "the message")
+    with run.connect() as store:
+        if isinstance(payload, list):
+            keys = None if args.key is None else [f"{args.key}/{i}" for i in range(len(payload))]
+            results = store.append_turns(args.session_id, payload, keys)
+        else:
+            results = [store.append_turn(args.session_id, payload, args.key)]
+    if run.json:
+        docs = [append_json(r) for r in results]
+        run.emit(docs if isinstance(payload, list) else docs[0])
+        return 0
+    for r in results:
+        note = "  (duplicate: already stored, nothing written)" if r.duplicate else ""
+        run.line(f"turn {r.turn_seq}  chunk {r.chunk_seq}  {num(r.tokens)} tokens{note}")
+    return 0
+
+
+def cmd_tail(run: Runner) -> int:
+    """Print the newest turns (``-n``, ``--max-tokens``), oldest first; 0 on success."""
+    with run.connect() as store:
+        turns = store.tail(run.args.session_id, n=run.args.n, max_tokens=run.args.max_tokens)
+    if run.json:
+        run.emit({"session_id": run.args.session_id, "turns": [turn_json(t) for t in turns]})
+        return 0
+    printer = TurnPrinter(run.out, full=run.args.full)
+    printer.header()
+    for t in turns:
+        printer.turn(t)
+    return 0
+
+
+def cmd_history(run: Runner) -> int:
+    """Stream turns ``--from <= turn_seq < --to`` in order as they are read (``--json``:
+    one JSON object per line); 0 on success."""
+    with run.connect() as store:
+        printer = TurnPrinter(run.out, full=run.args.full)
+        turns = store.history(run.args.session_id, run.args.from_seq, run.args.to_seq)
+        try:
+            for t in turns:
+                if run.json:
+                    print(dumps(turn_json(t), indent=None), file=run.out)
+                else:
+                    printer.turn(t)
+        finally:
+            close = getattr(turns, "close", None)
+            if close is not None:
+                close()
+        if not run.json:
+            printer.header()  # an empty range still shows the header
+    return 0
+
+
+def cmd_chunks(run: Runner) -> int:
+    """Print a session's chunks (``--last N``: the newest N), oldest first; 0 on success."""
+    with run.connect() as store:
+        chunks = store.chunks(run.args.session_id, last=run.args.last)
+    if run.json:
+        run.emit({"session_id": run.args.session_id, "chunks": [chunk_json(c) for c in chunks]})
+    else:
+        run.line(format_chunks(chunks))
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``append``, ``tail``, ``history`` and ``chunks``."""
+    p = commands.add(
+        "append",
+        "append a message (a JSON object; a JSON array appends several atomically)",
+        cmd_append,
+    )
+    p.add_argument("session_id", metavar="SESSION_ID")
+    p.add_argument(
+        "message",
+        metavar="MESSAGE_JSON",
+        nargs="?",
+        help="the message as JSON; '-' or nothing reads it from stdin",
+    )
+    p.add_argument("--key", help="idempotency key (for an array, KEY/0, KEY/1, ...)")
+    p.add_argument("--role", help="with --content: build {role, content} (default role 'user')")
+    p.add_argument("--content", metavar="TEXT", help="message text (instead of MESSAGE_JSON)")
+
+    p = commands.add("tail", "show the newest turns, oldest first", cmd_tail)
+    p.add_argument("session_id", metavar="SESSION_ID")
+    p.add_argument("-n", type=positive_int, default=None, metavar="N", help="at most N turns")
+    p.add_argument(
+        "--max-tokens", type=positive_int, default=None, metavar="M", help="at most M tokens"
+    )
+    p.add_argument("--full", action="store_true", help="print whole messages")
+
+    p = commands.add(
+        "history",
+        "stream turns FROM <= turn < TO in order (--json: one JSON object per line)",
+        cmd_history,
+    )
+    p.add_argument("session_id", metavar="SESSION_ID")
+    p.add_argument("--from", dest="from_seq", type=non_negative_int, default=0, metavar="N")
+    p.add_argument("--to", dest="to_seq", type=non_negative_int, default=None, metavar="N")
+    p.add_argument("--full", action="store_true", help="print whole messages")
+
+    p = commands.add("chunks", "show a session's chunks, oldest first", cmd_chunks)
+    p.add_argument("session_id", metavar="SESSION_ID")
+    p.add_argument(
+        "--last", type=positive_int, default=None, metavar="N", help="only the N newest chunks"
+    )

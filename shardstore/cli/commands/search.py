@@ -1,0 +1,142 @@
+"""``shardstore search``, ``embed`` and ``reembed``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from ...errors import ConfigurationError
+from ..app import Commands, Runner
+from ..args import aware_time, interval_seconds, positive_int
+from ..output import hit_json, print_hits
+
+
+def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {} if args.model is None else {"embedding_model": args.model}
+
+
+def cmd_search(run: Runner) -> int:
+    """Print the ``-k`` chunks nearest to the query within one tenant or one session
+    (never across tenants: neither given is a usage error); 0 on success."""
+    args = run.args
+    if args.session is None and args.tenant is None:
+        raise ConfigurationError("give --tenant (or --session): a search never spans tenants")
+    with run.connect(**_model_settings(args)) as store:
+        hits = store.search(
+            args.query,
+            session_id=args.session,
+            tenant_id=args.tenant,
+            agent_id=args.agent,
+            since=args.since,
+            until=args.until,
+            k=args.k,
+        )
+    if run.json:
+        run.emit([hit_json(h) for h in hits])
+    else:
+        print_hits(run.out, hits)
+    return 0
+
+
+def cmd_embed(run: Runner) -> int:
+    """Embed chunks without current vectors (``--watch``: round after round until ^C) and
+    print how many; 0 on success."""
+    args = run.args
+    progress = not run.json and run.err.isatty()
+    total = 0
+    with run.connect(**_model_settings(args)) as store:
+        while True:
+            started = time.perf_counter()
+            done = store.embed(limit=args.limit, batch_size=args.batch, progress=progress)
+            total += done
+            if done and not run.json:
+                elapsed = time.perf_counter() - started
+                run.line(f"embedded {done} chunks in {elapsed:.1f} s")
+            if not args.watch:
+                break
+            try:
+                time.sleep(args.interval)
+            except KeyboardInterrupt:  # ^C between rounds ends a watch normally
+                break
+    if run.json:
+        run.emit({"embedded": total})
+    elif total == 0:
+        run.line("nothing to embed: every folded chunk has its vectors")
+    return 0
+
+
+def cmd_reembed(run: Runner) -> int:
+    """Switch to ``--model`` and embed every chunk again; refuses (exit 2) without
+    ``--yes``, since the stored vectors are dropped first."""
+    args = run.args
+    if not args.yes:
+        raise ConfigurationError(
+            "reembed drops every stored vector and embeds all chunks again with "
+            f"{args.model}; searches find less until it is done. Add --yes to go ahead"
+        )
+    progress = not run.json and run.err.isatty()
+    with run.connect() as store:
+        done = store.reembed(args.model, progress=progress, batch_size=args.batch)
+    if run.json:
+        run.emit({"model": args.model, "embedded": done})
+    else:
+        run.line(f"switched to {args.model}; embedded {done} chunks")
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``search``, ``embed`` and ``reembed``."""
+    model_help = (
+        "embedding model: 'all-MiniLM-L6-v2', a hub name in the local cache (e.g. "
+        "BAAI/bge-m3) or a local directory (default: the model recorded in the database)"
+    )
+    p = commands.add(
+        "search",
+        "find the chunks nearest to a text, with their best-matching turns",
+        cmd_search,
+    )
+    p.add_argument("query", metavar="QUERY", help="what to look for, in words")
+    p.add_argument("--tenant", help="search this tenant's sessions (HNSW per partition)")
+    p.add_argument("--session", metavar="SESSION_ID", help="search one session exactly")
+    p.add_argument("--agent", help="only this agent's sessions")
+    p.add_argument("--since", type=aware_time, metavar="TIME", help="turns at or after (ISO 8601)")
+    p.add_argument("--until", type=aware_time, metavar="TIME", help="turns before (ISO 8601)")
+    p.add_argument("-k", type=positive_int, default=5, metavar="K", help="chunks to return (5)")
+    p.add_argument("--model", default=None, help=model_help)
+
+    p = commands.add(
+        "embed",
+        "embed chunks that have no vectors yet or changed (safe to run several at once)",
+        cmd_embed,
+    )
+    p.add_argument("--watch", action="store_true", help="keep embedding new chunks until ^C")
+    p.add_argument(
+        "--interval",
+        type=interval_seconds,
+        default=10.0,
+        metavar="INTERVAL",
+        help="with --watch: pause between rounds, e.g. '10s' (default 10 s)",
+    )
+    p.add_argument(
+        "--batch", type=positive_int, default=16, metavar="N", help="chunks per transaction (16)"
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="stop after N chunks (per round)",
+    )
+    p.add_argument("--model", default=None, help=model_help)
+
+    p = commands.add(
+        "reembed",
+        "switch to another embedding model: drop all vectors and embed every chunk again",
+        cmd_reembed,
+    )
+    p.add_argument("--model", required=True, help=model_help)
+    p.add_argument(
+        "--batch", type=positive_int, default=16, metavar="N", help="chunks per transaction (16)"
+    )
+    p.add_argument("--yes", action="store_true", help="confirm dropping the stored vectors")

@@ -1,0 +1,35 @@
+"""``shardstore stats``: store-wide counts and partitions."""
+
+from __future__ import annotations
+
+from ..app import Commands, Runner
+from ..output import format_partitions, interval_text, kv, num, stats_json
+
+
+def cmd_stats(run: Runner) -> int:
+    """Print store-wide counts and the partitions table; 0 on success."""
+    with run.connect() as store:
+        stats = store.stats()
+    if run.json:
+        run.emit(stats_json(stats))
+        return 0
+    run.line(
+        kv(
+            [
+                ("sessions", num(stats.sessions)),
+                ("turns", num(stats.turns)),
+                ("chunks", num(stats.chunks)),
+                ("buffered turns", num(stats.buffered_turns)),
+                ("partition interval", interval_text(stats.partition_interval_seconds)),
+            ]
+        )
+    )
+    if stats.partitions:
+        run.line()
+        run.line(format_partitions(stats.partitions))
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``stats``."""
+    commands.add("stats", "store-wide counts and partitions", cmd_stats)
