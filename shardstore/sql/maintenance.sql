@@ -43,7 +43,7 @@ SELECT shardstore.maint_finalize_detach_v1(%s, make_interval(secs => %s));
 SELECT shardstore.maint_retire_v1(%s, make_interval(secs => %s));
 
 -- name: maint_drop_retired
-SELECT shardstore.maint_drop_retired_v1(%s, make_interval(secs => %s));
+SELECT shardstore.maint_drop_retired_v2(%s, make_interval(secs => %s));
 
 -- name: maint_fold_candidates
 SELECT shardstore.maint_fold_candidates_v1(%s);
@@ -52,7 +52,7 @@ SELECT shardstore.maint_fold_candidates_v1(%s);
 SELECT shardstore.maint_fold_session_v1(%s, %s, make_interval(secs => %s));
 
 -- name: maint_expire_rows
-SELECT r_sessions, r_turns FROM shardstore.maint_expire_rows_v1(%s, %s);
+SELECT r_sessions, r_turns FROM shardstore.maint_expire_rows_v2(%s, %s);
 
 -- name: maint_count_expiring
 SELECT (SELECT count(*) FROM shardstore.sessions
