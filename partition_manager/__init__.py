@@ -1,21 +1,26 @@
-"""Partition planning, creation and maintenance for ``shardstore.agent_history``.
+"""A standalone partition lifecycle library for any RANGE-partitioned PostgreSQL table.
 
-Planning is pure (:mod:`partition_manager.plan`); :func:`premake_op` (connect-time premake)
-and :mod:`partition_manager.runner` (a whole maintenance run) apply plans as sans-IO
-operations that the sync and asyncio stores both run. ``python -m partition_manager`` is
-``shardstore maintain``.
+* :mod:`partition_manager.plan` — pure planning: bounds, names (:class:`Naming`), what a
+  run creates, finishes and expires;
+* :mod:`partition_manager.table` — the statements of a lifecycle (:class:`PartitionSQL`),
+  with a generic implementation for any table (:class:`RangeTable`, DDL via psycopg.sql);
+* :mod:`partition_manager.premake` and :mod:`partition_manager.runner` — premake and a whole
+  maintenance run as sans-IO operations (:mod:`partition_manager.steps`), run by the one
+  driver (:mod:`partition_manager.driver`) sync or asyncio;
+* :mod:`partition_manager.archive` — archive hooks (callables, shell commands).
 
-This package imports shardstore lazily, so that ``python -m partition_manager`` (which
-imports this package before shardstore) does not meet shardstore importing it back.
+Nothing here imports shardstore (which configures this library for its own tables);
+``python -m partition_manager`` is the ``shardstore maintain`` command, for convenience.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+from .archive import ArchiveFailed, ArchiveHook, command_hook
 from .plan import (
+    DEFAULT_NAMING,
     MaintenancePlan,
     MaintenancePolicy,
+    Naming,
     Partition,
     PartitionBounds,
     PartitionState,
@@ -23,26 +28,41 @@ from .plan import (
     plan_maintenance,
     plan_premake,
 )
-
-if TYPE_CHECKING:
-    from .premake import premake_op
+from .premake import premake_op
+from .runner import (
+    MaintenanceReport,
+    RunHooks,
+    RunLog,
+    format_report,
+    lock_key_for,
+    maintenance_op,
+)
+from .table import FoundPartition, Layout, Listing, PartitionSQL, RangeTable
 
 __all__ = [
+    "DEFAULT_NAMING",
+    "ArchiveFailed",
+    "ArchiveHook",
+    "FoundPartition",
+    "Layout",
+    "Listing",
     "MaintenancePlan",
     "MaintenancePolicy",
+    "MaintenanceReport",
+    "Naming",
     "Partition",
     "PartitionBounds",
+    "PartitionSQL",
     "PartitionState",
+    "RangeTable",
+    "RunHooks",
+    "RunLog",
     "bounds_for",
+    "command_hook",
+    "format_report",
+    "lock_key_for",
+    "maintenance_op",
     "plan_maintenance",
     "plan_premake",
     "premake_op",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "premake_op":
-        from .premake import premake_op
-
-        return premake_op
-    raise AttributeError(f"module 'partition_manager' has no attribute {name!r}")

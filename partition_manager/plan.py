@@ -1,7 +1,10 @@
-"""Pure partition planning: which ``agent_history`` partitions should exist.
+"""Pure partition planning for a RANGE-partitioned table: which partitions should exist,
+which expire, what a run must finish.
 
-Bounds follow the same rule as the SQL function ``shardstore.ensure_partition_v1``:
-``lower = origin + floor((t - origin) / interval) * interval`` (Postgres ``date_bin``).
+Bounds follow Postgres ``date_bin``: ``lower = origin + floor((t - origin) / interval) *
+interval``. Partition tables are named by :class:`Naming`: ``<table>_p<YYYYMMDDtHHMMSS>``
+(the lower bound in UTC) while in use, ``<table>_r<...>`` once retired (detached for
+retention, waiting for the archive hook and the drop).
 """
 
 from __future__ import annotations
@@ -9,8 +12,57 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+
+_STAMP = "%Y%m%dt%H%M%S"
+_SUFFIX = re.compile(r"^_([pr])(\d{8}t\d{6})$")
+MAX_IDENTIFIER = 63  # bytes, PostgreSQL's NAMEDATALEN - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Naming:
+    """How the partition tables of one parent table are named: ``<base>_p<stamp>`` in use,
+    ``<base>_r<stamp>`` retired, where ``<stamp>`` is the lower bound in UTC
+    (``YYYYMMDDtHHMMSS``). ``base`` defaults to the parent table's name.
+
+    Guarantees: every name it makes fits in a PostgreSQL identifier, with room for the
+    ``_bounds`` suffix of the bounds CHECK; :meth:`parse` inverts :meth:`partition` and
+    :meth:`retired` and returns None for any other name."""
+
+    base: str
+
+    def __post_init__(self) -> None:
+        longest = len((self.base + "_p20260101t000000_bounds").encode())
+        if not self.base or longest > MAX_IDENTIFIER:
+            raise ValueError(
+                f"partition name base {self.base!r} must be 1 to "
+                f"{MAX_IDENTIFIER - len('_p20260101t000000_bounds')} bytes"
+            )
+
+    def partition(self, lower: datetime) -> str:
+        """The name of the partition table whose range starts at ``lower``."""
+        return f"{self.base}_p{lower.astimezone(UTC).strftime(_STAMP)}"
+
+    def retired(self, lower: datetime) -> str:
+        """The name a partition table starting at ``lower`` gets once retired."""
+        return f"{self.base}_r{lower.astimezone(UTC).strftime(_STAMP)}"
+
+    def parse(self, name: str) -> tuple[datetime, bool] | None:
+        """``(lower bound, retired)`` encoded in a partition table's name; None for any
+        other name."""
+        if not name.startswith(self.base):
+            return None
+        match = _SUFFIX.match(name[len(self.base) :])
+        if match is None:
+            return None
+        lower = datetime.strptime(match.group(2), _STAMP).replace(tzinfo=UTC)
+        return lower, match.group(1) == "r"
+
+
+DEFAULT_NAMING = Naming("agent_history")
+"""The naming used where none is given (the name base of the tables this library was first
+written for; every function takes a ``naming`` to use another)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,19 +71,23 @@ class PartitionBounds:
 
     lower: datetime
     upper: datetime
+    naming: Naming = field(default=DEFAULT_NAMING, compare=False, repr=False)
 
     @property
     def name(self) -> str:
-        return "agent_history_p" + self.lower.astimezone(UTC).strftime("%Y%m%dt%H%M%S")
+        """The partition table's name (by :attr:`naming`)."""
+        return self.naming.partition(self.lower)
 
 
-def bounds_for(at: datetime, interval: timedelta, origin: datetime) -> PartitionBounds:
-    """The partition that holds instant ``at``."""
+def bounds_for(
+    at: datetime, interval: timedelta, origin: datetime, naming: Naming = DEFAULT_NAMING
+) -> PartitionBounds:
+    """The partition that holds instant ``at``: ``lower <= at < upper``."""
     if interval <= timedelta(0):
         raise ValueError("interval must be positive")
     steps = (at - origin) // interval
     lower = origin + steps * interval
-    return PartitionBounds(lower, lower + interval)
+    return PartitionBounds(lower, lower + interval, naming)
 
 
 def plan_premake(
@@ -40,15 +96,16 @@ def plan_premake(
     origin: datetime,
     premake: int,
     existing: Iterable[datetime],
+    naming: Naming = DEFAULT_NAMING,
 ) -> list[PartitionBounds]:
     """Partitions to create so that the current one and ``premake`` after it exist.
 
     ``existing`` holds the lower bounds of attached partitions; the result is in time
     order and excludes them."""
     have = set(existing)
-    current = bounds_for(now, interval, origin)
+    current = bounds_for(now, interval, origin, naming)
     wanted = [
-        PartitionBounds(current.lower + i * interval, current.upper + i * interval)
+        PartitionBounds(current.lower + i * interval, current.upper + i * interval, naming)
         for i in range(premake + 1)
     ]
     return [b for b in wanted if b.lower not in have]
@@ -56,23 +113,21 @@ def plan_premake(
 
 # ---------------------------------------------------------------- maintenance planning
 
-_NAME = re.compile(r"^agent_history_([pr])(\d{8}t\d{6})$")
-
 
 class PartitionState(enum.Enum):
     """Where a partition table stands in its life."""
 
     ATTACHED = "attached"
-    """A partition of ``agent_history``."""
+    """A partition of the parent table."""
     DETACH_PENDING = "detach_pending"
     """A ``DETACH ... CONCURRENTLY`` was interrupted: invisible to new queries, refuses
     inserts, still listed in ``pg_inherits`` (``inhdetachpending``)."""
     DETACHED = "detached"
-    """A standalone ``agent_history_p…`` table: detached and not yet renamed, or created ahead
-    and not yet attached."""
+    """A standalone ``<base>_p…`` table: detached and not yet renamed, or created ahead and
+    not yet attached."""
     RETIRED = "retired"
-    """A standalone ``agent_history_r…`` table: detached for retention, waiting for its
-    archive hook and its drop."""
+    """A standalone ``<base>_r…`` table: detached for retention, waiting for its archive
+    hook and its drop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +140,11 @@ class Partition:
     state: PartitionState = PartitionState.ATTACHED
 
 
-def lower_from_name(name: str) -> datetime | None:
-    """The lower bound encoded in a partition table's name (``agent_history_p20260101t000000``
-    or the retired ``agent_history_r…``); None for any other name."""
-    match = _NAME.match(name)
-    if match is None:
-        return None
-    return datetime.strptime(match.group(2), "%Y%m%dt%H%M%S").replace(tzinfo=UTC)
+def lower_from_name(name: str, naming: Naming = DEFAULT_NAMING) -> datetime | None:
+    """The lower bound encoded in a partition table's name (``<base>_p20260101t000000`` or
+    the retired ``<base>_r…``); None for any other name."""
+    parsed = naming.parse(name)
+    return None if parsed is None else parsed[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +154,11 @@ class MaintenancePolicy:
     - ``premake``: the current partition and this many after it exist and are attached.
     - ``retention``: None keeps everything; otherwise partitions whose whole range ends at or
       before ``boundary = date_bin(interval, now - retention)`` are detached, archived and
-      dropped, and rows outside ``agent_history`` older than that boundary are deleted.
-    - ``flush_idle``: sessions without a turn for this long get their buffer folded.
+      dropped.
+    - ``flush_idle``: a grace period for the caller's own idle-row work (shardstore folds the
+      buffers of sessions idle this long); the plan only carries ``now - flush_idle``.
+
+    Construction raises ValueError for a policy that makes no sense.
     """
 
     premake: int = 4
@@ -126,10 +182,11 @@ class MaintenancePlan:
 
     1. ``finalize``: finish interrupted detaches of partitions that are not expired;
     2. ``create``: create (standalone table, indexes, bounds CHECK) and attach these ranges;
-    3. fold the buffers of sessions idle since before ``fold_before``;
-    4. with retention: delete rows older than ``retention_before`` outside agent_history,
-       then take each of ``expire`` (oldest first) from its state to gone: detach
-       concurrently, finish the detach, rename to ``agent_history_r…``, archive, drop.
+    3. the caller's own work (shardstore folds buffers idle since before ``fold_before`` and
+       deletes its rows older than ``retention_before``);
+    4. with retention: take each of ``expire`` (oldest first) from its state to gone: detach
+       (concurrently where it can), finish the detach, rename to ``<base>_r…``, archive,
+       drop.
 
     ``strays`` are standalone tables neither expired nor in the premake window: left alone
     and reported.
@@ -166,6 +223,7 @@ def plan_maintenance(
     now: datetime,
     interval: timedelta,
     origin: datetime,
+    naming: Naming = DEFAULT_NAMING,
 ) -> MaintenancePlan:
     """Plan a maintenance run from the partitions found, the policy and the clock. Pure.
 
@@ -175,11 +233,11 @@ def plan_maintenance(
     - after applying the plan, the current partition and ``premake`` after it are attached;
     - applying the plan and planning again gives an empty plan.
     """
-    current = bounds_for(now, interval, origin)
+    current = bounds_for(now, interval, origin, naming)
     boundary = retention_boundary(now, policy.retention, interval, origin)
     window = {
         current.lower + i * interval: PartitionBounds(
-            current.lower + i * interval, current.upper + i * interval
+            current.lower + i * interval, current.upper + i * interval, naming
         )
         for i in range(policy.premake + 1)
     }
@@ -199,7 +257,8 @@ def plan_maintenance(
             strays.append(part)
     create = tuple(b for lower, b in sorted(window.items()) if lower not in attached)
     fold_before = now - policy.flush_idle
-    # a retired copy before the detached table of the same range (see maint_retire_v1)
+    # a retired copy before the detached table of the same range: it must be gone before
+    # the other one can take the retired name
     expire.sort(key=lambda p: (p.lower, p.state is not PartitionState.RETIRED))
     return MaintenancePlan(
         now=now,

@@ -1,22 +1,49 @@
-"""Premake as a sans-IO operation (run by ``connect()`` and ``store.premake_partitions()``)."""
+"""Premake as one sans-IO operation: make sure the current partition and ``premake`` after
+it exist and are attached, by the server's clock."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
-from shardstore.ops import Op, Q, ensure_partitions_op, parse_bound
-from shardstore.sql import query
+from .plan import PartitionState, plan_premake
+from .runner import DEFAULT_ATTEMPTS, attach_with_retries_op
+from .steps import Op
+from .table import PartitionSQL
 
-from .plan import plan_premake
+# TEMP (remove once shardstore/base.py imports shardstore.maintenance.premake_op): the
+# pre-split call premake_op(count) goes to the premake an application registered here.
+legacy_premake: list[Callable[[int], Op[list[str]]]] = []
 
 
-def premake_op(premake: int) -> Op[list[str]]:
-    """Create the current partition and ``premake`` ahead of it (by the server's clock);
-    returns the names of the partitions created."""
-    now_row = yield Q("SELECT now()", fetch="one")
-    cfg = yield Q(query("config_get"), fetch="one")
-    rows = yield Q(query("stats_partitions"))
-    existing = [parse_bound(bound)[0] for _, bound, _ in rows]
-    plan = plan_premake(now_row[0], timedelta(seconds=cfg[0]), cfg[1], premake, existing)
-    created = yield from ensure_partitions_op(b.lower for b in plan)
+def premake_op(
+    table: PartitionSQL | int,
+    premake: int | None = None,
+    *,
+    lock_timeout: timedelta = timedelta(seconds=1),
+    attempts: int = DEFAULT_ATTEMPTS,
+) -> Op[list[str]]:
+    """Create the current partition of ``table`` and ``premake`` ahead of it (each a
+    standalone table with a bounds CHECK, then ATTACH waiting at most ``lock_timeout`` per
+    attempt, up to ``attempts`` tries with backoff). Returns the names of the partitions
+    it attached; raises TimeoutError naming the first one it could not attach."""
+    if isinstance(table, int):  # TEMP, see legacy_premake
+        if not legacy_premake:
+            raise TypeError("premake_op(table, premake): give the table")
+        return (yield from legacy_premake[0](table))
+    if type(premake) is not int or premake < 0:
+        raise ValueError("premake must be an int >= 0")
+    layout = yield from table.layout_op()
+    listing = yield from table.list_op(layout)
+    existing = [p.lower for p in listing.partitions if p.state is PartitionState.ATTACHED]
+    plan = plan_premake(layout.now, layout.interval, layout.origin, premake, existing, table.naming)
+    created: list[str] = []
+    for bounds in plan:
+        ok = yield from attach_with_retries_op(table, bounds, lock_timeout, attempts)
+        if not ok:
+            raise TimeoutError(
+                f"attaching {bounds.name} timed out {attempts} times "
+                f"(lock_timeout {lock_timeout.total_seconds()} s)"
+            )
+        created.append(bounds.name)
     return created

@@ -1,107 +1,105 @@
-"""A maintenance run: the pure plan (:mod:`partition_manager.plan`) applied step by step.
+"""A maintenance run: the pure plan (:mod:`partition_manager.plan`) applied step by step, as
+one sans-IO operation (:mod:`partition_manager.steps`) that the one driver
+(:mod:`partition_manager.driver`) runs on one connection, sync or asyncio.
 
-The run is a *program*: a generator that yields sans-IO operations (each run to completion on
-the one connection that holds the maintenance lock) and :class:`ArchiveCall` requests (the
-archive hook, run by the driver). The sync and asyncio drivers in
-:mod:`shardstore.maintenance` send back each result, or throw a :class:`ShardstoreError` into
-the program, which records it and goes on with the next step. Every step is one short
-transaction (or, for ``DETACH ... CONCURRENTLY``, none) that waits at most ``lock_timeout``
-for any lock, so a run never makes writers queue longer than that.
+:func:`maintenance_op` takes a session-level advisory lock (runs never overlap; the lock is
+given back however the run ends), reads the partitions, plans, finishes interrupted
+detaches, premakes (standalone table + bounds CHECK + ATTACH, each attempt waiting at most
+``lock_timeout``, with backoff between attempts), runs the caller's own work
+(:class:`RunHooks`), then applies retention: DETACH (CONCURRENTLY where it can), rename out
+of the way, the archive hook, DROP. A failed step is recorded in the report's ``errors`` and
+the run goes on; a lost connection ends it (the lock dies with the connection).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
+import hashlib
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shardstore.errors import ConfigurationError, DatabaseUnavailable, ShardstoreError
-from shardstore.ops import Op, Q, StatementFailed, Tx, parse_bound
-from shardstore.sql import query
+import psycopg
+from psycopg import errors as pgerrors
 
+from .archive import ArchiveHook, describe_failure
 from .plan import (
     MaintenancePlan,
     MaintenancePolicy,
     Partition,
+    PartitionBounds,
     PartitionState,
-    lower_from_name,
+    bounds_for,
     partitions_ahead,
     plan_maintenance,
 )
+from .steps import Call, Op, Q, Sleep, Try, Tx
+from .table import (
+    FoundPartition,
+    Layout,
+    Listing,
+    PartitionSQL,
+    cleanup,
+    local_lock_timeout_op,
+    restore_lock_timeout_op,
+)
 
-# Fixed forever: every maintenance run (Python or CALL shardstore.run_maintenance()) takes
-# this session-level advisory lock; 0003_maintenance.sql has the same number.
-MAINTENANCE_LOCK_KEY = 0x5348_4152_4453_0002
-_LOCK_TIMEOUT_STATES = frozenset({"55P03"})
-_PARTITION_NAME = re.compile(r"^agent_history_p\d{8}t\d{6}$")
-EXPIRE_BATCH = 1000
+PartitionReport = FoundPartition
+"""A partition table as the report shows it."""
 
-
-@dataclass(frozen=True, slots=True)
-class ArchiveCall:
-    """A request to the driver: pass this detached table (schema-qualified) to the archive
-    hook. The driver sends back None on success, else the error text."""
-
-    table: str
-
-
-@dataclass(slots=True)
-class RunState:
-    """What the driver must undo on the run's connection when the run ends, however it ends
-    (the program cannot: a failed step does not return control to it before the end)."""
-
-    locked: bool = False
-    saved_lock_timeout: str | None = None
+DEFAULT_ATTEMPTS = 6
 
 
-def release_op(state: RunState) -> Op[None]:
-    """Give back the maintenance lock and restore lock_timeout (idempotent)."""
-    if state.saved_lock_timeout is not None:
-        yield Q(query("maint_set_lock_timeout"), (state.saved_lock_timeout,), fetch="none")
-        state.saved_lock_timeout = None
-    if state.locked:
-        yield Q(query("maint_unlock"), (MAINTENANCE_LOCK_KEY,), fetch="none")
-        state.locked = False
+def backoff(attempt: int) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (0-based): 50 ms doubling, at most
+    2 s."""
+    return float(min(2.0, 0.05 * 2**attempt))
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """The default test for an error that must end a run: the connection is gone (a psycopg
+    operational or interface error that is not a lock or statement timeout). With another
+    driver translator, pass ``fatal=`` to :func:`maintenance_op`."""
+    if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    if isinstance(exc, pgerrors.LockNotAvailable | pgerrors.QueryCanceled):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(("08", "57P"))
+
+
+def lock_key_for(table: PartitionSQL) -> int:
+    """A stable advisory lock key (signed 64-bit) for runs on ``table``'s partitions."""
+    digest = hashlib.blake2b(
+        f"partition_manager:{table.schema}.{table.naming.base}".encode(), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def try_lock_op(key: int) -> Op[bool]:
+    """``pg_try_advisory_lock(key)``: True when this connection now holds the lock."""
+    (got,) = yield Q("SELECT pg_try_advisory_lock(%s)", (key,), fetch="one")
+    return bool(got)
+
+
+def unlock_op(key: int) -> Op[None]:
+    """``pg_advisory_unlock(key)``."""
+    yield Q("SELECT pg_advisory_unlock(%s)", (key,), fetch="none")
 
 
 # ---------------------------------------------------------------- report
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionReport:
-    """A partition table after the run. ``rows`` is an estimate read without touching the
-    table: ``pg_class.reltuples`` (kept current by autovacuum / ANALYZE), or for a table never
-    analysed the statistics collector's live-row count. ``bytes`` is
-    ``pg_total_relation_size`` (table, TOAST and indexes)."""
-
-    name: str
-    lower: datetime
-    upper: datetime
-    state: PartitionState
-    rows: int
-    bytes: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "lower": self.lower.isoformat(),
-            "upper": self.upper.isoformat(),
-            "state": self.state.value,
-            "rows": self.rows,
-            "bytes": self.bytes,
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class MaintenanceReport:
     """What a maintenance run did and what it left. ``healthy`` is the run's verdict: the
     current partition and at least ``premake`` after it are attached and no step failed
-    (a run that found another one running is not judged: ``already_running``)."""
+    (a run that found another one running is not judged: ``already_running``).
+
+    Applications add their own fields by subclassing (keep defaults on them) and overriding
+    :meth:`to_json` and :meth:`detail_rows`."""
 
     started_at: datetime
     seconds: float
@@ -117,24 +115,14 @@ class MaintenanceReport:
     partitions_dropped: list[str] = field(default_factory=list)
     detaches_finished: list[str] = field(default_factory=list)
     archived: list[str] = field(default_factory=list)
-    sessions_folded: int = 0
-    turns_folded: int = 0
-    sessions_expired: int = 0
-    buffered_turns_expired: int = 0
     partitions_ahead: int = 0
     current_attached: bool = False
     partitions: list[PartitionReport] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    # dry run only: what the run would fold / expire
-    sessions_to_fold: int | None = None
-    sessions_to_expire: int | None = None
-    buffered_turns_to_expire: int | None = None
-    # embedding after the partition work (None: not attempted, no model configured)
-    chunks_embedded: int | None = None
-    embedding_skipped: str | None = None
 
     @property
     def healthy(self) -> bool:
+        """The current partition and ``premake`` after it are attached; no step failed."""
         return self.current_attached and self.partitions_ahead >= self.premake and not self.errors
 
     @property
@@ -149,18 +137,18 @@ class MaintenanceReport:
         attached = [p.upper for p in self.partitions if p.state is PartitionState.ATTACHED]
         return max(attached) if attached else None
 
+    def detail_rows(self) -> list[tuple[str, str]]:
+        """Rows a subclass adds to :func:`format_report` after the partition actions."""
+        return []
+
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON document (timestamps in ISO 8601, durations in seconds)."""
-
-        def ts(value: datetime | None) -> str | None:
-            return None if value is None else value.isoformat()
-
         plan = self.plan
-        doc: dict[str, Any] = {
+        return {
             "healthy": self.healthy,
             "already_running": self.already_running,
             "dry_run": self.dry_run,
-            "started_at": ts(self.started_at),
+            "started_at": _ts(self.started_at),
             "seconds": round(self.seconds, 6),
             "premake": self.premake,
             "retention_seconds": None if self.retention is None else self.retention.total_seconds(),
@@ -171,35 +159,28 @@ class MaintenanceReport:
             "partitions_dropped": self.partitions_dropped,
             "detaches_finished": self.detaches_finished,
             "archived": self.archived,
-            "sessions_folded": self.sessions_folded,
-            "turns_folded": self.turns_folded,
-            "sessions_expired": self.sessions_expired,
-            "buffered_turns_expired": self.buffered_turns_expired,
-            "chunks_embedded": self.chunks_embedded,
-            "embedding_skipped": self.embedding_skipped,
             "partitions_ahead": self.partitions_ahead,
             "current_partition_attached": self.current_attached,
-            "oldest_bound": ts(self.oldest_bound),
-            "newest_bound": ts(self.newest_bound),
+            "oldest_bound": _ts(self.oldest_bound),
+            "newest_bound": _ts(self.newest_bound),
             "partitions": [p.to_json() for p in self.partitions],
             "errors": self.errors,
             "plan": None
             if plan is None
             else {
-                "now": ts(plan.now),
+                "now": _ts(plan.now),
                 "create": [b.name for b in plan.create],
                 "finish_detach": [p.name for p in plan.finalize],
                 "expire": [p.name for p in plan.expire],
                 "strays": [p.name for p in plan.strays],
-                "fold_idle_before": ts(plan.fold_before),
-                "retention_before": ts(plan.retention_before),
+                "fold_idle_before": _ts(plan.fold_before),
+                "retention_before": _ts(plan.retention_before),
             },
         }
-        if self.dry_run:
-            doc["sessions_to_fold"] = self.sessions_to_fold
-            doc["sessions_to_expire"] = self.sessions_to_expire
-            doc["buffered_turns_to_expire"] = self.buffered_turns_to_expire
-        return doc
+
+
+def _ts(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
 
 
 def _size(n: int) -> str:
@@ -220,7 +201,8 @@ def _names(names: Sequence[str]) -> str:
 
 
 def format_report(report: MaintenanceReport) -> str:
-    """The report as aligned plain text (what ``shardstore maintain`` prints)."""
+    """The report as aligned plain text: the actions (or, for a dry run, the plan), the
+    report's :meth:`~MaintenanceReport.detail_rows`, the health, then every partition."""
     if report.already_running:
         return "maintenance is already running (another run holds the lock); nothing done"
     rows: list[tuple[str, str]] = []
@@ -231,17 +213,7 @@ def format_report(report: MaintenanceReport) -> str:
             ("would create", _names([b.name for b in plan.create])),
             ("would finish detach", _names([p.name for p in plan.finalize])),
             ("would drop", _names([p.name for p in plan.expire])),
-            ("would fold", f"{report.sessions_to_fold or 0} idle sessions"),
         ]
-        if plan.retention_before is not None:
-            rows.append(
-                (
-                    "would expire",
-                    f"{report.sessions_to_expire or 0} sessions, "
-                    f"{report.buffered_turns_to_expire or 0} buffered turns "
-                    f"(older than {_when(plan.retention_before)})",
-                )
-            )
     else:
         rows += [
             ("created", _names(report.partitions_created)),
@@ -251,19 +223,7 @@ def format_report(report: MaintenanceReport) -> str:
             rows.append(("finished detach", _names(report.detaches_finished)))
         if report.archived:
             rows.append(("archived", _names(report.archived)))
-        rows.append(("folded", f"{report.sessions_folded} sessions ({report.turns_folded} turns)"))
-        if report.chunks_embedded is not None:
-            rows.append(("embedded", f"{report.chunks_embedded} chunks"))
-        if report.embedding_skipped is not None:
-            rows.append(("embedding skipped", report.embedding_skipped))
-        if report.retention is not None:
-            rows.append(
-                (
-                    "expired",
-                    f"{report.sessions_expired} sessions, "
-                    f"{report.buffered_turns_expired} buffered turns",
-                )
-            )
+    rows += report.detail_rows()
     rows += [
         (
             "partitions ahead",
@@ -300,314 +260,308 @@ def format_report(report: MaintenanceReport) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- steps
+# ---------------------------------------------------------------- snapshot
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The partitions as found, with the server's clock and the partitioning."""
 
-    now: datetime
-    interval: timedelta
-    origin: datetime
-    partitions: list[PartitionReport]
+    layout: Layout
+    listing: Listing
+
+    @property
+    def partitions(self) -> list[FoundPartition]:
+        """Every partition table found."""
+        return self.listing.partitions
 
     def planning_input(self) -> list[Partition]:
+        """The partitions as the planner takes them."""
         return [Partition(p.name, p.lower, p.upper, p.state) for p in self.partitions]
 
 
-def snapshot_op(lock_timeout: timedelta) -> Op[Snapshot]:
+def snapshot_op(table: PartitionSQL, lock_timeout: timedelta) -> Op[Snapshot]:
     """Read the clock, the partitioning and every partition table (attached, detach
     pending, standalone) with sizes and row estimates, in one transaction that waits at most
     ``lock_timeout`` for a lock (reading a table's size takes a light lock on it)."""
     yield Tx.BEGIN
-    yield Q(query("maint_set_local_lock_timeout"), (_ms(lock_timeout),), fetch="none")
-    row = yield Q(query("maint_now"), fetch="one")
-    if row is None:
-        raise ConfigurationError(
-            "shardstore is not initialised: connect with shardstore.connect() or run "
-            "'shardstore init'"
-        )
-    now, seconds, origin = row
-    interval = timedelta(seconds=seconds)
-    found: list[PartitionReport] = []
-    attached = yield Q(query("maint_partitions"))
-    for name, bound, pending, size, tuples in attached:
-        lower, upper = parse_bound(bound)
-        state = PartitionState.DETACH_PENDING if pending else PartitionState.ATTACHED
-        found.append(PartitionReport(name, lower, upper, state, int(tuples), int(size)))
-    standalone = yield Q(query("maint_standalone"))
-    for name, size, tuples in standalone:
-        start = lower_from_name(name)
-        if start is None:  # pragma: no cover - the query filters by the same pattern
-            continue
-        state = PartitionState.RETIRED if name[14] == "r" else PartitionState.DETACHED
-        found.append(PartitionReport(name, start, start + interval, state, int(tuples), int(size)))
+    previous = yield from local_lock_timeout_op(lock_timeout)
+    layout = yield from table.layout_op()
+    listing = yield from table.list_op(layout)
+    yield from restore_lock_timeout_op(previous, local=True)
     yield Tx.COMMIT
-    found.sort(key=lambda p: (p.lower, p.name))
-    return Snapshot(now, interval, origin, found)
+    return Snapshot(layout, listing)
 
 
-def _ms(wait: timedelta) -> str:
-    return f"{max(1, round(wait.total_seconds() * 1000))}ms"
+# ---------------------------------------------------------------- steps
 
 
-def _checked(name: str) -> str:
-    """A partition table name safe to put between double quotes."""
-    if not re.fullmatch(r"agent_history_[pr]\d{8}t\d{6}", name):
-        raise ValueError(f"not a partition table name: {name!r}")
-    return name
+@dataclass(slots=True)
+class RunLog:
+    """What a run did so far (the steps append to it)."""
+
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    archived: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
 
-def attach_op(lower: datetime, upper: datetime, lock_timeout: timedelta, attempts: int) -> Op[bool]:
-    """Create the standalone table (with its indexes and bounds CHECK) and attach it, each
-    ATTACH attempt waiting at most ``lock_timeout``, with exponential backoff between
-    attempts (server-side sleep, so that both executors share it). True when attached."""
+Fatal = Callable[[BaseException], bool]
+
+
+def _failed(log: RunLog, what: str, exc: Exception, fatal: Fatal) -> None:
+    if fatal(exc):
+        raise exc
+    log.errors.append(f"{what}: {exc}")
+
+
+def attach_with_retries_op(
+    table: PartitionSQL, bounds: PartitionBounds, lock_timeout: timedelta, attempts: int
+) -> Op[bool]:
+    """Up to ``attempts`` tries of :meth:`PartitionSQL.attach_op`, sleeping
+    :func:`backoff` between them (a ``Sleep`` step: nothing waits on the server). True when
+    attached."""
     for attempt in range(attempts):
-        (ok,) = yield Q(
-            query("maint_attach"), (lower, upper, lock_timeout.total_seconds()), fetch="one"
-        )
+        ok = yield Try(table.attach_op(bounds, lock_timeout))
         if ok:
             return True
         if attempt + 1 < attempts:
-            yield Q("SELECT pg_sleep(%s)", (min(2.0, 0.05 * 2**attempt),), fetch="none")
+            yield Sleep(backoff(attempt))
     return False
 
 
-def detach_op(name: str, lock_timeout: timedelta, state: RunState) -> Op[str]:
-    """``DETACH PARTITION ... CONCURRENTLY`` (outside any transaction) with a session-level
-    lock_timeout, restored afterwards. Returns "detached", "pending" (the wait for older
-    snapshots timed out: the detach is half done) or "timeout" (nothing done)."""
-    (previous,) = yield Q(query("maint_get_lock_timeout"), fetch="one")
-    state.saved_lock_timeout = previous
-    yield Q(query("maint_set_lock_timeout"), (_ms(lock_timeout),), fetch="none")
-    outcome = yield Q(
-        "ALTER TABLE shardstore.agent_history DETACH PARTITION "
-        f'shardstore."{_checked(name)}" CONCURRENTLY',
-        fetch="none",
-        prepare=False,
-        recover=_LOCK_TIMEOUT_STATES,
-    )
-    yield Q(query("maint_set_lock_timeout"), (previous,), fetch="none")
-    state.saved_lock_timeout = None
-    if not isinstance(outcome, StatementFailed):
-        return "detached"
-    pending = yield Q(query("maint_detach_pending"), (name,), fetch="one")
-    return "pending" if pending is not None and pending[0] else "timeout"
-
-
-def counts_op(plan: MaintenancePlan) -> Op[tuple[int, int, int]]:
-    """Dry run: sessions to fold, sessions and buffered turns to expire."""
-    rows = yield Q(query("maint_fold_candidates"), (plan.fold_before,))
-    if plan.retention_before is None:
-        return len(rows), 0, 0
-    sessions, turns = yield Q(
-        query("maint_count_expiring"), (plan.retention_before, plan.retention_before), fetch="one"
-    )
-    return len(rows), int(sessions), int(turns)
-
-
-# ---------------------------------------------------------------- the program
-
-Program = Generator["Op[Any] | ArchiveCall", Any, MaintenanceReport]
-
-
-def maintenance_program(
-    policy: MaintenancePolicy,
-    *,
-    lock_timeout: timedelta,
-    state: RunState,
-    dry_run: bool = False,
-    archive: bool = False,
-    attach_attempts: int = 6,
-) -> Program:
-    """One maintenance run (see the module docstring for how it is driven).
-
-    Guarantees:
-    - runs never overlap: without the advisory lock the run does nothing and reports
-      ``already_running`` (a dry run takes no lock and changes nothing);
-    - every lock wait is bounded by ``lock_timeout`` (ATTACH is retried with backoff, up to
-      ``attach_attempts`` times; a detach or drop that times out is retried by the next run);
-    - an expired partition is dropped only after it is detached, renamed out of the writers'
-      way and, when ``archive`` is set, archived successfully; a detach interrupted by a
-      crash (``detach pending``) is finished first;
-    - a failed step is recorded in ``errors`` and the run goes on (the connection breaking
-      ends it with :class:`DatabaseUnavailable`).
-    """
-    started = datetime.now(UTC)
-    clock = time.monotonic()
-    if not dry_run:
-        (got,) = yield _one_row(Q(query("maint_try_lock"), (MAINTENANCE_LOCK_KEY,), fetch="one"))
-        if not got:
-            snap = yield snapshot_op(lock_timeout)
-            return _report(snap, policy, lock_timeout, None, started, clock, already_running=True)
-        state.locked = True
-    snap = yield snapshot_op(lock_timeout)
-    plan = plan_maintenance(snap.planning_input(), policy, snap.now, snap.interval, snap.origin)
-    if dry_run:
-        fold, sessions, turns = yield counts_op(plan)
-        report = _report(snap, policy, lock_timeout, plan, started, clock, dry_run=True)
-        return _replace(
-            report,
-            sessions_to_fold=fold,
-            sessions_to_expire=sessions,
-            buffered_turns_to_expire=turns,
-        )
-
-    errors: list[str] = []
-    created: list[str] = []
-    dropped: list[str] = []
-    finished: list[str] = []
-    archived: list[str] = []
-
-    def failed(what: str, exc: ShardstoreError) -> None:
-        if isinstance(exc, DatabaseUnavailable):
-            raise exc
-        errors.append(f"{what}: {exc}")
-
-    # 1. finish interrupted detaches (of partitions that are not expiring; those below)
+def finish_detaches_op(
+    table: PartitionSQL, plan: MaintenancePlan, lock_timeout: timedelta, log: RunLog, fatal: Fatal
+) -> Op[None]:
+    """Finish the interrupted detaches of partitions that are not expiring (those that are
+    expiring are finished by :func:`expire_op`)."""
     for part in plan.finalize:
         try:
-            ok = yield _one_q(query("maint_finalize"), (part.name, lock_timeout.total_seconds()))
-            if ok:
-                finished.append(part.name)
-            else:
-                errors.append(f"finishing the detach of {part.name} timed out; next run retries")
-        except ShardstoreError as exc:
-            failed(f"finishing the detach of {part.name}", exc)
+            ok = yield Try(table.finalize_op(part.name, lock_timeout))
+        except Exception as exc:
+            _failed(log, f"finishing the detach of {part.name}", exc, fatal)
+            continue
+        if ok:
+            log.finished.append(part.name)
+        else:
+            log.errors.append(f"finishing the detach of {part.name} timed out; next run retries")
 
-    # 2. premake
+
+def premake_plan_op(
+    table: PartitionSQL,
+    plan: MaintenancePlan,
+    lock_timeout: timedelta,
+    attempts: int,
+    log: RunLog,
+    fatal: Fatal,
+) -> Op[None]:
+    """Create and attach every range of ``plan.create``."""
     for bounds in plan.create:
         try:
-            ok = yield attach_op(bounds.lower, bounds.upper, lock_timeout, attach_attempts)
-            if ok:
-                created.append(bounds.name)
-            else:
-                errors.append(
-                    f"attaching {bounds.name} timed out {attach_attempts} times "
-                    f"(lock_timeout {lock_timeout.total_seconds()} s); next run retries"
-                )
-        except ShardstoreError as exc:
-            failed(f"creating {bounds.name}", exc)
-
-    # 3. fold idle sessions' buffers
-    sessions_folded = turns_folded = 0
-    try:
-        candidates = yield _all_q(query("maint_fold_candidates"), (plan.fold_before,))
-    except ShardstoreError as exc:
-        failed("listing idle sessions", exc)
-        candidates = []
-    for (sid,) in candidates:
-        try:
-            moved = yield _one_q(
-                query("maint_fold_session"),
-                (sid, plan.fold_before, lock_timeout.total_seconds()),
-            )
-        except ShardstoreError as exc:
-            if exc.retryable and not isinstance(exc, DatabaseUnavailable):
-                continue  # busy (lock timeout): next run
-            failed(f"folding session {sid}", exc)
+            ok = yield from attach_with_retries_op(table, bounds, lock_timeout, attempts)
+        except Exception as exc:
+            _failed(log, f"creating {bounds.name}", exc, fatal)
             continue
-        if moved:
-            sessions_folded += 1
-            turns_folded += int(moved)
+        if ok:
+            log.created.append(bounds.name)
+        else:
+            log.errors.append(
+                f"attaching {bounds.name} timed out {attempts} times "
+                f"(lock_timeout {lock_timeout.total_seconds()} s); next run retries"
+            )
 
-    # 4. retention
-    sessions_expired = turns_expired = 0
-    if plan.retention_before is not None:
-        while True:
-            try:
-                row = yield _one_row(
-                    Q(
-                        query("maint_expire_rows"),
-                        (plan.retention_before, EXPIRE_BATCH),
-                        fetch="one",
-                    )
-                )
-            except ShardstoreError as exc:
-                failed("expiring rows", exc)
-                break
-            sessions_expired += int(row[0])
-            turns_expired += int(row[1])
-            if not row[0] and not row[1]:
-                break
-        for part in plan.expire:
-            name = part.name
-            was_pending = part.state is PartitionState.DETACH_PENDING
-            try:
-                pending = was_pending
-                if part.state is PartitionState.ATTACHED:
-                    outcome = yield detach_op(name, lock_timeout, state)
-                    if outcome == "timeout":
-                        errors.append(
-                            f"detaching {name} timed out (lock_timeout "
-                            f"{lock_timeout.total_seconds()} s); next run retries"
-                        )
-                        continue
-                    pending = outcome == "pending"
-                if pending:
-                    ok = yield _one_q(query("maint_finalize"), (name, lock_timeout.total_seconds()))
-                    if not ok:
-                        errors.append(f"finishing the detach of {name} timed out; next run retries")
-                        continue
-                    if was_pending:
-                        finished.append(name)
-                retired = yield _one_q(query("maint_retire"), (name, lock_timeout.total_seconds()))
-                if archive:
-                    error = yield ArchiveCall(f"shardstore.{retired}")
-                    if error is not None:
-                        errors.append(
-                            f"archiving shardstore.{retired} failed ({error}); it is kept, "
-                            "detached, and the next run tries again"
-                        )
-                        continue
-                    archived.append(f"shardstore.{retired}")
-                yield _one_q(query("maint_drop_retired"), (retired, lock_timeout.total_seconds()))
-                dropped.append("agent_history_p" + retired[len("agent_history_p") :])
-            except ShardstoreError as exc:
-                failed(f"expiring {name}", exc)
 
-    after = yield snapshot_op(lock_timeout)
-    # judge "partitions ahead" at the instant the plan was made for: with short intervals a
-    # run may cross a boundary, which would count one partition fewer through no fault
-    after = dataclasses.replace(after, now=snap.now)
-    report = _report(after, policy, lock_timeout, plan, started, clock)
-    report = _replace(
-        report,
-        partitions_created=created,
-        partitions_dropped=dropped,
-        detaches_finished=finished,
-        archived=archived,
-        sessions_folded=sessions_folded,
-        turns_folded=turns_folded,
-        sessions_expired=sessions_expired,
-        buffered_turns_expired=turns_expired,
-        errors=errors,
-    )
+def expire_op(
+    table: PartitionSQL,
+    plan: MaintenancePlan,
+    lock_timeout: timedelta,
+    log: RunLog,
+    fatal: Fatal,
+    *,
+    archive: ArchiveHook | None,
+    concurrently: bool,
+    attempts: int = DEFAULT_ATTEMPTS,
+) -> Op[None]:
+    """Take each partition of ``plan.expire`` from its state to gone: detach (up to
+    ``attempts`` tries with backoff), finish the detach, retire, archive, drop. A partition
+    is dropped only after all of that succeeded; whatever fails is recorded and left for
+    the next run."""
+    for part in plan.expire:
+        try:
+            yield from _expire_one(table, part, lock_timeout, log, archive, concurrently, attempts)
+        except Exception as exc:
+            _failed(log, f"expiring {part.name}", exc, fatal)
+
+
+def _expire_one(
+    table: PartitionSQL,
+    part: Partition,
+    lock_timeout: timedelta,
+    log: RunLog,
+    archive: ArchiveHook | None,
+    concurrently: bool,
+    attempts: int,
+) -> Op[None]:
+    name = part.name
+    pending = part.state is PartitionState.DETACH_PENDING
+    if part.state is PartitionState.ATTACHED:
+        outcome = "timeout"
+        for attempt in range(attempts):
+            outcome = yield Try(table.detach_op(name, lock_timeout, concurrently))
+            if outcome != "timeout":
+                break
+            if attempt + 1 < attempts:
+                yield Sleep(backoff(attempt))
+        if outcome == "timeout":
+            log.errors.append(
+                f"detaching {name} timed out {attempts} times (lock_timeout "
+                f"{lock_timeout.total_seconds()} s); next run retries"
+            )
+            return
+        pending = outcome == "pending"
+    if pending:
+        ok = yield Try(table.finalize_op(name, lock_timeout))
+        if not ok:
+            log.errors.append(f"finishing the detach of {name} timed out; next run retries")
+            return
+        if part.state is PartitionState.DETACH_PENDING:
+            log.finished.append(name)
+    retired = yield Try(table.retire_op(name, lock_timeout))
+    qualified = table.qualified(retired)
+    if archive is not None:
+        try:
+            yield Call(archive, (qualified,))
+        except Exception as exc:
+            log.errors.append(
+                f"archiving {qualified} failed ({describe_failure(exc)}); it is kept, "
+                "detached, and the next run tries again"
+            )
+            return
+        log.archived.append(qualified)
+    yield Try(table.drop_op(retired, lock_timeout))
+    log.dropped.append(table.naming.partition(part.lower))
+
+
+# ---------------------------------------------------------------- the run
+
+
+class RunHooks:
+    """The caller's own work in a run; every method returns an operation. The defaults do
+    nothing. Hooks run on the run's connection; an exception they raise ends the run (the
+    lock is still given back): record what may fail in ``log.errors`` instead."""
+
+    def work(self, plan: MaintenancePlan, log: RunLog) -> Op[None]:
+        """Runs after premake, before partitions expire, holding the lock (live runs)."""
+        return
+        yield  # pragma: no cover - makes this a generator
+
+    def dry_run(self, plan: MaintenancePlan) -> Op[None]:
+        """Runs instead of :meth:`work` in a dry run (count, change nothing)."""
+        return
+        yield  # pragma: no cover
+
+    def finish(self, report: MaintenanceReport) -> Op[MaintenanceReport]:
+        """Gets every run's report last (a live run's while it still holds the lock) and
+        returns the report to give the caller (e.g. a subclass with more fields)."""
+        return report
+        yield  # pragma: no cover
+
+
+def maintenance_op(
+    table: PartitionSQL,
+    policy: MaintenancePolicy,
+    *,
+    lock_timeout: timedelta = timedelta(seconds=1),
+    dry_run: bool = False,
+    archive: ArchiveHook | None = None,
+    lock_key: int | None = None,
+    attempts: int = DEFAULT_ATTEMPTS,
+    hooks: RunHooks | None = None,
+    fatal: Fatal = connection_lost,
+) -> Op[MaintenanceReport]:
+    """One maintenance run of ``table``'s partitions (see the module docstring).
+
+    Guarantees:
+    - runs never overlap: without the advisory lock (``lock_key``, default
+      :func:`lock_key_for`) the run does nothing and reports ``already_running``; a dry run
+      takes no lock and changes nothing (its hooks' ``dry_run`` aside);
+    - the lock is given back however the run ends (a failure to give it back, e.g. on a
+      lost connection, never hides the error that ended the run);
+    - every lock wait is bounded by ``lock_timeout``; ATTACH and DETACH are retried up to
+      ``attempts`` times with :func:`backoff` (``Sleep`` steps);
+    - expired partitions are detached with ``DETACH ... CONCURRENTLY`` when the connection
+      is outside a transaction and the parent has no DEFAULT partition, else with a plain
+      ``DETACH`` (ACCESS EXCLUSIVE on the parent for a moment, and inside a caller's
+      transaction until it ends);
+    - an expired partition is dropped only after it is detached, retired and, with
+      ``archive``, archived successfully; a detach interrupted by a crash (``detach
+      pending``) is finished first;
+    - a failed step is recorded in ``errors`` and the run goes on; an error for which
+      ``fatal`` is true (default: :func:`connection_lost`) ends the run and is raised.
+    """
+    hooks = hooks or RunHooks()
+    key = lock_key_for(table) if lock_key is None else lock_key
+    started = datetime.now(UTC)
+    clock = time.monotonic()
+    in_tx = yield Tx.STATUS
+    if dry_run:
+        snap = yield from snapshot_op(table, lock_timeout)
+        plan = _plan(table, snap, policy)
+        yield from hooks.dry_run(plan)
+        report = _report(snap, policy, lock_timeout, plan, started, clock, dry_run=True)
+        return (yield from hooks.finish(report))
+    got = yield from try_lock_op(key)
+    if not got:
+        snap = yield from snapshot_op(table, lock_timeout)
+        report = _report(snap, policy, lock_timeout, None, started, clock, already_running=True)
+        return (yield from hooks.finish(report))
+    closing = False
     try:
-        yield _one_q(
-            query("maint_log_run"),
-            (started, report.healthy, json.dumps(report.to_json())),
+        snap = yield from snapshot_op(table, lock_timeout)
+        plan = _plan(table, snap, policy)
+        log = RunLog()
+        yield from finish_detaches_op(table, plan, lock_timeout, log, fatal)
+        yield from premake_plan_op(table, plan, lock_timeout, attempts, log, fatal)
+        yield from hooks.work(plan, log)
+        concurrently = not in_tx and not snap.listing.has_default
+        yield from expire_op(
+            table,
+            plan,
+            lock_timeout,
+            log,
+            fatal,
+            archive=archive,
+            concurrently=concurrently,
+            attempts=attempts,
         )
-    except ShardstoreError as exc:
-        failed("logging the run", exc)
-        report = _replace(report, errors=errors)
-    return report
+        after = yield from snapshot_op(table, lock_timeout)
+        # judge "partitions ahead" at the instant the plan was made for: with short
+        # intervals a run may cross a boundary, which would count one fewer through no fault
+        after = Snapshot(dataclasses.replace(after.layout, now=snap.layout.now), after.listing)
+        report = _report(after, policy, lock_timeout, plan, started, clock)
+        report = dataclasses.replace(
+            report,
+            partitions_created=log.created,
+            partitions_dropped=log.dropped,
+            detaches_finished=log.finished,
+            archived=log.archived,
+            errors=log.errors,
+        )
+        return (yield from hooks.finish(report))
+    except GeneratorExit:
+        closing = True  # the driver is abandoning the run: no more steps
+        raise
+    finally:
+        if not closing:
+            yield from cleanup(unlock_op(key))
 
 
-def _one_row(q: Q) -> Op[Any]:
-    row = yield q
-    return row
-
-
-def _one_q(sql: str, params: Sequence[Any]) -> Op[Any]:
-    row = yield Q(sql, params, fetch="one")
-    return row[0]
-
-
-def _all_q(sql: str, params: Sequence[Any]) -> Op[list[Any]]:
-    rows = yield Q(sql, params)
-    return list(rows)
+def _plan(table: PartitionSQL, snap: Snapshot, policy: MaintenancePolicy) -> MaintenancePlan:
+    layout = snap.layout
+    return plan_maintenance(
+        snap.planning_input(), policy, layout.now, layout.interval, layout.origin, table.naming
+    )
 
 
 def _report(
@@ -621,8 +575,9 @@ def _report(
     dry_run: bool = False,
     already_running: bool = False,
 ) -> MaintenanceReport:
+    layout = snap.layout
     parts = snap.planning_input()
-    current_lower = (snap.now - snap.origin) // snap.interval * snap.interval + snap.origin
+    current_lower = bounds_for(layout.now, layout.interval, layout.origin).lower
     current = any(p.lower == current_lower and p.state is PartitionState.ATTACHED for p in parts)
     return MaintenanceReport(
         started_at=started,
@@ -633,15 +588,9 @@ def _report(
         retention=policy.retention,
         flush_idle=policy.flush_idle,
         lock_timeout=lock_timeout,
-        partition_interval=snap.interval,
+        partition_interval=layout.interval,
         plan=plan,
-        partitions_ahead=partitions_ahead(parts, snap.now, snap.interval, snap.origin),
+        partitions_ahead=partitions_ahead(parts, layout.now, layout.interval, layout.origin),
         current_attached=current,
         partitions=snap.partitions,
     )
-
-
-def _replace(report: MaintenanceReport, **changes: Any) -> MaintenanceReport:
-    import dataclasses
-
-    return dataclasses.replace(report, **changes)

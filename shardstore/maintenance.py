@@ -1,45 +1,300 @@
-"""Partition maintenance as store methods (mixins of :class:`Store` / :class:`AsyncStore`).
+"""Partition maintenance of ``shardstore.agent_history``: the standalone partition library
+(:mod:`partition_manager`) configured for shardstore, plus shardstore's own work in a run.
 
-The run itself is written once, in :mod:`partition_manager.runner`, as a program of sans-IO
-operations; the two drivers below run it on one connection, which holds the maintenance
-advisory lock for the whole run, and always give that lock back.
+* :class:`HistoryPartitions` is :class:`partition_manager.RangeTable` for
+  ``agent_history``, with the steps that have side effects done by shardstore's SQL
+  functions (``maint_*_v1`` in migrations 0003 and later, shared with the in-database
+  ``CALL shardstore.run_maintenance()``): the partitioning comes from ``shardstore.config``,
+  ATTACH goes through ``maint_attach_partition_v1``, retiring and dropping through
+  ``maint_retire_v1`` / ``maint_drop_retired`` (which also forget the dropped chunks'
+  locations, idempotency keys and registered chunk-level rows);
+* :class:`_Hooks` adds shardstore's work to a run: fold idle sessions' buffers, delete rows
+  older than the retention boundary, log the run in ``maintenance_runs``;
+* :func:`maintain` is the store method (one operation on one connection: the partition run,
+  then embedding), :func:`premake_op` the connect-time premake.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import inspect
-from collections.abc import Callable, Coroutine
+import json
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from partition_manager.archive import ArchiveHook, run_archive_hook
-from partition_manager.plan import MaintenancePolicy
-from partition_manager.runner import (
-    ArchiveCall,
-    MaintenanceReport,
-    Program,
-    RunState,
-    maintenance_program,
-    release_op,
+from partition_manager.archive import ArchiveHook, command_hook
+from partition_manager.plan import (
+    MaintenancePlan,
+    MaintenancePolicy,
+    PartitionBounds,
+    PartitionState,
+    plan_premake,
 )
+from partition_manager.premake import legacy_premake
+from partition_manager.runner import MaintenanceReport as PartitionRunReport
+from partition_manager.runner import RunHooks, RunLog, maintenance_op
+from partition_manager.steps import Op, Q, Tx
+from partition_manager.table import Layout, RangeTable
 
-from .errors import ConfigurationError, MissingDependency, ShardstoreError
-from .executor import run_async, run_sync
-from .ops import Op
+from .errors import ConfigurationError, DatabaseUnavailable, MissingDependency, ShardstoreError
 from .settings import parse_interval
-from .vector_ops import VectorState, maintenance_backlog_op
-
-if TYPE_CHECKING:
-    from .connector import AsyncConnector, Connector
-    from .settings import Settings
+from .sql import query
+from .vector_ops import maintenance_backlog_op
 
 DEFAULT_FLUSH_IDLE = timedelta(minutes=5)
 DEFAULT_LOCK_TIMEOUT = timedelta(seconds=1)
+# Fixed forever: every maintenance run (Python or CALL shardstore.run_maintenance()) takes
+# this session-level advisory lock; 0003_maintenance.sql has the same number.
+MAINTENANCE_LOCK_KEY = 0x5348_4152_4453_0002
+EXPIRE_BATCH = 1000
 
 Duration = timedelta | str | None
+
+
+# ---------------------------------------------------------------- the partitioned table
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPartitions(RangeTable):
+    """``shardstore.agent_history`` (``PARTITION BY RANGE (chunk_start)``) for
+    :mod:`partition_manager`: generic listing and DETACH, shardstore's SQL functions for
+    the rest (see the module docstring). The interval and origin are read from
+    ``shardstore.config`` by :meth:`layout_op`."""
+
+    schema: str = "shardstore"
+    table: str = "agent_history"
+    column: str = "chunk_start"
+
+    def layout_op(self) -> Op[Layout]:
+        """The server's clock and the partitioning recorded in ``shardstore.config``;
+        ConfigurationError when the database was never initialised."""
+        row = yield Q(query("maint_now"), fetch="one")
+        if row is None:
+            raise ConfigurationError(
+                "shardstore is not initialised: connect with shardstore.connect() or run "
+                "'shardstore init'"
+            )
+        now, seconds, origin = row
+        return Layout(now, timedelta(seconds=seconds), origin)
+
+    def attach_op(self, bounds: PartitionBounds, lock_timeout: timedelta) -> Op[bool]:
+        """``maint_attach_partition_v1``: standalone table (LIKE agent_history, indexes,
+        bounds CHECK) and ATTACH waiting at most ``lock_timeout``; False on a timeout."""
+        (ok,) = yield Q(
+            query("maint_attach"),
+            (bounds.lower, bounds.upper, lock_timeout.total_seconds()),
+            fetch="one",
+        )
+        return bool(ok)
+
+    def finalize_op(self, name: str, lock_timeout: timedelta) -> Op[bool]:
+        """``maint_finalize_detach_v1``: DETACH ... FINALIZE; False on a lock timeout."""
+        (ok,) = yield Q(query("maint_finalize"), (name, lock_timeout.total_seconds()), fetch="one")
+        return bool(ok)
+
+    def retire_op(self, name: str, lock_timeout: timedelta) -> Op[str]:
+        """``maint_retire_v1``: rename ``agent_history_pX`` to ``agent_history_rX``."""
+        (retired,) = yield Q(
+            query("maint_retire"), (name, lock_timeout.total_seconds()), fetch="one"
+        )
+        return str(retired)
+
+    def drop_op(self, retired: str, lock_timeout: timedelta) -> Op[None]:
+        """``maint_drop_retired``: drop the retired table and forget its chunks."""
+        yield Q(query("maint_drop_retired"), (retired, lock_timeout.total_seconds()), fetch="one")
+
+
+HISTORY = HistoryPartitions()
+"""The partitioned table shardstore maintains."""
+
+
+def premake_op(premake: int) -> Op[list[str]]:
+    """Create the current ``agent_history`` partition and ``premake`` ahead of it (by the
+    server's clock) with ``ensure_partition_v1`` (safe against writers racing for the same
+    partition; waits for its locks like any writer); returns the names of the partitions
+    created. Run by ``connect()`` and ``store.premake_partitions()``."""
+    layout = yield from HISTORY.layout_op()
+    listing = yield from HISTORY.list_op(layout)
+    existing = [p.lower for p in listing.partitions if p.state is PartitionState.ATTACHED]
+    plan = plan_premake(
+        layout.now, layout.interval, layout.origin, premake, existing, HISTORY.naming
+    )
+    created: list[str] = []
+    for bounds in plan:
+        (name,) = yield Q(query("ensure_partition"), (bounds.lower,), fetch="one")
+        created.append(str(name))
+    return created
+
+
+legacy_premake.append(premake_op)  # TEMP: see partition_manager.premake.legacy_premake
+
+
+# ---------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceReport(PartitionRunReport):
+    """What a maintenance run did and what it left (see ``docs/maintenance.md``): the
+    partition library's report plus idle-session folds, expired rows and embedding.
+    ``healthy``: the current partition and at least ``premake`` after it are attached and no
+    step failed."""
+
+    sessions_folded: int = 0
+    turns_folded: int = 0
+    sessions_expired: int = 0
+    buffered_turns_expired: int = 0
+    # dry run only: what the run would fold / expire
+    sessions_to_fold: int | None = None
+    sessions_to_expire: int | None = None
+    buffered_turns_to_expire: int | None = None
+    # embedding after the partition work (None: not attempted, no model configured)
+    chunks_embedded: int | None = None
+    embedding_skipped: str | None = None
+
+    def detail_rows(self) -> list[tuple[str, str]]:
+        """Folds, expiry and embedding, as rows of the text report."""
+        plan = self.plan
+        rows: list[tuple[str, str]] = []
+        if self.dry_run and plan is not None:
+            rows.append(("would fold", f"{self.sessions_to_fold or 0} idle sessions"))
+            if plan.retention_before is not None:
+                when = plan.retention_before.strftime("%Y-%m-%d %H:%M:%S UTC")
+                rows.append(
+                    (
+                        "would expire",
+                        f"{self.sessions_to_expire or 0} sessions, "
+                        f"{self.buffered_turns_to_expire or 0} buffered turns "
+                        f"(older than {when})",
+                    )
+                )
+            return rows
+        rows.append(("folded", f"{self.sessions_folded} sessions ({self.turns_folded} turns)"))
+        if self.chunks_embedded is not None:
+            rows.append(("embedded", f"{self.chunks_embedded} chunks"))
+        if self.embedding_skipped is not None:
+            rows.append(("embedding skipped", self.embedding_skipped))
+        if self.retention is not None:
+            rows.append(
+                (
+                    "expired",
+                    f"{self.sessions_expired} sessions, "
+                    f"{self.buffered_turns_expired} buffered turns",
+                )
+            )
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON document (timestamps in ISO 8601, durations in seconds)."""
+        doc = PartitionRunReport.to_json(self)
+        doc.update(
+            sessions_folded=self.sessions_folded,
+            turns_folded=self.turns_folded,
+            sessions_expired=self.sessions_expired,
+            buffered_turns_expired=self.buffered_turns_expired,
+            chunks_embedded=self.chunks_embedded,
+            embedding_skipped=self.embedding_skipped,
+        )
+        if self.dry_run:
+            doc["sessions_to_fold"] = self.sessions_to_fold
+            doc["sessions_to_expire"] = self.sessions_to_expire
+            doc["buffered_turns_to_expire"] = self.buffered_turns_to_expire
+        return doc
+
+
+# ---------------------------------------------------------------- shardstore's work in a run
+
+
+def _fatal(exc: BaseException) -> bool:
+    return isinstance(exc, DatabaseUnavailable)
+
+
+class _Hooks(RunHooks):
+    """Shardstore's steps in a partition run, and what they counted."""
+
+    def __init__(self, lock_timeout: timedelta) -> None:
+        self.lock_timeout = lock_timeout
+        self.counts: dict[str, int | None] = {}
+
+    def _failed(self, log: RunLog, what: str, exc: ShardstoreError) -> None:
+        if _fatal(exc):
+            raise exc
+        log.errors.append(f"{what}: {exc}")
+
+    def work(self, plan: MaintenancePlan, log: RunLog) -> Op[None]:
+        """Fold idle sessions' buffers; with retention, delete sessions and buffered turns
+        older than the boundary (before the partitions holding their chunks go)."""
+        secs = self.lock_timeout.total_seconds()
+        folded = turns = 0
+        try:
+            candidates = yield Q(query("maint_fold_candidates"), (plan.fold_before,))
+        except ShardstoreError as exc:
+            self._failed(log, "listing idle sessions", exc)
+            candidates = []
+        for (sid,) in candidates:
+            try:
+                (moved,) = yield Q(
+                    query("maint_fold_session"), (sid, plan.fold_before, secs), fetch="one"
+                )
+            except ShardstoreError as exc:
+                if exc.retryable and not _fatal(exc):
+                    continue  # busy (lock timeout): next run
+                self._failed(log, f"folding session {sid}", exc)
+                continue
+            if moved:
+                folded += 1
+                turns += int(moved)
+        self.counts.update(sessions_folded=folded, turns_folded=turns)
+        if plan.retention_before is None:
+            return
+        sessions = buffered = 0
+        while True:
+            try:
+                row = yield Q(
+                    query("maint_expire_rows"), (plan.retention_before, EXPIRE_BATCH), fetch="one"
+                )
+            except ShardstoreError as exc:
+                self._failed(log, "expiring rows", exc)
+                break
+            sessions += int(row[0])
+            buffered += int(row[1])
+            if not row[0] and not row[1]:
+                break
+        self.counts.update(sessions_expired=sessions, buffered_turns_expired=buffered)
+
+    def dry_run(self, plan: MaintenancePlan) -> Op[None]:
+        """Count the sessions a run would fold and the rows it would expire."""
+        rows = yield Q(query("maint_fold_candidates"), (plan.fold_before,))
+        self.counts["sessions_to_fold"] = len(rows)
+        sessions = turns = 0
+        if plan.retention_before is not None:
+            sessions, turns = yield Q(
+                query("maint_count_expiring"),
+                (plan.retention_before, plan.retention_before),
+                fetch="one",
+            )
+        self.counts.update(sessions_to_expire=int(sessions), buffered_turns_to_expire=int(turns))
+
+    def finish(self, report: PartitionRunReport) -> Op[PartitionRunReport]:
+        """shardstore's report; a live run is logged in ``maintenance_runs`` (a failure to
+        log it is one more error)."""
+        fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+        full = MaintenanceReport(**fields, **self.counts)  # type: ignore[arg-type]
+        if report.dry_run or report.already_running:
+            return full
+        try:
+            yield Q(
+                query("maint_log_run"),
+                (full.started_at, full.healthy, json.dumps(full.to_json())),
+                fetch="one",
+            )
+        except ShardstoreError as exc:
+            if _fatal(exc):
+                raise
+            full = dataclasses.replace(full, errors=[*full.errors, f"logging the run: {exc}"])
+        return full
+
+
+# ---------------------------------------------------------------- the store method
 
 
 def _duration(value: Duration, what: str) -> timedelta | None:
@@ -54,15 +309,62 @@ def _or(value: timedelta | None, default: timedelta) -> timedelta:
     return default if value is None else value
 
 
-def _setup(
-    settings: Settings,
-    premake: int | None,
-    retention: Duration,
-    flush_idle: Duration,
-    lock_timeout: Duration,
-    archive: ArchiveHook | None,
-    dry_run: bool,
-) -> tuple[Program, RunState]:
+def _archive_hook(archive: Any, dsn: str | None) -> ArchiveHook | None:
+    if archive is None:
+        return None
+    if isinstance(archive, str):
+        return command_hook(
+            archive,
+            table_env="SHARDSTORE_ARCHIVE_TABLE",
+            env={"SHARDSTORE_DSN": dsn} if dsn else None,
+        )
+    if callable(archive):
+        hook: ArchiveHook = archive
+        return hook
+    raise ConfigurationError("archive must be a callable or a shell command string")
+
+
+def maintain(
+    store: Any,
+    *,
+    dry_run: bool = False,
+    premake: int | None = None,
+    retention: Duration = None,
+    flush_idle: Duration = DEFAULT_FLUSH_IDLE,
+    lock_timeout: Duration = DEFAULT_LOCK_TIMEOUT,
+    archive: ArchiveHook | str | None = None,
+    embed: bool = True,
+) -> Op[MaintenanceReport]:
+    """Run partition maintenance once and report what it did.
+
+    In order: finish detaches interrupted by a crash; create the current partition and
+    ``premake`` (default: the store's setting) ahead, each as a standalone table with its
+    indexes and a bounds CHECK, then ATTACH (retried with backoff); fold the buffers of
+    sessions idle for ``flush_idle``; with ``retention`` (a timedelta or '90 days'; None
+    keeps everything) delete sessions whose last turn is older than the retention
+    boundary (with all their rows) and buffered turns older than it, then for each
+    partition whose whole range ends by that boundary: DETACH CONCURRENTLY, rename to
+    ``agent_history_r…``, pass it to ``archive`` (a callable or a shell command; see
+    :mod:`partition_manager.archive`) and drop it.
+
+    Guarantees: runs never overlap (another run holding the lock makes this one return
+    at once with ``already_running=True``); no step waits longer than ``lock_timeout``
+    for a lock, so appends never queue behind maintenance for longer than that; nothing
+    is dropped before it is detached and archived. ``dry_run`` takes no lock and changes
+    nothing: the report carries the plan. ``report.healthy`` is False when fewer than
+    ``premake`` partitions are ahead or a step failed (see ``report.errors``).
+
+    Then, with ``embed`` and an embedding model configured (this store's
+    ``embedding_model`` or one recorded in the database), embeds as many chunks as were
+    queued at that moment, idle sessions' freshly folded chunks included
+    (``report.chunks_embedded``; a run ends even while writers keep queueing); a model
+    that cannot load is reported in ``report.embedding_skipped`` without failing the run.
+
+    With ``AsyncStore`` a callable ``archive`` may be a coroutine function (awaited); a
+    plain callable or a shell command runs in a worker thread. Needs a connection outside
+    any transaction (ConfigurationError otherwise).
+    """
+    settings = store.settings
     try:
         policy = MaintenancePolicy(
             premake=settings.premake if premake is None else premake,
@@ -74,200 +376,34 @@ def _setup(
     wait = _or(_duration(lock_timeout, "lock_timeout"), DEFAULT_LOCK_TIMEOUT)
     if wait < timedelta(milliseconds=1):
         raise ConfigurationError("lock_timeout must be at least 1 ms")
-    if archive is not None and not (callable(archive) or isinstance(archive, str)):
-        raise ConfigurationError("archive must be a callable or a shell command string")
-    state = RunState()
-    program = maintenance_program(
-        policy, lock_timeout=wait, state=state, dry_run=dry_run, archive=archive is not None
-    )
-    return program, state
-
-
-def _need_autocommit(autocommit: bool) -> None:
-    if not autocommit:
+    hook = _archive_hook(archive, store.dsn)
+    in_tx = yield Tx.STATUS
+    if in_tx:
         raise ConfigurationError(
             "maintain() needs a connection in autocommit mode (DETACH ... CONCURRENTLY cannot "
             "run inside a transaction): give connect() a DSN or a pool"
         )
+    result = yield from maintenance_op(
+        HISTORY,
+        policy,
+        lock_timeout=wait,
+        dry_run=dry_run,
+        archive=hook,
+        lock_key=MAINTENANCE_LOCK_KEY,
+        hooks=_Hooks(wait),
+        fatal=_fatal,
+    )
+    assert isinstance(result, MaintenanceReport)
+    report = result
+    if not embed or dry_run or report.already_running:
+        return report
+    from .search import embed as embed_chunks  # search imports the store's building blocks
 
-
-class MaintenanceMethods:
-    """Maintenance methods of :class:`shardstore.Store`."""
-
-    settings: Settings
-    _connector: Connector
-    _vectors: VectorState
-    _run: Callable[[Op[Any]], Any]
-    embed: Callable[..., int]
-
-    def maintain(
-        self,
-        *,
-        dry_run: bool = False,
-        premake: int | None = None,
-        retention: Duration = None,
-        flush_idle: Duration = DEFAULT_FLUSH_IDLE,
-        lock_timeout: Duration = DEFAULT_LOCK_TIMEOUT,
-        archive: ArchiveHook | None = None,
-        embed: bool = True,
-    ) -> MaintenanceReport:
-        """Run partition maintenance once and report what it did.
-
-        In order: finish detaches interrupted by a crash; create the current partition and
-        ``premake`` (default: the store's setting) ahead, each as a standalone table with its
-        indexes and a bounds CHECK, then ATTACH (retried with backoff); fold the buffers of
-        sessions idle for ``flush_idle``; with ``retention`` (a timedelta or '90 days'; None
-        keeps everything) delete sessions whose last turn is older than the retention
-        boundary (with all their rows) and buffered turns older than it, then for each
-        partition whose whole range ends by that boundary: DETACH CONCURRENTLY, rename to
-        ``agent_history_r…``, pass it to ``archive`` (a callable or a shell command; see
-        :mod:`partition_manager.archive`) and drop it.
-
-        Guarantees: runs never overlap (another run holding the lock makes this one return
-        at once with ``already_running=True``); no step waits longer than ``lock_timeout``
-        for a lock, so appends never queue behind maintenance for longer than that; nothing
-        is dropped before it is detached and archived. ``dry_run`` takes no lock and changes
-        nothing: the report carries the plan. ``report.healthy`` is False when fewer than
-        ``premake`` partitions are ahead or a step failed (see ``report.errors``).
-
-        Then, with ``embed`` and an embedding model configured (this store's
-        ``embedding_model`` or one recorded in the database), embeds as many chunks as were
-        queued at that moment, idle sessions' freshly folded chunks included
-        (``report.chunks_embedded``; a run ends even while writers keep queueing); a model
-        that cannot load is reported in ``report.embedding_skipped`` without failing the run.
-        """
-        report = self._maintain_partitions(
-            dry_run, premake, retention, flush_idle, lock_timeout, archive
-        )
-        if not embed or dry_run or report.already_running:
+    try:
+        backlog = yield from maintenance_backlog_op(store._vectors)
+        if not backlog:
             return report
-        try:
-            backlog = self._run(maintenance_backlog_op(self._vectors))
-            if not backlog:
-                return report
-            return dataclasses.replace(report, chunks_embedded=self.embed(limit=backlog))
-        except (MissingDependency, ConfigurationError) as exc:
-            return dataclasses.replace(report, embedding_skipped=str(exc))
-
-    def _maintain_partitions(
-        self,
-        dry_run: bool,
-        premake: int | None,
-        retention: Duration,
-        flush_idle: Duration,
-        lock_timeout: Duration,
-        archive: ArchiveHook | None,
-    ) -> MaintenanceReport:
-        program, state = _setup(
-            self.settings, premake, retention, flush_idle, lock_timeout, archive, dry_run
-        )
-        dsn = self._connector.dsn
-        with self._connector.connection() as conn:
-            _need_autocommit(conn.autocommit)
-            try:
-                result: Any = None
-                error: ShardstoreError | None = None
-                while True:
-                    try:
-                        step = program.send(result) if error is None else program.throw(error)
-                    except StopIteration as stop:
-                        report: MaintenanceReport = stop.value
-                        return report
-                    result, error = None, None
-                    if isinstance(step, ArchiveCall):
-                        assert archive is not None
-                        result = run_archive_hook(archive, step.table, dsn)
-                        continue
-                    try:
-                        result = run_sync(conn, step)
-                    except ShardstoreError as exc:
-                        error = exc
-            finally:
-                program.close()
-                with contextlib.suppress(Exception):
-                    run_sync(conn, release_op(state))
-
-
-class AsyncMaintenanceMethods:
-    """Maintenance methods of :class:`shardstore.AsyncStore`."""
-
-    settings: Settings
-    _connector: AsyncConnector
-    _vectors: VectorState
-    _run: Callable[[Op[Any]], Coroutine[Any, Any, Any]]
-    embed: Callable[..., Coroutine[Any, Any, int]]
-
-    async def maintain(
-        self,
-        *,
-        dry_run: bool = False,
-        premake: int | None = None,
-        retention: Duration = None,
-        flush_idle: Duration = DEFAULT_FLUSH_IDLE,
-        lock_timeout: Duration = DEFAULT_LOCK_TIMEOUT,
-        archive: ArchiveHook | None = None,
-        embed: bool = True,
-    ) -> MaintenanceReport:
-        """See :meth:`shardstore.Store.maintain`. A callable archive hook may be a coroutine
-        function; a plain callable or a shell command runs in a worker thread."""
-        report = await self._maintain_partitions(
-            dry_run, premake, retention, flush_idle, lock_timeout, archive
-        )
-        if not embed or dry_run or report.already_running:
-            return report
-        try:
-            backlog = await self._run(maintenance_backlog_op(self._vectors))
-            if not backlog:
-                return report
-            embedded = await self.embed(limit=backlog)
-            return dataclasses.replace(report, chunks_embedded=embedded)
-        except (MissingDependency, ConfigurationError) as exc:
-            return dataclasses.replace(report, embedding_skipped=str(exc))
-
-    async def _maintain_partitions(
-        self,
-        dry_run: bool,
-        premake: int | None,
-        retention: Duration,
-        flush_idle: Duration,
-        lock_timeout: Duration,
-        archive: ArchiveHook | None,
-    ) -> MaintenanceReport:
-        program, state = _setup(
-            self.settings, premake, retention, flush_idle, lock_timeout, archive, dry_run
-        )
-        dsn = self._connector.dsn
-        async with self._connector.connection() as conn:
-            _need_autocommit(conn.autocommit)
-            try:
-                result: Any = None
-                error: ShardstoreError | None = None
-                while True:
-                    try:
-                        step = program.send(result) if error is None else program.throw(error)
-                    except StopIteration as stop:
-                        report: MaintenanceReport = stop.value
-                        return report
-                    result, error = None, None
-                    if isinstance(step, ArchiveCall):
-                        assert archive is not None
-                        result = await _arun_hook(archive, step.table, dsn)
-                        continue
-                    try:
-                        result = await run_async(conn, step)
-                    except ShardstoreError as exc:
-                        error = exc
-            finally:
-                program.close()
-                with contextlib.suppress(Exception):
-                    await run_async(conn, release_op(state))
-
-
-async def _arun_hook(hook: ArchiveHook, table: str, dsn: str | None) -> str | None:
-    if callable(hook) and inspect.iscoroutinefunction(hook):
-        try:
-            await hook(table)
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"
-        return None
-    return await asyncio.to_thread(run_archive_hook, hook, table, dsn)
+        embedded = yield from embed_chunks(store, limit=backlog)
+    except (MissingDependency, ConfigurationError) as exc:
+        return dataclasses.replace(report, embedding_skipped=str(exc))
+    return dataclasses.replace(report, chunks_embedded=embedded)

@@ -21,9 +21,9 @@ import pytest
 
 import shardstore
 from partition_manager.plan import PartitionState
-from partition_manager.runner import MAINTENANCE_LOCK_KEY, MaintenanceReport
 from shardstore.cli import main
 from shardstore.executor import run_sync
+from shardstore.maintenance import MAINTENANCE_LOCK_KEY, MaintenanceReport
 from shardstore.ops import append_op
 
 SECOND = timedelta(seconds=1)
