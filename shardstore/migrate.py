@@ -1,8 +1,10 @@
 """Schema migrations: versioned SQL files applied in order, each in its own transaction.
 
-The runner serialises concurrent migrators with ``pg_advisory_xact_lock``, records each
-applied version in ``shardstore.schema_migrations`` and is idempotent: running it on an
-up-to-date database changes nothing.
+The files are the top-level ``migrations/`` folder of the source tree, shipped inside the
+wheel as the package ``shardstore.migrations`` (a package-dir mapping, see setup.py) and
+read with importlib.resources. The runner serialises concurrent migrators with
+``pg_advisory_xact_lock``, records each applied version in ``shardstore.schema_migrations``
+and is idempotent: running it on an up-to-date database changes nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from ..errors import ConfigurationError
-from ..ops import Op, Q, Tx
+from .core.steps import Op, Q, Tx
+from .errors import ConfigurationError
 
 # An arbitrary 64-bit key, fixed forever: every shardstore migrator takes this lock.
 MIGRATION_LOCK_KEY = 0x5348_4152_4453_0001
+# the package the schema files are installed as (the source tree's migrations/ folder)
+MIGRATIONS_PACKAGE = "shardstore.migrations"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -36,7 +40,7 @@ class Migration:
 def all_migrations() -> tuple[Migration, ...]:
     """Every migration shipped with this version of shardstore, in order."""
     found = []
-    for entry in resources.files(__name__).iterdir():
+    for entry in resources.files(MIGRATIONS_PACKAGE).iterdir():
         match = _FILE.match(entry.name)
         if match:
             found.append(Migration(int(match.group(1)), match.group(2), entry.read_text("utf-8")))

@@ -28,7 +28,7 @@ import psycopg
 from .connector import Connector
 from .errors import ConfigurationError, InvalidInput
 from .executor import translate
-from .migrations import all_migrations
+from .migrate import all_migrations
 from .ops import MAX_ID_CHARS, Op, Q, _db_text, configure_op
 from .settings import Settings
 from .sql import query

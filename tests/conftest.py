@@ -21,7 +21,7 @@ from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore.executor import run_sync
-from shardstore.migrations import migrate_op
+from shardstore.migrate import migrate_op
 
 
 @pytest.fixture(scope="session")
