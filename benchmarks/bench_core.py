@@ -455,7 +455,7 @@ def bench_append(
     )
 
     # client-side share: validation + JSON encoding + token counting, no server involved
-    from shardstore.ops import prepare_turns
+    from shardstore.history import prepare_turns
 
     ctx = store._ctx
     t0 = time.perf_counter_ns()

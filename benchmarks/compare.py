@@ -717,7 +717,7 @@ class Bench:
         (validate + encode + exact token count), timed alone on the same messages."""
         if SS not in self.cs:
             return
-        from shardstore.ops import prepare_turns
+        from shardstore.history import prepare_turns
 
         ctx = self.cs[SS].store._ctx  # type: ignore[attr-defined]
         prep, tok, enc = [], [], []

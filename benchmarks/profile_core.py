@@ -37,7 +37,7 @@ from bench_core import (
 )
 
 import shardstore
-from shardstore.ops import prepare_turns
+from shardstore.history import prepare_turns
 from shardstore.sql import query
 
 APPEND_SQL = query("append")

@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_core as bc
 
 import shardstore
-from shardstore.ops import ensure_partitions_op
+from shardstore.history import ensure_partitions_op
 from shardstore.settings import Settings
 from shardstore.sql import query
 from shardstore.vector_ops import MAX_CANDIDATES, best_per_chunk, configure_op, partition_floor

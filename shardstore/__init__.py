@@ -13,7 +13,8 @@ import os
 from typing import Any
 
 from .aio import AsyncStore
-from .connector import AsyncConnector, Connector
+from .base import setup_op
+from .core.connector import AsyncConnector, Connector
 from .embedding import Embedder, SentenceTransformerEmbedder
 from .errors import (
     AccessDenied,
@@ -94,7 +95,7 @@ def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) ->
     connector = Connector(dsn, config)
     store = Store(connector, config, counter)
     try:
-        store._setup()
+        store._run(setup_op(store))
     except BaseException:
         connector.close()
         raise
@@ -111,7 +112,7 @@ async def connect_async(
     connector = await AsyncConnector.create(dsn, config)
     store = AsyncStore(connector, config, counter)
     try:
-        await store._setup()
+        await store._run(setup_op(store))
     except BaseException:
         await connector.close()
         raise

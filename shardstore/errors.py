@@ -1,6 +1,6 @@
 """One error tree: everything shardstore raises derives from :class:`ShardstoreError`.
 
-Driver errors are translated at a single boundary (:func:`shardstore.executor.translate`),
+Driver errors are translated at a single boundary (:func:`shardstore.core.executor.translate`),
 so callers never need to catch psycopg exceptions.
 """
 

@@ -16,8 +16,9 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable
 
+from .core.steps import Op
 from .errors import ShardstoreError
-from .ops import Op, fold_sealed_op
+from .history import fold_sealed_op
 
 log = logging.getLogger("shardstore.folding")
 

@@ -23,37 +23,28 @@ Guarantees (docs/purge.md explains them at length):
   vacuums every table and partition the purge touched. Backups and WAL archives are outside
   shardstore's reach.
 
-The planning and the batching are sans-IO operations (:mod:`shardstore.ops`), driven by the
-sync and asyncio stores alike.
+The planning and the batching are operations (:mod:`shardstore.core.steps`); the public
+functions taking ``store`` first are the store methods, bound into ``Store`` and
+``AsyncStore`` alike.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import datetime
+from typing import Any
 
+from .core import validate
+from .core.retry import retrying
+from .core.steps import Call, Op, Q, Tx
 from .errors import Conflict, InvalidInput, SessionPurged
-from .ops import (
-    MAX_ID_CHARS,
-    MAX_INT32,
-    MAX_INT64,
-    Op,
-    Q,
-    Tx,
-    _db_text,
-    parse_bound,
-    session_uuid,
-)
+from .history import parse_bound
 from .sql import query
-
-T = TypeVar("T")
 
 AGENT_HISTORY = "shardstore.agent_history"
 SESSIONS = "shardstore.sessions"
@@ -242,36 +233,6 @@ def vacuum_targets(acc: _Acc) -> list[str]:
     return sorted(set(names))
 
 
-def _check_batch(value: Any) -> int:
-    if type(value) is not int or not 1 <= value <= MAX_INT32:
-        raise InvalidInput(f"batch_size must be an int from 1 to {MAX_INT32}, not {value!r:.80}")
-    return value
-
-
-def _check_text(value: Any, what: str) -> str:
-    checked = _db_text(value, what, limit=MAX_ID_CHARS, optional=False)
-    assert checked is not None
-    return checked
-
-
-def _check_flags(**flags: Any) -> None:
-    # a truthy string such as "no" must not be read as "yes, purge for real"
-    for name, value in flags.items():
-        if type(value) is not bool:
-            raise InvalidInput(f"{name} must be True or False, not {value!r:.80}")
-
-
-def _check_time(value: Any, what: str) -> datetime:
-    if not isinstance(value, datetime):
-        raise InvalidInput(f"{what} must be a datetime, not {value!r:.80}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInput(f"{what} must be timezone-aware (e.g. datetime.now(UTC))")
-    try:
-        return value.astimezone(UTC)
-    except (OverflowError, ValueError):
-        raise InvalidInput(f"{what} is out of range: {value!r:.80}") from None
-
-
 # ---------------------------------------------------------------- operations (sans-IO)
 
 
@@ -357,7 +318,7 @@ def purge_sessions_op(
             acc.batches += 1
             done += len(ids)
             if progress is not None:
-                progress(done, max(total, done))
+                yield Call(progress, (done, max(total, done)))
         if not found:
             break
     yield from _vacuum_op(acc, vacuum)
@@ -465,315 +426,165 @@ def _hook(
 # ---------------------------------------------------------------- store methods
 
 
-def _session_arg(session_id: Any) -> uuid.UUID:
-    return session_uuid(session_id)
-
-
 def _range_args(before_turn_seq: Any, before: Any) -> tuple[int | None, datetime | None]:
     if (before_turn_seq is None) == (before is None):
         raise InvalidInput("give exactly one of before_turn_seq and before")
-    if before_turn_seq is not None and (
-        type(before_turn_seq) is not int or not 0 <= before_turn_seq <= MAX_INT64
-    ):
-        raise InvalidInput(
-            f"before_turn_seq must be a non-negative int (bigint), not {before_turn_seq!r:.80}"
+    seq = None if before_turn_seq is None else validate.position(before_turn_seq, "before_turn_seq")
+    return seq, validate.optional_instant(before, "before")
+
+
+def _flags(**flags: Any) -> None:
+    for name, value in flags.items():
+        validate.flag(value, name)
+
+
+def _purge_op(acc: _Acc, make: Callable[[], Op[PurgeReport]]) -> Op[PurgeReport]:
+    """A deadlock or lock timeout makes the purge continue where it stopped (a dry run,
+    which committed nothing, starts over), up to a few times."""
+    return (
+        yield from retrying(
+            make,
+            retry_on=lambda exc: isinstance(exc, Conflict),
+            attempts=_RETRIES,
+            deadline=float("inf"),
+            first_delay=0.05,
+            max_delay=0.05 * 2 ** (_RETRIES - 2),
+            before_retry=acc.reset if acc.dry_run else None,
         )
-    return before_turn_seq, None if before is None else _check_time(before, "before")
+    )
 
 
-class PurgeMethods:
-    """Purge methods of :class:`shardstore.Store`.
+def _batched_op(
+    acc: _Acc, progress: Any, what: str, make: Callable[[ProgressHook | None], Op[PurgeReport]]
+) -> Op[PurgeReport]:
+    hook, bar = _hook(progress, what)
+    try:
+        return (yield from _purge_op(acc, lambda: make(hook)))
+    finally:
+        if bar is not None:
+            bar.close()
 
-    Every method returns a :class:`PurgeReport`. ``dry_run=True`` removes nothing and reports
+
+def purge_session(
+    store: Any, session_id: uuid.UUID | str, *, dry_run: bool = False, vacuum: bool = False
+) -> Op[PurgeReport]:
+    """Remove every trace of one session's conversation and leave a tombstone (later
+    appends, reads and ``create_session`` with its id raise ``SessionPurged``).
+    Atomic and idempotent; ``SessionNotFound`` if the id was never used.
+
+    Every purge returns a :class:`PurgeReport`. ``dry_run=True`` removes nothing and reports
     what would go. ``vacuum=True`` vacuums the tables and partitions touched (needs an
     autocommit connection, which the store's pool provides). A deadlock or lock timeout
     makes the purge continue where it stopped (up to a few times); any other error leaves
-    every session either untouched or fully purged, and repeating the call completes it.
-    """
-
-    if TYPE_CHECKING:
-
-        def _run(self, op: Op[T]) -> T: ...
-
-    def _purge(self, acc: _Acc, make: Callable[[], Op[PurgeReport]]) -> PurgeReport:
-        for attempt in range(_RETRIES):
-            try:
-                return self._run(make())
-            except Conflict:
-                if attempt == _RETRIES - 1:
-                    raise
-                if acc.dry_run:
-                    acc.reset()
-                time.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")
-
-    def purge_session(
-        self, session_id: uuid.UUID | str, *, dry_run: bool = False, vacuum: bool = False
-    ) -> PurgeReport:
-        """Remove every trace of one session's conversation and leave a tombstone (later
-        appends, reads and ``create_session`` with its id raise ``SessionPurged``).
-        Atomic and idempotent; ``SessionNotFound`` if the id was never used."""
-        sid = _session_arg(session_id)
-        acc = _Acc("session", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum)
-        return self._purge(acc, lambda: purge_session_op(acc, sid, vacuum))
-
-    def purge_subject(
-        self,
-        tenant_id: str,
-        subject_id: str,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        progress: bool | ProgressHook = False,
-    ) -> PurgeReport:
-        """Purge every session of one data subject of a tenant, ``batch_size`` sessions per
-        transaction (``progress=True`` shows a bar on stderr; a callable gets
-        ``(done, total)`` after each batch). Each session is purged atomically; after a
-        crash, call again to finish."""
-        tenant = _check_text(tenant_id, "tenant_id")
-        subject = _check_text(subject_id, "subject_id")
-        size = _check_batch(batch_size)
-        acc = _Acc("subject", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum)
-        hook, bar = _hook(progress, "purge subject")
-        try:
-            return self._purge(
-                acc,
-                lambda: purge_sessions_op(
-                    acc,
-                    query("purge_subject_count"),
-                    query("purge_subject_sessions"),
-                    (tenant, subject),
-                    size,
-                    vacuum,
-                    hook,
-                ),
-            )
-        finally:
-            if bar is not None:
-                bar.close()
-
-    def purge_tenant(
-        self,
-        tenant_id: str,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        progress: bool | ProgressHook = False,
-    ) -> PurgeReport:
-        """Purge every session of a tenant (batched and resumable like
-        :meth:`purge_subject`). The tombstones keep the tenant id."""
-        tenant = _check_text(tenant_id, "tenant_id")
-        size = _check_batch(batch_size)
-        acc = _Acc("tenant", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum)
-        hook, bar = _hook(progress, "purge tenant")
-        try:
-            return self._purge(
-                acc,
-                lambda: purge_sessions_op(
-                    acc,
-                    query("purge_tenant_count"),
-                    query("purge_tenant_sessions"),
-                    (tenant,),
-                    size,
-                    vacuum,
-                    hook,
-                ),
-            )
-        finally:
-            if bar is not None:
-                bar.close()
-
-    def purge_range(
-        self,
-        session_id: uuid.UUID | str,
-        before_turn_seq: int | None = None,
-        before: datetime | None = None,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-    ) -> PurgeReport:
-        """Purge a session's oldest turns: those with ``turn_seq < before_turn_seq``, or
-        those written before ``before`` (give exactly one). Atomic; the session stays live:
-        ``history()`` then starts at the cut (``report.cut_turn_seq``), ``tail()`` and
-        appends work as before. The chunk holding the cut is rewritten without the purged
-        turns. Idempotency keys of purged turns are forgotten (a late retry of one is stored
-        as a new turn). ``SessionPurged`` for a purged session."""
-        sid = _session_arg(session_id)
-        seq, at = _range_args(before_turn_seq, before)
-        acc = _Acc("range", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum)
-        return self._purge(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
-
-    def purge_before(
-        self,
-        timestamp: datetime,
-        tenant_id: str | None = None,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        progress: bool | ProgressHook = False,
-        truncate_partitions: bool = True,
-    ) -> PurgeReport:
-        """Retention: remove every turn written before ``timestamp`` (of ``tenant_id``'s
-        sessions only, when given). Partitions wholly older are emptied at once (TRUNCATE;
-        ``truncate_partitions=False`` deletes row by row instead); the rest is range-purged
-        session by session, batched and resumable. Sessions stay live."""
-        at = _check_time(timestamp, "timestamp")
-        tenant = None if tenant_id is None else _check_text(tenant_id, "tenant_id")
-        size = _check_batch(batch_size)
-        acc = _Acc("before", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum, truncate_partitions=truncate_partitions)
-        hook, bar = _hook(progress, "purge before")
-        try:
-            return self._purge(
-                acc,
-                lambda: purge_before_op(acc, at, tenant, size, vacuum, truncate_partitions, hook),
-            )
-        finally:
-            if bar is not None:
-                bar.close()
+    every session either untouched or fully purged, and repeating the call completes it."""
+    sid = validate.session_id(session_id)
+    acc = _Acc("session", dry_run)
+    _flags(dry_run=dry_run, vacuum=vacuum)
+    return (yield from _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum)))
 
 
-class AsyncPurgeMethods:
-    """Purge methods of :class:`shardstore.AsyncStore`: the same operations and guarantees
-    as :class:`PurgeMethods`, awaited."""
+def purge_subject(
+    store: Any,
+    tenant_id: str,
+    subject_id: str,
+    *,
+    dry_run: bool = False,
+    vacuum: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool | ProgressHook = False,
+) -> Op[PurgeReport]:
+    """Purge every session of one data subject of a tenant, ``batch_size`` sessions per
+    transaction (``progress=True`` shows a bar on stderr; a callable gets
+    ``(done, total)`` after each batch). Each session is purged atomically; after a
+    crash, call again to finish."""
+    selector = (validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id"))
+    size = validate.count(batch_size, "batch_size")
+    acc = _Acc("subject", dry_run)
+    _flags(dry_run=dry_run, vacuum=vacuum)
+    count_sql, list_sql = query("purge_subject_count"), query("purge_subject_sessions")
+    return (
+        yield from _batched_op(
+            acc,
+            progress,
+            "purge subject",
+            lambda hook: purge_sessions_op(acc, count_sql, list_sql, selector, size, vacuum, hook),
+        )
+    )
 
-    if TYPE_CHECKING:
 
-        async def _run(self, op: Op[T]) -> T: ...
+def purge_tenant(
+    store: Any,
+    tenant_id: str,
+    *,
+    dry_run: bool = False,
+    vacuum: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool | ProgressHook = False,
+) -> Op[PurgeReport]:
+    """Purge every session of a tenant (batched and resumable like
+    :meth:`purge_subject`). The tombstones keep the tenant id."""
+    selector = (validate.text(tenant_id, "tenant_id"),)
+    size = validate.count(batch_size, "batch_size")
+    acc = _Acc("tenant", dry_run)
+    _flags(dry_run=dry_run, vacuum=vacuum)
+    count_sql, list_sql = query("purge_tenant_count"), query("purge_tenant_sessions")
+    return (
+        yield from _batched_op(
+            acc,
+            progress,
+            "purge tenant",
+            lambda hook: purge_sessions_op(acc, count_sql, list_sql, selector, size, vacuum, hook),
+        )
+    )
 
-    async def _purge(self, acc: _Acc, make: Callable[[], Op[PurgeReport]]) -> PurgeReport:
-        for attempt in range(_RETRIES):
-            try:
-                return await self._run(make())
-            except Conflict:
-                if attempt == _RETRIES - 1:
-                    raise
-                if acc.dry_run:
-                    acc.reset()
-                await asyncio.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")
 
-    async def purge_session(
-        self, session_id: uuid.UUID | str, *, dry_run: bool = False, vacuum: bool = False
-    ) -> PurgeReport:
-        """See :meth:`shardstore.Store.purge_session`."""
-        sid = _session_arg(session_id)
-        acc = _Acc("session", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum)
-        return await self._purge(acc, lambda: purge_session_op(acc, sid, vacuum))
+def purge_range(
+    store: Any,
+    session_id: uuid.UUID | str,
+    before_turn_seq: int | None = None,
+    before: datetime | None = None,
+    *,
+    dry_run: bool = False,
+    vacuum: bool = False,
+) -> Op[PurgeReport]:
+    """Purge a session's oldest turns: those with ``turn_seq < before_turn_seq``, or
+    those written before ``before`` (give exactly one). Atomic; the session stays live:
+    ``history()`` then starts at the cut (``report.cut_turn_seq``), ``tail()`` and
+    appends work as before. The chunk holding the cut is rewritten without the purged
+    turns. Idempotency keys of purged turns are forgotten (a late retry of one is stored
+    as a new turn). ``SessionPurged`` for a purged session."""
+    sid = validate.session_id(session_id)
+    seq, at = _range_args(before_turn_seq, before)
+    acc = _Acc("range", dry_run)
+    _flags(dry_run=dry_run, vacuum=vacuum)
+    return (yield from _purge_op(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum)))
 
-    async def purge_subject(
-        self,
-        tenant_id: str,
-        subject_id: str,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        progress: bool | ProgressHook = False,
-    ) -> PurgeReport:
-        """See :meth:`shardstore.Store.purge_subject`."""
-        tenant = _check_text(tenant_id, "tenant_id")
-        subject = _check_text(subject_id, "subject_id")
-        size = _check_batch(batch_size)
-        acc = _Acc("subject", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum)
-        hook, bar = _hook(progress, "purge subject")
-        try:
-            return await self._purge(
-                acc,
-                lambda: purge_sessions_op(
-                    acc,
-                    query("purge_subject_count"),
-                    query("purge_subject_sessions"),
-                    (tenant, subject),
-                    size,
-                    vacuum,
-                    hook,
-                ),
-            )
-        finally:
-            if bar is not None:
-                bar.close()
 
-    async def purge_tenant(
-        self,
-        tenant_id: str,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        progress: bool | ProgressHook = False,
-    ) -> PurgeReport:
-        """See :meth:`shardstore.Store.purge_tenant`."""
-        tenant = _check_text(tenant_id, "tenant_id")
-        size = _check_batch(batch_size)
-        acc = _Acc("tenant", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum)
-        hook, bar = _hook(progress, "purge tenant")
-        try:
-            return await self._purge(
-                acc,
-                lambda: purge_sessions_op(
-                    acc,
-                    query("purge_tenant_count"),
-                    query("purge_tenant_sessions"),
-                    (tenant,),
-                    size,
-                    vacuum,
-                    hook,
-                ),
-            )
-        finally:
-            if bar is not None:
-                bar.close()
-
-    async def purge_range(
-        self,
-        session_id: uuid.UUID | str,
-        before_turn_seq: int | None = None,
-        before: datetime | None = None,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-    ) -> PurgeReport:
-        """See :meth:`shardstore.Store.purge_range`."""
-        sid = _session_arg(session_id)
-        seq, at = _range_args(before_turn_seq, before)
-        acc = _Acc("range", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum)
-        return await self._purge(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
-
-    async def purge_before(
-        self,
-        timestamp: datetime,
-        tenant_id: str | None = None,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        progress: bool | ProgressHook = False,
-        truncate_partitions: bool = True,
-    ) -> PurgeReport:
-        """See :meth:`shardstore.Store.purge_before`."""
-        at = _check_time(timestamp, "timestamp")
-        tenant = None if tenant_id is None else _check_text(tenant_id, "tenant_id")
-        size = _check_batch(batch_size)
-        acc = _Acc("before", dry_run)
-        _check_flags(dry_run=dry_run, vacuum=vacuum, truncate_partitions=truncate_partitions)
-        hook, bar = _hook(progress, "purge before")
-        try:
-            return await self._purge(
-                acc,
-                lambda: purge_before_op(acc, at, tenant, size, vacuum, truncate_partitions, hook),
-            )
-        finally:
-            if bar is not None:
-                bar.close()
+def purge_before(
+    store: Any,
+    timestamp: datetime,
+    tenant_id: str | None = None,
+    *,
+    dry_run: bool = False,
+    vacuum: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool | ProgressHook = False,
+    truncate_partitions: bool = True,
+) -> Op[PurgeReport]:
+    """Retention: remove every turn written before ``timestamp`` (of ``tenant_id``'s
+    sessions only, when given). Partitions wholly older are emptied at once (TRUNCATE;
+    ``truncate_partitions=False`` deletes row by row instead); the rest is range-purged
+    session by session, batched and resumable. Sessions stay live."""
+    at = validate.instant(timestamp, "timestamp")
+    tenant = validate.optional_text(tenant_id, "tenant_id")
+    size = validate.count(batch_size, "batch_size")
+    acc = _Acc("before", dry_run)
+    _flags(dry_run=dry_run, vacuum=vacuum, truncate_partitions=truncate_partitions)
+    return (
+        yield from _batched_op(
+            acc,
+            progress,
+            "purge before",
+            lambda hook: purge_before_op(acc, at, tenant, size, vacuum, truncate_partitions, hook),
+        )
+    )

@@ -18,18 +18,19 @@ The policies (migration 0004) compare each row's tenant with
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 
-from .connector import Connector
+from .core import validate
+from .core.connector import Connector
+from .core.executor import translate
+from .core.steps import Op, Q
 from .errors import ConfigurationError, InvalidInput
-from .executor import translate
+from .history import configure_op
 from .migrate import all_migrations
-from .ops import MAX_ID_CHARS, Op, Q, _db_text, configure_op
 from .settings import Settings
 from .sql import query
 from .store import Store
@@ -56,9 +57,7 @@ def _execute(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = 
 
 
 def _tenant(tenant_id: Any) -> str:
-    value = _db_text(tenant_id, "tenant_id", limit=MAX_ID_CHARS, optional=False)
-    assert value is not None
-    return value
+    return validate.text(tenant_id, "tenant_id")
 
 
 def enable_rls(conn: psycopg.Connection[Any], *, force: bool = False) -> list[str]:
@@ -145,9 +144,5 @@ def connect_tenant(
     config = Settings.from_kwargs(settings)
     store = Store(Connector(conn, config), config, make_counter(tokenizer))
     store._run(_schema_current_op())
-    interval, origin = store._run(configure_op(config.partition_interval))
-    store.partition_interval = interval
-    store._ctx = dataclasses.replace(
-        store._ctx, partition_interval=interval, partition_origin=origin
-    )
+    store._partitioning(*store._run(configure_op(config.partition_interval)))
     return store

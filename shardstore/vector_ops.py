@@ -1,4 +1,4 @@
-"""Embedding and search operations (sans-IO, like :mod:`shardstore.ops`) and the pure
+"""Embedding and search operations (sans-IO: :mod:`shardstore.core.steps`) and the pure
 functions they plan with."""
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import jsoncodec
+from .core import validate
+from .core.context import Context
+from .core.steps import Call, Op, Q, Tx
 from .embedding import (
     DEFAULT_MODEL,
     Embedder,
@@ -27,8 +30,8 @@ from .embedding import (
     vector_literal,
 )
 from .errors import EmbeddingModelMismatch, InvalidInput
+from .history import envelope_turn
 from .models import SearchHit
-from .ops import Call, Context, Op, Q, Tx, _db_text, _envelope_turn, session_uuid
 from .sql import query
 
 MAX_K = 1000
@@ -186,17 +189,14 @@ def search_scope(
 ) -> SearchScope:
     """Check search arguments: a session or a tenant is required (a search never spans
     tenants), times must be timezone-aware, 1 <= k <= 1000."""
-    sid = None if session_id is None else session_uuid(session_id)
-    tenant = _db_text(tenant_id, "tenant_id", limit=256, optional=True)
-    agent = _db_text(agent_id, "agent_id", limit=256, optional=True)
+    sid = validate.optional_session_id(session_id)
+    tenant = validate.optional_text(tenant_id, "tenant_id")
+    agent = validate.optional_text(agent_id, "agent_id")
     if sid is None and tenant is None:
         raise InvalidInput("search needs session_id or tenant_id: a search never spans tenants")
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-            raise InvalidInput(f"{name} must be a timezone-aware datetime")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise InvalidInput(f"k must be an int between 1 and {MAX_K}")
-    return SearchScope(sid, tenant, agent, since, until, k)
+    start = validate.optional_instant(since, "since")
+    end = validate.optional_instant(until, "until")
+    return SearchScope(sid, tenant, agent, start, end, validate.count(k, "k", high=MAX_K))
 
 
 def partition_floor(at: datetime, interval: timedelta, origin: datetime) -> datetime:
@@ -278,7 +278,7 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
     for i, row in enumerate(best):
         text = turns_of.get(i)
         turns = (
-            [_envelope_turn(e, int(row[1])) for e in jsoncodec.loads_envelopes(text)]
+            [envelope_turn(e, int(row[1])) for e in jsoncodec.loads_envelopes(text)]
             if text
             else []
         )

@@ -20,7 +20,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import shardstore
-from shardstore.executor import run_sync
+from shardstore.core.executor import run_sync
 from shardstore.migrate import migrate_op
 
 

@@ -207,7 +207,7 @@ def test_library_retry_helper(server: CrashableServer) -> None:
 
 def test_translated_errors_are_retryable() -> None:
     """The driver's connection errors become DatabaseUnavailable(retryable)."""
-    from shardstore.executor import translate
+    from shardstore.core.executor import translate
 
     for exc in (
         psycopg.OperationalError("server closed the connection unexpectedly"),

@@ -22,9 +22,9 @@ import pytest
 import shardstore
 from partition_manager.plan import PartitionState
 from shardstore.cli import main
-from shardstore.executor import run_sync
+from shardstore.core.executor import run_sync
 from shardstore.maintenance import MAINTENANCE_LOCK_KEY, MaintenanceReport
-from shardstore.ops import append_op
+from shardstore.history import append_op
 
 SECOND = timedelta(seconds=1)
 MakeStore = Callable[..., shardstore.Store]

@@ -28,10 +28,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-try:  # the connector is moving to shardstore.core (another engineer's change in progress)
-    from ..core.connector import resolve_dsn  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # pragma: no cover - before that move lands
-    from ..connector import resolve_dsn  # type: ignore[import-not-found,no-redef,unused-ignore]
+from ..core.connector import resolve_dsn
 from ..errors import DatabaseUnavailable, ShardstoreError
 from ..store import Store
 from .args import UsageError

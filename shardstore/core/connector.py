@@ -1,5 +1,6 @@
 """The one connector: turns a DSN, a psycopg pool or a psycopg connection into a source of
-connections for the store. Sync and asyncio flavours share the resolution logic."""
+connections (``acquire`` / ``release``) for the driver. Sync and asyncio flavours share the
+resolution and the pool settings; they differ only where psycopg does."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import asyncio
 import os
 import select
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from .errors import ConfigurationError, DatabaseUnavailable
-from .settings import Settings
+from ..errors import ConfigurationError, DatabaseUnavailable
+from ..settings import Settings
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -25,9 +26,10 @@ def resolve_dsn(dsn: str | None) -> str:
     env = os.environ.get("SHARDSTORE_DSN")
     if env:
         return env
-    from .embedded import embedded_dsn
+    from ..embedded import embedded_dsn
 
-    return embedded_dsn()
+    dsn = embedded_dsn()
+    return dsn
 
 
 def _unreachable(exc: Exception) -> DatabaseUnavailable:
@@ -77,14 +79,32 @@ async def acheck_stale(conn: psycopg.AsyncConnection[Any]) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
-def connection_kwargs(settings: Settings) -> dict[str, Any]:
+def pool_options(settings: Settings, name: str, check: Any) -> dict[str, Any]:
+    """Options of a pool the store creates (sync or asyncio)."""
     # autocommit: a single-statement call (append, tail) is then one round trip and one
     # commit; multi-statement calls open an explicit transaction.
-    return {"autocommit": True, "prepare_threshold": settings.prepare_threshold}
+    return {
+        "min_size": settings.pool_min_size,
+        "max_size": settings.pool_max_size,
+        "kwargs": {"autocommit": True, "prepare_threshold": settings.prepare_threshold},
+        "open": False,
+        "name": name,
+        "timeout": settings.connect_timeout,
+        "check": check,
+    }
+
+
+def _no_connection(exc: Exception) -> DatabaseUnavailable:
+    return DatabaseUnavailable(f"no database connection available: {exc}")
+
+
+def _wrong_source(what: str, kinds: str, source: Any) -> ConfigurationError:
+    return ConfigurationError(f"{what}() takes {kinds}, not {type(source).__name__}")
 
 
 class Connector:
-    """Hands out connections. Owns (and closes) a pool only if it created it."""
+    """Hands out connections. Owns (and closes) a pool only if it created it. A caller's
+    connection runs one whole operation at a time."""
 
     def __init__(self, source: Any, settings: Settings) -> None:
         self._pool: ConnectionPool[Any] | None = None
@@ -99,16 +119,8 @@ class Connector:
         elif source is None or isinstance(source, str):
             self.dsn = resolve_dsn(source)
             probe(self.dsn, settings.connect_timeout)
-            self._pool = ConnectionPool(
-                self.dsn,
-                min_size=settings.pool_min_size,
-                max_size=settings.pool_max_size,
-                kwargs=connection_kwargs(settings),
-                open=False,
-                name="shardstore",
-                timeout=settings.connect_timeout,
-                check=check_stale,
-            )
+            options = pool_options(settings, "shardstore", check_stale)
+            self._pool = ConnectionPool(self.dsn, **options)
             try:
                 self._pool.open(wait=True, timeout=settings.connect_timeout)
             except Exception as exc:
@@ -116,33 +128,39 @@ class Connector:
                 raise _unreachable(exc) from exc
             self._owned = True
         else:
-            raise ConfigurationError(
-                "connect() takes a DSN string, a psycopg_pool.ConnectionPool or a "
-                f"psycopg.Connection, not {type(source).__name__}"
+            raise _wrong_source(
+                "connect",
+                "a DSN string, a psycopg_pool.ConnectionPool or a psycopg.Connection",
+                source,
             )
+
+    def acquire(self) -> psycopg.Connection[Any]:
+        """A connection for one operation; give it back with :meth:`release`."""
+        if self._conn is not None:
+            self._lock.acquire()
+            return self._conn
+        assert self._pool is not None
+        try:
+            conn: psycopg.Connection[Any] = self._pool.getconn()
+            return conn
+        except Exception as exc:  # pool timeout, pool closed, server gone
+            raise _no_connection(exc) from exc
+
+    def release(self, conn: psycopg.Connection[Any]) -> None:
+        """Give back a connection from :meth:`acquire` (a broken one is discarded)."""
+        if self._conn is not None:
+            self._lock.release()
+        elif self._pool is not None:
+            self._pool.putconn(conn)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        if self._conn is not None:
-            # one caller connection: run whole operations one at a time
-            with self._lock:
-                yield self._conn
-            return
-        assert self._pool is not None
-        try:
-            cm = self._pool.connection()
-            conn = cm.__enter__()
-        except psycopg.Error as exc:
-            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
-        except Exception as exc:  # pool timeout
-            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
+        """A connection for a block of the caller's own statements (tests, benchmarks)."""
+        conn = self.acquire()
         try:
             yield conn
-        except BaseException as exc:
-            cm.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        else:
-            cm.__exit__(None, None, None)
+        finally:
+            self.release(conn)
 
     @property
     def pooled(self) -> bool:
@@ -150,12 +168,13 @@ class Connector:
         return self._pool is not None
 
     def close(self) -> None:
+        """Close the pool if this connector created it."""
         if self._owned and self._pool is not None:
             self._pool.close()
 
 
 class AsyncConnector:
-    """The asyncio twin of :class:`Connector` (same sources, async pool)."""
+    """The asyncio flavour of :class:`Connector` (same sources, async pool)."""
 
     def __init__(self) -> None:
         self._pool: AsyncConnectionPool[Any] | None = None
@@ -166,6 +185,7 @@ class AsyncConnector:
 
     @classmethod
     async def create(cls, source: Any, settings: Settings) -> AsyncConnector:
+        """Resolve ``source`` (a DSN, an AsyncConnectionPool or an AsyncConnection)."""
         self = cls()
         if isinstance(source, AsyncConnectionPool):
             self._pool = source
@@ -174,16 +194,8 @@ class AsyncConnector:
         elif source is None or isinstance(source, str):
             self.dsn = dsn = await asyncio.to_thread(resolve_dsn, source)
             await aprobe(dsn, settings.connect_timeout)
-            self._pool = AsyncConnectionPool(
-                dsn,
-                min_size=settings.pool_min_size,
-                max_size=settings.pool_max_size,
-                kwargs=connection_kwargs(settings),
-                open=False,
-                name="shardstore-async",
-                timeout=settings.connect_timeout,
-                check=acheck_stale,
-            )
+            options = pool_options(settings, "shardstore-async", acheck_stale)
+            self._pool = AsyncConnectionPool(dsn, **options)
             try:
                 await self._pool.open(wait=True, timeout=settings.connect_timeout)
             except Exception as exc:
@@ -191,31 +203,31 @@ class AsyncConnector:
                 raise _unreachable(exc) from exc
             self._owned = True
         else:
-            raise ConfigurationError(
-                "connect_async() takes a DSN string, a psycopg_pool.AsyncConnectionPool or a "
-                f"psycopg.AsyncConnection, not {type(source).__name__}"
+            raise _wrong_source(
+                "connect_async",
+                "a DSN string, a psycopg_pool.AsyncConnectionPool or a psycopg.AsyncConnection",
+                source,
             )
         return self
 
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def acquire(self) -> psycopg.AsyncConnection[Any]:
+        """See :meth:`Connector.acquire`."""
         if self._conn is not None:
-            async with self._lock:
-                yield self._conn
-            return
+            await self._lock.acquire()
+            return self._conn
         assert self._pool is not None
         try:
-            cm = self._pool.connection()
-            conn = await cm.__aenter__()
+            conn: psycopg.AsyncConnection[Any] = await self._pool.getconn()
+            return conn
         except Exception as exc:
-            raise DatabaseUnavailable(f"no database connection available: {exc}") from exc
-        try:
-            yield conn
-        except BaseException as exc:
-            await cm.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        else:
-            await cm.__aexit__(None, None, None)
+            raise _no_connection(exc) from exc
+
+    async def release(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """See :meth:`Connector.release`."""
+        if self._conn is not None:
+            self._lock.release()
+        elif self._pool is not None:
+            await self._pool.putconn(conn)
 
     @property
     def pooled(self) -> bool:
@@ -223,5 +235,6 @@ class AsyncConnector:
         return self._pool is not None
 
     async def close(self) -> None:
+        """Close the pool if this connector created it."""
         if self._owned and self._pool is not None:
             await self._pool.close()

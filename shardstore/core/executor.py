@@ -1,18 +1,18 @@
-"""Drive sans-IO operations (:mod:`shardstore.ops`) over psycopg, sync or asyncio, and
-translate driver errors into the shardstore error tree at this one boundary."""
+"""Run operations (:mod:`shardstore.core.steps`) with the one driver
+(:mod:`partition_manager.driver`), translating driver errors into the shardstore error tree
+at this one boundary."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
-from psycopg.pq import TransactionStatus
 
-from .errors import (
+from partition_manager import driver
+
+from ..errors import (
     AccessDenied,
     ConfigurationError,
     Conflict,
@@ -24,7 +24,7 @@ from .errors import (
     SessionPurged,
     ShardstoreError,
 )
-from .ops import Call, Emit, Op, Q, StatementFailed, Tx
+from .steps import Op
 
 T = TypeVar("T")
 
@@ -79,191 +79,22 @@ def translate(exc: psycopg.Error) -> ShardstoreError:
     return kind(text)
 
 
-def _raise(exc: psycopg.Error) -> NoReturn:
-    raise translate(exc) from exc
+def run_sync(source: Any, op: Op[T]) -> T:
+    """Run an operation to completion on a sync connection or connector; shardstore errors
+    only."""
+    return driver.run_sync(source, op, translate)
 
 
-def _recoverable(exc: psycopg.Error, step: Q, autocommit: bool, open_tx: list[Any]) -> bool:
-    # outside a transaction the failed statement undid only itself, so the operation may
-    # go on; inside one, the transaction is aborted and the error must surface
-    return bool(step.recover) and exc.sqlstate in step.recover and autocommit and not open_tx
+def stream_sync(source: Any, op: Op[Any]) -> Iterator[Any]:
+    """Run a streaming operation on a sync connection or connector, yielding what it emits."""
+    return driver.stream_sync(source, op, translate)
 
 
-def _fetch(cur: Any, step: Q) -> Any:
-    if step.fetch == "one":
-        return cur.fetchone()
-    if step.fetch == "all":
-        return cur.fetchall()
-    return None
+async def run_async(source: Any, op: Op[T]) -> T:
+    """Run an operation to completion on an asyncio connection or connector."""
+    return await driver.run_async(source, op, translate)
 
 
-# ------------------------------------------------------------------ sync
-
-
-class _SyncTx:
-    """Transactions opened by an operation, closed on COMMIT or on error."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.conn = conn
-        self.stack: list[Any] = []
-
-    def begin(self, snapshot: bool) -> None:
-        fresh = self.conn.info.transaction_status == TransactionStatus.IDLE
-        tx = self.conn.transaction()
-        tx.__enter__()
-        self.stack.append(tx)
-        if snapshot and fresh:
-            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-
-    def commit(self) -> None:
-        self.stack.pop().__exit__(None, None, None)
-
-    def abort(self, exc: BaseException) -> None:
-        while self.stack:
-            # the connection may be gone; the original error is the one to report
-            with contextlib.suppress(Exception):
-                self.stack.pop().__exit__(type(exc), exc, exc.__traceback__)
-
-
-def _drive(conn: psycopg.Connection[Any], op: Op[T]) -> Iterator[Any]:
-    """Run ``op``; yields emitted items, and finally a _Done carrying the result."""
-    tx = _SyncTx(conn)
-    result: Any = None
-    try:
-        while True:
-            try:
-                step = op.send(result)
-            except StopIteration as stop:
-                yield _Done(stop.value)
-                return
-            result = None
-            if isinstance(step, Q):
-                try:
-                    cur = conn.execute(step.sql, step.params, prepare=step.prepare)
-                    result = _fetch(cur, step)
-                except psycopg.Error as exc:
-                    if not _recoverable(exc, step, conn.autocommit, tx.stack):
-                        raise
-                    result = StatementFailed(exc.sqlstate or "")
-            elif step is Tx.BEGIN or step is Tx.BEGIN_SNAPSHOT:
-                tx.begin(step is Tx.BEGIN_SNAPSHOT)
-            elif step is Tx.COMMIT:
-                tx.commit()
-            elif isinstance(step, Call):
-                result = step.fn(*step.args)
-            elif isinstance(step, Emit):
-                yield from step.items
-    except psycopg.Error as exc:
-        tx.abort(exc)
-        _raise(exc)
-    except BaseException as exc:
-        tx.abort(exc)
-        op.close()
-        raise
-
-
-class _Done:
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-def run_sync(conn: psycopg.Connection[Any], op: Op[T]) -> T:
-    """Run an operation to completion on a sync connection and return its result."""
-    for item in _drive(conn, op):
-        if isinstance(item, _Done):
-            return item.value  # type: ignore[no-any-return]
-    raise AssertionError("operation ended without a result")
-
-
-def stream_sync(conn: psycopg.Connection[Any], op: Op[Any]) -> Iterator[Any]:
-    """Run a streaming operation, yielding what it emits."""
-    for item in _drive(conn, op):
-        if not isinstance(item, _Done):
-            yield item
-
-
-# ------------------------------------------------------------------ asyncio
-
-
-class _AsyncTx:
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.conn = conn
-        self.stack: list[Any] = []
-
-    async def begin(self, snapshot: bool) -> None:
-        fresh = self.conn.info.transaction_status == TransactionStatus.IDLE
-        tx = self.conn.transaction()
-        await tx.__aenter__()
-        self.stack.append(tx)
-        if snapshot and fresh:
-            await self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-
-    async def commit(self) -> None:
-        await self.stack.pop().__aexit__(None, None, None)
-
-    async def abort(self, exc: BaseException) -> None:
-        while self.stack:
-            with contextlib.suppress(Exception):
-                await self.stack.pop().__aexit__(type(exc), exc, exc.__traceback__)
-
-
-async def _adrive(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> AsyncIterator[Any]:
-    tx = _AsyncTx(conn)
-    result: Any = None
-    try:
-        while True:
-            try:
-                step = op.send(result)
-            except StopIteration as stop:
-                yield _Done(stop.value)
-                return
-            result = None
-            if isinstance(step, Q):
-                try:
-                    cur = await conn.execute(step.sql, step.params, prepare=step.prepare)
-                    result = await _afetch(cur, step)
-                except psycopg.Error as exc:
-                    if not _recoverable(exc, step, conn.autocommit, tx.stack):
-                        raise
-                    result = StatementFailed(exc.sqlstate or "")
-            elif step is Tx.BEGIN or step is Tx.BEGIN_SNAPSHOT:
-                await tx.begin(step is Tx.BEGIN_SNAPSHOT)
-            elif step is Tx.COMMIT:
-                await tx.commit()
-            elif isinstance(step, Call):
-                result = await asyncio.to_thread(step.fn, *step.args)
-            elif isinstance(step, Emit):
-                for item in step.items:
-                    yield item
-    except psycopg.Error as exc:
-        await tx.abort(exc)
-        _raise(exc)
-    except BaseException as exc:
-        await tx.abort(exc)
-        op.close()
-        raise
-
-
-async def _afetch(cur: Any, step: Q) -> Any:
-    if step.fetch == "one":
-        return await cur.fetchone()
-    if step.fetch == "all":
-        return await cur.fetchall()
-    return None
-
-
-async def run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
-    """Run an operation to completion on an asyncio connection and return its result."""
-    async for item in _adrive(conn, op):
-        if isinstance(item, _Done):
-            return item.value  # type: ignore[no-any-return]
-    raise AssertionError("operation ended without a result")
-
-
-async def stream_async(conn: psycopg.AsyncConnection[Any], op: Op[Any]) -> AsyncIterator[Any]:
-    """Run a streaming operation on an asyncio connection, yielding what it emits."""
-    async for item in _adrive(conn, op):
-        if not isinstance(item, _Done):
-            yield item
+def stream_async(source: Any, op: Op[Any]) -> AsyncIterator[Any]:
+    """Run a streaming operation on an asyncio connection or connector."""
+    return driver.stream_async(source, op, translate)

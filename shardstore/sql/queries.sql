@@ -3,7 +3,9 @@
 -- prune at plan time (a generic plan would lock every partition).
 
 -- name: config_get
-SELECT extract(epoch FROM partition_interval)::float8, partition_origin FROM shardstore.config;
+SELECT extract(epoch FROM partition_interval)::float8 AS interval_seconds,
+       partition_origin AS origin
+  FROM shardstore.config;
 
 -- name: config_init
 INSERT INTO shardstore.config (partition_interval) VALUES (make_interval(secs => %s))
@@ -25,13 +27,15 @@ ON CONFLICT (session_id) DO NOTHING
 RETURNING session_id;
 
 -- name: session_owners
-SELECT tenant_id, subject_id, agent_id, purged_at IS NOT NULL FROM shardstore.sessions
+SELECT tenant_id, subject_id, agent_id, purged_at IS NOT NULL AS purged
+  FROM shardstore.sessions
  WHERE session_id = %s;
 
 -- name: session_get
-SELECT session_id, tenant_id, subject_id, agent_id, metadata::text, created_at,
-       next_turn_seq, open_chunk_seq + (open_turns > 0)::int, purged_at IS NOT NULL,
-       open_chunk_seq, open_chunk_start, open_turns, open_tokens, open_bytes, last_turn_at
+SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, created_at,
+       next_turn_seq AS turn_count, open_chunk_seq + (open_turns > 0)::int AS chunk_count,
+       purged_at IS NOT NULL AS purged, open_chunk_seq, open_chunk_start, open_turns,
+       open_tokens, open_bytes, last_turn_at
   FROM shardstore.sessions WHERE session_id = %s;
 
 -- name: append
@@ -51,7 +55,8 @@ SELECT shardstore.flush_v1(%s);
 SELECT shardstore.fold_sealed_v1(%s);
 
 -- name: tail
-SELECT r_turn_seq, r_chunk_seq, r_tokens, r_created_at, r_key, r_message::text
+SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
+       r_created_at AS created_at, r_key AS idempotency_key, r_message::text AS message
   FROM shardstore.tail_v1(%s, %s, %s);
 
 -- name: chunk_map_from
@@ -67,8 +72,9 @@ SELECT chunk_seq, chunk_start FROM shardstore.chunk_map
  ORDER BY chunk_seq;
 
 -- name: buffer_chunks
-SELECT chunk_seq, min(turn_seq), count(*), sum(tokens), sum(bytes), min(created_at),
-       max(created_at)
+SELECT chunk_seq, min(turn_seq) AS first_turn_seq, count(*)::int AS turn_count,
+       sum(tokens)::bigint AS token_count, sum(bytes)::bigint AS byte_count,
+       min(created_at) AS chunk_start, max(created_at) AS chunk_end
   FROM shardstore.turn_buffer
  WHERE session_id = %s AND chunk_seq >= %s
  GROUP BY chunk_seq
@@ -83,29 +89,30 @@ SELECT chunk_seq, conversation_chunk::text
  ORDER BY chunk_seq;
 
 -- name: buffer_turns
-SELECT turn_seq, chunk_seq, tokens, created_at, idempotency_key, message::text
+SELECT turn_seq, chunk_seq, tokens, created_at, idempotency_key, message::text AS message
   FROM shardstore.turn_buffer
  WHERE session_id = %s AND turn_seq >= %s AND turn_seq < %s
  ORDER BY turn_seq;
 
 -- name: chunk_meta
 SELECT h.chunk_seq, h.first_turn_seq, h.turn_count, h.token_count, h.byte_count,
-       h.chunk_start, h.chunk_end, c.relname::text
+       h.chunk_start, h.chunk_end, c.relname::text AS partition
   FROM shardstore.agent_history h JOIN pg_class c ON c.oid = h.tableoid
  WHERE h.session_id = %s AND h.chunk_seq = ANY(%s) AND h.chunk_start = ANY(%s)
  ORDER BY h.chunk_seq;
 
 -- name: stats_sessions
-SELECT count(*) FILTER (WHERE purged_at IS NULL), coalesce(sum(next_turn_seq), 0)
+SELECT count(*) FILTER (WHERE purged_at IS NULL) AS sessions,
+       coalesce(sum(next_turn_seq), 0) AS turns
   FROM shardstore.sessions;
 
 -- name: stats_buffer
 SELECT count(*) FROM shardstore.turn_buffer;
 
 -- name: stats_partitions
-SELECT c.relname,
-       pg_get_expr(c.relpartbound, c.oid),
-       pg_total_relation_size(c.oid)
+SELECT c.relname AS name,
+       pg_get_expr(c.relpartbound, c.oid) AS bound,
+       pg_total_relation_size(c.oid) AS bytes
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
  WHERE i.inhparent = 'shardstore.agent_history'::regclass
  ORDER BY c.relname;

@@ -15,7 +15,7 @@ def cmd_init(run: Runner) -> int:
     settings: dict[str, Any] = {}
     if run.args.partition_interval is not None:
         settings["partition_interval"] = parse_interval(run.args.partition_interval)
-    from ...migrations import all_migrations
+    from ...migrate import all_migrations
 
     with run.connect(**settings) as store:
         stats = store.stats()

@@ -1,0 +1,471 @@
+"""The one driver of the step protocol (:mod:`partition_manager.steps`), sync and asyncio.
+
+The protocol logic (transactions and savepoints, ``Try``, ``recover``, errors raised back
+into the operation) is written once, in :func:`_drive`, against an I/O object whose methods
+are coroutines. The asyncio flavour awaits psycopg's async connection; the sync flavour's
+coroutines never suspend, so :func:`_finish` runs them to completion with a single
+``send(None)``: no event loop, no thread, and no second copy of the logic.
+
+A driver takes its connection from a *source* (``acquire()`` / ``release(conn)``; a plain
+connection is its own source) at the first statement and gives it back when the operation
+ends. A connection that breaks outside any transaction is given back at once, so an
+operation that retries (``Try`` + ``Sleep``) goes on with a fresh one from a pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from typing import Any, Generic, Protocol, TypeVar
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
+
+from .steps import Call, Emit, Op, Q, Sleep, StatementFailed, Try, Tx
+
+T = TypeVar("T")
+C = TypeVar("C")
+Translate = Callable[[psycopg.Error], BaseException]
+
+
+def keep(exc: psycopg.Error) -> BaseException:
+    """The default translator: driver errors reach the operation as they are."""
+    return exc
+
+
+class Source(Protocol[C]):
+    """Where a driver gets its connection from (a pool, or one connection)."""
+
+    def acquire(self) -> C: ...
+
+    def release(self, conn: C) -> None: ...
+
+
+class AsyncSource(Protocol[C]):
+    """asyncio version of :class:`Source`."""
+
+    async def acquire(self) -> C: ...
+
+    async def release(self, conn: C) -> None: ...
+
+
+class Fixed(Generic[C]):
+    """One connection as a source: every operation runs on it."""
+
+    def __init__(self, conn: C) -> None:
+        self.conn = conn
+
+    def acquire(self) -> C:
+        return self.conn
+
+    def release(self, conn: C) -> None:
+        pass
+
+
+class AsyncFixed(Generic[C]):
+    """One asyncio connection as a source."""
+
+    def __init__(self, conn: C) -> None:
+        self.conn = conn
+
+    async def acquire(self) -> C:
+        return self.conn
+
+    async def release(self, conn: C) -> None:
+        pass
+
+
+class _Done:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _in_transaction(conn: Any) -> bool:
+    if conn is None:  # an operation that needs no database (e.g. a retried user call)
+        return False
+    return not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE
+
+
+def _broken(conn: Any) -> bool:
+    return bool(conn.closed or getattr(conn, "broken", False))
+
+
+class _SyncIO:
+    """Steps on sync psycopg connections; coroutines that never suspend."""
+
+    def __init__(self, source: Source[psycopg.Connection[Any]]) -> None:
+        self.source = source
+        self.conn: psycopg.Connection[Any] | None = None
+        self.stack: list[Any] = []
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self.conn is None:
+            self.conn = self.source.acquire()
+        return self.conn
+
+    async def execute(self, q: Q) -> Any:
+        conn = self._connection()
+        cur: Any = conn.cursor(row_factory=dict_row) if q.named else conn.cursor()
+        cur.execute(q.sql, q.params, prepare=q.prepare)
+        if q.fetch == "one":
+            return cur.fetchone()
+        return cur.fetchall() if q.fetch == "all" else None
+
+    async def in_transaction(self) -> bool:
+        return _in_transaction(self._connection())
+
+    async def begin(self, snapshot: bool) -> None:
+        conn = self._connection()
+        fresh = conn.info.transaction_status == TransactionStatus.IDLE
+        tx = conn.transaction()
+        tx.__enter__()
+        self.stack.append(tx)
+        if snapshot and fresh:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+    async def end(self, commit: bool) -> None:
+        tx = self.stack.pop()
+        if commit:
+            tx.__exit__(None, None, None)
+        else:
+            tx.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+
+    async def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    async def call(self, step: Call) -> Any:
+        result = step.fn(*step.args)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_awaited(result))
+        return result
+
+    async def drop_if_broken(self) -> None:
+        if self.conn is not None and _broken(self.conn):
+            self.stack.clear()
+            conn, self.conn = self.conn, None
+            self.source.release(conn)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            self.source.release(conn)
+
+
+class _AsyncIO:
+    """Steps on asyncio psycopg connections."""
+
+    def __init__(self, source: AsyncSource[psycopg.AsyncConnection[Any]]) -> None:
+        self.source = source
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.stack: list[Any] = []
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        if self.conn is None:
+            self.conn = await self.source.acquire()
+        return self.conn
+
+    async def execute(self, q: Q) -> Any:
+        conn = await self._connection()
+        cur: Any = conn.cursor(row_factory=dict_row) if q.named else conn.cursor()
+        await cur.execute(q.sql, q.params, prepare=q.prepare)
+        if q.fetch == "one":
+            return await cur.fetchone()
+        return await cur.fetchall() if q.fetch == "all" else None
+
+    async def in_transaction(self) -> bool:
+        return _in_transaction(await self._connection())
+
+    async def begin(self, snapshot: bool) -> None:
+        conn = await self._connection()
+        fresh = conn.info.transaction_status == TransactionStatus.IDLE
+        tx = conn.transaction()
+        await tx.__aenter__()
+        self.stack.append(tx)
+        if snapshot and fresh:
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+    async def end(self, commit: bool) -> None:
+        tx = self.stack.pop()
+        if commit:
+            await tx.__aexit__(None, None, None)
+        else:
+            await tx.__aexit__(psycopg.Rollback, psycopg.Rollback(), None)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def call(self, step: Call) -> Any:
+        if step.inline or inspect.iscoroutinefunction(step.fn):
+            result = step.fn(*step.args)
+        else:
+            result = await asyncio.to_thread(step.fn, *step.args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def drop_if_broken(self) -> None:
+        if self.conn is not None and _broken(self.conn):
+            self.stack.clear()
+            conn, self.conn = self.conn, None
+            await self.source.release(conn)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            await self.source.release(conn)
+
+
+async def _awaited(value: Awaitable[T]) -> T:
+    return await value
+
+
+IO = _SyncIO | _AsyncIO
+
+
+async def _unwind(io: IO, base: int) -> None:
+    """Roll back every transaction level above ``base`` (the connection may be gone: the
+    error that got us here is the one to report)."""
+    while io.stack and len(io.stack) > base:
+        try:
+            await io.end(commit=False)
+        except Exception:
+            await io.drop_if_broken()
+
+
+async def _statement(io: IO, q: Q) -> Any:
+    if not q.recover:
+        return await io.execute(q)
+    guarded = await io.in_transaction()
+    if guarded:  # a failure must undo only this statement, not the open transaction
+        await io.begin(snapshot=False)
+    try:
+        value = await io.execute(q)
+    except psycopg.Error as exc:
+        if guarded:
+            await io.end(commit=False)
+        if exc.sqlstate in q.recover:
+            return StatementFailed(exc.sqlstate or "")
+        raise
+    if guarded:
+        await io.end(commit=True)
+    return value
+
+
+class ProtocolError(RuntimeError):
+    """An operation broke the step protocol (a bug in the operation, never bad input)."""
+
+
+async def _drive(io: IO, op: Op[Any], translate: Translate) -> AsyncGenerator[Any, Any]:
+    """Run ``op``: yields what it emits, and last a _Done with its result."""
+    base = len(io.stack)
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = op.send(value) if error is None else op.throw(error)
+            except StopIteration as stop:
+                if len(io.stack) > base:
+                    raise ProtocolError("operation ended inside a transaction it opened") from None
+                yield _Done(stop.value)
+                return
+            value, error = None, None
+            if isinstance(step, Emit):
+                for item in step.items:
+                    yield item
+                continue
+            if step is Tx.COMMIT and len(io.stack) <= base:
+                raise ProtocolError("Tx.COMMIT without a Tx.BEGIN of this operation")
+            try:
+                if isinstance(step, Q):
+                    value = await _statement(io, step)
+                elif step is Tx.COMMIT:
+                    await io.end(commit=True)
+                elif step is Tx.BEGIN or step is Tx.BEGIN_SNAPSHOT:
+                    await io.begin(step is Tx.BEGIN_SNAPSHOT)
+                elif step is Tx.STATUS:
+                    value = await io.in_transaction()
+                elif isinstance(step, Try):
+                    guarded = await io.in_transaction()
+                    if guarded:  # the child's failure must leave this transaction usable
+                        await io.begin(snapshot=False)
+                    value = yield _Nested(step.op, guarded)
+                elif isinstance(step, Sleep):
+                    await io.sleep(step.seconds)
+                elif isinstance(step, Call):
+                    value = await io.call(step)
+                else:
+                    raise ProtocolError(f"not a step: {step!r}")
+            except psycopg.Error as exc:
+                await _unwind(io, base)
+                await io.drop_if_broken()
+                error = translate(exc)
+                if error is not exc:
+                    error.__cause__ = exc
+            except (GeneratorExit, ProtocolError):
+                raise
+            except _ChildFailed as failed:
+                error = failed.error
+            except BaseException as exc:
+                error = exc
+    except BaseException:
+        await _unwind(io, base)
+        op.close()
+        raise
+
+
+class _Nested:
+    """Internal: a Try child for :func:`_run_tree` to run (keeps the stack of drives flat,
+    so a retry loop nests no deeper than one level)."""
+
+    __slots__ = ("guarded", "op")
+
+    def __init__(self, op: Op[Any], guarded: bool) -> None:
+        self.op = op
+        self.guarded = guarded
+
+
+class _ChildFailed(Exception):
+    """Internal: carries a Try child's error to its parent's drive."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+
+async def _run_tree(io: IO, op: Op[Any], translate: Translate) -> AsyncGenerator[Any, None]:
+    """Run ``op`` and its ``Try`` children; yields emitted items and finally the top
+    operation's _Done."""
+    stack: list[tuple[AsyncGenerator[Any, Any], bool]] = [(_drive(io, op, translate), False)]
+    send: Any = None
+    throw: BaseException | None = None
+    try:
+        while stack:
+            gen, guarded = stack[-1]
+            try:
+                if throw is not None:
+                    item = await gen.athrow(throw)
+                else:
+                    item = await gen.asend(send)
+            except BaseException as exc:
+                stack.pop()
+                if not stack or isinstance(exc, GeneratorExit | ProtocolError):
+                    raise
+                if guarded:
+                    await _unwind(io, len(io.stack) - 1)
+                send, throw = None, _ChildFailed(exc)
+                continue
+            send, throw = None, None
+            if isinstance(item, _Nested):
+                stack.append((_drive(io, item.op, translate), item.guarded))
+            elif isinstance(item, _Done):
+                stack.pop()
+                await gen.aclose()
+                if not stack:
+                    yield item
+                    return
+                if guarded:
+                    await io.end(commit=True)
+                send = item.value
+            else:
+                yield item
+    finally:
+        for gen, _guarded in reversed(stack):
+            await gen.aclose()
+
+
+def _finish(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (the sync I/O) to its end."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a sync step suspended")
+
+
+def _next_sync(agen: AsyncGenerator[Any, None]) -> tuple[bool, Any]:
+    try:
+        return True, _finish(agen.__anext__())
+    except StopAsyncIteration:
+        return False, None
+
+
+def stream_sync(
+    source: Source[psycopg.Connection[Any]] | psycopg.Connection[Any],
+    op: Op[Any],
+    translate: Translate = keep,
+) -> Iterator[Any]:
+    """Run a streaming operation on a sync source, yielding what it emits."""
+    io = _SyncIO(Fixed(source) if isinstance(source, psycopg.Connection) else source)
+    tree = _run_tree(io, op, translate)
+    try:
+        while True:
+            more, item = _next_sync(tree)
+            if not more or isinstance(item, _Done):
+                return
+            yield item
+    finally:
+        _finish(tree.aclose())
+        _finish(io.close())
+
+
+def run_sync(
+    source: Source[psycopg.Connection[Any]] | psycopg.Connection[Any],
+    op: Op[T],
+    translate: Translate = keep,
+) -> T:
+    """Run an operation to completion on a sync source and return its result."""
+    io = _SyncIO(Fixed(source) if isinstance(source, psycopg.Connection) else source)
+    tree = _run_tree(io, op, translate)
+    try:
+        while True:
+            more, item = _next_sync(tree)
+            if not more:
+                raise RuntimeError("operation ended without a result")
+            if isinstance(item, _Done):
+                return item.value  # type: ignore[no-any-return]
+    finally:
+        _finish(tree.aclose())
+        _finish(io.close())
+
+
+async def stream_async(
+    source: AsyncSource[psycopg.AsyncConnection[Any]] | psycopg.AsyncConnection[Any],
+    op: Op[Any],
+    translate: Translate = keep,
+) -> AsyncIterator[Any]:
+    """Run a streaming operation on an asyncio source, yielding what it emits."""
+    io = _AsyncIO(AsyncFixed(source) if isinstance(source, psycopg.AsyncConnection) else source)
+    tree = _run_tree(io, op, translate)
+    try:
+        async for item in tree:
+            if isinstance(item, _Done):
+                return
+            yield item
+    finally:
+        await tree.aclose()
+        await io.close()
+
+
+async def run_async(
+    source: AsyncSource[psycopg.AsyncConnection[Any]] | psycopg.AsyncConnection[Any],
+    op: Op[T],
+    translate: Translate = keep,
+) -> T:
+    """Run an operation to completion on an asyncio source and return its result."""
+    io = _AsyncIO(AsyncFixed(source) if isinstance(source, psycopg.AsyncConnection) else source)
+    tree = _run_tree(io, op, translate)
+    try:
+        async for item in tree:
+            if isinstance(item, _Done):
+                return item.value  # type: ignore[no-any-return]
+        raise RuntimeError("operation ended without a result")
+    finally:
+        await tree.aclose()
+        await io.close()

@@ -1,0 +1,21 @@
+"""What operations need besides their arguments: the store's settings, its tokenizer and
+the database's partitioning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ..settings import DEFAULT_PARTITION_INTERVAL, Settings
+from ..tokens import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Settings and tokenizer, plus the partitioning recorded in ``shardstore.config``
+    (known after the store's setup)."""
+
+    settings: Settings
+    counter: TokenCounter
+    partition_interval: timedelta = DEFAULT_PARTITION_INTERVAL
+    partition_origin: datetime = datetime(2001, 1, 1, tzinfo=UTC)

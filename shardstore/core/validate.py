@@ -1,0 +1,122 @@
+"""Argument validation: one rule per kind of argument, used by every operation.
+
+Each check returns the value in the form the database wants, or raises
+:class:`~shardstore.errors.InvalidInput` before anything reaches the server. Booleans are
+never accepted as numbers, and a truthy string is never accepted as a flag.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import InvalidInput
+
+MAX_ID_CHARS = 256
+MAX_KEY_CHARS = 512
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+
+
+def session_id(value: Any) -> uuid.UUID:
+    """A session id as a UUID (a UUID or its string form)."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise InvalidInput(f"session_id must be a UUID (or its string form), not {value!r:.80}")
+
+
+def optional_session_id(value: Any) -> uuid.UUID | None:
+    """None, or a session id as for :func:`session_id`."""
+    return None if value is None else session_id(value)
+
+
+def text(value: Any, what: str, *, limit: int = MAX_ID_CHARS) -> str:
+    """A non-empty string the database can store: at most ``limit`` characters, no NUL,
+    no lone surrogate (ids: tenant, subject, agent, idempotency keys)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string, not {value!r:.80}")
+    if len(value) > limit:
+        raise InvalidInput(f"{what} is longer than {limit} characters")
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must be valid Unicode (it holds a lone surrogate)") from None
+    return value
+
+
+def optional_text(value: Any, what: str, *, limit: int = MAX_ID_CHARS) -> str | None:
+    """None, or a string as for :func:`text`."""
+    return None if value is None else text(value, what, limit=limit)
+
+
+def count(value: Any, what: str, *, low: int = 1, high: int = MAX_INT32) -> int:
+    """An int from ``low`` to ``high`` (counts, sizes, batch sizes, k)."""
+    if type(value) is not int or not low <= value <= high:
+        raise InvalidInput(f"{what} must be an int from {low} to {high}, not {value!r:.80}")
+    return value
+
+
+def optional_count(value: Any, what: str, *, low: int = 1, high: int = MAX_INT32) -> int | None:
+    """None, or an int as for :func:`count`."""
+    return None if value is None else count(value, what, low=low, high=high)
+
+
+def position(value: Any, what: str) -> int:
+    """A non-negative bigint (a turn_seq or chunk_seq)."""
+    return count(value, what, low=0, high=MAX_INT64)
+
+
+def flag(value: Any, what: str) -> bool:
+    """True or False, nothing else (a truthy string such as "no" must not mean yes)."""
+    if type(value) is not bool:
+        raise InvalidInput(f"{what} must be True or False, not {value!r:.80}")
+    return value
+
+
+def instant(value: Any, what: str) -> datetime:
+    """A timezone-aware datetime, in UTC."""
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{what} must be a timezone-aware datetime, not {value!r:.80}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{what} must be timezone-aware (e.g. datetime.now(UTC))")
+    try:
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidInput(f"{what} is out of range: {value!r:.80}") from None
+
+
+def optional_instant(value: Any, what: str) -> datetime | None:
+    """None, or a datetime as for :func:`instant`."""
+    return None if value is None else instant(value, what)
+
+
+def batch(messages: Any, keys: Any) -> tuple[list[Any], list[str | None]]:
+    """A batch of messages (a list or tuple) and as many idempotency keys in the same order
+    (each a string or None; None: no keys)."""
+    if not isinstance(messages, list | tuple):
+        raise InvalidInput("messages must be a list of message dicts")
+    if keys is None:
+        return list(messages), [None] * len(messages)
+    if not isinstance(keys, list | tuple) or len(keys) != len(messages):
+        raise InvalidInput("idempotency_keys must be a list as long as messages")
+    if not all(k is None or isinstance(k, str) for k in keys):
+        raise InvalidInput("each idempotency key must be a string or None")
+    return list(messages), list(keys)
+
+
+def keys_for_retry(keys: Sequence[str | None]) -> None:
+    """``retry=True`` needs a key on every turn."""
+    if any(k is None for k in keys):
+        raise InvalidInput(
+            "retry=True needs an idempotency key for every turn: without one, a repeat of "
+            "an append that did commit would store the turn twice"
+        )

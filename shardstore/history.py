@@ -1,0 +1,465 @@
+"""The conversation history: sessions, appends and reads, as operations
+(:mod:`shardstore.core.steps`) and the store methods built from them.
+
+Each public function below whose first parameter is ``store`` is a store method, bound once
+into :class:`shardstore.Store` and once into :class:`shardstore.AsyncStore`; its docstring is
+the method's. The ``*_op`` functions are the building blocks other features compose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import jsoncodec
+from .core import validate
+from .core.context import Context
+from .core.retry import retrying
+from .core.rows import record
+from .core.steps import Call, Emit, Op, Q, StatementFailed, Tx
+from .errors import (
+    ConfigurationError,
+    InvalidInput,
+    SessionConflict,
+    SessionNotFound,
+    SessionPurged,
+    TurnTooLarge,
+)
+from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
+from .plans import trim_tail
+from .settings import DEFAULT_PARTITION_INTERVAL
+from .sql import query
+
+HISTORY_BATCH = 16  # folded chunks fetched per round trip by history(): ~640 kB at 10k tokens
+_UNIQUE_VIOLATION = frozenset({"23505"})
+
+
+def _named(name: str, params: Any = None, fetch: Any = "all", **kw: Any) -> Q:
+    return Q(query(name), params, fetch=fetch, named=True, **kw)
+
+
+# ---------------------------------------------------------------- setup
+
+
+def configure_op(partition_interval: timedelta | None) -> Op[tuple[timedelta, datetime]]:
+    """Record the partition interval on first use; refuse to change it once partitions
+    exist (their bounds would overlap). Returns the interval and origin in force."""
+    wanted = partition_interval or DEFAULT_PARTITION_INTERVAL
+    yield Tx.BEGIN
+    yield Q("LOCK TABLE shardstore.config IN EXCLUSIVE MODE", fetch="none")
+    yield Q(query("config_init"), (wanted.total_seconds(),), fetch="none")
+    config = yield _named("config_get", fetch="one")
+    current = timedelta(seconds=config["interval_seconds"])
+    if partition_interval is not None and current != partition_interval:
+        (partitions,) = yield Q(query("partition_count"), fetch="one")
+        if partitions:
+            raise ConfigurationError(
+                f"this database partitions agent_history every {current}, not "
+                f"{partition_interval}; the interval cannot change once partitions exist. "
+                "Connect without partition_interval to use the recorded one."
+            )
+        yield Q(query("config_set_interval"), (partition_interval.total_seconds(),), fetch="none")
+        current = partition_interval
+    yield Tx.COMMIT
+    return current, config["origin"]
+
+
+def ensure_partitions_op(bounds: Iterable[datetime]) -> Op[list[str]]:
+    """Make sure a partition exists for each of the given instants; returns their names."""
+    names = []
+    for at in bounds:
+        (name,) = yield Q(query("ensure_partition"), (at,), fetch="one")
+        names.append(name)
+    return names
+
+
+def parse_bound(bound: str) -> tuple[datetime, datetime]:
+    """The range of a partition bound as Postgres prints it:
+    ``FOR VALUES FROM ('2026-11-30 00:00:00+00') TO ('2026-12-07 00:00:00+00')``."""
+    parts = bound.split("'")
+    return datetime.fromisoformat(parts[1]), datetime.fromisoformat(parts[3])
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def create_session_op(
+    tenant_id: Any,
+    subject_id: Any = None,
+    agent_id: Any = None,
+    session_id: Any = None,
+    metadata: Any = None,
+) -> Op[uuid.UUID]:
+    """Create a session (idempotent when ``session_id`` is given); see
+    :func:`create_session`."""
+    tenant = validate.text(tenant_id, "tenant_id")
+    subject = validate.optional_text(subject_id, "subject_id")
+    agent = validate.optional_text(agent_id, "agent_id")
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise InvalidInput("metadata must be a dict")
+    meta_text = jsoncodec.encode_json(metadata, "metadata")
+    sid = uuid.uuid4() if session_id is None else validate.session_id(session_id)
+    row = yield Q(query("session_create"), (sid, tenant, subject, agent, meta_text), fetch="one")
+    if row is not None:
+        return sid
+    owners = yield _named("session_owners", (sid,), fetch="one")
+    if owners is None:  # raced with a purge-and-delete; treat as absent
+        raise SessionNotFound(f"session {sid} vanished while being created; retry")
+    if owners["purged"]:
+        raise SessionPurged(f"session {sid} was purged; its id cannot be reused")
+    found = (owners["tenant_id"], owners["subject_id"], owners["agent_id"])
+    if found != (tenant, subject, agent):
+        raise SessionConflict(f"session {sid} already exists with tenant/subject/agent {found!r}")
+    return sid
+
+
+def _head_op(sid: uuid.UUID, *, live: bool) -> Op[Mapping[str, Any]]:
+    """The session row by name; SessionNotFound, and with ``live`` SessionPurged."""
+    head = yield _named("session_get", (sid,), fetch="one")
+    if head is None:
+        raise SessionNotFound(f"session {sid} does not exist")
+    if live and head["purged"]:
+        raise SessionPurged(f"session {sid} was purged")
+    return head  # type: ignore[no-any-return]
+
+
+def create_session(
+    store: Any,
+    tenant_id: str,
+    subject_id: str | None = None,
+    agent_id: str | None = None,
+    session_id: uuid.UUID | str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Op[uuid.UUID]:
+    """Create a session and return its id. With ``session_id`` given the call is
+    idempotent: repeating it returns the same id; different owners raise
+    ``SessionConflict``; a purged id raises ``SessionPurged``."""
+    return (yield from create_session_op(tenant_id, subject_id, agent_id, session_id, metadata))
+
+
+def session(store: Any, session_id: uuid.UUID | str) -> Op[SessionInfo]:
+    """A session's owners, metadata and counts; ``SessionNotFound`` if unknown."""
+    head = yield from _head_op(validate.session_id(session_id), live=False)
+    return record(SessionInfo, head, metadata=jsoncodec.loads(head["metadata"]))
+
+
+# ---------------------------------------------------------------- writes
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTurns:
+    """Messages validated, encoded and counted client-side, ready for one append call."""
+
+    texts: list[str]
+    tokens: list[int]
+    sizes: list[int]
+    keys: list[str | None]
+
+
+def prepare_turns(ctx: Context, messages: Sequence[Any], keys: Sequence[Any]) -> PreparedTurns:
+    """Validate, encode and count a batch; raises before anything reaches the server."""
+    limit = ctx.settings.chunk_max_bytes
+    texts, tokens, sizes, clean_keys = [], [], [], []
+    for i, (message, key) in enumerate(zip(messages, keys, strict=True)):
+        text = jsoncodec.encode_message(message)
+        size = len(text.encode("utf-8"))
+        if size > limit:
+            raise TurnTooLarge(
+                f"message {i} is {size} bytes; the per-turn cap is {limit} bytes "
+                "(chunk_max_bytes). Store large tool outputs elsewhere and reference them."
+            )
+        texts.append(text)
+        sizes.append(size)
+        tokens.append(ctx.counter.count(text))
+        clean_keys.append(
+            validate.optional_text(key, "idempotency_key", limit=validate.MAX_KEY_CHARS)
+        )
+    return PreparedTurns(texts, tokens, sizes, clean_keys)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """Results of one append call; ``sealed`` says a chunk was closed and awaits its fold."""
+
+    session_id: uuid.UUID
+    results: list[AppendResult]
+    sealed: bool
+
+
+def append_op(
+    ctx: Context, session_id: Any, messages: Sequence[Any], keys: Sequence[Any]
+) -> Op[AppendOutcome]:
+    """Append a batch atomically, in one statement (one round trip, one commit)."""
+    sid = validate.session_id(session_id)
+    if not messages:
+        return AppendOutcome(sid, [], False)
+    batch = prepare_turns(ctx, messages, keys)
+    chunking = (
+        ctx.settings.budget_tokens,
+        ctx.settings.chunk_max_bytes,
+        ctx.partition_interval.total_seconds(),
+        ctx.partition_origin,
+    )
+    if len(batch.texts) == 1:
+        # the common case in one statement; None when the general path must decide
+        first = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
+        fast = yield Q(
+            query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION
+        )
+        if fast is not None and not isinstance(fast, StatementFailed):
+            result = AppendResult(int(fast[0]), int(fast[1]), batch.tokens[0], False)
+            return AppendOutcome(sid, [result], False)
+    texts = "[" + ",".join(batch.texts) + "]"
+    rows = yield Q(query("append"), (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking))
+    return AppendOutcome(sid, [AppendResult.from_row(r) for r in rows], any(r[4] for r in rows))
+
+
+def fold_sealed_op(session_id: uuid.UUID) -> Op[int]:
+    """Fold a session's sealed chunks from the buffer into agent_history."""
+    (moved,) = yield Q(query("fold_sealed"), (session_id,), fetch="one")
+    return int(moved)
+
+
+def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
+    """A sealed chunk goes to the store's background folder, or (on a caller's connection,
+    or with ``background_fold=False``) is folded now, in the same transaction."""
+    if not outcome.sealed:
+        return
+    if store._folder is not None:
+        yield Call(store._folder.submit, (outcome.session_id,), inline=True)
+    else:
+        yield from fold_sealed_op(outcome.session_id)
+
+
+def _append_op(store: Any, session_id: Any, messages: list[Any], keys: list[Any]) -> Op[Any]:
+    outcome = yield from append_op(store._ctx, session_id, messages, keys)
+    yield from _after_append_op(store, outcome)
+    return outcome.results
+
+
+def append_turn(
+    store: Any,
+    session_id: uuid.UUID | str,
+    message: dict[str, Any],
+    idempotency_key: str | None = None,
+    *,
+    retry: bool = False,
+) -> Op[AppendResult]:
+    """Append one message, durably, in one round trip and one commit.
+
+    Returns where it landed. A repeat with the same ``idempotency_key`` stores nothing
+    and returns the first result with ``duplicate=True``. Bad input raises an
+    ``InvalidInput`` subclass and writes nothing. ``retry=True`` repeats the call through
+    connection failures for up to 30 s (:mod:`shardstore.retry`); it needs a key."""
+    if validate.flag(retry, "retry"):
+        validate.keys_for_retry([idempotency_key])
+        results = yield from retrying(
+            lambda: _append_op(store, session_id, [message], [idempotency_key])
+        )
+    else:
+        results = yield from _append_op(store, session_id, [message], [idempotency_key])
+    return results[0]  # type: ignore[no-any-return]
+
+
+def append_turns(
+    store: Any,
+    session_id: uuid.UUID | str,
+    messages: Sequence[dict[str, Any]],
+    idempotency_keys: Sequence[str | None] | None = None,
+    *,
+    retry: bool = False,
+) -> Op[list[AppendResult]]:
+    """Append several messages in one transaction: all are stored or none is.
+    ``retry=True`` as for :meth:`append_turn` (every message needs a key)."""
+    batch, keys = validate.batch(messages, idempotency_keys)
+    if validate.flag(retry, "retry"):
+        validate.keys_for_retry(keys)
+        results = yield from retrying(lambda: _append_op(store, session_id, batch, keys))
+    else:
+        results = yield from _append_op(store, session_id, batch, keys)
+    return results  # type: ignore[no-any-return]
+
+
+def flush(store: Any, session_id: uuid.UUID | str) -> Op[int]:
+    """Fold a session's buffered turns into its open chunk in ``agent_history`` (the
+    chunk stays open for more turns). Returns how many turns moved."""
+    (moved,) = yield Q(query("flush"), (validate.session_id(session_id),), fetch="one")
+    return int(moved)
+
+
+# ---------------------------------------------------------------- reads
+
+
+def _turn(row: Mapping[str, Any]) -> Turn:
+    return record(Turn, row, message=jsoncodec.loads(row["message"]))
+
+
+def envelope_turn(envelope: dict[str, Any], chunk_seq: int) -> Turn:
+    """A Turn from one stored envelope {"s", "t", "at", "k"?, "m"} (already decoded)."""
+    return Turn(
+        turn_seq=envelope["s"],
+        chunk_seq=chunk_seq,
+        tokens=envelope["t"],
+        created_at=datetime.fromisoformat(envelope["at"]),
+        idempotency_key=envelope.get("k"),
+        message=envelope["m"],
+    )
+
+
+def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None) -> Op[list[Turn]]:
+    """Newest turns, oldest first, within n turns and max_tokens tokens."""
+    sid = validate.session_id(session_id)
+    n = validate.optional_count(n, "n")
+    max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
+    if n is None and max_tokens is None:
+        n = ctx.settings.default_tail_turns
+    rows = yield _named("tail", (sid, n, max_tokens))
+    return trim_tail([_turn(r) for r in reversed(rows)])
+
+
+def tail(
+    store: Any,
+    session_id: uuid.UUID | str,
+    n: int | None = None,
+    max_tokens: int | None = None,
+) -> Op[list[Turn]]:
+    """The newest turns, oldest first: at most ``n`` turns and at most ``max_tokens``
+    tokens (fewer rather than more; with neither given, ``default_tail_turns``). Never
+    starts with a tool result whose tool call was cut off."""
+    return (yield from tail_op(store._ctx, session_id, n, max_tokens))
+
+
+def history(
+    store: Any, session_id: uuid.UUID | str, from_seq: int = 0, to_seq: int | None = None
+) -> Op[None]:
+    """Every turn with ``from_seq <= turn_seq < to_seq``, in order, streamed one chunk
+    at a time from one consistent snapshot (holds one connection while iterating).
+
+    Within a chunk the folded turns (in agent_history) precede the buffered ones; a sealed
+    chunk may still sit wholly in the buffer until its fold."""
+    sid = validate.session_id(session_id)
+    lo = validate.position(from_seq, "from_seq")
+    hi = None if to_seq is None else validate.position(to_seq, "to_seq")
+    yield Tx.BEGIN_SNAPSHOT
+    head = yield from _head_op(sid, live=True)
+    end = head["turn_count"] if hi is None else min(hi, head["turn_count"])
+    if lo < end:
+        located = yield Q(query("chunk_map_from"), (sid, sid, lo))
+        buffered = yield _named("buffer_turns", (sid, lo, end))
+        by_chunk: dict[int, list[Turn]] = {}
+        for row in buffered:
+            by_chunk.setdefault(row["chunk_seq"], []).append(_turn(row))
+        folded = {chunk_seq: start for chunk_seq, start in located}
+        texts: dict[int, str] = {}
+        ordered = sorted(folded.keys() | by_chunk.keys())
+        pending = [seq for seq in ordered if seq in folded]
+        for chunk_seq in ordered:
+            if chunk_seq in folded:
+                if chunk_seq not in texts:
+                    # the next few folded chunks in one round trip
+                    batch, pending = pending[:HISTORY_BATCH], pending[HISTORY_BATCH:]
+                    rows = yield Q(
+                        query("chunk_texts"),
+                        (sid, batch, sorted({folded[seq] for seq in batch})),
+                        prepare=False,
+                    )
+                    texts.update((seq, text) for seq, text in rows)
+                    pending = [seq for seq in pending if seq not in texts]
+                text = texts.pop(chunk_seq, None)
+                if text is not None:
+                    turns = [
+                        envelope_turn(e, chunk_seq)
+                        for e in jsoncodec.loads_envelopes(text)
+                        if lo <= e["s"] < end
+                    ]
+                    if turns:
+                        yield Emit(turns)
+            if chunk_seq in by_chunk:
+                yield Emit(by_chunk[chunk_seq])
+    yield Tx.COMMIT
+    return None
+
+
+def chunks(store: Any, session_id: uuid.UUID | str, last: int | None = None) -> Op[list[Chunk]]:
+    """Chunk metadata oldest first (the ``last`` newest when given); the open chunk,
+    if it holds turns, is the final entry with ``is_open=True``.
+
+    A chunk's turns may be folded, buffered (open, or sealed and awaiting its fold) or
+    both: the parts are summed."""
+    sid = validate.session_id(session_id)
+    last = validate.optional_count(last, "last")
+    yield Tx.BEGIN_SNAPSHOT
+    head = yield from _head_op(sid, live=True)
+    open_seq, open_turns = head["open_chunk_seq"], head["open_turns"]
+    newest = open_seq if open_turns else open_seq - 1
+    first = 0 if last is None else max(0, newest - last + 1)
+    located = yield Q(query("chunk_map_since"), (sid, first))
+    buffered = yield _named("buffer_chunks", (sid, first))
+    folded: dict[int, Chunk] = {}
+    if located:
+        rows = yield _named(
+            "chunk_meta",
+            (sid, [r[0] for r in located], sorted({r[1] for r in located})),
+            prepare=False,
+        )
+        folded = {r["chunk_seq"]: record(Chunk, r) for r in rows}
+    yield Tx.COMMIT
+    merged = {seq: c for seq, c in folded.items() if seq <= newest}
+    for row in buffered:
+        part = record(Chunk, row, partition=None)
+        if part.chunk_seq > newest:
+            continue
+        done = merged.get(part.chunk_seq)
+        merged[part.chunk_seq] = (
+            part
+            if done is None
+            else dataclasses.replace(
+                done,
+                turn_count=done.turn_count + part.turn_count,
+                token_count=done.token_count + part.token_count,
+                byte_count=done.byte_count + part.byte_count,
+                chunk_end=part.chunk_end,
+            )
+        )
+    ordered = [merged[seq] for seq in sorted(merged)]
+    if ordered and open_turns and ordered[-1].chunk_seq == open_seq:
+        ordered[-1] = dataclasses.replace(ordered[-1], is_open=True)
+    return ordered
+
+
+def stats(store: Any) -> Op[Stats]:
+    """Counts of sessions, turns, chunks and buffered turns; every partition with its
+    bounds, chunk rows and bytes on disk."""
+    yield Tx.BEGIN_SNAPSHOT
+    totals = yield _named("stats_sessions", fetch="one")
+    (buffered,) = yield Q(query("stats_buffer"), fetch="one")
+    config = yield _named("config_get", fetch="one")
+    parts = yield _named("stats_partitions")
+    counts = dict((yield Q(query("stats_partition_rows"))))
+    yield Tx.COMMIT
+    partitions = []
+    for part in parts:
+        lower, upper = parse_bound(part["bound"])
+        partitions.append(
+            PartitionInfo(
+                name=part["name"],
+                lower=lower,
+                upper=upper,
+                rows=int(counts.get(part["name"], 0)),
+                bytes=int(part["bytes"]),
+            )
+        )
+    return Stats(
+        sessions=int(totals["sessions"]),
+        turns=int(totals["turns"]),
+        chunks=sum(p.rows for p in partitions),
+        buffered_turns=int(buffered),
+        partitions=partitions,
+        partition_interval_seconds=float(config["interval_seconds"]) if config else 0.0,
+    )
