@@ -21,10 +21,11 @@ import pytest
 
 import shardstore
 from partition_manager.plan import PartitionState
+from shardstore import maintenance
 from shardstore.cli import main
 from shardstore.core.executor import run_sync
-from shardstore.maintenance import MAINTENANCE_LOCK_KEY, MaintenanceReport
 from shardstore.history import append_op
+from shardstore.maintenance import MAINTENANCE_LOCK_KEY, MaintenanceReport
 
 SECOND = timedelta(seconds=1)
 MakeStore = Callable[..., shardstore.Store]
@@ -553,3 +554,36 @@ def test_appends_under_load_never_fail_nor_wait_past_the_lock_timeout(
     assert worst < lock_timeout + slack, worst
     for r in reports:
         assert all("timed out" in e for e in r.errors), r.errors
+
+
+# ---------------------------------------------------------------- the op itself
+
+
+def test_maintain_refuses_a_connection_inside_a_transaction(
+    make_store: MakeStore, dsn: str
+) -> None:
+    store = make_store(partition_interval=SECOND, premake=1)
+    with psycopg.connect(dsn) as conn, pytest.raises(shardstore.ConfigurationError) as caught:
+        run_sync(conn, maintenance.maintain(store))
+    assert "autocommit" in str(caught.value)
+
+
+def test_archive_command_gets_table_and_dsn_in_its_environment(
+    make_store: MakeStore, admin: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    store = make_store(partition_interval=SECOND, premake=1)
+    sid = store.create_session("acme")
+    store.append_turn(sid, {"role": "user", "content": "x"})
+    store.flush(sid)
+    time.sleep(2.2)
+    log = tmp_path / "env.txt"
+    report = store.maintain(
+        retention=SECOND,
+        archive=f'echo "$SHARDSTORE_ARCHIVE_TABLE|$SHARDSTORE_DSN|{{table}}" >> {log}',
+    )
+    assert report.errors == [] and report.archived
+    lines = log.read_text().splitlines()
+    assert [line.split("|")[0] for line in lines] == report.archived
+    assert all(line.split("|")[1] == store.dsn for line in lines)
+    assert all(line.split("|")[2] == line.split("|")[0] for line in lines)
+    assert _standalone(admin) == []
