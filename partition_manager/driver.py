@@ -396,23 +396,34 @@ def _next_sync(agen: AsyncGenerator[Any, None]) -> tuple[bool, Any]:
         return False, None
 
 
-def stream_sync(
-    source: Source[psycopg.Connection[Any]] | psycopg.Connection[Any],
-    op: Op[Any],
-    translate: Translate = keep,
-) -> Iterator[Any]:
-    """Run a streaming operation on a sync source, yielding what it emits."""
-    io = _SyncIO(Fixed(source) if isinstance(source, psycopg.Connection) else source)
+async def _items(io: IO, op: Op[Any], translate: Translate) -> AsyncGenerator[Any, None]:
+    """What ``op`` emits, then its _Done; the connection goes back however it ends."""
     tree = _run_tree(io, op, translate)
     try:
+        async for item in tree:
+            yield item
+    finally:
+        await tree.aclose()
+        await io.close()
+
+
+def _sync_items(source: Any, op: Op[Any], translate: Translate) -> Iterator[Any]:
+    io = _SyncIO(Fixed(source) if isinstance(source, psycopg.Connection) else source)
+    agen = _items(io, op, translate)
+    try:
         while True:
-            more, item = _next_sync(tree)
-            if not more or isinstance(item, _Done):
+            more, item = _next_sync(agen)
+            if not more:
                 return
             yield item
     finally:
-        _finish(tree.aclose())
-        _finish(io.close())
+        _finish(agen.aclose())
+
+
+def _result(item: Any) -> Any:
+    if isinstance(item, _Done):
+        return item.value
+    raise ProtocolError("operation ended without a result")
 
 
 def run_sync(
@@ -421,36 +432,24 @@ def run_sync(
     translate: Translate = keep,
 ) -> T:
     """Run an operation to completion on a sync source and return its result."""
-    io = _SyncIO(Fixed(source) if isinstance(source, psycopg.Connection) else source)
-    tree = _run_tree(io, op, translate)
+    items = _sync_items(source, op, translate)
     try:
-        while True:
-            more, item = _next_sync(tree)
-            if not more:
-                raise RuntimeError("operation ended without a result")
-            if isinstance(item, _Done):
-                return item.value  # type: ignore[no-any-return]
+        done = next((item for item in items if isinstance(item, _Done)), None)
     finally:
-        _finish(tree.aclose())
-        _finish(io.close())
+        items.close()  # type: ignore[attr-defined]
+    return _result(done)  # type: ignore[no-any-return]
 
 
-async def stream_async(
-    source: AsyncSource[psycopg.AsyncConnection[Any]] | psycopg.AsyncConnection[Any],
+def stream_sync(
+    source: Source[psycopg.Connection[Any]] | psycopg.Connection[Any],
     op: Op[Any],
     translate: Translate = keep,
-) -> AsyncIterator[Any]:
-    """Run a streaming operation on an asyncio source, yielding what it emits."""
-    io = _AsyncIO(AsyncFixed(source) if isinstance(source, psycopg.AsyncConnection) else source)
-    tree = _run_tree(io, op, translate)
-    try:
-        async for item in tree:
-            if isinstance(item, _Done):
-                return
-            yield item
-    finally:
-        await tree.aclose()
-        await io.close()
+) -> Iterator[Any]:
+    """Run a streaming operation on a sync source, yielding what it emits."""
+    for item in _sync_items(source, op, translate):
+        if isinstance(item, _Done):
+            return
+        yield item
 
 
 async def run_async(
@@ -460,12 +459,30 @@ async def run_async(
 ) -> T:
     """Run an operation to completion on an asyncio source and return its result."""
     io = _AsyncIO(AsyncFixed(source) if isinstance(source, psycopg.AsyncConnection) else source)
-    tree = _run_tree(io, op, translate)
+    items = _items(io, op, translate)
+    done: Any = None
     try:
-        async for item in tree:
+        async for item in items:
             if isinstance(item, _Done):
-                return item.value  # type: ignore[no-any-return]
-        raise RuntimeError("operation ended without a result")
+                done = item
+                break
     finally:
-        await tree.aclose()
-        await io.close()
+        await items.aclose()
+    return _result(done)  # type: ignore[no-any-return]
+
+
+async def stream_async(
+    source: AsyncSource[psycopg.AsyncConnection[Any]] | psycopg.AsyncConnection[Any],
+    op: Op[Any],
+    translate: Translate = keep,
+) -> AsyncIterator[Any]:
+    """Run a streaming operation on an asyncio source, yielding what it emits."""
+    io = _AsyncIO(AsyncFixed(source) if isinstance(source, psycopg.AsyncConnection) else source)
+    items = _items(io, op, translate)
+    try:
+        async for item in items:
+            if isinstance(item, _Done):
+                return
+            yield item
+    finally:
+        await items.aclose()

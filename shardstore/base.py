@@ -7,11 +7,10 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
-from partition_manager.premake import premake_op
-
 from .core.context import Context
 from .core.steps import Op
 from .history import configure_op
+from .maintenance import premake_op
 from .migrate import migrate_op
 from .settings import Settings
 from .tokens import TokenCounter

@@ -483,6 +483,28 @@ def purge_session(
     return (yield from _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum)))
 
 
+def _sessions_op(
+    kind: str,
+    selector: tuple[str, ...],
+    dry_run: bool,
+    vacuum: bool,
+    batch_size: Any,
+    progress: Any,
+) -> Op[PurgeReport]:
+    size = validate.count(batch_size, "batch_size")
+    acc = _Acc(kind, dry_run)
+    _flags(dry_run=dry_run, vacuum=vacuum)
+    count_sql, list_sql = query(f"purge_{kind}_count"), query(f"purge_{kind}_sessions")
+    return (
+        yield from _batched_op(
+            acc,
+            progress,
+            f"purge {kind}",
+            lambda hook: purge_sessions_op(acc, count_sql, list_sql, selector, size, vacuum, hook),
+        )
+    )
+
+
 def purge_subject(
     store: Any,
     tenant_id: str,
@@ -498,18 +520,7 @@ def purge_subject(
     ``(done, total)`` after each batch). Each session is purged atomically; after a
     crash, call again to finish."""
     selector = (validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id"))
-    size = validate.count(batch_size, "batch_size")
-    acc = _Acc("subject", dry_run)
-    _flags(dry_run=dry_run, vacuum=vacuum)
-    count_sql, list_sql = query("purge_subject_count"), query("purge_subject_sessions")
-    return (
-        yield from _batched_op(
-            acc,
-            progress,
-            "purge subject",
-            lambda hook: purge_sessions_op(acc, count_sql, list_sql, selector, size, vacuum, hook),
-        )
-    )
+    return (yield from _sessions_op("subject", selector, dry_run, vacuum, batch_size, progress))
 
 
 def purge_tenant(
@@ -524,18 +535,7 @@ def purge_tenant(
     """Purge every session of a tenant (batched and resumable like
     :meth:`purge_subject`). The tombstones keep the tenant id."""
     selector = (validate.text(tenant_id, "tenant_id"),)
-    size = validate.count(batch_size, "batch_size")
-    acc = _Acc("tenant", dry_run)
-    _flags(dry_run=dry_run, vacuum=vacuum)
-    count_sql, list_sql = query("purge_tenant_count"), query("purge_tenant_sessions")
-    return (
-        yield from _batched_op(
-            acc,
-            progress,
-            "purge tenant",
-            lambda hook: purge_sessions_op(acc, count_sql, list_sql, selector, size, vacuum, hook),
-        )
-    )
+    return (yield from _sessions_op("tenant", selector, dry_run, vacuum, batch_size, progress))
 
 
 def purge_range(

@@ -34,11 +34,24 @@ def _buffered_chunks(dsn: str, sid: Any) -> set[int]:
     return {r[0] for r in rows}
 
 
+class _NeverFold:
+    """Stands in for the store's background folder: takes sealed sessions, folds none."""
+
+    def submit(self, session_id: object) -> None:
+        pass
+
+    def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def test_reads_agree_before_and_after_folding(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
     store = make_store(chunk_tokens=120)
-    store._after_append = lambda outcome: None  # type: ignore[method-assign]  # never fold
+    store._folder = _NeverFold()  # sealed chunks are handed to a folder that never folds
     sid = store.create_session("acme")
     for i in range(12):
         store.append_turn(sid, {"role": "user", "content": f"first part {i}"})

@@ -12,56 +12,45 @@ from psycopg import errors as pgerrors
 
 from partition_manager import driver
 
-from ..errors import (
-    AccessDenied,
-    ConfigurationError,
-    Conflict,
-    DatabaseError,
-    DatabaseUnavailable,
-    EmbeddingModelMismatch,
-    InvalidInput,
-    SessionNotFound,
-    SessionPurged,
-    ShardstoreError,
-)
+from .. import errors as e
 from .steps import Op
 
 T = TypeVar("T")
 
-_BY_SQLSTATE: dict[str, type[ShardstoreError]] = {
-    "SS404": SessionNotFound,
-    "SS410": SessionPurged,
-    "SS409": EmbeddingModelMismatch,
-    "SS500": ConfigurationError,
-    "40001": Conflict,
-    "40P01": Conflict,
-    "55P03": Conflict,  # lock_not_available (lock_timeout)
-    "57014": Conflict,  # query_canceled (statement_timeout)
-    "22P02": InvalidInput,
-    "22021": InvalidInput,  # character_not_in_repertoire
-    "54000": InvalidInput,  # program_limit_exceeded (e.g. jsonb too large)
-    "3F000": ConfigurationError,  # invalid_schema_name: not migrated
-    "42P01": ConfigurationError,  # undefined_table: not migrated
-    "42883": ConfigurationError,  # undefined_function: schema older than the code
-    "25001": InvalidInput,  # active_sql_transaction: e.g. VACUUM inside a transaction
-    "22003": InvalidInput,  # numeric_value_out_of_range
-    "42501": AccessDenied,  # insufficient_privilege (e.g. Row-Level Security)
+_BY_SQLSTATE: dict[str, type[e.ShardstoreError]] = {
+    "SS404": e.SessionNotFound,
+    "SS410": e.SessionPurged,
+    "SS409": e.EmbeddingModelMismatch,
+    "SS500": e.ConfigurationError,
+    "40001": e.Conflict,
+    "40P01": e.Conflict,
+    "55P03": e.Conflict,  # lock_not_available (lock_timeout)
+    "57014": e.Conflict,  # query_canceled (statement_timeout)
+    "22P02": e.InvalidInput,
+    "22021": e.InvalidInput,  # character_not_in_repertoire
+    "54000": e.InvalidInput,  # program_limit_exceeded (e.g. jsonb too large)
+    "3F000": e.ConfigurationError,  # invalid_schema_name: not migrated
+    "42P01": e.ConfigurationError,  # undefined_table: not migrated
+    "42883": e.ConfigurationError,  # undefined_function: schema older than the code
+    "25001": e.InvalidInput,  # active_sql_transaction: e.g. VACUUM inside a transaction
+    "22003": e.InvalidInput,  # numeric_value_out_of_range
+    "42501": e.AccessDenied,  # insufficient_privilege (e.g. Row-Level Security)
 }
 
 
-def translate(exc: psycopg.Error) -> ShardstoreError:
+def translate(exc: psycopg.Error) -> e.ShardstoreError:
     """The shardstore error for a driver error (the driver error is kept as __cause__)."""
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) and not isinstance(
         exc, pgerrors.LockNotAvailable | pgerrors.QueryCanceled
     ):
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate is None or sqlstate.startswith(("08", "57P")):
-            return DatabaseUnavailable(f"database unavailable: {exc}".strip())
+            return e.DatabaseUnavailable(f"database unavailable: {exc}".strip())
     sqlstate = getattr(exc, "sqlstate", None) or ""
-    kind = _BY_SQLSTATE.get(sqlstate, DatabaseError)
+    kind = _BY_SQLSTATE.get(sqlstate, e.DatabaseError)
     diag = getattr(exc, "diag", None)
     text = (diag.message_primary if diag is not None else None) or str(exc)
-    if kind is DatabaseError:
+    if kind is e.DatabaseError:
         text = f"{text} (SQLSTATE {sqlstate or 'unknown'})"
     elif sqlstate == "25001":
         text = (
