@@ -1,8 +1,3 @@
 """The schema: versioned, checksummed ``NNNN_<feature>.sql`` files, installed as the package
 ``shardstore.migrations`` (setup.py maps it onto this folder). Never edit an applied file:
-databases record each file's sha256. The runner is :mod:`shardstore.migrate`; the names
-below are re-exported for code that still imports them from here."""
-
-from ..migrate import MIGRATION_LOCK_KEY, all_migrations, migrate_op
-
-__all__ = ["MIGRATION_LOCK_KEY", "all_migrations", "migrate_op"]
+databases record each file's sha256. The runner is :mod:`shardstore.migrate`."""

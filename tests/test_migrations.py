@@ -18,7 +18,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import shardstore
-from shardstore.executor import run_sync
+from shardstore.core.executor import run_sync
 from shardstore.migrate import all_migrations, migrate_op
 from shardstore.sql import _queries
 

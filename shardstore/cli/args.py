@@ -18,26 +18,24 @@ class UsageError(Exception):
     """Bad input detected by the CLI itself (e.g. a message that is not JSON); exit 2."""
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
+def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}: {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return _int_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """An integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
-    return value
+    return _int_at_least(text, 0)
 
 
 def int_between(low: int, high: int) -> Callable[[str], int]:

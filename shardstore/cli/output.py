@@ -68,25 +68,18 @@ def chunk_json(chunk: Chunk) -> dict[str, Any]:
     }
 
 
+def _fields(value: Any, *names: str) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in names}
+
+
 def partition_json(part: PartitionInfo) -> dict[str, Any]:
     """A partition as the CLI prints it with ``--json``."""
-    return {
-        "name": part.name,
-        "lower": part.lower,
-        "upper": part.upper,
-        "rows": part.rows,
-        "bytes": part.bytes,
-    }
+    return _fields(part, "name", "lower", "upper", "rows", "bytes")
 
 
 def append_json(result: AppendResult) -> dict[str, Any]:
     """An append result as the CLI prints it with ``--json``."""
-    return {
-        "turn_seq": result.turn_seq,
-        "chunk_seq": result.chunk_seq,
-        "tokens": result.tokens,
-        "duplicate": result.duplicate,
-    }
+    return _fields(result, "turn_seq", "chunk_seq", "tokens", "duplicate")
 
 
 def stats_json(stats: Stats) -> dict[str, Any]:
