@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg.conninfo import make_conninfo
+from psycopg.rows import dict_row
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -405,13 +406,15 @@ def vec_text(ds: Dataset, qi: int) -> str:
 def run_ann(conn: psycopg.Connection[Any], v: Variant, ds: Dataset, qi: int,
             prefix: str = "") -> list[Any]:
     """The store's settings statement, the variant's settings, then the ANN statement (with
-    ``prefix``, e.g. EXPLAIN), in one transaction."""
+    ``prefix``, e.g. EXPLAIN), in one transaction; rows by column name (as the store reads
+    them), plain tuples for EXPLAIN."""
     limit = v.limit
     with conn.transaction():
         conn.execute(query("vec_search_settings"), (str(limit),))
         for name, value in v.settings:
             conn.execute("SELECT set_config(%s, %s, true)", (name, value))
-        return conn.execute(
+        cur: Any = conn.cursor() if prefix else conn.cursor(row_factory=dict_row)
+        return cur.execute(
             prefix + query("vec_search_ann"),
             ann_params(vec_text(ds, qi), tenant_name(int(ds.q_tenant[qi])), limit),
             prepare=False,
@@ -431,7 +434,7 @@ def bench_variant(conn: psycopg.Connection[Any], v: Variant, lay: Layout, ds: Da
     def one(qi: int) -> list[Any]:
         rows = run_ann(conn, v, ds, qi)
         if resort:
-            rows.sort(key=lambda r: r[5])
+            rows.sort(key=lambda r: r["dist"])
         return best_per_chunk(rows, K)
 
     for qi in qids[:warmup]:
@@ -441,7 +444,8 @@ def bench_variant(conn: psycopg.Connection[Any], v: Variant, lay: Layout, ds: Da
         t0 = time.perf_counter_ns()
         best = one(qi)
         ns.append(time.perf_counter_ns() - t0)
-        recalls.append(recall(ds, qi, truth[qi], [(r[0], r[1]) for r in best]))
+        found = [(r["session_id"], r["chunk_seq"]) for r in best]
+        recalls.append(recall(ds, qi, truth[qi], found))
     return summarise(v.name, lay.parts, group, recalls, ns)
 
 

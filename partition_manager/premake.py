@@ -3,7 +3,6 @@ it exist and are attached, by the server's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 
 from .plan import PartitionState, plan_premake
@@ -11,14 +10,10 @@ from .runner import DEFAULT_ATTEMPTS, attach_with_retries_op
 from .steps import Op
 from .table import PartitionSQL
 
-# TEMP (remove once shardstore/base.py imports shardstore.maintenance.premake_op): the
-# pre-split call premake_op(count) goes to the premake an application registered here.
-legacy_premake: list[Callable[[int], Op[list[str]]]] = []
-
 
 def premake_op(
-    table: PartitionSQL | int,
-    premake: int | None = None,
+    table: PartitionSQL,
+    premake: int,
     *,
     lock_timeout: timedelta = timedelta(seconds=1),
     attempts: int = DEFAULT_ATTEMPTS,
@@ -27,10 +22,6 @@ def premake_op(
     standalone table with a bounds CHECK, then ATTACH waiting at most ``lock_timeout`` per
     attempt, up to ``attempts`` tries with backoff). Returns the names of the partitions
     it attached; raises TimeoutError naming the first one it could not attach."""
-    if isinstance(table, int):  # TEMP, see legacy_premake
-        if not legacy_premake:
-            raise TypeError("premake_op(table, premake): give the table")
-        return (yield from legacy_premake[0](table))
     if type(premake) is not int or premake < 0:
         raise ValueError("premake must be an int >= 0")
     layout = yield from table.layout_op()

@@ -75,7 +75,7 @@ __all__ = [
     "connect_async",
 ]
 
-from partition_manager.runner import MaintenanceReport
+from .maintenance import MaintenanceReport
 
 Tokenizer = TokenCounter | str | os.PathLike[str] | None
 

@@ -213,11 +213,14 @@ def append_op(
             query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION
         )
         if fast is not None and not isinstance(fast, StatementFailed):
-            result = AppendResult(int(fast[0]), int(fast[1]), batch.tokens[0], False)
+            turn_seq, chunk_seq = fast  # append_one returns just these two
+            result = AppendResult(int(turn_seq), int(chunk_seq), batch.tokens[0], False)
             return AppendOutcome(sid, [result], False)
     texts = "[" + ",".join(batch.texts) + "]"
-    rows = yield Q(query("append"), (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking))
-    return AppendOutcome(sid, [AppendResult.from_row(r) for r in rows], any(r[4] for r in rows))
+    params = (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking)
+    rows = yield Q(query("append"), params, named=True)
+    results = [record(AppendResult, r) for r in rows]
+    return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 
 
 def fold_sealed_op(session_id: uuid.UUID) -> Op[int]:

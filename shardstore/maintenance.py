@@ -30,7 +30,6 @@ from partition_manager.plan import (
     PartitionState,
     plan_premake,
 )
-from partition_manager.premake import legacy_premake
 from partition_manager.runner import MaintenanceReport as PartitionRunReport
 from partition_manager.runner import RunHooks, RunLog, maintenance_op
 from partition_manager.steps import Op, Q, Tx
@@ -124,9 +123,6 @@ def premake_op(premake: int) -> Op[list[str]]:
         (name,) = yield Q(query("ensure_partition"), (bounds.lower,), fetch="one")
         created.append(str(name))
     return created
-
-
-legacy_premake.append(premake_op)  # TEMP: see partition_manager.premake.legacy_premake
 
 
 # ---------------------------------------------------------------- the report

@@ -18,10 +18,6 @@ class AppendResult:
     tokens: int
     duplicate: bool
 
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> AppendResult:
-        return cls(int(row[0]), int(row[1]), int(row[2]), bool(row[3]))
-
 
 @dataclass(frozen=True, slots=True)
 class Turn:

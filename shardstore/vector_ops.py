@@ -7,7 +7,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from . import jsoncodec
 from .core import validate
 from .core.context import Context
+from .core.rows import record
 from .core.steps import Call, Op, Q, Tx
 from .embedding import (
     DEFAULT_MODEL,
@@ -64,8 +65,8 @@ class EmbedBatch:
 
 def config_op() -> Op[EmbeddingConfig | None]:
     """The recorded embedding model, or None before the first embedding."""
-    row = yield Q(query("vec_config_get"), fetch="one")
-    return None if row is None else EmbeddingConfig(row[0], int(row[1]), int(row[2]))
+    row = yield Q(query("vec_config_get"), fetch="one", named=True)
+    return None if row is None else record(EmbeddingConfig, row)
 
 
 def configure_op(
@@ -97,10 +98,13 @@ def chunk_windows(embedder: Embedder, chunk_text: str, window_tokens: int) -> li
 
 
 def _embed_rows(
-    embedder: Embedder, window_tokens: int, rows: Sequence[Sequence[Any]]
+    embedder: Embedder, window_tokens: int, rows: Sequence[Mapping[str, Any]]
 ) -> list[tuple[list[Window], list[str]]]:
     """Windows and their vectors (pgvector text) for each claimed chunk; [] for a vanished one."""
-    plans = [chunk_windows(embedder, r[5], window_tokens) if r[5] is not None else [] for r in rows]
+    plans = [
+        [] if r["chunk_text"] is None else chunk_windows(embedder, r["chunk_text"], window_tokens)
+        for r in rows
+    ]
     flat = [w.text for plan in plans for w in plan]
     vectors = iter(embedder.embed(flat)) if flat else iter(())
     out = []
@@ -128,8 +132,9 @@ def embed_batch_op(
     vectors are written only for chunks unchanged since they were read."""
     ranges = yield Q(query("vec_sync_partitions"), prepare=False)
     yield Tx.BEGIN
-    rows = yield Q(query("vec_claim"), (session_id, session_id, batch), prepare=False)
-    ready = [r for r in rows if r[5] is None or in_ranges(r[2], ranges)]
+    rows = yield Q(query("vec_claim"), (session_id, session_id, batch), prepare=False, named=True)
+    # a chunk outside every vector partition (created since the sync) waits for the next batch
+    ready = [r for r in rows if r["chunk_text"] is None or in_ranges(r["chunk_start"], ranges)]
     if not ready:
         yield Tx.COMMIT
         return EmbedBatch(len(rows), 0, len(rows))
@@ -151,11 +156,11 @@ def embed_batch_op(
     stored, left = yield Q(
         query("vec_store"),
         (
-            [r[0] for r in ready],
-            [r[1] for r in ready],
-            [r[2] for r in ready],
-            [r[3] if r[3] is not None else -1 for r in ready],
-            [r[4] if r[4] is not None else -1 for r in ready],
+            [r["session_id"] for r in ready],
+            [r["chunk_seq"] for r in ready],
+            [r["chunk_start"] for r in ready],
+            [-1 if r["first_turn_seq"] is None else r["first_turn_seq"] for r in ready],
+            [-1 if r["turn_count"] is None else r["turn_count"] for r in ready],
             w_idx,
             w_first,
             w_last,
@@ -204,13 +209,14 @@ def partition_floor(at: datetime, interval: timedelta, origin: datetime) -> date
     return origin + ((at - origin) // interval) * interval
 
 
-def best_per_chunk(rows: Sequence[Sequence[Any]], k: int) -> list[Sequence[Any]]:
-    """The best window of each chunk, best first, at most ``k`` chunks. ``rows`` are windows
-    (session_id, chunk_seq, chunk_start, first_seq, last_seq, distance) sorted by distance."""
+def best_per_chunk(rows: Sequence[Mapping[str, Any]], k: int) -> list[Mapping[str, Any]]:
+    """The best window of each chunk, best first, at most ``k`` chunks. ``rows`` are named
+    windows (session_id, chunk_seq, chunk_start, first_turn_seq, last_turn_seq, dist) sorted
+    by distance."""
     seen: set[tuple[Any, Any]] = set()
     best = []
     for row in rows:
-        key = (row[0], row[1])
+        key = (row["session_id"], row["chunk_seq"])
         if key not in seen:
             seen.add(key)
             best.append(row)
@@ -244,7 +250,9 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
     chunks are found or the tenant has no more."""
     k = scope.k
     if scope.session_id is not None:
-        rows = yield Q(query("vec_search_exact"), _params(ctx, scope, vector, k), prepare=False)
+        rows = yield Q(
+            query("vec_search_exact"), _params(ctx, scope, vector, k), prepare=False, named=True
+        )
         best = list(rows)
     else:
         limit = min(MAX_CANDIDATES, max(ctx.settings.hnsw_ef_search, 4 * k))
@@ -252,7 +260,10 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         while True:
             yield Q(query("vec_search_settings"), (str(limit),), fetch="none")
             rows = yield Q(
-                query("vec_search_ann"), _params(ctx, scope, vector, limit), prepare=False
+                query("vec_search_ann"),
+                _params(ctx, scope, vector, limit),
+                prepare=False,
+                named=True,
             )
             best = best_per_chunk(rows, k)
             if len(best) == k or len(rows) < limit or limit >= MAX_CANDIDATES:
@@ -265,11 +276,11 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         query("vec_hit_turns"),
         (
             list(range(len(best))),
-            [r[0] for r in best],
-            [r[1] for r in best],
-            [r[2] for r in best],
-            [r[3] for r in best],
-            [r[4] for r in best],
+            [r["session_id"] for r in best],
+            [r["chunk_seq"] for r in best],
+            [r["chunk_start"] for r in best],
+            [r["first_turn_seq"] for r in best],
+            [r["last_turn_seq"] for r in best],
         ),
         prepare=False,
     )
@@ -278,11 +289,12 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
     for i, row in enumerate(best):
         text = turns_of.get(i)
         turns = (
-            [envelope_turn(e, int(row[1])) for e in jsoncodec.loads_envelopes(text)]
+            [envelope_turn(e, int(row["chunk_seq"])) for e in jsoncodec.loads_envelopes(text)]
             if text
             else []
         )
-        hits.append(SearchHit(row[0], int(row[1]), 1.0 - float(row[5]), turns))
+        score = 1.0 - float(row["dist"])
+        hits.append(SearchHit(row["session_id"], int(row["chunk_seq"]), score, turns))
     return hits
 
 

@@ -113,13 +113,17 @@ def test_message_text_keeps_what_carries_meaning() -> None:
 
 
 def test_best_per_chunk_keeps_the_first_window_of_each_chunk() -> None:
+    columns = ("session_id", "chunk_seq", "chunk_start", "first_turn_seq", "last_turn_seq", "dist")
     rows = [
-        ("a", 1, 0, 0, 0, 0.1),
-        ("a", 1, 0, 5, 5, 0.2),
-        ("b", 1, 0, 0, 0, 0.3),
-        ("a", 2, 0, 9, 9, 0.4),
+        dict(zip(columns, row, strict=True))
+        for row in [
+            ("a", 1, 0, 0, 0, 0.1),
+            ("a", 1, 0, 5, 5, 0.2),
+            ("b", 1, 0, 0, 0, 0.3),
+            ("a", 2, 0, 9, 9, 0.4),
+        ]
     ]
-    assert [r[5] for r in best_per_chunk(rows, 2)] == [0.1, 0.3]
+    assert [r["dist"] for r in best_per_chunk(rows, 2)] == [0.1, 0.3]
     assert len(best_per_chunk(rows, 10)) == 3
 
 

@@ -40,36 +40,24 @@ def dumps(value: Any, *, indent: int | None = 2) -> str:
     return json.dumps(value, default=json_default, ensure_ascii=True, indent=indent)
 
 
+def _fields(value: Any, *names: str) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in names}
+
+
 def turn_json(turn: Turn) -> dict[str, Any]:
     """A turn as the CLI prints it with ``--json``."""
-    return {
-        "turn_seq": turn.turn_seq,
-        "chunk_seq": turn.chunk_seq,
-        "tokens": turn.tokens,
-        "created_at": turn.created_at,
-        "idempotency_key": turn.idempotency_key,
-        "message": turn.message,
-    }
+    return _fields(
+        turn, "turn_seq", "chunk_seq", "tokens", "created_at", "idempotency_key", "message"
+    )
 
 
 def chunk_json(chunk: Chunk) -> dict[str, Any]:
     """A chunk's metadata as the CLI prints it with ``--json``."""
-    return {
-        "chunk_seq": chunk.chunk_seq,
-        "first_turn_seq": chunk.first_turn_seq,
-        "last_turn_seq": chunk.last_turn_seq,
-        "turn_count": chunk.turn_count,
-        "token_count": chunk.token_count,
-        "byte_count": chunk.byte_count,
-        "chunk_start": chunk.chunk_start,
-        "chunk_end": chunk.chunk_end,
-        "is_open": chunk.is_open,
-        "partition": chunk.partition,
-    }
-
-
-def _fields(value: Any, *names: str) -> dict[str, Any]:
-    return {name: getattr(value, name) for name in names}
+    return _fields(
+        chunk,
+        *("chunk_seq", "first_turn_seq", "last_turn_seq", "turn_count", "token_count"),
+        *("byte_count", "chunk_start", "chunk_end", "is_open", "partition"),
+    )
 
 
 def partition_json(part: PartitionInfo) -> dict[str, Any]:

@@ -39,12 +39,13 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
   FROM shardstore.sessions WHERE session_id = %s;
 
 -- name: append
-SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed
+SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
+       r_duplicate AS duplicate, r_sealed AS sealed
   FROM shardstore.append_v1(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s,
                             make_interval(secs => %s), %s);
 
 -- name: append_one
-SELECT r_turn_seq, r_chunk_seq
+SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq
   FROM shardstore.append_one_v1(%s, %s::jsonb, %s::integer, %s::integer, %s::text, %s::bigint,
                                 %s::bigint, make_interval(secs => %s), %s);
 

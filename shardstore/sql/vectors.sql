@@ -16,7 +16,7 @@ SELECT count(*) FROM shardstore.embed_queue WHERE %s::uuid IS NULL OR session_id
 -- worker's transaction ends (a worker that dies leaves nothing locked).
 -- name: vec_claim
 SELECT q.session_id, q.chunk_seq, q.chunk_start, h.first_turn_seq, h.turn_count,
-       h.conversation_chunk::text
+       h.conversation_chunk::text AS chunk_text
   FROM (SELECT x.session_id, x.chunk_seq, x.chunk_start, x.queued_at
           FROM shardstore.embed_queue x
          WHERE %s::uuid IS NULL OR x.session_id = %s::uuid
