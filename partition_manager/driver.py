@@ -276,8 +276,7 @@ async def _drive(io: IO, op: Op[Any], translate: Translate) -> AsyncGenerator[An
                 return
             value, error = None, None
             if isinstance(step, Emit):
-                for item in step.items:
-                    yield item
+                yield step  # whole: the outermost pump hands its items out one by one
                 continue
             if step is Tx.COMMIT and len(io.stack) <= base:
                 raise ProtocolError("Tx.COMMIT without a Tx.BEGIN of this operation")
@@ -389,35 +388,27 @@ def _finish(coro: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a sync step suspended")
 
 
-def _next_sync(agen: AsyncGenerator[Any, None]) -> tuple[bool, Any]:
-    try:
-        return True, _finish(agen.__anext__())
-    except StopAsyncIteration:
-        return False, None
+def _sync_io(source: Any) -> _SyncIO:
+    return _SyncIO(Fixed(source) if isinstance(source, psycopg.Connection) else source)
 
 
-async def _items(io: IO, op: Op[Any], translate: Translate) -> AsyncGenerator[Any, None]:
-    """What ``op`` emits, then its _Done; the connection goes back however it ends."""
+def _async_io(source: Any) -> _AsyncIO:
+    return _AsyncIO(AsyncFixed(source) if isinstance(source, psycopg.AsyncConnection) else source)
+
+
+def _sync_items(io: _SyncIO, op: Op[Any], translate: Translate) -> Iterator[Any]:
+    """What ``op`` emits (``Emit`` steps, whole), then its _Done; the connection goes back
+    however it ends."""
     tree = _run_tree(io, op, translate)
     try:
-        async for item in tree:
-            yield item
-    finally:
-        await tree.aclose()
-        await io.close()
-
-
-def _sync_items(source: Any, op: Op[Any], translate: Translate) -> Iterator[Any]:
-    io = _SyncIO(Fixed(source) if isinstance(source, psycopg.Connection) else source)
-    agen = _items(io, op, translate)
-    try:
         while True:
-            more, item = _next_sync(agen)
-            if not more:
+            try:
+                yield _finish(tree.asend(None))
+            except StopAsyncIteration:
                 return
-            yield item
     finally:
-        _finish(agen.aclose())
+        _finish(tree.aclose())
+        _finish(io.close())
 
 
 def _result(item: Any) -> Any:
@@ -432,12 +423,14 @@ def run_sync(
     translate: Translate = keep,
 ) -> T:
     """Run an operation to completion on a sync source and return its result."""
-    items = _sync_items(source, op, translate)
+    items = _sync_items(_sync_io(source), op, translate)
     try:
-        done = next((item for item in items if isinstance(item, _Done)), None)
+        for item in items:
+            if isinstance(item, _Done):
+                return item.value  # type: ignore[no-any-return]
     finally:
         items.close()  # type: ignore[attr-defined]
-    return _result(done)  # type: ignore[no-any-return]
+    return _result(None)  # type: ignore[no-any-return]
 
 
 def stream_sync(
@@ -446,10 +439,20 @@ def stream_sync(
     translate: Translate = keep,
 ) -> Iterator[Any]:
     """Run a streaming operation on a sync source, yielding what it emits."""
-    for item in _sync_items(source, op, translate):
+    for item in _sync_items(_sync_io(source), op, translate):
         if isinstance(item, _Done):
             return
-        yield item
+        yield from item.items
+
+
+async def _async_items(io: _AsyncIO, op: Op[Any], translate: Translate) -> AsyncIterator[Any]:
+    tree = _run_tree(io, op, translate)
+    try:
+        async for item in tree:
+            yield item
+    finally:
+        await tree.aclose()
+        await io.close()
 
 
 async def run_async(
@@ -458,8 +461,7 @@ async def run_async(
     translate: Translate = keep,
 ) -> T:
     """Run an operation to completion on an asyncio source and return its result."""
-    io = _AsyncIO(AsyncFixed(source) if isinstance(source, psycopg.AsyncConnection) else source)
-    items = _items(io, op, translate)
+    items = _async_items(_async_io(source), op, translate)
     done: Any = None
     try:
         async for item in items:
@@ -467,7 +469,7 @@ async def run_async(
                 done = item
                 break
     finally:
-        await items.aclose()
+        await items.aclose()  # type: ignore[attr-defined]
     return _result(done)  # type: ignore[no-any-return]
 
 
@@ -477,12 +479,12 @@ async def stream_async(
     translate: Translate = keep,
 ) -> AsyncIterator[Any]:
     """Run a streaming operation on an asyncio source, yielding what it emits."""
-    io = _AsyncIO(AsyncFixed(source) if isinstance(source, psycopg.AsyncConnection) else source)
-    items = _items(io, op, translate)
+    items = _async_items(_async_io(source), op, translate)
     try:
         async for item in items:
             if isinstance(item, _Done):
                 return
-            yield item
+            for value in item.items:
+                yield value
     finally:
-        await items.aclose()
+        await items.aclose()  # type: ignore[attr-defined]
