@@ -149,6 +149,17 @@ def restore_lock_timeout_op(previous: str, local: bool) -> Op[None]:
     yield Q(_SET_LOCK_TIMEOUT, (previous, local), fetch="none")
 
 
+def bounded_op(statement: sql.Composable, lock_timeout: timedelta) -> Op[bool]:
+    """Run one DDL ``statement`` in a short transaction that waits at most ``lock_timeout``
+    for any lock; False (and nothing done) when that wait timed out."""
+    yield Tx.BEGIN
+    previous = yield from local_lock_timeout_op(lock_timeout)
+    outcome = yield Q(statement, fetch="none", prepare=False, recover=LOCK_NOT_AVAILABLE)
+    yield from restore_lock_timeout_op(previous, local=True)
+    yield Tx.COMMIT
+    return not isinstance(outcome, StatementFailed)
+
+
 _LIST_ATTACHED = """
 SELECT c.relname::text,
        (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \\(''([^'']+)''\\) TO'))[1]
@@ -325,19 +336,18 @@ class RangeTable:
             return True
         if state is None:
             yield from self.create_op(bounds)
-        yield Tx.BEGIN
-        previous = yield from local_lock_timeout_op(lock_timeout)
-        outcome = yield Q(
-            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
-                self.parent, self.ident(name), sql.Literal(bounds.lower), sql.Literal(bounds.upper)
-            ),
-            fetch="none",
-            prepare=False,
-            recover=LOCK_NOT_AVAILABLE,
+        attach = sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})")
+        return (
+            yield from bounded_op(
+                attach.format(
+                    self.parent,
+                    self.ident(name),
+                    sql.Literal(bounds.lower),
+                    sql.Literal(bounds.upper),
+                ),
+                lock_timeout,
+            )
         )
-        yield from restore_lock_timeout_op(previous, local=True)
-        yield Tx.COMMIT
-        return not isinstance(outcome, StatementFailed)
 
     # -- retention ------------------------------------------------------------------
 
@@ -351,12 +361,8 @@ class RangeTable:
             self.parent, self.ident(name)
         )
         if not concurrently:
-            yield Tx.BEGIN
-            previous = yield from local_lock_timeout_op(lock_timeout)
-            outcome = yield Q(statement, fetch="none", prepare=False, recover=LOCK_NOT_AVAILABLE)
-            yield from restore_lock_timeout_op(previous, local=True)
-            yield Tx.COMMIT
-            return "timeout" if isinstance(outcome, StatementFailed) else "detached"
+            done = yield from bounded_op(statement, lock_timeout)
+            return "detached" if done else "timeout"
         (previous,) = yield Q(_GET_LOCK_TIMEOUT, fetch="one")
         yield Q(_SET_LOCK_TIMEOUT, (ms(lock_timeout), False), fetch="none")
         try:
@@ -383,19 +389,8 @@ class RangeTable:
         state = yield from self._state_op(name)
         if state is None or not state[0]:
             return True
-        yield Tx.BEGIN
-        previous = yield from local_lock_timeout_op(lock_timeout)
-        outcome = yield Q(
-            sql.SQL("ALTER TABLE {} DETACH PARTITION {} FINALIZE").format(
-                self.parent, self.ident(name)
-            ),
-            fetch="none",
-            prepare=False,
-            recover=LOCK_NOT_AVAILABLE,
-        )
-        yield from restore_lock_timeout_op(previous, local=True)
-        yield Tx.COMMIT
-        return not isinstance(outcome, StatementFailed)
+        finalize = sql.SQL("ALTER TABLE {} DETACH PARTITION {} FINALIZE")
+        return (yield from bounded_op(finalize.format(self.parent, self.ident(name)), lock_timeout))
 
     def retire_op(self, name: str, lock_timeout: timedelta) -> Op[str]:
         """Rename detached ``name`` to its retired name. Raises ValueError for a name not
