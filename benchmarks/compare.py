@@ -8,7 +8,7 @@ Run on demand (not part of the test suite)::
     python benchmarks/compare.py --dsn postgresql://user@host/postgres
 
 Contenders, all on ONE server, in ONE database (each in its own schema), fed the same
-deterministic conversations (``shardstore.synthetic``):
+deterministic conversations (``shardstore.demo.synthetic``):
 
 1. ``shardstore``            ``append_turn`` / ``append_turns`` / ``tail`` / ``history``
 2. ``naive jsonb ||``        one JSONB array per conversation, ``UPDATE ... SET m = m || $1``
@@ -1250,7 +1250,7 @@ def report(b: Bench, env: list[list[str]], total_s: float) -> tuple[str, list[li
     L += ["## Environment and versions", ""]
     table(["", ""], env)
     L += [
-        f"Messages: `shardstore.synthetic.messages(2024, {b.corpus.n})`, cycled; JSON bytes "
+        f"Messages: `shardstore.demo.synthetic.messages(2024, {b.corpus.n})`, cycled; JSON bytes "
         f"mean {statistics.fmean(nb):.0f}, median {statistics.median(nb):.0f}, min {min(nb)}, "
         f"max {max(nb):,}. Every growth history ends with the same {b.head} turns, after one "
         f"{b.corpus.nbytes[b.corpus.sep] / 1000:.0f} kB pasted document (so its newest "

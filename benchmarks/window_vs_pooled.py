@@ -20,7 +20,7 @@ planted facts, how well that finds the chunk holding a fact, against:
 * **B (shardstore)**: the real ``plan_windows`` / ``chunk_windows``: one window per turn,
   long turns split.
 
-It uses the project's real code: the conversation comes from ``shardstore.synthetic``, it
+It uses the project's real code: the conversation comes from ``shardstore.demo.synthetic``, it
 is cut into chunks with the chunker's rule (consecutive turns while the cl100k count of
 their stored JSON stays within ``Settings().budget_tokens``), each chunk is stored-format
 JSON turned into windows by ``vector_ops.chunk_windows`` (``plan_windows``), and embedded

@@ -56,7 +56,7 @@ def cmd_demo(run: Runner) -> int:
             args.tenant,
             "user:demo",
             "synthetic-agent",
-            metadata={"generator": "shardstore.synthetic", "seed": args.seed},
+            metadata={"generator": "shardstore.demo.synthetic", "seed": args.seed},
         )
         latencies: list[float] = []
         tokens = 0
