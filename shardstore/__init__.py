@@ -26,6 +26,9 @@ from .errors import (
     InvalidInput,
     InvalidMessage,
     MissingDependency,
+    RunClosed,
+    RunConflict,
+    RunNotFound,
     SessionConflict,
     SessionNotFound,
     SessionPurged,
@@ -34,6 +37,7 @@ from .errors import (
 )
 from .models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
 from .purge import PurgeReport, TableRemoval
+from .runs import Run
 from .settings import Settings
 from .store import Store
 from .tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_counter
@@ -56,6 +60,10 @@ __all__ = [
     "MissingDependency",
     "PartitionInfo",
     "PurgeReport",
+    "Run",
+    "RunClosed",
+    "RunConflict",
+    "RunNotFound",
     "SearchHit",
     "SentenceTransformerEmbedder",
     "SessionConflict",

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from . import base, maintenance, purge
 from . import history as history_ops
+from . import runs as runs_ops
 from . import search as search_ops
 from .core.bind import amethod, astream
 from .core.connector import AsyncConnector
@@ -57,6 +58,13 @@ class AsyncStore(base.StoreBase):
     embed = amethod(search_ops.embed)
     reembed = amethod(search_ops.reembed)
     search = amethod(search_ops.search)
+    open_run = amethod(runs_ops.open_run)
+    mark_awaiting = amethod(runs_ops.mark_awaiting)
+    resume_run = amethod(runs_ops.resume_run)
+    record_step = amethod(runs_ops.record_step)
+    close_run = amethod(runs_ops.close_run)
+    get_run = amethod(runs_ops.get_run)
+    runs = amethod(runs_ops.runs)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

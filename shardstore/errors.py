@@ -77,3 +77,23 @@ class Conflict(ShardstoreError):
 
 class DatabaseError(ShardstoreError):
     """Any other database error; the message carries the server's text and SQLSTATE."""
+
+
+class RunNotFound(ShardstoreError, LookupError):
+    """The run does not exist (or belongs to another tenant, or its session was purged);
+    open it with ``open_run()`` first."""
+
+
+class RunClosed(ShardstoreError):
+    """The run is closed (done or failed) and cannot change any more; open a new run."""
+
+
+class RunConflict(ShardstoreError):
+    """``open_run`` was given an existing run id with a different session, framework or
+    thread_key."""
+
+
+class CheckpointNotFound(ShardstoreError, LookupError):
+    """The checkpoint does not exist in this session (never written, or removed by a purge,
+    retention or ``maintain(keep_checkpoints=...)``); ``checkpoints(session_id)`` lists
+    those that do."""

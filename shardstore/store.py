@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from . import base, maintenance, purge
 from . import history as history_ops
+from . import runs as runs_ops
 from . import search as search_ops
 from .core.bind import method, stream
 from .core.connector import Connector
@@ -59,6 +60,13 @@ class Store(base.StoreBase):
     embed = method(search_ops.embed)
     reembed = method(search_ops.reembed)
     search = method(search_ops.search)
+    open_run = method(runs_ops.open_run)
+    mark_awaiting = method(runs_ops.mark_awaiting)
+    resume_run = method(runs_ops.resume_run)
+    record_step = method(runs_ops.record_step)
+    close_run = method(runs_ops.close_run)
+    get_run = method(runs_ops.get_run)
+    runs = method(runs_ops.runs)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into

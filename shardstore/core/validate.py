@@ -120,3 +120,52 @@ def keys_for_retry(keys: Sequence[str | None]) -> None:
             "retry=True needs an idempotency key for every turn: without one, a repeat of "
             "an append that did commit would store the turn twice"
         )
+
+
+MAX_JSON_BYTES = 1 << 20
+
+
+def json_object(value: Any, what: str, *, limit: int = MAX_JSON_BYTES) -> str:
+    """A dict that JSON (and JSONB) can hold exactly, as its encoded text of at most
+    ``limit`` bytes (run metadata, what a run awaits); NaN, non-string keys, cycles and
+    values JSON has no form for are refused."""
+    from .. import jsoncodec  # a leaf module; imported here to keep core's imports minimal
+
+    if type(value) is not dict:
+        raise InvalidInput(f"{what} must be a dict, not {type(value).__name__}")
+    encoded = jsoncodec.encode_json(value, what)
+    if len(encoded.encode("utf-8", "surrogatepass")) > limit:
+        raise InvalidInput(f"{what} is larger than {limit} bytes as JSON")
+    return encoded
+
+
+def amount(value: Any, what: str) -> float:
+    """A finite, non-negative number (an int or a float; never a bool), as a float: costs."""
+    if type(value) not in (int, float):
+        raise InvalidInput(f"{what} must be a number, not {value!r:.80}")
+    try:
+        result = float(value)
+    except OverflowError:
+        raise InvalidInput(f"{what} is out of range: {value!r:.80}") from None
+    if not 0.0 <= result < float("inf"):  # NaN fails every comparison
+        raise InvalidInput(f"{what} must be a finite number >= 0, not {value!r:.80}")
+    return result
+
+
+def choice(value: Any, what: str, options: Sequence[str]) -> str:
+    """One of ``options`` (a status, a kind), exactly."""
+    if type(value) is not str or value not in options:
+        raise InvalidInput(f"{what} must be one of {', '.join(options)}; not {value!r:.80}")
+    return value
+
+
+def uuid_value(value: Any, what: str) -> uuid.UUID:
+    """An id as a UUID (a UUID or its string form): run ids and the like."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise InvalidInput(f"{what} must be a UUID (or its string form), not {value!r:.80}")
