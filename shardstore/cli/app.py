@@ -60,7 +60,10 @@ EXIT_UNHEALTHY = 3  # maintain: the run finished, but the store is not healthy
 EXIT_INTERRUPTED = 130
 
 #: The command modules under ``shardstore.cli.commands``, in ``--help`` order.
-COMMAND_MODULES = ("init", "demo", "sessions", "history", "stats", "maintain", "purge", "search")
+COMMAND_MODULES = (
+    *("init", "demo", "sessions", "history", "stats", "maintain", "purge", "search"),
+    "runs",
+)
 
 
 def _connect_failure(dsn: str) -> str:

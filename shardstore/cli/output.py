@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..models import AppendResult, Chunk, PartitionInfo, SearchHit, Stats, Turn
+from ..runs import Run
 
 # ---------------------------------------------------------------- JSON
 
@@ -381,4 +382,14 @@ def format_partitions(parts: Sequence[PartitionInfo], indent: str = "") -> str:
     ]
     return format_table(
         ("partition", "from (UTC)", "to (UTC)", "rows", "size"), rows, "lllrr", indent
+    )
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """A run as the CLI prints it with ``--json``."""
+    return _fields(
+        run,
+        *("run_id", "session_id", "tenant_id", "framework", "thread_key", "status"),
+        *("awaiting", "awaiting_since", "steps", "usd_cost", "error", "metadata"),
+        *("created_at", "updated_at", "closed_at"),
     )

@@ -1,0 +1,55 @@
+"""``shardstore runs``: what is in flight (and what waits on a human)."""
+
+from __future__ import annotations
+
+from ...runs import STATUSES
+from ..app import Commands, Runner
+from ..args import positive_int
+from ..output import abbrev, dumps, format_table, num, printable, run_json, when
+
+_HEADERS = ("run", "tenant", "framework", "status", "steps", "usd", "since (UTC)", "what / error")
+
+
+def cmd_runs(run: Runner) -> int:
+    """List runs matching the filters (waiting ones first, the longest wait first); 0 on
+    success."""
+    args = run.args
+    with run.connect() as store:
+        found = store.runs(
+            tenant_id=args.tenant,
+            session_id=args.session,
+            status=args.status,
+            framework=args.framework,
+            limit=args.limit,
+        )
+    if run.json:
+        run.emit([run_json(r) for r in found])
+        return 0
+    if not found:
+        run.line("no runs")
+        return 0
+    rows = [
+        [
+            str(r.run_id),
+            printable(r.tenant_id),
+            printable(r.framework),
+            r.status,
+            num(r.steps),
+            f"{r.usd_cost:.4f}",
+            when(r.awaiting_since if r.awaiting_since is not None else r.updated_at),
+            abbrev(dumps(r.awaiting, indent=None) if r.awaiting is not None else r.error or "", 60),
+        ]
+        for r in found
+    ]
+    run.line(format_table(_HEADERS, rows, "llllrrll"))
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``runs``."""
+    p = commands.add("runs", "list agent runs (what waits on a human first)", cmd_runs)
+    p.add_argument("--tenant", help="only this tenant's runs")
+    p.add_argument("--session", metavar="SESSION_ID", help="only this session's runs")
+    p.add_argument("--status", choices=STATUSES, help="only runs in this status")
+    p.add_argument("--framework", help="only runs of this framework")
+    p.add_argument("--limit", type=positive_int, help="at most this many runs")
