@@ -223,6 +223,59 @@ def append_op(
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 
 
+def encode_state(value: Any, what: str, limit: int) -> str:
+    """A checkpoint's state (a dict) as the JSON text to store, encoded exactly as messages
+    are (:mod:`shardstore.jsoncodec`); at most ``limit`` bytes."""
+    if type(value) is not dict:
+        raise InvalidInput(f"{what} must be a dict (a JSON object), not {type(value).__name__}")
+    return encode_value(value, what, limit)
+
+
+def encode_value(value: Any, what: str, limit: int) -> str:
+    """Any JSON value as the text to store (state, tool calls, tool results, metadata);
+    NaN, lone surrogates and NUL are handled as in messages; at most ``limit`` bytes."""
+    text = jsoncodec.encode_json(value, what)
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise InvalidInput(f"{what} is {size} bytes as JSON; the cap is {limit} (chunk_max_bytes)")
+    return text
+
+
+def append_checkpoint_op(
+    ctx: Context, session_id: Any, messages: Sequence[Any], keys: Sequence[Any], state: str
+) -> Op[AppendOutcome]:
+    """Append a batch and a checkpoint positioned at its last turn, in one statement
+    (``append_checkpoint_v1``): both commit or neither does. ``state`` is the encoded
+    checkpoint state (:func:`encode_state`). A retried batch (its last turn a duplicate)
+    stores no second checkpoint: the results carry the first one's id."""
+    sid = validate.session_id(session_id)
+    if not messages:
+        raise InvalidInput(
+            "a checkpoint with the turns needs at least one message; use checkpoint() alone"
+        )
+    batch = prepare_turns(ctx, messages, keys)
+    texts = "[" + ",".join(batch.texts) + "]"
+    head = (sid, texts, batch.tokens, batch.sizes, batch.keys, ctx.settings.budget_tokens)
+    chunking = (
+        ctx.settings.chunk_max_bytes,
+        ctx.partition_interval.total_seconds(),
+        ctx.partition_origin,
+    )
+    tail = (uuid.uuid4(), state)
+    rows: Any = None
+    if len(batch.texts) == 1:  # append_one_v1 inside, unless a concurrent retry collides
+        rows = yield Q(
+            query("append_checkpoint"),
+            (*head, *chunking, True, *tail),
+            named=True,
+            recover=_UNIQUE_VIOLATION,
+        )
+    if rows is None or isinstance(rows, StatementFailed):
+        rows = yield Q(query("append_checkpoint"), (*head, *chunking, False, *tail), named=True)
+    results = [record(AppendResult, r) for r in rows]
+    return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
+
+
 def fold_sealed_op(session_id: uuid.UUID) -> Op[int]:
     """Fold a session's sealed chunks from the buffer into agent_history."""
     (moved,) = yield Q(query("fold_sealed"), (session_id,), fetch="one")
@@ -240,10 +293,21 @@ def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
         yield from fold_sealed_op(outcome.session_id)
 
 
-def _append_op(store: Any, session_id: Any, messages: list[Any], keys: list[Any]) -> Op[Any]:
-    outcome = yield from append_op(store._ctx, session_id, messages, keys)
+def _append_op(
+    store: Any, session_id: Any, messages: list[Any], keys: list[Any], state: str | None = None
+) -> Op[Any]:
+    if state is None:
+        outcome = yield from append_op(store._ctx, session_id, messages, keys)
+    else:
+        outcome = yield from append_checkpoint_op(store._ctx, session_id, messages, keys, state)
     yield from _after_append_op(store, outcome)
     return outcome.results
+
+
+def _state(store: Any, checkpoint: Any) -> str | None:
+    if checkpoint is None:
+        return None
+    return encode_state(checkpoint, "checkpoint", store._ctx.settings.chunk_max_bytes)
 
 
 def append_turn(
@@ -253,20 +317,27 @@ def append_turn(
     idempotency_key: str | None = None,
     *,
     retry: bool = False,
+    checkpoint: dict[str, Any] | None = None,
 ) -> Op[AppendResult]:
     """Append one message, durably, in one round trip and one commit.
 
     Returns where it landed. A repeat with the same ``idempotency_key`` stores nothing
     and returns the first result with ``duplicate=True``. Bad input raises an
     ``InvalidInput`` subclass and writes nothing. ``retry=True`` repeats the call through
-    connection failures for up to 30 s (:mod:`shardstore.retry`); it needs a key."""
+    connection failures for up to 30 s (:mod:`shardstore.retry`); it needs a key.
+
+    ``checkpoint``: a state dict; a checkpoint positioned at this turn is written in the
+    same statement (the turn and the checkpoint commit together or not at all), and
+    ``result.checkpoint_id`` names it. A repeat with the same key stores no second
+    checkpoint and returns the first one's id (None if the first append had none)."""
+    state = _state(store, checkpoint)
     if validate.flag(retry, "retry"):
         validate.keys_for_retry([idempotency_key])
         results = yield from retrying(
-            lambda: _append_op(store, session_id, [message], [idempotency_key])
+            lambda: _append_op(store, session_id, [message], [idempotency_key], state)
         )
     else:
-        results = yield from _append_op(store, session_id, [message], [idempotency_key])
+        results = yield from _append_op(store, session_id, [message], [idempotency_key], state)
     return results[0]  # type: ignore[no-any-return]
 
 
@@ -277,15 +348,21 @@ def append_turns(
     idempotency_keys: Sequence[str | None] | None = None,
     *,
     retry: bool = False,
+    checkpoint: dict[str, Any] | None = None,
 ) -> Op[list[AppendResult]]:
     """Append several messages in one transaction: all are stored or none is.
-    ``retry=True`` as for :meth:`append_turn` (every message needs a key)."""
+    ``retry=True`` as for :meth:`append_turn` (every message needs a key).
+
+    ``checkpoint``: a state dict; one checkpoint positioned after the last turn commits
+    with the batch, and every result's ``checkpoint_id`` names it. Its idempotency comes
+    from the last message's key, as for :meth:`append_turn`."""
     batch, keys = validate.batch(messages, idempotency_keys)
+    state = _state(store, checkpoint)
     if validate.flag(retry, "retry"):
         validate.keys_for_retry(keys)
-        results = yield from retrying(lambda: _append_op(store, session_id, batch, keys))
+        results = yield from retrying(lambda: _append_op(store, session_id, batch, keys, state))
     else:
-        results = yield from _append_op(store, session_id, batch, keys)
+        results = yield from _append_op(store, session_id, batch, keys, state)
     return results  # type: ignore[no-any-return]
 
 

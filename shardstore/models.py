@@ -11,12 +11,15 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where an appended turn landed. ``duplicate`` is True when the idempotency key had
-    already been used: nothing was stored and the first append's result is returned."""
+    already been used: nothing was stored and the first append's result is returned.
+    ``checkpoint_id``: the checkpoint written with the turn (``append_turn(...,
+    checkpoint=...)``; every result of such a batch names its one checkpoint), else None."""
 
     turn_seq: int
     chunk_seq: int
     tokens: int
     duplicate: bool
+    checkpoint_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,279 @@
+"""Checkpoints: resume an agent after a crash with zero context loss.
+
+A checkpoint is the agent's state, its pending tool calls and results, and its *position*
+in the history (``turn_seq``: the last turn it includes, -1 for none), never a copy of the
+messages, so its stored size does not grow with the history. :func:`restore` gives back the
+newest checkpoint and the history up to its position. ``append_turn(...,
+checkpoint=state)`` (:mod:`shardstore.history`) writes a turn and a checkpoint positioned at
+it in one statement.
+
+Each public function below whose first parameter is ``store`` is a store method, bound
+once into :class:`shardstore.Store` and once into :class:`shardstore.AsyncStore`; its
+docstring is the method's. Schema: migration 0009; statements: ``sql/checkpoints.sql``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from . import history as history_ops
+from . import jsoncodec
+from .core import validate
+from .core.rows import record
+from .core.steps import Emit, Op, Q, Tx
+from .errors import CheckpointNotFound, InvalidInput
+from .models import Turn
+from .plans import trim_tail
+from .sql import query
+
+# idempotency keys are namespaced in the table (see migration 0009)
+_CHECKPOINT_KEY = "c:"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One checkpoint of a session: ``state``, ``tool_calls``, ``tool_results`` and
+    ``metadata`` exactly as given, and its position ``turn_seq`` (the last turn of the
+    history it includes; -1: none). ``sub_step`` orders checkpoints taken within one turn
+    (e.g. before each tool call); ``parent_id`` names the checkpoint it followed, if given
+    (that one may since have been removed by ``maintain(keep_checkpoints=...)``)."""
+
+    checkpoint_id: uuid.UUID
+    session_id: uuid.UUID
+    turn_seq: int
+    sub_step: int | None
+    parent_id: uuid.UUID | None
+    created_at: datetime
+    state: dict[str, Any]
+    tool_calls: Any = None
+    tool_results: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What :func:`restore` gives back: the checkpoint (None for a session without any)
+    and the history up to its position, oldest first."""
+
+    checkpoint: Checkpoint | None
+    turns: list[Turn]
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else jsoncodec.loads(text)
+
+
+def _checkpoint(row: Mapping[str, Any], session_id: uuid.UUID) -> Checkpoint:
+    return record(
+        Checkpoint,
+        row,
+        session_id=session_id,
+        state=jsoncodec.loads(row["state"]),
+        tool_calls=_loads(row["tool_calls"]),
+        tool_results=_loads(row["tool_results"]),
+        metadata=jsoncodec.loads(row["metadata"]),
+    )
+
+
+def _checkpoint_id(value: Any, what: str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise InvalidInput(
+        f"{what} must be a checkpoint id (a UUID or its string form), not {value!r:.80}"
+    )
+
+
+def _not_found(cid: uuid.UUID, sid: uuid.UUID) -> CheckpointNotFound:
+    return CheckpointNotFound(f"checkpoint {cid} does not exist in session {sid}")
+
+
+def _named(name: str, params: Any, fetch: Any = "all") -> Q:
+    return Q(query(name), params, fetch=fetch, named=True)
+
+
+def checkpoint(
+    store: Any,
+    session_id: uuid.UUID | str,
+    state: dict[str, Any],
+    *,
+    tool_calls: Any = None,
+    tool_results: Any = None,
+    sub_step: int | None = None,
+    parent_id: uuid.UUID | str | None = None,
+    idempotency_key: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Op[Checkpoint]:
+    """Write a checkpoint positioned at the session's last committed turn (``turn_seq``
+    -1 for a session without turns), in one round trip and one commit.
+
+    ``state`` is a dict; ``tool_calls`` and ``tool_results`` any JSON values (or None);
+    ``metadata`` a dict; all are stored exactly (the same encoding as messages) and never
+    with a copy of the history, so the stored size does not depend on its length.
+    ``sub_step``: an int >= 0 (or None); ``parent_id``: an existing checkpoint of this
+    session, else ``CheckpointNotFound``. A repeat with the same ``idempotency_key`` stores
+    nothing and returns the first checkpoint, as it was stored, even if this call's content
+    differs (as appends do). ``SessionNotFound`` / ``SessionPurged`` for an unknown / purged
+    session; bad input raises ``InvalidInput`` and writes nothing."""
+    sid = validate.session_id(session_id)
+    limit = store._ctx.settings.chunk_max_bytes
+    state_text = history_ops.encode_state(state, "state", limit)
+    calls = (
+        None if tool_calls is None else history_ops.encode_value(tool_calls, "tool_calls", limit)
+    )
+    results = (
+        None
+        if tool_results is None
+        else history_ops.encode_value(tool_results, "tool_results", limit)
+    )
+    step = validate.optional_count(sub_step, "sub_step", low=0)
+    parent = None if parent_id is None else _checkpoint_id(parent_id, "parent_id")
+    key = validate.optional_text(idempotency_key, "idempotency_key", limit=validate.MAX_KEY_CHARS)
+    if metadata is None:
+        metadata = {}
+    if type(metadata) is not dict:
+        raise InvalidInput(f"metadata must be a dict, not {type(metadata).__name__}")
+    meta = history_ops.encode_value(metadata, "metadata", limit)
+    cid = uuid.uuid4()
+    stored_key = None if key is None else _CHECKPOINT_KEY + key
+    params = (sid, cid, stored_key, state_text, calls, results, step, parent, meta)
+    row = yield _named("checkpoint_write", params, fetch="one")
+    if row["status"] == "no_parent":
+        assert parent is not None
+        raise _not_found(parent, sid)
+    if row["status"] == "duplicate":
+        return _checkpoint(row, sid)
+    return Checkpoint(
+        checkpoint_id=cid,
+        session_id=sid,
+        turn_seq=int(row["turn_seq"]),
+        sub_step=step,
+        parent_id=parent,
+        created_at=row["created_at"],
+        state=state,
+        tool_calls=tool_calls,
+        tool_results=tool_results,
+        metadata=metadata,
+    )
+
+
+def _collect(op: Op[Any]) -> Op[list[Any]]:
+    """Run a streaming operation inside this one and return what it emits, as a list."""
+    items: list[Any] = []
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(value) if error is None else op.throw(error)
+        except StopIteration:
+            return items
+        value, error = None, None
+        if isinstance(step, Emit):
+            items.extend(step.items)
+            continue
+        try:
+            value = yield step
+        except BaseException as exc:  # raised into the child, which may handle it
+            error = exc
+
+
+def restore(
+    store: Any,
+    session_id: uuid.UUID | str,
+    checkpoint_id: uuid.UUID | str | None = None,
+    *,
+    n: int | None = None,
+    max_tokens: int | None = None,
+) -> Op[Restored]:
+    """The newest checkpoint (or the one named) and the history up to its position, from
+    one consistent snapshot: after a crash, exactly what was committed.
+
+    Without ``n`` and ``max_tokens``, every turn up to the checkpoint's ``turn_seq``; with
+    them, the newest turns up to it within ``n`` turns and ``max_tokens`` tokens, never
+    starting with a tool result whose call was cut off (as :meth:`tail`). A session
+    without checkpoints gives ``Restored(checkpoint=None, turns=<its history>)``.
+    ``CheckpointNotFound`` for a checkpoint not in this session; ``SessionNotFound`` /
+    ``SessionPurged`` as for reads."""
+    sid = validate.session_id(session_id)
+    cid = None if checkpoint_id is None else _checkpoint_id(checkpoint_id, "checkpoint_id")
+    n = validate.optional_count(n, "n")
+    max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
+    yield Tx.BEGIN_SNAPSHOT
+    head = yield from history_ops._head_op(sid, live=True)
+    if cid is None:
+        row = yield _named("checkpoint_newest", (sid,), fetch="one")
+    else:
+        row = yield _named("checkpoint_get", (sid, cid), fetch="one")
+        if row is None:
+            raise _not_found(cid, sid)
+    found = None if row is None else _checkpoint(row, sid)
+    upto = int(head["turn_count"]) - 1 if found is None else found.turn_seq
+    turns: list[Turn]
+    if n is None and max_tokens is None:
+        turns = yield from _collect(history_ops.history(store, sid, 0, upto + 1))
+    else:
+        rows = yield _named("tail_at", (sid, upto, n, max_tokens))
+        turns = trim_tail(
+            [record(Turn, r, message=jsoncodec.loads(r["message"])) for r in reversed(rows)]
+        )
+    yield Tx.COMMIT
+    return Restored(found, turns)
+
+
+def checkpoints(
+    store: Any,
+    session_id: uuid.UUID | str,
+    *,
+    limit: int | None = None,
+    before: uuid.UUID | str | datetime | None = None,
+) -> Op[list[Checkpoint]]:
+    """A session's checkpoints, newest first: at most ``limit``; with ``before``, only
+    those older than it (a checkpoint id, exclusive: the next page; or a timezone-aware
+    datetime: created before it). ``CheckpointNotFound`` for a ``before`` id not in this
+    session."""
+    sid = validate.session_id(session_id)
+    limit = validate.optional_count(limit, "limit")
+    before_at = None
+    before_id = None
+    if isinstance(before, datetime):
+        before_at = validate.instant(before, "before")
+    elif before is not None:
+        before_id = _checkpoint_id(before, "before")
+    yield Tx.BEGIN_SNAPSHOT
+    yield from history_ops._head_op(sid, live=True)
+    before_seq = None
+    if before_id is not None:
+        anchor = yield _named("checkpoint_get", (sid, before_id), fetch="one")
+        if anchor is None:
+            raise _not_found(before_id, sid)
+        before_seq = anchor["seq"]
+    params = {"sid": sid, "before_seq": before_seq, "before_at": before_at, "limit": limit}
+    rows = yield _named("checkpoint_list", params)
+    yield Tx.COMMIT
+    return [_checkpoint(r, sid) for r in rows]
+
+
+# ---------------------------------------------------------------- maintenance
+
+KEEP_BATCH = 500  # sessions per statement of keep_op
+
+
+def keep_op(keep: int) -> Op[int]:
+    """Delete all but the newest ``keep`` checkpoints of every session, a batch of
+    sessions per statement; returns how many were deleted."""
+    deleted = 0
+    after: uuid.UUID | None = None
+    while True:
+        row = yield _named("checkpoints_keep", (keep, after, KEEP_BATCH), fetch="one")
+        deleted += int(row["deleted"])
+        if int(row["sessions"]) < KEEP_BATCH:
+            return deleted
+        after = row["last"]

@@ -1,0 +1,53 @@
+-- Checkpoints (migration 0009): statements by name, see shardstore/checkpoints.py.
+
+-- name: checkpoint_write
+SELECT r_status AS status, r_checkpoint_id AS checkpoint_id, r_turn_seq AS turn_seq,
+       r_sub_step AS sub_step, r_parent_id AS parent_id, r_created_at AS created_at,
+       r_state::text AS state, r_tool_calls::text AS tool_calls,
+       r_tool_results::text AS tool_results, r_metadata::text AS metadata
+  FROM shardstore.checkpoint_v1(%s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s::integer, %s,
+                                %s::jsonb);
+
+-- name: append_checkpoint
+SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
+       r_duplicate AS duplicate, r_sealed AS sealed, r_checkpoint_id AS checkpoint_id
+  FROM shardstore.append_checkpoint_v1(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[],
+                                       %s, %s, make_interval(secs => %s), %s, %s, %s,
+                                       %s::jsonb);
+
+-- name: checkpoint_get
+SELECT c.checkpoint_id, c.session_id, c.turn_seq, c.sub_step, c.parent_id, c.created_at,
+       c.state::text AS state, c.tool_calls::text AS tool_calls,
+       c.tool_results::text AS tool_results, c.metadata::text AS metadata, c.seq
+  FROM shardstore.checkpoints c
+ WHERE c.session_id = %s AND c.checkpoint_id = %s;
+
+-- name: checkpoint_newest
+SELECT c.checkpoint_id, c.session_id, c.turn_seq, c.sub_step, c.parent_id, c.created_at,
+       c.state::text AS state, c.tool_calls::text AS tool_calls,
+       c.tool_results::text AS tool_results, c.metadata::text AS metadata, c.seq
+  FROM shardstore.checkpoints c
+ WHERE c.session_id = %s
+ ORDER BY c.seq DESC
+ LIMIT 1;
+
+-- name: checkpoint_list
+-- newest first; before_seq / before_at (NULL: no bound) exclusive; limit NULL: all
+SELECT c.checkpoint_id, c.session_id, c.turn_seq, c.sub_step, c.parent_id, c.created_at,
+       c.state::text AS state, c.tool_calls::text AS tool_calls,
+       c.tool_results::text AS tool_results, c.metadata::text AS metadata, c.seq
+  FROM shardstore.checkpoints c
+ WHERE c.session_id = %(sid)s
+   AND (%(before_seq)s::bigint IS NULL OR c.seq < %(before_seq)s::bigint)
+   AND (%(before_at)s::timestamptz IS NULL OR c.created_at < %(before_at)s::timestamptz)
+ ORDER BY c.seq DESC
+ LIMIT %(limit)s::bigint;
+
+-- name: tail_at
+SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
+       r_created_at AS created_at, r_key AS idempotency_key, r_message::text AS message
+  FROM shardstore.tail_at_v1(%s, %s, %s, %s);
+
+-- name: checkpoints_keep
+SELECT r_sessions AS sessions, r_deleted AS deleted, r_last AS last
+  FROM shardstore.checkpoints_keep_v1(%s, %s, %s);
