@@ -292,10 +292,12 @@ def purge_sessions_op(
     batch_size: int,
     vacuum: bool,
     progress: ProgressHook | None,
+    finish: Callable[[_Acc], Op[None]] | None = None,
 ) -> Op[PurgeReport]:
     """Purge every live session that ``list_sql`` selects, ``batch_size`` sessions per
     transaction, in session id order. A real run repeats its pass until nothing is left
-    (sessions created meanwhile are caught); a dry run makes one pass."""
+    (sessions created meanwhile are caught); a dry run makes one pass. ``finish`` runs
+    after the sessions are done (rows not tied to a session: a subject's facts)."""
     yield from _targets_op(acc)
     (total,) = yield Q(count_sql, selector, fetch="one")
     total = int(total)
@@ -321,8 +323,21 @@ def purge_sessions_op(
                 yield Call(progress, (done, max(total, done)))
         if not found:
             break
+    if finish is not None:
+        yield from finish(acc)
     yield from _vacuum_op(acc, vacuum)
     return acc.report()
+
+
+def subject_facts_op(acc: _Acc, tenant_id: str, subject_id: str) -> Op[None]:
+    """The subject's facts (migration 0008), also those with no source turn: one statement
+    after the subject's sessions are purged (which removed the facts sourced in them). A dry
+    run counts them and removes nothing."""
+    (doc,) = yield Q(
+        query("facts_purge_subject"), (tenant_id, subject_id, acc.dry_run), fetch="one"
+    )
+    for table, (rows, rewritten, size) in (doc.get("tables") or {}).items():
+        acc.add(table, TableRemoval(int(rows), int(rewritten), int(size)))
 
 
 def purge_before_op(
@@ -490,6 +505,7 @@ def _sessions_op(
     vacuum: bool,
     batch_size: Any,
     progress: Any,
+    finish: Callable[[_Acc], Op[None]] | None = None,
 ) -> Op[PurgeReport]:
     size = validate.count(batch_size, "batch_size")
     acc = _Acc(kind, dry_run)
@@ -500,7 +516,9 @@ def _sessions_op(
             acc,
             progress,
             f"purge {kind}",
-            lambda hook: purge_sessions_op(acc, count_sql, list_sql, selector, size, vacuum, hook),
+            lambda hook: purge_sessions_op(
+                acc, count_sql, list_sql, selector, size, vacuum, hook, finish
+            ),
         )
     )
 
@@ -518,9 +536,20 @@ def purge_subject(
     """Purge every session of one data subject of a tenant, ``batch_size`` sessions per
     transaction (``progress=True`` shows a bar on stderr; a callable gets
     ``(done, total)`` after each batch). Each session is purged atomically; after a
-    crash, call again to finish."""
-    selector = (validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id"))
-    return (yield from _sessions_op("subject", selector, dry_run, vacuum, batch_size, progress))
+    crash, call again to finish. The subject's facts go too, also those with no source
+    turn (``remember(..., source=None)``)."""
+    tenant, subject = validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id")
+    return (
+        yield from _sessions_op(
+            "subject",
+            (tenant, subject),
+            dry_run,
+            vacuum,
+            batch_size,
+            progress,
+            lambda acc: subject_facts_op(acc, tenant, subject),
+        )
+    )
 
 
 def purge_tenant(

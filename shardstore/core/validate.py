@@ -169,3 +169,35 @@ def uuid_value(value: Any, what: str) -> uuid.UUID:
         except ValueError:
             pass
     raise InvalidInput(f"{what} must be a UUID (or its string form), not {value!r:.80}")
+
+
+def fraction(value: Any, what: str) -> float:
+    """A finite number from 0 to 1 (an int or a float; never a bool), as a float:
+    confidences."""
+    if type(value) not in (int, float):
+        raise InvalidInput(f"{what} must be a number from 0 to 1, not {value!r:.80}")
+    result = float(value)
+    if not 0.0 <= result <= 1.0:  # NaN fails every comparison
+        raise InvalidInput(f"{what} must be a number from 0 to 1, not {value!r:.80}")
+    return result
+
+
+def optional_fraction(value: Any, what: str) -> float | None:
+    """None, or a number as for :func:`fraction`."""
+    return None if value is None else fraction(value, what)
+
+
+def texts(value: Any, what: str, *, limit: int = MAX_ID_CHARS) -> list[str]:
+    """A list (or tuple) of strings as for :func:`text`; a bare string is refused (it
+    would be read as its characters)."""
+    if not isinstance(value, list | tuple):
+        raise InvalidInput(f"{what} must be a list of strings, not {value!r:.80}")
+    return [text(item, f"each of {what}", limit=limit) for item in value]
+
+
+def turn_ref(value: Any, what: str) -> tuple[uuid.UUID, int]:
+    """A turn named as ``(session_id, turn_seq)``: a session id as for :func:`session_id`
+    and a non-negative turn_seq."""
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise InvalidInput(f"{what} must be a (session_id, turn_seq) pair, not {value!r:.80}")
+    return session_id(value[0]), position(value[1], f"{what} turn_seq")

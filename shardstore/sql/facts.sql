@@ -1,0 +1,34 @@
+-- Facts (shardstore/facts.py): durable memory about a subject with provenance. The writers
+-- are the functions of migration 0008; reads name the index facts_recall's prefix.
+
+-- name: fact_remember
+SELECT r_status AS status, r_detail AS detail, r_fact_id AS fact_id,
+       r_valid_from AS valid_from, r_valid_to AS valid_to, r_recorded_at AS recorded_at,
+       r_closed_id AS closed_id, r_value AS value
+  FROM shardstore.fact_remember_v1(%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s);
+
+-- name: fact_forget
+SELECT r_fact_id AS fact_id, r_value AS value, r_confidence AS confidence,
+       r_source_session_id AS source_session_id, r_source_turn_seq AS source_turn_seq,
+       r_valid_from AS valid_from, r_valid_to AS valid_to, r_recorded_at AS recorded_at
+  FROM shardstore.fact_forget_v1(%s, %s, %s);
+
+-- name: fact_recall
+WITH p AS (SELECT coalesce(%s::timestamptz, clock_timestamp()) AS at)
+SELECT f.tenant_id, f.fact_id, f.subject, f.key, f.value::text AS value, f.confidence,
+       f.source_session_id, f.source_turn_seq, f.valid_from, f.valid_to, f.recorded_at
+  FROM p, shardstore.facts f
+ WHERE f.tenant_id = %s AND f.subject = %s
+   AND (%s::text[] IS NULL OR f.key = ANY (%s::text[]))
+   AND f.valid_from <= p.at AND (f.valid_to IS NULL OR f.valid_to > p.at)
+ ORDER BY f.key;
+
+-- name: fact_history
+SELECT f.tenant_id, f.fact_id, f.subject, f.key, f.value::text AS value, f.confidence,
+       f.source_session_id, f.source_turn_seq, f.valid_from, f.valid_to, f.recorded_at
+  FROM shardstore.facts f
+ WHERE f.tenant_id = %s AND f.subject = %s AND f.key = %s
+ ORDER BY f.valid_from, f.recorded_at;
+
+-- name: facts_purge_subject
+SELECT shardstore.facts_purge_subject_v1(%s, %s, %s);
