@@ -38,6 +38,16 @@ CREATE TABLE shardstore.checkpoints (
 
 CREATE INDEX checkpoints_newest ON shardstore.checkpoints (session_id, seq DESC);
 
+-- The next checkpoint seq. SECURITY DEFINER: tenant roles (grant_tenant_role_v2 grants
+-- functions and tables, not sequences) write checkpoints too.
+CREATE FUNCTION shardstore.checkpoint_next_seq_v1()
+RETURNS bigint
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT nextval('shardstore.checkpoint_seq') $$;
+
 SELECT shardstore.register_session_table_v1('shardstore.checkpoints', turn_column => 'turn_seq',
                                             tenant_column => 'tenant_id',
                                             note => 'agent checkpoints: state + position, no messages');
@@ -92,7 +102,7 @@ BEGIN
     END IF;
     SELECT s.tenant_id, s.next_turn_seq - 1 INTO v_tenant, v_turn
       FROM shardstore.sessions s WHERE s.session_id = p_session_id;
-    v_seq := nextval('shardstore.checkpoint_seq');
+    v_seq := shardstore.checkpoint_next_seq_v1();
     INSERT INTO shardstore.checkpoints
            (session_id, checkpoint_id, seq, tenant_id, turn_seq, sub_step, parent_id,
             idempotency_key, created_at, state, tool_calls, tool_results, metadata)
@@ -184,7 +194,7 @@ BEGIN
         -- the append holds the session row: no turn can come in between
         SELECT s.tenant_id, s.next_turn_seq - 1, s.last_turn_at INTO v_tenant, v_last, v_now
           FROM shardstore.sessions s WHERE s.session_id = p_session_id;
-        v_seq := nextval('shardstore.checkpoint_seq');
+        v_seq := shardstore.checkpoint_next_seq_v1();
         INSERT INTO shardstore.checkpoints
                (session_id, checkpoint_id, seq, tenant_id, turn_seq, idempotency_key, created_at,
                 state)

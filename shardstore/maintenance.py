@@ -35,6 +35,7 @@ from partition_manager.runner import RunHooks, RunLog, maintenance_op
 from partition_manager.steps import Op, Q, Tx
 from partition_manager.table import Layout, RangeTable
 
+from .core import validate
 from .errors import ConfigurationError, DatabaseUnavailable, MissingDependency, ShardstoreError
 from .settings import parse_interval
 from .sql import query
@@ -146,6 +147,8 @@ class MaintenanceReport(PartitionRunReport):
     # embedding after the partition work (None: not attempted, no model configured)
     chunks_embedded: int | None = None
     embedding_skipped: str | None = None
+    # keep_checkpoints: checkpoints deleted (None: not asked)
+    checkpoints_removed: int | None = None
 
     def detail_rows(self) -> list[tuple[str, str]]:
         """Folds, expiry and embedding, as rows of the text report."""
@@ -169,6 +172,8 @@ class MaintenanceReport(PartitionRunReport):
             rows.append(("embedded", f"{self.chunks_embedded} chunks"))
         if self.embedding_skipped is not None:
             rows.append(("embedding skipped", self.embedding_skipped))
+        if self.checkpoints_removed is not None:
+            rows.append(("checkpoints removed", str(self.checkpoints_removed)))
         if self.retention is not None:
             rows.append(
                 (
@@ -189,6 +194,7 @@ class MaintenanceReport(PartitionRunReport):
             buffered_turns_expired=self.buffered_turns_expired,
             chunks_embedded=self.chunks_embedded,
             embedding_skipped=self.embedding_skipped,
+            checkpoints_removed=self.checkpoints_removed,
         )
         if self.dry_run:
             doc["sessions_to_fold"] = self.sessions_to_fold
@@ -330,6 +336,7 @@ def maintain(
     lock_timeout: Duration = DEFAULT_LOCK_TIMEOUT,
     archive: ArchiveHook | str | None = None,
     embed: bool = True,
+    keep_checkpoints: int | None = None,
 ) -> Op[MaintenanceReport]:
     """Run partition maintenance once and report what it did.
 
@@ -359,8 +366,12 @@ def maintain(
     With ``AsyncStore`` a callable ``archive`` may be a coroutine function (awaited); a
     plain callable or a shell command runs in a worker thread. Needs a connection outside
     any transaction (ConfigurationError otherwise).
+
+    ``keep_checkpoints``: keep only the newest N checkpoints of every session (after the
+    partition work; ``report.checkpoints_removed``); None (the default) keeps them all.
     """
     settings = store.settings
+    keep = validate.optional_count(keep_checkpoints, "keep_checkpoints", low=0)
     try:
         policy = MaintenancePolicy(
             premake=settings.premake if premake is None else premake,
@@ -391,6 +402,11 @@ def maintain(
     )
     assert isinstance(result, MaintenanceReport)
     report = result
+    if keep is not None and not dry_run and not report.already_running:
+        from .checkpoints import keep_op  # checkpoints imports history's building blocks
+
+        removed = yield from keep_op(keep)
+        report = dataclasses.replace(report, checkpoints_removed=removed)
     if not embed or dry_run or report.already_running:
         return report
     from .search import embed as embed_chunks  # search imports the store's building blocks
