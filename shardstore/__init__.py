@@ -14,10 +14,12 @@ from typing import Any
 
 from .aio import AsyncStore
 from .base import setup_op
+from .checkpoints import Checkpoint, Restored
 from .core.connector import AsyncConnector, Connector
 from .embedding import Embedder, SentenceTransformerEmbedder
 from .errors import (
     AccessDenied,
+    CheckpointNotFound,
     ConfigurationError,
     Conflict,
     DatabaseError,
@@ -35,6 +37,7 @@ from .errors import (
     ShardstoreError,
     TurnTooLarge,
 )
+from .facts import Fact
 from .models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
 from .purge import PurgeReport, TableRemoval
 from .runs import Run
@@ -46,6 +49,8 @@ __all__ = [
     "AccessDenied",
     "AppendResult",
     "AsyncStore",
+    "Checkpoint",
+    "CheckpointNotFound",
     "Chunk",
     "ConfigurationError",
     "Conflict",
@@ -53,6 +58,7 @@ __all__ = [
     "DatabaseUnavailable",
     "Embedder",
     "EmbeddingModelMismatch",
+    "Fact",
     "HFTokenizerCounter",
     "InvalidInput",
     "InvalidMessage",
@@ -60,6 +66,7 @@ __all__ = [
     "MissingDependency",
     "PartitionInfo",
     "PurgeReport",
+    "Restored",
     "Run",
     "RunClosed",
     "RunConflict",

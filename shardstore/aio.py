@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-from . import base, maintenance, purge
+from . import base, facts, maintenance, purge
+from . import checkpoints as checkpoint_ops
 from . import history as history_ops
 from . import runs as runs_ops
 from . import search as search_ops
@@ -58,6 +59,13 @@ class AsyncStore(base.StoreBase):
     embed = amethod(search_ops.embed)
     reembed = amethod(search_ops.reembed)
     search = amethod(search_ops.search)
+    checkpoint = amethod(checkpoint_ops.checkpoint)
+    restore = amethod(checkpoint_ops.restore)
+    checkpoints = amethod(checkpoint_ops.checkpoints)
+    remember = amethod(facts.remember)
+    recall = amethod(facts.recall)
+    forget = amethod(facts.forget)
+    fact_history = amethod(facts.fact_history)
     open_run = amethod(runs_ops.open_run)
     mark_awaiting = amethod(runs_ops.mark_awaiting)
     resume_run = amethod(runs_ops.resume_run)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from . import base, maintenance, purge
+from . import base, facts, maintenance, purge
+from . import checkpoints as checkpoint_ops
 from . import history as history_ops
 from . import runs as runs_ops
 from . import search as search_ops
@@ -60,6 +61,13 @@ class Store(base.StoreBase):
     embed = method(search_ops.embed)
     reembed = method(search_ops.reembed)
     search = method(search_ops.search)
+    checkpoint = method(checkpoint_ops.checkpoint)
+    restore = method(checkpoint_ops.restore)
+    checkpoints = method(checkpoint_ops.checkpoints)
+    remember = method(facts.remember)
+    recall = method(facts.recall)
+    forget = method(facts.forget)
+    fact_history = method(facts.fact_history)
     open_run = method(runs_ops.open_run)
     mark_awaiting = method(runs_ops.mark_awaiting)
     resume_run = method(runs_ops.resume_run)

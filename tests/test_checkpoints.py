@@ -5,6 +5,7 @@ a stateful model, and kills of the writer process and of the server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -763,3 +764,33 @@ def test_server_killed_mid_checkpoint(server: CrashableServer) -> None:
             assert before.checkpoint is not None and before.checkpoint.state == {"r": round_}
         assert count_checkpoints(dsn, sid) == 5
         assert store.session(sid).turn_count == 3
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli(store: shardstore.Store, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from shardstore.cli import main
+
+    sid = store.create_session("acme")
+    assert main(["--dsn", dsn, "checkpoints", str(sid)]) == 0
+    assert "no checkpoints" in capsys.readouterr().out
+    store.append_turns(sid, [user(i) for i in range(4)])
+    first = store.checkpoint(sid, {"plan": "a"}, tool_calls=[{"id": "1"}])
+    store.append_turn(sid, user(4), checkpoint={"plan": "b"})
+    assert main(["--dsn", dsn, "checkpoints", str(sid), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [c["state"] for c in listed] == [{"plan": "b"}, {"plan": "a"}]
+    assert listed[1]["checkpoint_id"] == str(first.checkpoint_id) and listed[1]["turn_seq"] == 3
+    assert main(["--dsn", dsn, "checkpoints", str(sid), "--limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "plan" in out and str(first.checkpoint_id) not in out
+    argv = ["--dsn", dsn, "restore", str(sid), "--checkpoint", str(first.checkpoint_id)]
+    assert main([*argv, "--n", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["checkpoint"]["state"] == {"plan": "a"}
+    assert [t["turn_seq"] for t in doc["turns"]] == [2, 3]
+    assert main(["--dsn", dsn, "restore", str(sid)]) == 0
+    assert "at turn 4" in capsys.readouterr().out
+    assert main(["--dsn", dsn, "restore", str(sid), "--checkpoint", str(uuid.uuid4())]) != 0
+    assert main(["--dsn", dsn, "restore", str(sid), "--n", "1", "--max-tokens", "5"]) == 2

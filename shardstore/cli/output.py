@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from ..checkpoints import Checkpoint
+from ..facts import Fact
 from ..models import AppendResult, Chunk, PartitionInfo, SearchHit, Stats, Turn
 from ..runs import Run
 
@@ -392,4 +394,22 @@ def run_json(run: Run) -> dict[str, Any]:
         *("run_id", "session_id", "tenant_id", "framework", "thread_key", "status"),
         *("awaiting", "awaiting_since", "steps", "usd_cost", "error", "metadata"),
         *("created_at", "updated_at", "closed_at"),
+    )
+
+
+def fact_json(fact: Fact) -> dict[str, Any]:
+    """A fact (one version) as the CLI prints it with ``--json``."""
+    return _fields(
+        fact,
+        *("fact_id", "tenant_id", "subject", "key", "value", "confidence"),
+        *("source_session_id", "source_turn_seq", "valid_from", "valid_to", "recorded_at"),
+    )
+
+
+def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    """A checkpoint as the CLI prints it with ``--json``."""
+    return _fields(
+        checkpoint,
+        *("checkpoint_id", "session_id", "turn_seq", "sub_step", "parent_id", "created_at"),
+        *("state", "tool_calls", "tool_results", "metadata"),
     )
