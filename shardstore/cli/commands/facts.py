@@ -1,0 +1,62 @@
+"""``shardstore facts``: what the store remembers about a subject, now, at a time, or one
+key's every version."""
+
+from __future__ import annotations
+
+from ...facts import Fact
+from ..app import Commands, Runner
+from ..args import parse_time
+from ..output import abbrev, dumps, fact_json, format_table, printable, when
+
+_HEADERS = ("key", "valid from (UTC)", "valid to (UTC)", "conf", "source", "value")
+
+
+def _rows(facts: list[Fact]) -> list[list[str]]:
+    return [
+        [
+            printable(f.key),
+            when(f.valid_from),
+            "" if f.valid_to is None else when(f.valid_to),
+            "" if f.confidence is None else f"{f.confidence:.2f}",
+            "" if f.source_session_id is None else f"{f.source_session_id}#{f.source_turn_seq}",
+            abbrev(printable(dumps(f.value, indent=None)), 60),
+        ]
+        for f in facts
+    ]
+
+
+def cmd_facts(run: Runner) -> int:
+    """Print the subject's facts valid now (or ``--as-of`` a time), or with ``--history``
+    every version of one key, oldest first; 0 on success."""
+    args = run.args
+    as_of = None if args.as_of is None else parse_time(args.as_of)
+    with run.connect() as store:
+        if args.history is not None:
+            found = store.fact_history(args.tenant, args.subject, args.history)
+        else:
+            found = store.recall(args.tenant, args.subject, as_of=as_of)
+    if run.json:
+        run.emit([fact_json(f) for f in found])
+        return 0
+    if not found:
+        run.line("no facts")
+        return 0
+    run.line(format_table(_HEADERS, _rows(found), "llllll"))
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``facts``."""
+    p = commands.add("facts", "show what is remembered about a subject (facts)", cmd_facts)
+    p.add_argument("--tenant", required=True, help="the subject's tenant")
+    p.add_argument("--subject", required=True, help="the subject, e.g. user:42")
+    when_group = p.add_mutually_exclusive_group()
+    when_group.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="facts valid at this time: ISO 8601 (UTC unless a zone is given) or an age "
+        "such as '3 days' (default: now)",
+    )
+    when_group.add_argument(
+        "--history", metavar="KEY", help="every version of this key, oldest first"
+    )
