@@ -124,7 +124,7 @@ def langgraph(store: shardstore.Store, dsn: str, turns: int, steps: int) -> list
     messages = make_messages(turns + steps, seed=9)
     with PostgresSaver.from_conn_string(dsn) as saver:
         saver.setup()
-        config: dict[str, Any] = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+        config: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
         history = list(messages[:turns])
         times = []
         for step in range(steps):
