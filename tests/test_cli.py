@@ -258,7 +258,8 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     assert cli("stats", "--json").json()["turns"] == 420 + int(memory.group(1))  # + --no-search run
 
 
-def test_errors_exit_with_status_2(cli: Cli) -> None:
+def test_errors_exit_with_distinct_statuses(cli: Cli) -> None:
+    """4 not found, 2 bad input or usage (the documented exit codes)."""
     unknown = str(uuid.uuid4())
     for argv in (
         ["tail", unknown],
@@ -268,7 +269,7 @@ def test_errors_exit_with_status_2(cli: Cli) -> None:
         ["append", unknown, json.dumps(USER)],
     ):
         result = cli(*argv)
-        assert result.rc == 2, argv
+        assert result.rc == 4, argv
         assert result.err == f"error: session {unknown} does not exist\n", argv
         assert result.out == ""
 
@@ -306,8 +307,32 @@ def test_unreachable_database_is_a_clean_error(capsys: pytest.CaptureFixture[str
         ]
     )
     err = capsys.readouterr().err
-    assert rc == 2
+    assert rc == 6  # database unavailable (retryable)
     assert err.startswith("error: cannot connect to the database") and "Traceback" not in err
+
+
+def test_version_and_json_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    import shardstore
+    from shardstore.cli.app import exit_code
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("shardstore ")
+    unreachable = "postgresql://nobody@/x?host=/nonexistent-dir"
+    assert main(["stats", "--json", "--dsn", unreachable, "--connect-timeout", "0.5"]) == 6
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["type"] == "DatabaseUnavailable" and error["retryable"] is True
+    assert error["exit_code"] == 6 and "cannot connect" in error["message"]
+    # the table of exit codes, one error of each kind
+    assert exit_code(shardstore.InvalidInput("x")) == 2
+    assert exit_code(shardstore.SessionConflict("x")) == 2
+    assert exit_code(shardstore.RunClosed("x")) == 2
+    assert exit_code(shardstore.RunNotFound("x")) == 4
+    assert exit_code(shardstore.CheckpointNotFound("x")) == 4
+    assert exit_code(shardstore.SessionNotFound("x")) == 4
+    assert exit_code(shardstore.SessionPurged("x")) == 5
+    assert exit_code(shardstore.DatabaseUnavailable("x")) == 6
+    assert exit_code(shardstore.Conflict("x")) == 7
+    assert exit_code(shardstore.DatabaseError("x")) == 1
 
 
 def test_init_reports_schema_and_fixes_partition_interval(cli: Cli) -> None:
@@ -398,7 +423,7 @@ def test_global_options_after_the_command_reach_the_database(
     assert json.loads(capsys.readouterr().out)["sessions"] == 0
     unreachable = "postgresql://nobody@/x?host=/nonexistent-dir"
     rc = main(["--connect-timeout", "0.5", "stats", "--dsn", unreachable])
-    assert rc == 2 and capsys.readouterr().err.startswith("error: cannot connect")
+    assert rc == 6 and capsys.readouterr().err.startswith("error: cannot connect")
 
 
 # ---------------------------------------------------------------- synthetic conversations

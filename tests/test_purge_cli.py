@@ -68,9 +68,9 @@ def test_purge_session_text_json_and_dry_run(
     assert hits(table_rows(dsn), "CLIMARK") == []
 
     late = cli("append", str(sid), "--content", "late")
-    assert late.rc == 2 and "purged" in late.err
-    missing = cli("purge", "session", str(uuid.uuid4()))
-    assert missing.rc == 2 and "does not exist" in missing.err
+    assert late.rc == 5 and "purged" in late.err
+    missing = cli("purge", "session", str(uuid.uuid4()), "--yes")
+    assert missing.rc == 4 and "does not exist" in missing.err
 
 
 def test_purge_subject_tenant_range_and_before(
@@ -94,17 +94,18 @@ def test_purge_subject_tenant_range_and_before(
         "--batch-size",
         "2",
         "--no-progress",
+        "--yes",
     )
     assert subject.rc == 0, subject.err
     assert sorted(subject.json()["session_ids"]) == sorted(str(s) for s in a)
     assert subject.json()["batches"] == 2
 
-    ranged = cli("purge", "range", str(b), "--before-turn", "5")
+    ranged = cli("purge", "range", str(b), "--before-turn", "5", "--yes")
     assert ranged.rc == 0, ranged.err
     assert "history now  starts at turn 5" in ranged.out
     assert [t.turn_seq for t in store.history(b)][:1] == [5]
 
-    by_time = cli("purge", "range", str(b), "--before", "2001-01-01", "--json")
+    by_time = cli("purge", "range", str(b), "--before", "2001-01-01", "--json", "--yes")
     assert by_time.rc == 0 and by_time.json()["rows"] == 0
 
     before = cli(
@@ -114,12 +115,13 @@ def test_purge_subject_tenant_range_and_before(
         "--tenant",
         "other",
         "--json",
+        "--yes",
     )
     assert before.rc == 0, before.err
     assert before.json()["session_ids"] == [str(c)]
     assert list(store.history(c)) == []
 
-    tenant = cli("purge", "tenant", "--tenant", "acme")
+    tenant = cli("purge", "tenant", "--tenant", "acme", "--yes")
     assert tenant.rc == 0, tenant.err
     assert "purged every session of tenant 'acme'" in tenant.out
     rows = table_rows(dsn)
@@ -168,16 +170,36 @@ def test_global_options_after_nested_purge_forms(
 
     # --dsn and --connect-timeout after the form are the ones used
     unreachable = "postgresql://nobody@/x?host=/nonexistent-dir"
-    rc = main(
-        ["purge", "tenant", "--tenant", "acme", "--dsn", unreachable, "--connect-timeout", "0.5"]
-    )
+    form = ["purge", "tenant", "--tenant", "acme", "--yes"]
+    rc = main([*form, "--dsn", unreachable, "--connect-timeout", "0.5"])
     err = capsys.readouterr().err
-    assert rc == 2
+    assert rc == 6
     assert err.startswith("error: cannot connect to the database") and "Traceback" not in err
 
     # --json between ``purge`` and its form, --dsn after it
-    rc = main(["purge", "--json", "range", str(uuid.uuid4()), "--before-turn", "1", "--dsn", dsn])
+    missing = str(uuid.uuid4())
+    rc = main(["purge", "--json", "range", missing, "--before-turn", "1", "--dsn", dsn, "--yes"])
     captured = capsys.readouterr()
-    assert (
-        rc == 2 and captured.err.startswith("error: session ") and "does not exist" in captured.err
-    )
+    error = json.loads(captured.err)["error"]  # with --json the error is one JSON object
+    assert rc == 4 and error["type"] == "SessionNotFound" and error["exit_code"] == 4
+    assert error["message"] == f"session {missing} does not exist" and not error["retryable"]
+
+
+def test_purge_without_a_terminal_needs_yes(dsn: str, cli: Callable[..., Result]) -> None:
+    """A script or cron job cannot answer the prompt: without --yes the purge is refused
+    (exit 2) and nothing is removed; --dry-run needs no confirmation."""
+    store = shardstore.connect(dsn)
+    try:
+        sid = store.create_session("acme", "user:a")
+        converse(store, sid, "KEEPME", 4)
+        refused = cli("purge", "session", str(sid))
+        assert refused.rc == 2 and "--yes" in refused.err
+        refused = cli("purge", "subject", "--tenant", "acme", "--subject", "user:a", "--json")
+        assert refused.rc == 2 and json.loads(refused.err)["error"]["type"] == "UsageError"
+        assert [t.turn_seq for t in store.history(sid)] == [0, 1, 2, 3]
+        assert cli("purge", "session", str(sid), "--dry-run").rc == 0
+        assert cli("purge", "session", str(sid), "-y").rc == 0
+        with pytest.raises(shardstore.SessionPurged):
+            store.tail(sid)
+    finally:
+        store.close()

@@ -7,8 +7,11 @@ The global options are accepted before the command and after it, at every level 
 commands (``shardstore purge session ID --connect-timeout 5``). The database is ``--dsn``,
 else ``$SHARDSTORE_DSN``, else the embedded Postgres (started on demand). Human output is
 aligned plain text; ``--json`` prints one JSON document on stdout (``history --json`` prints
-one JSON object per line). Errors from shardstore print ``error: <message>`` on stderr and
-exit with status 2 (bad usage also exits 2, unexpected failures exit 1).
+one JSON object per line). Errors print ``error: <message>`` on stderr (with ``--json``: one
+JSON object, ``{"error": {"type", "message", "exit_code", "retryable"}}``) and set the exit
+status (:func:`exit_code`): 0 ok, 2 bad usage or bad input, 3 unhealthy (``maintain``),
+4 not found, 5 purged, 6 database unavailable (retryable), 7 conflict (retryable), 1 anything
+else, 130 interrupted.
 
 Commands live in :mod:`shardstore.cli.commands`, one module per feature; each has a
 ``register(commands: Commands)`` function, and :data:`COMMAND_MODULES` lists them in the
@@ -29,16 +32,30 @@ from typing import Any, TextIO
 import psycopg
 
 from ..core.connector import resolve_dsn
-from ..errors import DatabaseUnavailable, ShardstoreError
+from ..errors import (
+    ConfigurationError,
+    Conflict,
+    DatabaseUnavailable,
+    InvalidInput,
+    RunClosed,
+    RunConflict,
+    SessionConflict,
+    SessionPurged,
+    ShardstoreError,
+)
 from ..store import Store
 from .args import UsageError
 from .output import dumps
 
 __all__ = [
     "COMMAND_MODULES",
+    "EXIT_CONFLICT",
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
     "EXIT_OK",
+    "EXIT_PURGED",
+    "EXIT_UNAVAILABLE",
     "EXIT_UNHEALTHY",
     "EXIT_USAGE",
     "PROG",
@@ -47,22 +64,74 @@ __all__ = [
     "Runner",
     "UsageError",
     "build_parser",
+    "exit_code",
     "main",
+    "version",
 ]
 
 PROG = "shardstore"
 
 #: Exit statuses.
 EXIT_OK = 0
-EXIT_FAILURE = 1  # an unexpected failure (with a traceback), or a check that failed
-EXIT_USAGE = 2  # bad usage, or a shardstore error (e.g. the database cannot be reached)
+EXIT_FAILURE = 1  # anything else: an unexpected failure (with a traceback), a declined purge
+EXIT_USAGE = 2  # bad usage or bad input (including configuration the command cannot use)
 EXIT_UNHEALTHY = 3  # maintain: the run finished, but the store is not healthy
+EXIT_NOT_FOUND = 4  # no such session (run, checkpoint, ...)
+EXIT_PURGED = 5  # the session was purged
+EXIT_UNAVAILABLE = 6  # the database cannot be reached: retryable
+EXIT_CONFLICT = 7  # a lock or serialization conflict: retryable
 EXIT_INTERRUPTED = 130
+
+
+# requests the store refuses as they are (not retryable): an id taken by other owners, a
+# change to a run that is already closed
+REFUSED = SessionConflict | RunConflict | RunClosed
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit status for an error a command raised (see the module docstring)."""
+    if isinstance(exc, UsageError | InvalidInput | ConfigurationError | REFUSED):
+        return EXIT_USAGE
+    if isinstance(exc, SessionPurged):
+        return EXIT_PURGED
+    if isinstance(exc, LookupError):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, DatabaseUnavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, Conflict):
+        return EXIT_CONFLICT
+    return EXIT_FAILURE
+
+
+def version() -> str:
+    """The installed shardstore's version ("unknown" when it runs from a plain checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("shardstore")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _report_error(run: Runner, exc: BaseException, code: int) -> None:
+    if run.json:
+        doc = {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "exit_code": code,
+            "retryable": bool(getattr(exc, "retryable", False)),
+        }
+        print(dumps({"error": doc}, indent=None), file=run.err)
+    else:
+        print(f"error: {exc}", file=run.err)
 
 #: The command modules under ``shardstore.cli.commands``, in ``--help`` order.
 COMMAND_MODULES = (
     *("init", "demo", "sessions", "history", "stats", "maintain", "purge", "search"),
     "runs",
+    "checkpoints",
+    "facts",
 )
 
 
@@ -197,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="The database is --dsn, else $SHARDSTORE_DSN, else the embedded Postgres.",
     )
     _add_global_options(parser, hidden=False)
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
     common = argparse.ArgumentParser(add_help=False)
     _add_global_options(common, hidden=True)
     commands = Commands(
@@ -210,8 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status
-    (0 ok, 2 shardstore error or bad usage, 1 unexpected failure, 130 interrupted; a
-    command may add its own, e.g. ``maintain``'s 3) and never raises."""
+    (:func:`exit_code`; ``maintain`` adds 3 for an unhealthy store) and never raises."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -222,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(run)
     except (ShardstoreError, UsageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        code = exit_code(exc)
+        _report_error(run, exc, code)
+        return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -236,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return EXIT_OK
     except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        print(f"error: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        if not run.json:
+            traceback.print_exc(file=sys.stderr)
+        _report_error(run, RuntimeError(f"unexpected {type(exc).__name__}: {exc}"), EXIT_FAILURE)
         return EXIT_FAILURE

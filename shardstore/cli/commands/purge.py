@@ -21,7 +21,7 @@ from typing import Any
 
 from ...purge import DEFAULT_BATCH_SIZE, PurgeReport
 from ..app import Commands, Runner
-from ..args import non_negative_int, parse_time, positive_int
+from ..args import UsageError, non_negative_int, parse_time, positive_int
 from ..output import format_table, kv, num, printable, size
 
 
@@ -110,8 +110,14 @@ def _describe(args: argparse.Namespace) -> str:
 
 def _confirm(run: Runner) -> bool:
     args = run.args
-    if args.dry_run or args.yes or not (sys.stdin.isatty() and run.err.isatty()):
+    if args.dry_run or args.yes:
         return True
+    if not (sys.stdin.isatty() and run.err.isatty()):
+        # a script, a cron job or a pipe cannot answer: it must say --yes
+        raise UsageError(
+            f"purge {_describe(args)} cannot be undone: without a terminal to confirm at, "
+            "give --yes (or --dry-run to see what it would remove)"
+        )
     print(f"Purge {_describe(args)}? This cannot be undone. [y/N] ", end="", file=run.err)
     run.err.flush()
     answer = sys.stdin.readline().strip().lower()
