@@ -80,16 +80,7 @@ def _checkpoint(row: Mapping[str, Any], session_id: uuid.UUID) -> Checkpoint:
 
 
 def _checkpoint_id(value: Any, what: str) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            pass
-    raise InvalidInput(
-        f"{what} must be a checkpoint id (a UUID or its string form), not {value!r:.80}"
-    )
+    return validate.uuid_value(value, f"{what} (a checkpoint id)")
 
 
 def _not_found(cid: uuid.UUID, sid: uuid.UUID) -> CheckpointNotFound:

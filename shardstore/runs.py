@@ -81,8 +81,8 @@ def _run(row: Mapping[str, Any]) -> Run:
     )
 
 
-def _named(name: str, params: Any, fetch: Any = "one") -> Q:
-    return Q(query(name), params, fetch=fetch, named=True)
+def _named(name: str, params: Any, fetch: Any = "one", prepare: bool | None = None) -> Q:
+    return Q(query(name), params, fetch=fetch, named=True, prepare=prepare)
 
 
 def _update_op(run_id: uuid.UUID, action: str, *params: Any) -> Op[Run]:
@@ -206,12 +206,7 @@ def runs(
         "limit": lim,
     }
     if tenant is not None and wanted == AWAITING_HUMAN:
-        name = "run_list_awaiting"
-    elif sid is not None:
-        name = "run_list_session"
-    elif tenant is not None:
-        name = "run_list_tenant"
+        rows = yield _named("run_list_awaiting", params, fetch="all")
     else:
-        name = "run_list_any"
-    rows = yield _named(name, params, fetch="all")
+        rows = yield _named("run_list", params, fetch="all", prepare=False)
     return [_run(r) for r in rows]

@@ -26,8 +26,8 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO, TypeVar
 
 import psycopg
 
@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 PROG = "shardstore"
+T = TypeVar("T")
 
 #: Exit statuses.
 EXIT_OK = 0
@@ -125,6 +126,7 @@ def _report_error(run: Runner, exc: BaseException, code: int) -> None:
         print(dumps({"error": doc}, indent=None), file=run.err)
     else:
         print(f"error: {exc}", file=run.err)
+
 
 #: The command modules under ``shardstore.cli.commands``, in ``--help`` order.
 COMMAND_MODULES = (
@@ -188,6 +190,23 @@ class Runner:
     def line(self, text: str = "") -> None:
         """Print one line of human output."""
         print(text, file=self.out)
+
+    def listing(
+        self,
+        items: Sequence[T],
+        what: str,
+        to_json: Callable[[T], Any],
+        table: Callable[[Sequence[T]], str],
+    ) -> int:
+        """Print a list of results: a JSON array with ``--json``, "no <what>" when empty,
+        else the text ``table`` makes of them. Returns 0 (the command's status)."""
+        if self.json:
+            self.emit([to_json(item) for item in items])
+        elif not items:
+            self.line(f"no {what}")
+        else:
+            self.line(table(items))
+        return EXIT_OK
 
 
 #: What a command runs: gets the :class:`Runner`, returns the exit status.

@@ -22,14 +22,7 @@ MAX_INT64 = 2**63 - 1
 
 def session_id(value: Any) -> uuid.UUID:
     """A session id as a UUID (a UUID or its string form)."""
-    if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            pass
-    raise InvalidInput(f"session_id must be a UUID (or its string form), not {value!r:.80}")
+    return uuid_value(value, "session_id")
 
 
 def optional_session_id(value: Any) -> uuid.UUID | None:

@@ -39,38 +39,15 @@ SELECT r.session_id, r.run_id, r.tenant_id, r.framework, r.thread_key, r.status,
  ORDER BY r.awaiting_since, r.created_at DESC, r.run_id
  LIMIT %(limit)s;
 
--- name: run_list_session
--- one session's runs (the primary key)
+-- name: run_list
+-- every other listing, sent unprepared so that it is planned with its values: a session's
+-- runs through the primary key, a tenant's through runs_tenant_status, else a scan
 SELECT r.session_id, r.run_id, r.tenant_id, r.framework, r.thread_key, r.status,
        r.awaiting::text AS awaiting, r.awaiting_since, r.steps, r.usd_cost, r.error,
        r.metadata::text AS metadata, r.created_at, r.updated_at, r.closed_at
   FROM shardstore.runs r
- WHERE r.session_id = %(session)s::uuid
+ WHERE (%(session)s::uuid IS NULL OR r.session_id = %(session)s::uuid)
    AND (%(tenant)s::text IS NULL OR r.tenant_id = %(tenant)s::text)
-   AND (%(status)s::text IS NULL OR r.status = %(status)s::text)
-   AND (%(framework)s::text IS NULL OR r.framework = %(framework)s::text)
- ORDER BY r.awaiting_since, r.created_at DESC, r.run_id
- LIMIT %(limit)s;
-
--- name: run_list_tenant
--- a tenant's runs (runs_tenant_status)
-SELECT r.session_id, r.run_id, r.tenant_id, r.framework, r.thread_key, r.status,
-       r.awaiting::text AS awaiting, r.awaiting_since, r.steps, r.usd_cost, r.error,
-       r.metadata::text AS metadata, r.created_at, r.updated_at, r.closed_at
-  FROM shardstore.runs r
- WHERE r.tenant_id = %(tenant)s::text
-   AND (%(status)s::text IS NULL OR r.status = %(status)s::text)
-   AND (%(framework)s::text IS NULL OR r.framework = %(framework)s::text)
- ORDER BY r.awaiting_since, r.created_at DESC, r.run_id
- LIMIT %(limit)s;
-
--- name: run_list_any
--- every run the connection may see, by status / framework
-SELECT r.session_id, r.run_id, r.tenant_id, r.framework, r.thread_key, r.status,
-       r.awaiting::text AS awaiting, r.awaiting_since, r.steps, r.usd_cost, r.error,
-       r.metadata::text AS metadata, r.created_at, r.updated_at, r.closed_at
-  FROM shardstore.runs r
- WHERE true
    AND (%(status)s::text IS NULL OR r.status = %(status)s::text)
    AND (%(framework)s::text IS NULL OR r.framework = %(framework)s::text)
  ORDER BY r.awaiting_since, r.created_at DESC, r.run_id

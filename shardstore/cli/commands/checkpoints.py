@@ -3,6 +3,9 @@ restart would resume from."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ...checkpoints import Checkpoint
 from ..app import Commands, Runner
 from ..args import UsageError, positive_int
 from ..output import (
@@ -22,12 +25,10 @@ def cmd_checkpoints(run: Runner) -> int:
     """List a session's checkpoints, newest first (``--limit``); 0 on success."""
     with run.connect() as store:
         found = store.checkpoints(run.args.session_id, limit=run.args.limit)
-    if run.json:
-        run.emit([checkpoint_json(c) for c in found])
-        return 0
-    if not found:
-        run.line("no checkpoints")
-        return 0
+    return run.listing(found, "checkpoints", checkpoint_json, _table)
+
+
+def _table(found: Sequence[Checkpoint]) -> str:
     rows = [
         [
             str(c.checkpoint_id),
@@ -38,8 +39,7 @@ def cmd_checkpoints(run: Runner) -> int:
         ]
         for c in found
     ]
-    run.line(format_table(_HEADERS, rows, "lrrll"))
-    return 0
+    return format_table(_HEADERS, rows, "lrrll")
 
 
 def cmd_restore(run: Runner) -> int:

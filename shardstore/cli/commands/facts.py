@@ -3,6 +3,8 @@ key's every version."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ...facts import Fact
 from ..app import Commands, Runner
 from ..args import parse_time
@@ -11,7 +13,7 @@ from ..output import abbrev, dumps, fact_json, format_table, printable, when
 _HEADERS = ("key", "valid from (UTC)", "valid to (UTC)", "conf", "source", "value")
 
 
-def _rows(facts: list[Fact]) -> list[list[str]]:
+def _rows(facts: Sequence[Fact]) -> list[list[str]]:
     return [
         [
             printable(f.key),
@@ -35,14 +37,9 @@ def cmd_facts(run: Runner) -> int:
             found = store.fact_history(args.tenant, args.subject, args.history)
         else:
             found = store.recall(args.tenant, args.subject, as_of=as_of)
-    if run.json:
-        run.emit([fact_json(f) for f in found])
-        return 0
-    if not found:
-        run.line("no facts")
-        return 0
-    run.line(format_table(_HEADERS, _rows(found), "llllll"))
-    return 0
+    return run.listing(
+        found, "facts", fact_json, lambda facts: format_table(_HEADERS, _rows(facts), "llllll")
+    )
 
 
 def register(commands: Commands) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ...runs import STATUSES
+from collections.abc import Sequence
+
+from ...runs import STATUSES, Run
 from ..app import Commands, Runner
 from ..args import positive_int
 from ..output import abbrev, dumps, format_table, num, printable, run_json, when
@@ -22,12 +24,10 @@ def cmd_runs(run: Runner) -> int:
             framework=args.framework,
             limit=args.limit,
         )
-    if run.json:
-        run.emit([run_json(r) for r in found])
-        return 0
-    if not found:
-        run.line("no runs")
-        return 0
+    return run.listing(found, "runs", run_json, _table)
+
+
+def _table(found: Sequence[Run]) -> str:
     rows = [
         [
             str(r.run_id),
@@ -41,8 +41,7 @@ def cmd_runs(run: Runner) -> int:
         ]
         for r in found
     ]
-    run.line(format_table(_HEADERS, rows, "llllrrll"))
-    return 0
+    return format_table(_HEADERS, rows, "llllrrll")
 
 
 def register(commands: Commands) -> None:
