@@ -134,6 +134,7 @@ COMMAND_MODULES = (
     "runs",
     "checkpoints",
     "facts",
+    "server",
 )
 
 
@@ -166,13 +167,13 @@ class Runner:
         :class:`DatabaseUnavailable` with the server's reason appended."""
         import shardstore
 
-        if self.embedded and self.err.isatty():
-            print(
-                "starting the embedded Postgres (set SHARDSTORE_DSN or --dsn to use another "
-                "server)…",
-                file=self.err,
-            )
-        self.dsn = resolve_dsn(self.args.dsn)
+        if self.embedded:
+            from ..embedded import embedded_dsn
+
+            # the "starting" line only when it really starts (not when it runs already)
+            self.dsn = embedded_dsn(on_start=self._announce_start)
+        else:
+            self.dsn = resolve_dsn(self.args.dsn)
         # The pool retries failed connections until connect_timeout and logs each failure;
         # the CLI reports the final error once instead.
         logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
@@ -182,6 +183,14 @@ class Runner:
             )
         except DatabaseUnavailable as exc:
             raise DatabaseUnavailable(f"{exc}{_connect_failure(self.dsn)}") from exc
+
+    def _announce_start(self, data_dir: Any) -> None:
+        if self.err.isatty():
+            print(
+                f"starting the embedded Postgres in {data_dir} (set SHARDSTORE_DSN or --dsn "
+                "to use another server; 'shardstore server stop' stops it)…",
+                file=self.err,
+            )
 
     def emit(self, document: Any) -> None:
         """Print ``document`` as one indented JSON document (:func:`output.dumps`)."""
