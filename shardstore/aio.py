@@ -42,6 +42,7 @@ class AsyncStore(base.StoreBase):
 
     create_session = amethod(history_ops.create_session)
     session = amethod(history_ops.session)
+    sessions = amethod(history_ops.sessions)
     append_turn = amethod(history_ops.append_turn)
     append_turns = amethod(history_ops.append_turns)
     flush = amethod(history_ops.flush)

@@ -149,6 +149,60 @@ def session(store: Any, session_id: uuid.UUID | str) -> Op[SessionInfo]:
     return record(SessionInfo, head, metadata=jsoncodec.loads(head["metadata"]))
 
 
+def _cursor_op(before: Any) -> Op[tuple[datetime, uuid.UUID] | None]:
+    """The keyset ``(created_at, session_id)`` a page continues after: a SessionInfo's own,
+    or the named session's (``SessionNotFound`` if there is none)."""
+    if before is None:
+        return None
+    if isinstance(before, SessionInfo):
+        return (
+            validate.instant(before.created_at, "before.created_at"),
+            validate.session_id(before.session_id),
+        )
+    if not isinstance(before, uuid.UUID | str):
+        raise InvalidInput(
+            "before must be a SessionInfo (the last one of the previous page) or a session "
+            f"id, not {before!r:.80}"
+        )
+    sid = validate.uuid_value(before, "before")
+    row = yield _named("session_cursor", (sid,), fetch="one")
+    if row is None:
+        raise SessionNotFound(f"session {sid} (given as before=) does not exist")
+    return row["created_at"], row["session_id"]
+
+
+def sessions(
+    store: Any,
+    *,
+    tenant_id: str | None = None,
+    subject_id: str | None = None,
+    agent_id: str | None = None,
+    since: datetime | None = None,
+    before: SessionInfo | uuid.UUID | str | None = None,
+    limit: int | None = None,
+) -> Op[list[SessionInfo]]:
+    """Live sessions matching every filter given, newest first (by ``created_at``, then
+    ``session_id``), each with its turn count and last activity (``last_turn_at``); at most
+    ``limit`` (None: all). Purged sessions are never listed; under Row-Level Security a
+    tenant's store lists only that tenant's sessions.
+
+    ``since``: only sessions created at or after this timezone-aware time. Paging is by
+    keyset: pass the last SessionInfo of a page (or its session id) as ``before`` to get
+    the sessions listed after it; sessions created meanwhile never shift a page. One range
+    scan of an index of migration 0010 when ``tenant_id`` is given."""
+    params: dict[str, Any] = {
+        "tenant": validate.optional_text(tenant_id, "tenant_id"),
+        "subject": validate.optional_text(subject_id, "subject_id"),
+        "agent": validate.optional_text(agent_id, "agent_id"),
+        "since": validate.optional_instant(since, "since"),
+        "limit": validate.optional_count(limit, "limit"),
+    }
+    cursor = yield from _cursor_op(before)
+    params["before_at"], params["before_id"] = cursor if cursor is not None else (None, None)
+    rows = yield _named("session_list", params, prepare=False)
+    return [record(SessionInfo, r, metadata=jsoncodec.loads(r["metadata"])) for r in rows]
+
+
 # ---------------------------------------------------------------- writes
 
 

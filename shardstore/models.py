@@ -59,7 +59,8 @@ class Chunk:
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """A session's owners and its write head."""
+    """A session's owners and its write head. ``last_turn_at``: when its newest turn was
+    appended (None before the first turn): its last activity."""
 
     session_id: uuid.UUID
     tenant_id: str
@@ -70,6 +71,7 @@ class SessionInfo:
     turn_count: int
     chunk_count: int
     purged: bool
+    last_turn_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ class Store(base.StoreBase):
 
     create_session = method(history_ops.create_session)
     session = method(history_ops.session)
+    sessions = method(history_ops.sessions)
     append_turn = method(history_ops.append_turn)
     append_turns = method(history_ops.append_turns)
     flush = method(history_ops.flush)

@@ -20,7 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..checkpoints import Checkpoint
 from ..facts import Fact
-from ..models import AppendResult, Chunk, PartitionInfo, SearchHit, Stats, Turn
+from ..models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
 from ..runs import Run
 
 # ---------------------------------------------------------------- JSON
@@ -71,6 +71,16 @@ def partition_json(part: PartitionInfo) -> dict[str, Any]:
 def append_json(result: AppendResult) -> dict[str, Any]:
     """An append result as the CLI prints it with ``--json``."""
     return _fields(result, "turn_seq", "chunk_seq", "tokens", "duplicate")
+
+
+def session_json(info: SessionInfo) -> dict[str, Any]:
+    """A session's owners, metadata and counts as the CLI prints them with ``--json``
+    (``shardstore session`` and each entry of ``shardstore sessions``)."""
+    return _fields(
+        info,
+        *("session_id", "tenant_id", "subject_id", "agent_id", "metadata", "created_at"),
+        *("turn_count", "chunk_count", "purged", "last_turn_at"),
+    )
 
 
 def stats_json(stats: Stats) -> dict[str, Any]:

@@ -38,6 +38,28 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
        open_tokens, open_bytes, last_turn_at
   FROM shardstore.sessions WHERE session_id = %s;
 
+-- name: session_list
+-- live sessions newest first, paged by the keyset (created_at, session_id): sent unprepared
+-- so that it is planned with its values and the NULL filters fold away, reading one of the
+-- partial indexes of migration 0010 in order (sessions_list*)
+SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, created_at,
+       next_turn_seq AS turn_count, open_chunk_seq + (open_turns > 0)::int AS chunk_count,
+       purged_at IS NOT NULL AS purged, last_turn_at
+  FROM shardstore.sessions
+ WHERE purged_at IS NULL
+   AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
+   AND (%(subject)s::text IS NULL OR subject_id = %(subject)s::text)
+   AND (%(agent)s::text IS NULL OR agent_id = %(agent)s::text)
+   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+   AND (%(before_at)s::timestamptz IS NULL
+        OR (created_at, session_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ ORDER BY created_at DESC, session_id DESC
+ LIMIT %(limit)s;
+
+-- name: session_cursor
+-- where a listing page that ended at this session continues (purged sessions included)
+SELECT created_at, session_id FROM shardstore.sessions WHERE session_id = %s;
+
 -- name: append
 SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
        r_duplicate AS duplicate, r_sealed AS sealed

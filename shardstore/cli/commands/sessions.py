@@ -1,10 +1,16 @@
-"""``shardstore create-session`` and ``shardstore session``."""
+"""``shardstore create-session``, ``shardstore session`` and ``shardstore sessions``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ...models import SessionInfo
 from ..app import Commands, Runner
-from ..args import parse_json
-from ..output import dumps, kv, num, printable, when
+from ..args import parse_json, parse_time, positive_int
+from ..output import dumps, format_table, kv, num, printable, session_json, when
+
+#: ``shardstore sessions`` lists at most this many unless ``--limit`` says otherwise.
+DEFAULT_LIST_LIMIT = 50
 
 
 def cmd_create_session(run: Runner) -> int:
@@ -25,19 +31,8 @@ def cmd_session(run: Runner) -> int:
     """Print a session's owners, metadata and counts; 0 on success."""
     with run.connect() as store:
         info = store.session(run.args.session_id)
-    doc = {
-        "session_id": info.session_id,
-        "tenant_id": info.tenant_id,
-        "subject_id": info.subject_id,
-        "agent_id": info.agent_id,
-        "metadata": info.metadata,
-        "created_at": info.created_at,
-        "turn_count": info.turn_count,
-        "chunk_count": info.chunk_count,
-        "purged": info.purged,
-    }
     if run.json:
-        run.emit(doc)
+        run.emit(session_json(info))
         return 0
     run.line(
         kv(
@@ -47,6 +42,7 @@ def cmd_session(run: Runner) -> int:
                 ("subject", printable(info.subject_id or "-")),
                 ("agent", printable(info.agent_id or "-")),
                 ("created", when(info.created_at) + " UTC"),
+                ("last turn", when(info.last_turn_at) + " UTC" if info.last_turn_at else "-"),
                 ("turns", num(info.turn_count)),
                 ("chunks", num(info.chunk_count)),
                 ("purged", "yes" if info.purged else "no"),
@@ -57,8 +53,53 @@ def cmd_session(run: Runner) -> int:
     return 0
 
 
+def cmd_sessions(run: Runner) -> int:
+    """List live sessions matching the filters, newest first, at most ``--limit``
+    (default 50); a full page ends with the ``--before`` that lists the next one. 0 on
+    success."""
+    args = run.args
+    since = parse_time(args.since) if args.since is not None else None
+    limit = args.limit if args.limit is not None else DEFAULT_LIST_LIMIT
+    with run.connect() as store:
+        found = store.sessions(
+            tenant_id=args.tenant,
+            subject_id=args.subject,
+            agent_id=args.agent,
+            since=since,
+            before=args.before,
+            limit=limit,
+        )
+    status = run.listing(found, "sessions", session_json, _sessions_table)
+    if not run.json and len(found) == limit:
+        run.line(f"(the newest {num(limit)}; next page: --before {found[-1].session_id})")
+    return status
+
+
+_SESSIONS_HEADERS = (
+    *("session", "tenant", "subject", "agent", "turns", "chunks"),
+    *("created (UTC)", "last turn (UTC)"),
+)
+
+
+def _sessions_table(found: Sequence[SessionInfo]) -> str:
+    rows = [
+        [
+            str(s.session_id),
+            printable(s.tenant_id),
+            printable(s.subject_id or "-"),
+            printable(s.agent_id or "-"),
+            num(s.turn_count),
+            num(s.chunk_count),
+            when(s.created_at),
+            when(s.last_turn_at) if s.last_turn_at is not None else "-",
+        ]
+        for s in found
+    ]
+    return format_table(_SESSIONS_HEADERS, rows, "llllrrll")
+
+
 def register(commands: Commands) -> None:
-    """Add ``create-session`` and ``session``."""
+    """Add ``create-session``, ``session`` and ``sessions``."""
     p = commands.add("create-session", "create a session and print its id", cmd_create_session)
     p.add_argument("--tenant", required=True, help="tenant id")
     p.add_argument("--subject", help="subject id (e.g. the end user)")
@@ -68,3 +109,30 @@ def register(commands: Commands) -> None:
 
     p = commands.add("session", "show a session's owners and counts", cmd_session)
     p.add_argument("session_id", metavar="SESSION_ID")
+
+    p = commands.add(
+        "sessions",
+        "list live sessions, newest first, with turn counts and last activity",
+        cmd_sessions,
+    )
+    p.add_argument("--tenant", help="only this tenant's sessions")
+    p.add_argument("--subject", help="only this subject's sessions")
+    p.add_argument("--agent", help="only this agent's sessions")
+    p.add_argument(
+        "--since",
+        metavar="TIME",
+        help="only sessions created at or after TIME (ISO 8601, UTC unless it names a zone, "
+        "or an age such as '7 days')",
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"at most N sessions (default {DEFAULT_LIST_LIMIT})",
+    )
+    p.add_argument(
+        "--before",
+        metavar="SESSION_ID",
+        help="the next page: sessions listed after this one (the last of the previous page)",
+    )
