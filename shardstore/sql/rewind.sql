@@ -1,0 +1,5 @@
+-- Rewind (shardstore/rewind.py); the work is done by rewind_v1 (migration 0011).
+
+-- name: rewind
+SELECT r_status AS status, r_removed AS removed, r_turns AS turns, r_first AS first
+  FROM shardstore.rewind_v1(%s, %s);
