@@ -39,6 +39,7 @@ from .errors import (
 )
 from .facts import Fact
 from .models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
+from .plans import TailWindow
 from .purge import PurgeReport, TableRemoval
 from .runs import Run
 from .settings import Settings
@@ -82,6 +83,7 @@ __all__ = [
     "Stats",
     "Store",
     "TableRemoval",
+    "TailWindow",
     "TiktokenCounter",
     "TokenCounter",
     "Turn",

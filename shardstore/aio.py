@@ -47,6 +47,7 @@ class AsyncStore(base.StoreBase):
     append_turns = amethod(history_ops.append_turns)
     flush = amethod(history_ops.flush)
     tail = amethod(history_ops.tail)
+    tail_explained = amethod(history_ops.tail_explained)
     history = astream(history_ops.history, Turn)
     chunks = amethod(history_ops.chunks)
     stats = amethod(history_ops.stats)

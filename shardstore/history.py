@@ -30,7 +30,7 @@ from .errors import (
     TurnTooLarge,
 )
 from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
-from .plans import trim_tail
+from .plans import HELD_OVER_MAX_TOKENS, TailWindow, explain_tail, trim_tail
 from .settings import DEFAULT_PARTITION_INTERVAL
 from .sql import query
 
@@ -467,6 +467,31 @@ def tail(
     tokens (fewer rather than more; with neither given, ``default_tail_turns``). Never
     starts with a tool result whose tool call was cut off."""
     return (yield from tail_op(store._ctx, session_id, n, max_tokens))
+
+
+def tail_explained(
+    store: Any,
+    session_id: uuid.UUID | str,
+    n: int | None = None,
+    max_tokens: int | None = None,
+) -> Op[TailWindow]:
+    """:meth:`tail` with what it held back and why: ``window.turns`` are the turns
+    ``tail()`` returns for the same arguments; ``window.held_back`` the leading tool results
+    whose call is outside the window (``reason`` ``"orphan_tool_result"``), or the newest
+    turn when it alone is over ``max_tokens`` and the window is empty (``reason``
+    ``"over_max_tokens"``); empty, with ``reason`` None, when nothing was held back."""
+    sid = validate.session_id(session_id)
+    n = validate.optional_count(n, "n")
+    max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
+    if n is None and max_tokens is None:
+        n = store._ctx.settings.default_tail_turns
+    yield Tx.BEGIN_SNAPSHOT
+    rows = yield _named("tail", (sid, n, max_tokens))
+    newest = [] if rows else (yield _named("tail", (sid, 1, None)))
+    yield Tx.COMMIT
+    if newest:  # the session has turns, but not even its newest fits max_tokens
+        return TailWindow([], [_turn(newest[0])], HELD_OVER_MAX_TOKENS)
+    return explain_tail([_turn(r) for r in reversed(rows)])
 
 
 def history(

@@ -49,6 +49,7 @@ class Store(base.StoreBase):
     append_turns = method(history_ops.append_turns)
     flush = method(history_ops.flush)
     tail = method(history_ops.tail)
+    tail_explained = method(history_ops.tail_explained)
     history = stream(history_ops.history, Turn)
     chunks = method(history_ops.chunks)
     stats = method(history_ops.stats)

@@ -468,3 +468,73 @@ def test_synthetic_conversation_is_deterministic_and_well_formed() -> None:
     assert sizes[0] < 200 and sizes[-1] > 8000  # from a few tokens to thousands
     tool_sizes = [len(m["content"]) for m in first if m["role"] == "tool"]
     assert max(tool_sizes) > 5000
+
+
+# ---------------------------------------------------------------- tail: held-back turns
+
+
+def test_tail_explained_matches_tail_and_says_what_it_held(dsn: str) -> None:
+    import shardstore
+    from shardstore.plans import HELD_ORPHAN_RESULT, HELD_OVER_MAX_TOKENS
+
+    with shardstore.connect(dsn) as store:
+        sid = store.create_session("acme")
+        store.append_turns(sid, [USER, CALL, RESULT])
+        for n in (1, 2, 3, 10, None):
+            window = store.tail_explained(sid, n=n)
+            assert window.turns == store.tail(sid, n=n), n
+        held = store.tail_explained(sid, n=1)
+        assert held.turns == [] and held.reason == HELD_ORPHAN_RESULT
+        assert [t.turn_seq for t in held.held_back] == [2]
+        assert store.tail_explained(sid, n=2).held_back == []  # call and result together
+        whole = store.tail_explained(sid)
+        assert whole.reason is None and len(whole.turns) == 3
+        big = store.create_session("acme")
+        store.append_turn(big, {"role": "user", "content": "w " * 300})
+        over = store.tail_explained(big, max_tokens=10)
+        assert over.turns == store.tail(big, max_tokens=10) == []
+        assert over.reason == HELD_OVER_MAX_TOKENS and over.held_back[0].turn_seq == 0
+        assert over.held_back[0].tokens > 10
+        empty = store.create_session("acme")
+        assert store.tail_explained(empty, max_tokens=10) == shardstore.TailWindow([])
+        with pytest.raises(shardstore.SessionNotFound):
+            store.tail_explained(uuid.uuid4())
+        with pytest.raises(shardstore.InvalidInput):
+            store.tail_explained(sid, n=0)
+
+
+def test_tail_says_why_turns_were_held_back(cli: Cli) -> None:
+    sid = _new_session(cli)
+    assert cli("append", sid, json.dumps([USER, CALL, RESULT])).rc == 0
+    text = cli("tail", sid, "-n", "1")
+    assert text.rc == 0
+    lines = text.out.splitlines()
+    assert lines[0].split()[:2] == ["turn", "chunk"] and len(lines) == 2
+    assert lines[1] == (
+        "held back 1 turn: a tool result whose call is outside the window "
+        "(use -n/--max-tokens to widen the window, or --show-held to show it)"
+    )
+    doc = cli("tail", sid, "-n", "1", "--json").json()
+    assert doc["turns"] == []
+    assert doc["held_back"] == {
+        "count": 1,
+        "reason": "orphan_tool_result",
+        "message": lines[1],
+        "turn_seqs": [2],
+    }
+    shown = cli("tail", sid, "-n", "1", "--show-held")
+    assert shown.out.splitlines()[1].split()[0] == "2"  # turn 2 is printed
+    assert shown.out.splitlines()[-1].endswith("(shown with --show-held)")
+    shown_json = cli("tail", sid, "-n", "1", "--show-held", "--json").json()
+    assert shown_json["turns"] == [] and shown_json["held_back"]["turns"][0]["message"] == RESULT
+    # nothing held back: no note, and held_back is null
+    plain = cli("tail", sid, "-n", "2")
+    assert "held back" not in plain.out and len(plain.out.splitlines()) == 3
+    assert cli("tail", sid, "--json").json()["held_back"] is None
+    # the newest turn alone over --max-tokens
+    over = cli("tail", sid, "--max-tokens", "3")
+    assert over.rc == 0 and "held back 1 turn: the newest turn alone has" in over.out
+    assert "over --max-tokens (raise --max-tokens, or --show-held to show it)" in over.out
+    assert cli("tail", sid, "--max-tokens", "3", "--json").json()["held_back"]["reason"] == (
+        "over_max_tokens"
+    )

@@ -21,6 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ..checkpoints import Checkpoint
 from ..facts import Fact
 from ..models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
+from ..plans import HELD_OVER_MAX_TOKENS, TailWindow
 from ..runs import Run
 
 # ---------------------------------------------------------------- JSON
@@ -103,6 +104,46 @@ def hit_json(hit: SearchHit) -> dict[str, Any]:
         "score": round(hit.score, 6),
         "turns": [turn_json(t) for t in hit.turns],
     }
+
+
+def held_back_text(window: TailWindow, *, shown: bool = False) -> str | None:
+    """One line saying how many turns a tail window held back and why, and how to see
+    them (``shown``: that they are printed, with ``--show-held``); None when it held none
+    back."""
+    count = len(window.held_back)
+    if not count:
+        return None
+    turns = f"{count} turn{'s' if count != 1 else ''}"
+    if window.reason == HELD_OVER_MAX_TOKENS:
+        newest = window.held_back[-1]
+        why = f"the newest turn alone has {newest.tokens:,} tokens, over --max-tokens"
+        widen = "raise --max-tokens"
+    else:
+        what = "a tool result" if count == 1 else "tool results"
+        whose = "whose call is" if count == 1 else "whose calls are"
+        why = f"{what} {whose} outside the window"
+        widen = "use -n/--max-tokens to widen the window"
+    if shown:
+        return f"held back {turns}: {why} (shown with --show-held)"
+    them = "it" if count == 1 else "them"
+    return f"held back {turns}: {why} ({widen}, or --show-held to show {them})"
+
+
+def held_back_json(window: TailWindow, *, turns: bool = False) -> dict[str, Any] | None:
+    """What a tail window held back as the CLI prints it with ``--json`` (None when
+    nothing): how many, the reason code, the line :func:`held_back_text` prints, the turn
+    seqs and, with ``turns``, the turns themselves."""
+    if not window.held_back:
+        return None
+    doc: dict[str, Any] = {
+        "count": len(window.held_back),
+        "reason": window.reason,
+        "message": held_back_text(window),
+        "turn_seqs": [t.turn_seq for t in window.held_back],
+    }
+    if turns:
+        doc["turns"] = [turn_json(t) for t in window.held_back]
+    return doc
 
 
 # ---------------------------------------------------------------- human formatting

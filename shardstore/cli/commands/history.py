@@ -8,7 +8,17 @@ from typing import Any
 
 from ..app import Commands, Runner
 from ..args import UsageError, non_negative_int, parse_json, positive_int
-from ..output import TurnPrinter, append_json, chunk_json, dumps, format_chunks, num, turn_json
+from ..output import (
+    TurnPrinter,
+    append_json,
+    chunk_json,
+    dumps,
+    format_chunks,
+    held_back_json,
+    held_back_text,
+    num,
+    turn_json,
+)
 
 
 def cmd_append(run: Runner) -> int:
@@ -43,16 +53,29 @@ def cmd_append(run: Runner) -> int:
 
 
 def cmd_tail(run: Runner) -> int:
-    """Print the newest turns (``-n``, ``--max-tokens``), oldest first; 0 on success."""
+    """Print the newest turns (``-n``, ``--max-tokens``), oldest first, then why turns were
+    held back if any were (``--show-held`` prints them too); 0 on success."""
+    args = run.args
     with run.connect() as store:
-        turns = store.tail(run.args.session_id, n=run.args.n, max_tokens=run.args.max_tokens)
+        window = store.tail_explained(args.session_id, n=args.n, max_tokens=args.max_tokens)
+    note = held_back_text(window, shown=args.show_held)
     if run.json:
-        run.emit({"session_id": run.args.session_id, "turns": [turn_json(t) for t in turns]})
+        doc = {
+            "session_id": args.session_id,
+            "turns": [turn_json(t) for t in window.turns],
+            "held_back": held_back_json(window, turns=args.show_held),
+        }
+        run.emit(doc)
+        if note is not None and run.err.isatty():
+            print(note, file=run.err)
         return 0
-    printer = TurnPrinter(run.out, full=run.args.full)
+    printer = TurnPrinter(run.out, full=args.full)
     printer.header()
-    for t in turns:
+    shown = sorted([*window.held_back, *window.turns], key=lambda t: t.turn_seq)
+    for t in shown if args.show_held else window.turns:
         printer.turn(t)
+    if note is not None:
+        run.line(note)
     return 0
 
 
@@ -113,6 +136,12 @@ def register(commands: Commands) -> None:
         "--max-tokens", type=positive_int, default=None, metavar="M", help="at most M tokens"
     )
     p.add_argument("--full", action="store_true", help="print whole messages")
+    p.add_argument(
+        "--show-held",
+        action="store_true",
+        help="also print the turns the window held back (a tool result whose call is "
+        "outside it, or a newest turn over --max-tokens)",
+    )
 
     p = commands.add(
         "history",
