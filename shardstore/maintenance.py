@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,10 +37,16 @@ from partition_manager.steps import Op, Q, Tx
 from partition_manager.table import Layout, RangeTable
 
 from .core import validate
-from .errors import ConfigurationError, DatabaseUnavailable, MissingDependency, ShardstoreError
+from .errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    InvalidInput,
+    MissingDependency,
+    ShardstoreError,
+)
 from .settings import parse_interval
 from .sql import query
-from .vector_ops import maintenance_backlog_op
+from .vector_ops import maintenance_backlog_op, queue_count_op
 
 DEFAULT_FLUSH_IDLE = timedelta(minutes=5)
 DEFAULT_LOCK_TIMEOUT = timedelta(seconds=1)
@@ -47,6 +54,8 @@ DEFAULT_LOCK_TIMEOUT = timedelta(seconds=1)
 # this session-level advisory lock; 0003_maintenance.sql has the same number.
 MAINTENANCE_LOCK_KEY = 0x5348_4152_4453_0002
 EXPIRE_BATCH = 1000
+# the longest embed_seconds: a day (a run is meant to fit a schedule)
+MAX_EMBED_SECONDS = 86_400
 
 Duration = timedelta | str | None
 
@@ -147,6 +156,11 @@ class MaintenanceReport(PartitionRunReport):
     # embedding after the partition work (None: not attempted, no model configured)
     chunks_embedded: int | None = None
     embedding_skipped: str | None = None
+    # chunks still queued for embedding after the run (dry run: queued now); None: not counted
+    embedding_backlog: int | None = None
+    embedding_seconds: float | None = None
+    # why the embedding step stopped with chunks left: "max_embed" or "embed_seconds"
+    embedding_stopped: str | None = None
     # keep_checkpoints: checkpoints deleted (None: not asked)
     checkpoints_removed: int | None = None
 
@@ -156,6 +170,8 @@ class MaintenanceReport(PartitionRunReport):
         rows: list[tuple[str, str]] = []
         if self.dry_run and plan is not None:
             rows.append(("would fold", f"{self.sessions_to_fold or 0} idle sessions"))
+            if self.embedding_backlog is not None:
+                rows.append(("embedding backlog", f"{self.embedding_backlog} chunks queued"))
             if plan.retention_before is not None:
                 when = plan.retention_before.strftime("%Y-%m-%d %H:%M:%S UTC")
                 rows.append(
@@ -169,9 +185,22 @@ class MaintenanceReport(PartitionRunReport):
             return rows
         rows.append(("folded", f"{self.sessions_folded} sessions ({self.turns_folded} turns)"))
         if self.chunks_embedded is not None:
-            rows.append(("embedded", f"{self.chunks_embedded} chunks"))
+            took = "" if self.embedding_seconds is None else f" in {self.embedding_seconds:.1f} s"
+            stop = {
+                "max_embed": "; stopped at max_embed",
+                "embed_seconds": "; stopped at embed_seconds",
+            }.get(self.embedding_stopped or "", "")
+            rows.append(("embedded", f"{self.chunks_embedded} chunks{took}{stop}"))
         if self.embedding_skipped is not None:
             rows.append(("embedding skipped", self.embedding_skipped))
+        if self.embedding_backlog:
+            rows.append(
+                (
+                    "embedding backlog",
+                    f"{self.embedding_backlog} chunks left queued (the next run or "
+                    "'shardstore embed' takes them)",
+                )
+            )
         if self.checkpoints_removed is not None:
             rows.append(("checkpoints removed", str(self.checkpoints_removed)))
         if self.retention is not None:
@@ -194,6 +223,11 @@ class MaintenanceReport(PartitionRunReport):
             buffered_turns_expired=self.buffered_turns_expired,
             chunks_embedded=self.chunks_embedded,
             embedding_skipped=self.embedding_skipped,
+            embedding_backlog=self.embedding_backlog,
+            embedding_seconds=(
+                None if self.embedding_seconds is None else round(self.embedding_seconds, 6)
+            ),
+            embedding_stopped=self.embedding_stopped,
             checkpoints_removed=self.checkpoints_removed,
         )
         if self.dry_run:
@@ -277,23 +311,27 @@ class _Hooks(RunHooks):
         self.counts.update(sessions_to_expire=int(sessions), buffered_turns_to_expire=int(turns))
 
     def finish(self, report: PartitionRunReport) -> Op[PartitionRunReport]:
-        """shardstore's report; a live run is logged in ``maintenance_runs`` (a failure to
-        log it is one more error)."""
+        """shardstore's report (logged by :func:`maintain` once its embedding step is
+        done, so that the log has the whole run)."""
         fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
         full = MaintenanceReport(**fields, **self.counts)  # type: ignore[arg-type]
-        if report.dry_run or report.already_running:
-            return full
-        try:
-            yield Q(
-                query("maint_log_run"),
-                (full.started_at, full.healthy, json.dumps(full.to_json())),
-                fetch="one",
-            )
-        except ShardstoreError as exc:
-            if _fatal(exc):
-                raise
-            full = dataclasses.replace(full, errors=[*full.errors, f"logging the run: {exc}"])
         return full
+        yield  # an operation that needs no statement
+
+
+def _log_run_op(report: MaintenanceReport) -> Op[MaintenanceReport]:
+    """Log a live run in ``maintenance_runs``; a failure to log it is one more error."""
+    try:
+        yield Q(
+            query("maint_log_run"),
+            (report.started_at, report.healthy, json.dumps(report.to_json())),
+            fetch="one",
+        )
+    except ShardstoreError as exc:
+        if _fatal(exc):
+            raise
+        report = dataclasses.replace(report, errors=[*report.errors, f"logging the run: {exc}"])
+    return report
 
 
 # ---------------------------------------------------------------- the store method
@@ -326,6 +364,22 @@ def _archive_hook(archive: Any, dsn: str | None) -> ArchiveHook | None:
     raise ConfigurationError("archive must be a callable or a shell command string")
 
 
+def _embed_seconds(value: Any) -> float | None:
+    """None, or a time limit (a number of seconds or a timedelta) above 0, in seconds."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    else:
+        seconds = validate.amount(value, "embed_seconds")
+    if not 0 < seconds <= MAX_EMBED_SECONDS:
+        raise InvalidInput(
+            f"embed_seconds must be more than 0 and at most {MAX_EMBED_SECONDS} "
+            f"(a number of seconds or a timedelta), not {value!r:.80}"
+        )
+    return seconds
+
+
 def maintain(
     store: Any,
     *,
@@ -337,6 +391,9 @@ def maintain(
     archive: ArchiveHook | str | None = None,
     embed: bool = True,
     keep_checkpoints: int | None = None,
+    max_embed: int | None = None,
+    embed_seconds: float | timedelta | None = None,
+    progress: bool = False,
 ) -> Op[MaintenanceReport]:
     """Run partition maintenance once and report what it did.
 
@@ -354,14 +411,22 @@ def maintain(
     at once with ``already_running=True``); no step waits longer than ``lock_timeout``
     for a lock, so appends never queue behind maintenance for longer than that; nothing
     is dropped before it is detached and archived. ``dry_run`` takes no lock and changes
-    nothing: the report carries the plan. ``report.healthy`` is False when fewer than
+    nothing: the report carries the plan and ``embedding_backlog`` (chunks queued for
+    embedding; the model is not loaded). ``report.healthy`` is False when fewer than
     ``premake`` partitions are ahead or a step failed (see ``report.errors``).
+    ``report.seconds`` is the whole run, embedding included.
 
     Then, with ``embed`` and an embedding model configured (this store's
-    ``embedding_model`` or one recorded in the database), embeds as many chunks as were
-    queued at that moment, idle sessions' freshly folded chunks included
-    (``report.chunks_embedded``; a run ends even while writers keep queueing); a model
-    that cannot load is reported in ``report.embedding_skipped`` without failing the run.
+    ``embedding_model`` or one recorded in the database), embeds the chunks queued at that
+    moment, idle sessions' freshly folded chunks included (``report.chunks_embedded``; a
+    run ends even while writers keep queueing), at most ``max_embed`` chunks (an int >= 0)
+    and for at most about ``embed_seconds`` (seconds, or a timedelta; model loading
+    included; no batch starts after it and batches are sized to end by it), so that a run
+    fits its schedule; ``report.embedding_stopped`` says which cap ended the step and
+    ``report.embedding_backlog`` how many chunks are still queued (the next run goes on).
+    The model is loaded only when something is queued. A model that cannot load is
+    reported in ``report.embedding_skipped`` without failing the run. ``progress`` draws a
+    bar on stderr for the embedding step. Bad caps raise InvalidInput.
 
     With ``AsyncStore`` a callable ``archive`` may be a coroutine function (awaited); a
     plain callable or a shell command runs in a worker thread. Needs a connection outside
@@ -370,8 +435,12 @@ def maintain(
     ``keep_checkpoints``: keep only the newest N checkpoints of every session (after the
     partition work; ``report.checkpoints_removed``); None (the default) keeps them all.
     """
+    clock = time.monotonic()
     settings = store.settings
     keep = validate.optional_count(keep_checkpoints, "keep_checkpoints", low=0)
+    cap = validate.optional_count(max_embed, "max_embed", low=0, high=validate.MAX_INT64)
+    budget = _embed_seconds(embed_seconds)
+    show = validate.flag(progress, "progress")
     try:
         policy = MaintenancePolicy(
             premake=settings.premake if premake is None else premake,
@@ -402,20 +471,64 @@ def maintain(
     )
     assert isinstance(result, MaintenanceReport)
     report = result
-    if keep is not None and not dry_run and not report.already_running:
-        from .checkpoints import keep_op  # checkpoints imports history's building blocks
-
-        removed = yield from keep_op(keep)
-        report = dataclasses.replace(report, checkpoints_removed=removed)
-    if not embed or dry_run or report.already_running:
+    if report.already_running:
         return report
-    from .search import embed as embed_chunks  # search imports the store's building blocks
+    if dry_run:
+        queued = yield from queue_count_op()
+        return dataclasses.replace(
+            report, embedding_backlog=queued, seconds=time.monotonic() - clock
+        )
+    try:
+        if keep is not None:
+            from .checkpoints import keep_op  # checkpoints imports history's building blocks
+
+            removed = yield from keep_op(keep)
+            report = dataclasses.replace(report, checkpoints_removed=removed)
+        if embed:
+            report = yield from _embed_step(store, report, cap, budget, show)
+        queued = yield from queue_count_op()
+        report = dataclasses.replace(report, embedding_backlog=queued)
+    except ShardstoreError as exc:
+        if _fatal(exc):
+            raise
+        # the run is logged as far as it went, then the error goes to the caller
+        failed = dataclasses.replace(
+            report,
+            errors=[*report.errors, f"after the partition work: {exc}"],
+            seconds=time.monotonic() - clock,
+        )
+        yield from _log_run_op(failed)
+        raise
+    report = dataclasses.replace(report, seconds=time.monotonic() - clock)
+    return (yield from _log_run_op(report))
+
+
+def _embed_step(
+    store: Any,
+    report: MaintenanceReport,
+    cap: int | None,
+    budget: float | None,
+    progress: bool,
+) -> Op[MaintenanceReport]:
+    """The embedding step of a run: the chunks queued now, within the caps."""
+    from .search import embed_run  # search imports the store's building blocks
 
     try:
         backlog = yield from maintenance_backlog_op(store._vectors)
         if not backlog:
             return report
-        embedded = yield from embed_chunks(store, limit=backlog)
+        limit = backlog if cap is None else min(backlog, cap)
+        run = yield from embed_run(store, limit=limit, progress=progress, seconds=budget)
     except (MissingDependency, ConfigurationError) as exc:
         return dataclasses.replace(report, embedding_skipped=str(exc))
-    return dataclasses.replace(report, chunks_embedded=embedded)
+    stopped = None
+    if run.stopped_by == "time":
+        stopped = "embed_seconds"
+    elif run.stopped_by == "limit" and cap is not None and limit == cap and cap < backlog:
+        stopped = "max_embed"
+    return dataclasses.replace(
+        report,
+        chunks_embedded=run.stored,
+        embedding_seconds=run.seconds,
+        embedding_stopped=stopped,
+    )

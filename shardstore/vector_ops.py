@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -356,13 +357,87 @@ def prepare_op(
 
 def maintenance_backlog_op(state: VectorState) -> Op[int]:
     """How many chunks a maintenance run should embed: those queued now (a run must end
-    even while writers keep queueing more), or 0 when no model is given or recorded."""
+    even while writers keep queueing more), or 0 when no model is given or recorded.
+    Never loads the model."""
     if state.spec is None:
         recorded = yield from config_op()
         if recorded is None:
             return 0
     count = yield from queue_count_op()
     return count
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedRun:
+    """What one :func:`embed_run_op` did: chunks stored, how long it took (model loading
+    included), and why it stopped before the queue was empty: ``"limit"`` (``limit``
+    chunks stored), ``"time"`` (the deadline came) or None (nothing left it could take)."""
+
+    stored: int
+    seconds: float
+    stopped_by: str | None
+
+
+# with a deadline, the first batch is this small, later ones are sized to the time left
+FIRST_TIMED_BATCH = 4
+
+
+def embed_run_op(
+    state: VectorState,
+    limit: int | None,
+    batch: int,
+    progress: Any,
+    session_id: uuid.UUID | None = None,
+    seconds: float | None = None,
+) -> Op[EmbedRun]:
+    """Embed queued chunks (of one session, when given), ``batch`` per transaction, until
+    none is left, ``limit`` chunks were stored, ``seconds`` have passed, or three batches
+    in a row could store nothing (their chunks keep changing or are held by folds and
+    purges; a later call takes them).
+
+    The queue is counted first: with nothing queued (or ``limit`` 0) the model is never
+    constructed or loaded. With ``seconds``, no batch starts once the time is up, and each
+    batch is sized (from the time per chunk measured so far) to end by then, so the run
+    overshoots by at most about one chunk's embedding time; the model's loading counts
+    towards the time. ``progress`` (a tqdm-like bar or None) gets the total and updates."""
+    clock = time.monotonic()
+    deadline = None if seconds is None else clock + seconds
+    queued = yield from queue_count_op(session_id)
+    todo = queued if limit is None else min(queued, limit)
+    if progress is not None:
+        progress.total = todo
+        progress.refresh()
+    if todo == 0:
+        return EmbedRun(0, time.monotonic() - clock, "limit" if queued else None)
+    embedder, config = yield from prepare_op(state)
+    done = 0
+    idle = 0  # batches in a row that stored nothing (chunks changing or held by a fold)
+    busy = 0.0  # seconds spent in batches that stored something
+    stopped: str | None = None
+    while True:
+        if limit is not None and done >= limit:
+            stopped = "limit"
+            break
+        size = batch if limit is None else min(batch, limit - done)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            per_chunk = busy / done if done else None
+            if left <= 0 or (per_chunk is not None and left < per_chunk):
+                stopped = "time"
+                break
+            fit = FIRST_TIMED_BATCH if per_chunk is None else int(left / max(per_chunk, 1e-6))
+            size = max(1, min(size, fit))
+        started = time.monotonic()
+        result = yield from embed_batch_op(embedder, config.window_tokens, size, session_id)
+        if result.stored:
+            busy += time.monotonic() - started
+        done += result.stored
+        if progress is not None:
+            progress.update(result.stored)
+        idle = idle + 1 if result.stored == 0 else 0
+        if result.claimed == 0 or idle == MAX_IDLE_BATCHES:
+            break
+    return EmbedRun(done, time.monotonic() - clock, stopped)
 
 
 def embed_op(
@@ -372,32 +447,18 @@ def embed_op(
     progress: Any,
     session_id: uuid.UUID | None = None,
 ) -> Op[int]:
-    """Embed queued chunks (of one session, when given), ``batch`` per transaction, until
-    none is left (or ``limit`` chunks were stored, or three batches in a row could store
-    nothing: their chunks keep changing or are held by folds and purges; a later call
-    takes them). Returns chunks stored."""
-    embedder, config = yield from prepare_op(state)
-    if progress is not None:
-        progress.total = yield from queue_count_op(session_id)
-        progress.refresh()
-    done = 0
-    idle = 0  # batches in a row that stored nothing (chunks changing or held by a fold)
-    while limit is None or done < limit:
-        size = batch if limit is None else min(batch, limit - done)
-        result = yield from embed_batch_op(embedder, config.window_tokens, size, session_id)
-        done += result.stored
-        if progress is not None:
-            progress.update(result.stored)
-        idle = idle + 1 if result.stored == 0 else 0
-        if result.claimed == 0 or idle == MAX_IDLE_BATCHES:
-            break
-    return done
+    """:func:`embed_run_op` without a time limit; returns chunks stored (0, without
+    loading the model, when nothing is queued)."""
+    run = yield from embed_run_op(state, limit, batch, progress, session_id)
+    return run.stored
 
 
 def search_query_op(
     ctx: Context, state: VectorState, scope: SearchScope, text_or_vector: Any
 ) -> Op[list[SearchHit]]:
-    """Embed the query (a string) or check it (a vector), then :func:`search_op`."""
+    """Embed the query (a string) or check it (a vector), then :func:`search_op`. Only a
+    text query loads the model; a vector is checked against the recorded dimension (or,
+    before anything was embedded, the store's model's declared one)."""
     if isinstance(text_or_vector, str):
         if not text_or_vector.strip():
             raise InvalidInput("the search query is empty")
@@ -407,8 +468,14 @@ def search_query_op(
     else:
         vector = _as_vector(text_or_vector)
         recorded = yield from config_op()
-        if recorded is None:
-            return []  # nothing was ever embedded
+        if recorded is None:  # nothing was ever embedded: check against the store's model
+            declared = None if state.spec is None else declared_dimension(state.spec)
+            if declared is not None and len(vector) != declared:
+                raise InvalidInput(
+                    f"the query vector has {len(vector)} dimensions; this store's embedding "
+                    f"model has {declared}"
+                )
+            return []
         if len(vector) != recorded.dimension:
             raise InvalidInput(
                 f"the query vector has {len(vector)} dimensions; the stored vectors have "

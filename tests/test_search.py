@@ -378,7 +378,7 @@ def test_bad_search_arguments_are_refused(make_store: StoreFactory) -> None:
     for query_value in ["", "   ", [], [1.0, float("nan")], {"a": 1}, object()]:
         with pytest.raises(shardstore.InvalidInput):
             store.search(query_value, session_id=sid)  # type: ignore[arg-type]
-    store.embed()  # records the model (256 dimensions)
+    store.embed()  # nothing queued: loads and records nothing; the store's model has 256
     with pytest.raises(shardstore.InvalidInput, match="dimensions"):
         store.search([0.1] * 3, session_id=sid)
 
@@ -419,11 +419,13 @@ def test_search_without_sentence_transformers_says_what_to_install(
         shardstore.MissingDependency, match=r"pip install 'shardstore\[embeddings\]'"
     ):
         store.search("hello", session_id=sid)
-    with pytest.raises(shardstore.MissingDependency):
-        store.embed()
+    assert store.embed() == 0  # nothing queued yet: the model is not needed
     report = store.maintain(flush_idle=timedelta(0))  # folds the turn: one chunk queued
     assert report.healthy and report.chunks_embedded is None
     assert report.embedding_skipped and "pip install" in report.embedding_skipped
+    assert report.embedding_backlog == 1
+    with pytest.raises(shardstore.MissingDependency):
+        store.embed()
 
 
 def test_maintain_folds_idle_sessions_and_embeds_them(make_store: StoreFactory, dsn: str) -> None:
