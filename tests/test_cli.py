@@ -538,3 +538,61 @@ def test_tail_says_why_turns_were_held_back(cli: Cli) -> None:
     assert cli("tail", sid, "--max-tokens", "3", "--json").json()["held_back"]["reason"] == (
         "over_max_tokens"
     )
+
+
+# ---------------------------------------------------------------- issue 15, point 8
+
+
+def test_refused_connection_reason_is_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    dsn = "postgresql://nobody@/x?host=/nonexistent-dir"
+    assert main(["--dsn", dsn, "--connect-timeout", "0.5", "stats"]) == 6
+    err = capsys.readouterr().err
+    assert err.count("No such file or directory") == 1, err
+    assert err.count("\n") == 1 and err.startswith("error: cannot connect to the database")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
+def test_connect_timeout_must_be_positive_at_parse_time(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unreachable = "postgresql://nobody@/x?host=/nonexistent-dir"
+    assert main(["--dsn", unreachable, "--connect-timeout", value, "stats"]) == 2
+    assert "--connect-timeout" in capsys.readouterr().err
+    assert main(["stats", "--dsn", unreachable, "--connect-timeout", value]) == 2
+    assert "--connect-timeout" in capsys.readouterr().err
+
+
+def test_init_refuses_an_interval_change_in_cli_terms(cli: Cli) -> None:
+    assert cli("init", "--partition-interval", "1 day").rc == 0
+    same = cli("init", "--partition-interval", "24h")
+    assert same.rc == 0
+    changed = cli("init", "--partition-interval", "7 days")
+    assert changed.rc == 2
+    assert changed.err == (
+        "error: this database partitions every 1 day; --partition-interval 7 days cannot "
+        "change it once partitions exist (run init without --partition-interval to keep "
+        "the recorded one)\n"
+    )
+    doc = json.loads(cli("init", "--partition-interval", "1 hour", "--json").err)
+    assert doc["error"]["type"] == "ConfigurationError" and doc["error"]["exit_code"] == 2
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_append_hints_at_a_terminal_and_says_when_nothing_was_appended(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = _new_session(cli)
+    monkeypatch.setattr(sys, "stdin", _Terminal(json.dumps(USER)))
+    typed = cli("append", sid)
+    assert typed.rc == 0 and typed.out.startswith("turn 0")
+    assert "reading the message from stdin" in typed.err and "Ctrl-D" in typed.err
+    piped = cli("append", sid, stdin=json.dumps(USER))  # not a terminal: no hint
+    assert piped.rc == 0 and piped.err == ""
+    empty = cli("append", sid, "[]")
+    assert empty.rc == 0 and empty.out == "appended nothing: the array is empty\n"
+    assert cli("append", sid, "[]", "--json").json() == []
+    assert cli("stats", "--json").json()["turns"] == 2

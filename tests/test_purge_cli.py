@@ -203,3 +203,30 @@ def test_purge_without_a_terminal_needs_yes(dsn: str, cli: Callable[..., Result]
             store.tail(sid)
     finally:
         store.close()
+
+
+def test_purge_text_names_the_cutoff_and_an_already_purged_session(
+    cli: Callable[..., Result], store: shardstore.Store
+) -> None:
+    sid = store.create_session("acme", "user:1")
+    converse(store, sid, "CUT", 6)
+    started = datetime.now(UTC)
+    old = cli("purge", "before", "30 days", "--dry-run")
+    assert old.rc == 0, old.err
+    assert old.out.startswith("dry run, nothing removed: would purge every turn written before")
+    line = next(x for x in old.out.splitlines() if x.startswith("cutoff"))
+    cutoff = datetime.strptime(line.split("before ")[1], "%Y-%m-%d %H:%M:%S UTC")
+    expected = (started - timedelta(days=30)).replace(tzinfo=None, microsecond=0)
+    assert abs((cutoff - expected).total_seconds()) <= 5
+    ranged = cli("purge", "range", str(sid), "--before", "2001-01-01", "--yes")
+    assert ranged.rc == 0 and "turns written before 2001-01-01 00:00:00 UTC" in ranged.out
+    by_turn = cli("purge", "range", str(sid), "--before-turn", "2", "--yes")
+    assert "cutoff" not in by_turn.out  # a cut by turn has no time
+
+    assert cli("purge", "session", str(sid), "--yes").rc == 0
+    again = cli("purge", "session", str(sid), "--yes")
+    assert again.rc == 0
+    assert again.out == f"session {sid} was already purged: nothing left to remove\n"
+    dry = cli("purge", "session", str(sid), "--dry-run")
+    assert dry.out == f"dry run: session {sid} was already purged: nothing left to remove\n"
+    assert cli("purge", "session", str(sid), "--yes", "--json").json()["session_ids"] == []

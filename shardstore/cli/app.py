@@ -44,7 +44,7 @@ from ..errors import (
     ShardstoreError,
 )
 from ..store import Store
-from .args import UsageError
+from .args import UsageError, positive_seconds
 from .output import dumps
 
 __all__ = [
@@ -138,15 +138,24 @@ COMMAND_MODULES = (
 )
 
 
-def _connect_failure(dsn: str) -> str:
+_CONNECT_PREFIXES = ("connection failed: ", "connection is bad: ")
+
+
+def _connect_failure(dsn: str, message: str = "") -> str:
     """The server's reason for refusing one direct connection (the pool's error does not
-    carry it), as a suffix for the error message; empty if a direct connection works."""
+    always carry it), as a suffix for the error ``message``; empty if a direct connection
+    works or ``message`` already says it (so that the reason is never printed twice)."""
     try:
         with psycopg.connect(dsn, connect_timeout=5):
             return ""
     except Exception as exc:
         reason = " ".join(str(exc).split())
-        return f" ({reason})" if reason else ""
+    core = reason
+    for prefix in _CONNECT_PREFIXES:
+        core = core.removeprefix(prefix)
+    if not core or core in " ".join(message.split()):
+        return ""
+    return f" ({reason})"
 
 
 class Runner:
@@ -182,7 +191,8 @@ class Runner:
                 self.dsn, connect_timeout=self.args.connect_timeout, **settings
             )
         except DatabaseUnavailable as exc:
-            raise DatabaseUnavailable(f"{exc}{_connect_failure(self.dsn)}") from exc
+            message = " ".join(str(exc).split())  # one line: libpq's hints come on a second
+            raise DatabaseUnavailable(f"{message}{_connect_failure(self.dsn, message)}") from exc
 
     def _announce_start(self, data_dir: Any) -> None:
         if self.err.isatty():
@@ -239,7 +249,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, hidden: bool) -> Non
         )
         parser.add_argument(
             "--connect-timeout",
-            type=float,
+            type=positive_seconds,
             default=10.0,
             metavar="SECONDS",
             help="give up connecting after this long (default 10)",
@@ -250,7 +260,10 @@ def _add_global_options(parser: argparse.ArgumentParser, *, hidden: bool) -> Non
         "--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
     parser.add_argument(
-        "--connect-timeout", type=float, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        "--connect-timeout",
+        type=positive_seconds,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
     )
 
 

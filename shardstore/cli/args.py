@@ -53,6 +53,18 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds greater than 0 (``--connect-timeout``): 0, a negative
+    number, NaN or infinity is a usage error at parse time."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):  # NaN fails every comparison
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0: {text!r}")
+    return value
+
+
 def interval(text: str) -> timedelta:
     """A duration such as ``'7 days'``, ``'1h'`` or ``'90s'``
     (:func:`shardstore.settings.parse_interval`)."""

@@ -32,7 +32,14 @@ def cmd_append(run: Runner) -> int:
             raise UsageError("--role needs --content")
         payload: Any = {"role": args.role or "user", "content": args.content}
     else:
-        text = sys.stdin.read() if args.message in (None, "-") else args.message
+        from_stdin = args.message in (None, "-")
+        if from_stdin and sys.stdin.isatty():
+            print(
+                "reading the message from stdin: type a JSON object (or an array of them), "
+                "then Ctrl-D (or pass MESSAGE_JSON, or --content TEXT)",
+                file=run.err,
+            )
+        text = sys.stdin.read() if from_stdin else args.message
         if not text.strip():
             raise UsageError("no message given (pass MESSAGE_JSON, '-' for stdin, or --content)")
         payload = parse_json(text, "the message")
@@ -46,6 +53,8 @@ def cmd_append(run: Runner) -> int:
         docs = [append_json(r) for r in results]
         run.emit(docs if isinstance(payload, list) else docs[0])
         return 0
+    if not results:
+        run.line("appended nothing: the array is empty")
     for r in results:
         note = "  (duplicate: already stored, nothing written)" if r.duplicate else ""
         run.line(f"turn {r.turn_seq}  chunk {r.chunk_seq}  {num(r.tokens)} tokens{note}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from ...errors import ConfigurationError
 from ...settings import parse_interval
 from ..app import Commands, Runner
 from ..output import display_dsn, format_partitions, interval_text, kv, partition_json
@@ -17,7 +19,14 @@ def cmd_init(run: Runner) -> int:
         settings["partition_interval"] = parse_interval(run.args.partition_interval)
     from ...migrate import all_migrations
 
-    with run.connect(**settings) as store:
+    try:
+        store = run.connect(**settings)
+    except ConfigurationError:
+        if "partition_interval" not in settings:
+            raise
+        _refuse_interval_change(run, settings["partition_interval"])
+        raise
+    with store:
         stats = store.stats()
     version = len(all_migrations())
     if run.json:
@@ -45,6 +54,19 @@ def cmd_init(run: Runner) -> int:
         run.line()
         run.line(format_partitions(stats.partitions))
     return 0
+
+
+def _refuse_interval_change(run: Runner, wanted: timedelta) -> None:
+    """Raise the refusal of ``--partition-interval`` in the CLI's terms when the database's
+    recorded interval differs (returns if it does not: the error was another one)."""
+    with run.connect() as store:
+        current = store.stats().partition_interval_seconds
+    if current != wanted.total_seconds():
+        raise ConfigurationError(
+            f"this database partitions every {interval_text(current)}; --partition-interval "
+            f"{interval_text(wanted.total_seconds())} cannot change it once partitions exist "
+            "(run init without --partition-interval to keep the recorded one)"
+        )
 
 
 def register(commands: Commands) -> None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 from typing import Any
 
 from ...purge import DEFAULT_BATCH_SIZE, PurgeReport
 from ..app import Commands, Runner
 from ..args import UsageError, non_negative_int, parse_time, positive_int
-from ..output import format_table, kv, num, printable, size
+from ..output import format_table, kv, num, printable, size, when
 
 
 def register(commands: Commands) -> None:
@@ -168,17 +169,29 @@ def cmd_purge(run: Runner) -> int:
             doc["before"] = cutoff.isoformat()
         run.emit(doc)
         return 0
-    print_report(run, report, _describe(args))
+    print_report(run, report, _describe(args), cutoff=cutoff or before)
     return 0
 
 
-def print_report(run: Runner, report: PurgeReport, what: str) -> None:
-    """The human form of a purge report: a headline naming ``what``, a summary, and the
-    per-table (and per-partition) rows and bytes."""
+def print_report(
+    run: Runner, report: PurgeReport, what: str, *, cutoff: datetime | None = None
+) -> None:
+    """The human form of a purge report: a headline naming ``what``, the absolute
+    ``cutoff`` time when there is one (``purge before``, ``purge range --before``), a
+    summary, and the per-table (and per-partition) rows and bytes. A session that was
+    already purged is said to be so, with nothing else."""
+    if report.kind == "session" and not report.session_ids:
+        # purge_session raises SessionNotFound for an unknown id: this one is a tombstone
+        head = "dry run: " if report.dry_run else ""
+        run.line(f"{head}{what} was already purged: nothing left to remove")
+        return
     head = "dry run, nothing removed: would purge" if report.dry_run else "purged"
     run.line(f"{head} {what}")
     run.line()
-    pairs = [
+    pairs = []
+    if cutoff is not None:
+        pairs.append(("cutoff", f"turns written before {when(cutoff)} UTC"))
+    pairs += [
         (
             "sessions",
             f"{num(report.sessions_affected)} affected"
