@@ -51,6 +51,19 @@ class SessionModel:
             self.keys[key] = len(self.turns) - 1
         return (len(self.turns) - 1, self.open_chunk, tokens, False)
 
+    def rewind(self, to: int) -> int:
+        """Drop turns >= ``to`` and their keys; the chunk holding the last kept turn is the
+        open chunk again (store.rewind's head rule). Returns how many were dropped."""
+        removed = len(self.turns) - to
+        del self.turns[to:]
+        self.keys = {k: seq for k, seq in self.keys.items() if seq < to}
+        self.open_chunk = self.turns[-1].chunk_seq if self.turns else 0
+        members = [t for t in self.turns if t.chunk_seq == self.open_chunk]
+        self.open_turns = len(members)
+        self.open_tokens = sum(t.tokens for t in members)
+        self.open_bytes = sum(t.size for t in members)
+        return removed
+
     def tail(self, n: int | None, max_tokens: int | None) -> list[int]:
         """turn_seqs the tail should return."""
         picked: list[int] = []

@@ -1,5 +1,5 @@
-"""The store against an in-memory model: appends, batches, retries, folds and every read,
-with turn sizes from one token to several chunks."""
+"""The store against an in-memory model: appends, batches, retries, folds, rewinds and every
+read, with turn sizes from one token to several chunks."""
 
 from __future__ import annotations
 
@@ -124,6 +124,14 @@ class SessionMachine(RuleBasedStateMachine):
     @rule()
     def drain_folds(self) -> None:
         self.store.drain_folds()
+
+    @rule(data=st.data())
+    def rewind(self, data: st.DataObject) -> None:
+        total = len(self.model.turns)
+        to = data.draw(st.integers(max(0, total - 12), total))
+        assert self.store.rewind(self.sid, to) == self.model.rewind(to)
+        assert self.store.session(self.sid).turn_count == to
+        assert [t.turn_seq for t in self.store.history(self.sid)] == list(range(to))
 
     @rule(n=st.integers(1, 40))
     def tail_n(self, n: int) -> None:
