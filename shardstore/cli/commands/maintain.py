@@ -1,22 +1,45 @@
 """``shardstore maintain``: one partition maintenance run (``python -m partition_manager``
 runs the same command).
 
+The embedding step embeds at most ``--max-embed`` chunks for at most ``--embed-seconds``
+(300 s by default) and reports what it left queued; ``took`` is the whole run.
+
 Exit status: 0 when the run left the current partition and ``--premake`` ahead attached and
 no step failed, and also when another run held the maintenance lock ("already running": that
 run is the one to judge); 3 when the run finished unhealthy (fewer partitions ahead than
-``--premake``, or a step failed: see the report's errors); 2 for bad usage or when the
+``--premake``, or a step failed: see the report's errors); 2 for bad usage; 6 when the
 database cannot be reached; 1 for an unexpected failure.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 from datetime import timedelta
 
 from partition_manager.runner import format_report
 
+from ...maintenance import MAX_EMBED_SECONDS
 from ...settings import Settings
 from ..app import EXIT_OK, EXIT_UNHEALTHY, Commands, Runner
-from ..args import int_between, interval, lock_timeout
+from ..args import int_between, interval, lock_timeout, non_negative_int
+
+#: ``--embed-seconds`` by default: a run every 10 minutes never overlaps the next one
+DEFAULT_EMBED_SECONDS = 300.0
+
+
+def embed_seconds(text: str) -> float:
+    """``--embed-seconds``: seconds (``300``) or a duration (``'5 min'``, ``90s``) from 0
+    (no time limit) to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = interval(text).total_seconds()
+    if not (math.isfinite(value) and 0 <= value <= MAX_EMBED_SECONDS):
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 (no limit) to {MAX_EMBED_SECONDS} seconds: {text!r}"
+        )
+    return value
 
 
 def cmd_maintain(run: Runner) -> int:
@@ -34,6 +57,9 @@ def cmd_maintain(run: Runner) -> int:
             lock_timeout=args.lock_timeout,
             archive=args.archive_command,
             embed=not args.no_embed,
+            max_embed=args.max_embed,
+            embed_seconds=args.embed_seconds or None,
+            progress=not run.json and run.err.isatty(),
         )
     if run.json:
         run.emit(report.to_json())
@@ -90,6 +116,23 @@ def register(commands: Commands) -> None:
         "--no-embed",
         action="store_true",
         help="skip embedding queued chunks (done by default when a model is recorded)",
+    )
+    p.add_argument(
+        "--max-embed",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="embed at most N chunks in this run (default: no count limit); the rest stays "
+        "queued for the next run",
+    )
+    p.add_argument(
+        "--embed-seconds",
+        type=embed_seconds,
+        default=DEFAULT_EMBED_SECONDS,
+        metavar="SECONDS",
+        help="stop embedding after about this long, model loading included, e.g. 300 or "
+        f"'10 min' (default {DEFAULT_EMBED_SECONDS:.0f}: keeps a run inside a 10-minute "
+        "cron; 0: no limit); the rest stays queued for the next run",
     )
     p.add_argument(
         "--lock-timeout",
