@@ -207,7 +207,7 @@ def test_create_session_options_and_idempotency(cli: Cli) -> None:
 
 
 def test_demo_stores_a_long_conversation(cli: Cli) -> None:
-    result = cli("demo", "--turns", "200", "--seed", "5")
+    result = cli("demo", "--turns", "200", "--seed", "5", "--keep")
     assert result.rc == 0, result.err
     out = result.out
     assert "appended     200 turns" in out
@@ -227,11 +227,21 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     stats = cli("stats", "--json").json()
     assert (stats["sessions"], stats["turns"]) == (2, 200 + int(memory.group(1)))
     assert stats["chunks"] >= 1
-    plain = cli("demo", "--turns", "20", "--tenant", "t3", "--no-search")
+    plain = cli("demo", "--turns", "20", "--tenant", "t3", "--no-search", "--keep")
     assert plain.rc == 0 and "search (" not in plain.out
 
     doc = cli(
-        "demo", "--turns", "200", "--seed", "5", "--tenant", "t2", "--batch", "7", "--json"
+        "demo",
+        "--turns",
+        "200",
+        "--seed",
+        "5",
+        "--tenant",
+        "t2",
+        "--batch",
+        "7",
+        "--json",
+        "--keep",
     ).json()
     assert doc["turns"] == 200 and doc["history"] == {
         "turns": 200,
@@ -256,6 +266,31 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     history = cli("history", doc["session_id"], "--json").json_lines()
     assert [t["message"] for t in history] == synthetic.messages(5, 200)
     assert cli("stats", "--json").json()["turns"] == 420 + int(memory.group(1))  # + --no-search run
+
+
+def test_demo_cleans_up_and_says_what_it_left(cli: Cli) -> None:
+    result = cli("demo", "--turns", "30", "--tenant", "t4")
+    assert result.rc == 0, result.err
+    out = result.out
+    assert "what the demo left" in out
+    purged = re.search(r"purged\s+the 30-turn session (\S+) ", out)
+    kept = re.search(r"kept\s+session (\S+) \((\d+) turns, embedded\)", out)
+    assert purged and kept, out
+    assert re.search(r"embedding\s+nothing queued", out), out
+    assert "shardstore purge tenant --tenant t4 --yes" in out
+    # purged: nothing of it is left to embed
+    assert re.search(r"purged\s+yes", cli("session", purged.group(1)).out)
+    assert re.search(r"purged\s+no", cli("session", kept.group(1)).out)
+    hits = cli("search", "refund reference", "--tenant", "t4", "-k", "1", "--json").json()
+    assert hits and hits[0]["session_id"] == kept.group(1)
+    # the same with --json: nothing kept without the search part; one command removes it all
+    doc = cli("demo", "--turns", "10", "--tenant", "t5", "--json").json()
+    left = doc["left"]
+    assert left["purged"] == {"session_id": doc["session_id"], "turns": 10}
+    assert left["kept"] == [] and left["embedding_backlog"] == 0
+    assert left["remove_command"] == "shardstore purge tenant --tenant t5 --yes"
+    assert cli("purge", "tenant", "--tenant", "t4", "--yes").rc == 0
+    assert re.search(r"purged\s+yes", cli("session", kept.group(1)).out)
 
 
 def test_errors_exit_with_distinct_statuses(cli: Cli) -> None:

@@ -1,10 +1,18 @@
 """``shardstore demo``: append a long synthetic agent conversation, show how it was stored,
 then (unless ``--no-search``) embed a short conversation with planted facts and find one by
-a paraphrase. The only command that uses :mod:`shardstore.demo`."""
+a paraphrase. The only command that uses :mod:`shardstore.demo`.
+
+It cleans up after itself: at the end the long conversation is purged (embedding its ~200
+chunks would keep the next ``maintain`` busy for minutes), and the short, already
+embedded one is kept to try ``search``, ``tail`` and ``history`` on. ``--keep`` keeps both.
+Either way the last lines say exactly what is left (sessions, the embedding backlog) and
+the one command that removes it."""
 
 from __future__ import annotations
 
+import shlex
 import time
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -104,6 +112,7 @@ def cmd_demo(run: Runner) -> int:
         "max": latencies[-1] * 1000,
     }
     if run.json:
+        left = _clean_up(run, sid, len(messages), None)
         run.emit(
             {
                 "database": display_dsn(run.dsn),
@@ -128,6 +137,7 @@ def cmd_demo(run: Runner) -> int:
                 "chunks": [chunk_json(c) for c in chunks],
                 "partition_interval_seconds": stats.partition_interval_seconds,
                 "partitions": [partition_json(p) for p in stats.partitions],
+                "left": left,
             }
         )
         return 0 if identical else 1
@@ -182,22 +192,102 @@ def cmd_demo(run: Runner) -> int:
         "store-wide)"
     )
     run.line(format_partitions(stats.partitions, indent="  "))
-    if not args.no_search:
-        demo_search(run, args.tenant)
+    memory = None if args.no_search else demo_search(run, args.tenant)
+    left = _clean_up(run, sid, len(messages), memory)
+    _print_left(run, left)
     return 0 if identical else 1
 
 
-def demo_search(run: Runner, tenant: str) -> None:
+def _clean_up(
+    run: Runner, sid: uuid.UUID, turns: int, memory: tuple[uuid.UUID, int, bool] | None
+) -> dict[str, object]:
+    """Purge the long session unless ``--keep``; what is left, as a JSON object: the
+    sessions kept, the one purged, the database's embedding backlog and the command that
+    removes everything of the demo's tenant."""
+    args = run.args
+    with run.connect() as store:
+        purged = None
+        if not args.keep:
+            store.purge_session(sid)
+            purged = {"session_id": str(sid), "turns": turns}
+        backlog = store.maintain(dry_run=True).embedding_backlog or 0
+    kept = [] if purged is not None else [{"session_id": str(sid), "turns": turns}]
+    if memory is not None:
+        kept.append({"session_id": str(memory[0]), "turns": memory[1], "embedded": memory[2]})
+    return {
+        "tenant_id": args.tenant,
+        "kept": kept,
+        "purged": purged,
+        "embedding_backlog": backlog,
+        "remove_command": f"shardstore purge tenant --tenant {shlex.quote(args.tenant)} --yes",
+    }
+
+
+def _print_left(run: Runner, left: dict[str, object]) -> None:
+    """The last lines of the text output: exactly what the demo left behind."""
+    kept = left["kept"]
+    purged = left["purged"]
+    backlog = left["embedding_backlog"]
+    tenant = printable(str(left["tenant_id"]))
+    assert isinstance(kept, list) and isinstance(backlog, int)
+    rows: list[tuple[str, str]] = []
+    if isinstance(purged, dict):
+        rows.append(
+            (
+                "purged",
+                f"the {num(purged['turns'])}-turn session {purged['session_id']} (so nothing "
+                "of it waits for embedding; --keep keeps it)",
+            )
+        )
+    for item in kept:
+        what = f"session {item['session_id']} ({num(item['turns'] or 0)} turns"
+        what += ", embedded)" if item.get("embedded") else ")"
+        rows.append(("kept", what))
+    if not kept:
+        rows.append(("kept", "nothing"))
+    if any(item.get("embedded") for item in kept):
+        rows.append(
+            (
+                "try",
+                f"shardstore search 'which port does staging use' --tenant {shlex.quote(tenant)}",
+            )
+        )
+    if backlog:
+        rows.append(
+            (
+                "embedding",
+                f"{num(backlog)} chunks queued in this database: 'shardstore maintain' embeds "
+                "them (at most 300 s a run), 'shardstore embed' all at once",
+            )
+        )
+    else:
+        rows.append(("embedding", "nothing queued"))
+    rows.append(("remove it all", f"{left['remove_command']}  (every session of tenant {tenant})"))
+    if run.embedded:
+        rows.append(
+            (
+                "server",
+                "the embedded Postgres keeps running for later commands; "
+                "'shardstore server stop' stops it",
+            )
+        )
+    run.line()
+    run.line("what the demo left")
+    run.line(kv(rows, indent="  "))
+
+
+def demo_search(run: Runner, tenant: str) -> tuple[uuid.UUID, int, bool] | None:
     """Embed a short conversation with planted facts (:func:`shardstore.demo.recall_messages`)
-    in a new session of ``tenant`` and find one with a paraphrase, printing the hit. When
-    the embedding model cannot be loaded it prints ``search: skipped (reason)`` instead of
-    failing."""
+    in a new session of ``tenant`` and find one with a paraphrase, printing the hit; returns
+    that session's id, turn count and whether it was embedded (None when no session was
+    made). When the embedding model cannot be loaded it prints ``search: skipped
+    (reason)`` instead of failing."""
     run.line()
     try:
         store: Store = run.connect(embedding_model=demo.DEMO_MODEL)
     except ShardstoreError as exc:
         run.line(f"search: skipped ({exc})")
-        return
+        return None
     with store:
         sid = store.create_session(tenant, "user:demo", "memory-demo")
         messages = demo.recall_messages()
@@ -208,7 +298,7 @@ def demo_search(run: Runner, tenant: str) -> None:
             embedded = store.embed(session_id=sid)
         except MissingDependency as exc:
             run.line(f"search: skipped ({exc})")
-            return
+            return sid, len(messages), False
         took = time.perf_counter() - started
         t0 = time.perf_counter()
         hits = store.search(demo.DEMO_QUESTION, tenant_id=tenant, k=1)
@@ -219,6 +309,7 @@ def demo_search(run: Runner, tenant: str) -> None:
     )
     run.line(f"  query: {demo.DEMO_QUESTION!r}  ({search_ms:.0f} ms, tenant {tenant!r})")
     print_hits(run.out, hits, indent="  ")
+    return sid, len(messages), True
 
 
 def register(commands: Commands) -> None:
@@ -231,6 +322,12 @@ def register(commands: Commands) -> None:
     p.add_argument("--turns", type=positive_int, default=2000, help="messages (default 2000)")
     p.add_argument("--tenant", default="demo", help="tenant id (default 'demo')")
     p.add_argument("--no-search", action="store_true", help="skip the embedding and search part")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the long conversation too (by default it is purged at the end, so that "
+        "nothing is left to embed; its chunks take minutes to embed on a CPU)",
+    )
     p.add_argument("--seed", type=int, default=1, help="synthetic conversation seed (default 1)")
     p.add_argument(
         "--batch",
