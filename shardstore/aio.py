@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from . import base, facts, maintenance, purge
 from . import checkpoints as checkpoint_ops
 from . import history as history_ops
+from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
 from .core.bind import amethod, astream
@@ -64,6 +65,7 @@ class AsyncStore(base.StoreBase):
     checkpoint = amethod(checkpoint_ops.checkpoint)
     restore = amethod(checkpoint_ops.restore)
     checkpoints = amethod(checkpoint_ops.checkpoints)
+    rewind = amethod(rewind_ops.rewind)
     remember = amethod(facts.remember)
     recall = amethod(facts.recall)
     forget = amethod(facts.forget)

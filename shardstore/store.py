@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from . import base, facts, maintenance, purge
 from . import checkpoints as checkpoint_ops
 from . import history as history_ops
+from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
 from .core.bind import method, stream
@@ -66,6 +67,7 @@ class Store(base.StoreBase):
     checkpoint = method(checkpoint_ops.checkpoint)
     restore = method(checkpoint_ops.restore)
     checkpoints = method(checkpoint_ops.checkpoints)
+    rewind = method(rewind_ops.rewind)
     remember = method(facts.remember)
     recall = method(facts.recall)
     forget = method(facts.forget)

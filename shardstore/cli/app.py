@@ -133,6 +133,7 @@ COMMAND_MODULES = (
     *("init", "demo", "sessions", "history", "stats", "maintain", "purge", "search"),
     "runs",
     "checkpoints",
+    "rewind",
     "facts",
     "server",
 )

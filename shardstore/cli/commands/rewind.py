@@ -1,0 +1,36 @@
+"""``shardstore rewind SESSION --to N``: remove a session's turns from N on."""
+
+from __future__ import annotations
+
+from ..app import Commands, Runner
+from ..args import non_negative_int
+
+
+def cmd_rewind(run: Runner) -> int:
+    """Remove the session's turns from ``--to`` on (its next turn gets turn_seq N) and
+    print how many went; 0 on success."""
+    args = run.args
+    with run.connect() as store:
+        removed = store.rewind(args.session_id, args.to)
+    if run.json:
+        run.emit({"session_id": args.session_id, "to_turn_seq": args.to, "removed": removed})
+    elif removed:
+        run.line(f"removed {removed} turn{'s' if removed != 1 else ''}; next turn_seq {args.to}")
+    else:
+        run.line(f"nothing to remove: the session has {args.to} turns")
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``rewind``."""
+    p = commands.add(
+        "rewind", "remove a session's turns from turn N on (retry or edit a reply)", cmd_rewind
+    )
+    p.add_argument("session_id", metavar="SESSION")
+    p.add_argument(
+        "--to",
+        metavar="N",
+        type=non_negative_int,
+        required=True,
+        help="the first turn_seq to remove; the next append gets it",
+    )
