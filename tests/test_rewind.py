@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -544,3 +545,23 @@ def test_server_killed_mid_rewind(server: CrashableServer, tmp_path: Path, lock_
         invariants(store, dsn, sid)
         assert max(c.turn_seq for c in store.checkpoints(sid)) == 12
         assert store.append_turn(sid, msg(0), idempotency_key="k20").turn_seq == 13
+
+
+def test_a_reopened_chunk_never_spans_partitions(make_store: StoreFactory, dsn: str) -> None:
+    store = make_store(chunk_tokens=10_000, partition_interval=timedelta(seconds=1), premake=0)
+    sid = store.create_session("acme")
+    store.append_turns(sid, [msg(i) for i in range(4)])
+    store.flush(sid)
+    time.sleep(1.1)  # the open chunk's partition range is over
+    assert store.rewind(sid, 2) == 2
+    r = store.append_turn(sid, msg(9))
+    assert (r.turn_seq, r.chunk_seq) == (2, 1)
+    store.flush(sid)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        spans = conn.execute(
+            "SELECT h.chunk_seq, date_bin(c.partition_interval, h.chunk_start, c.partition_origin)"
+            "     = date_bin(c.partition_interval, h.chunk_end, c.partition_origin)"
+            "  FROM shardstore.agent_history h, shardstore.config c ORDER BY 1"
+        ).fetchall()
+    assert spans == [(0, True), (1, True)]
+    invariants(store, dsn, sid)
