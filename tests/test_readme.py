@@ -36,13 +36,7 @@ BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
 # Sections whose example still continues the tour (uses its `store` and `sid`) instead of
 # running on its own: known failures until each is made self-contained (issue 15, point 1).
 # Not strict, so that fixing one does not break the run; remove its heading here then.
-NOT_YET_STANDALONE = frozenset(
-    {
-        "Runs: what is in flight",
-        "Facts: durable memory with provenance",
-        "Checkpoints: resume after a crash",
-    }
-)
+NOT_YET_STANDALONE: frozenset[str] = frozenset()
 
 
 def test_the_readme_has_python_examples() -> None:
