@@ -28,6 +28,7 @@ CONTENDERS = (
 PLOTS = ("growth_append.png", "growth_tail.png", "storage.png", "throughput.png")
 
 
+@pytest.mark.slow
 def test_compare_quick_tiny(server_dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     cmd = [

@@ -683,6 +683,7 @@ def test_stateful_model(make_store: Callable[..., Any]) -> None:
 WRITER_KILLS = 120
 
 
+@pytest.mark.slow
 def test_sigkilled_agent_resumes_from_restore(dsn: str, tmp_path: Path) -> None:
     """THE crash flow: an agent appends the user turn with a checkpoint, calls the model (a
     sleep), appends the reply with a key derived from the checkpoint; it is SIGKILLed at

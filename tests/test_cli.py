@@ -206,6 +206,7 @@ def test_create_session_options_and_idempotency(cli: Cli) -> None:
     assert conflict.err.startswith("error: session ") and "already exists" in conflict.err
 
 
+@pytest.mark.slow
 def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     result = cli("demo", "--turns", "200", "--seed", "5", "--keep")
     assert result.rc == 0, result.err

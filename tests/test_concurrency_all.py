@@ -14,6 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import shardstore
 from tests.embedders import HashEmbedder
 from tests.faults import (
@@ -31,6 +33,7 @@ OWN_WRITERS = 16
 EMBEDDERS = 2
 
 
+@pytest.mark.slow
 def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_path: Path) -> None:
     settings: dict[str, Any] = {
         "chunk_tokens": 300,

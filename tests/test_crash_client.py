@@ -55,6 +55,7 @@ def _first_unacked(log: str) -> int:
     return max(acked, default=-1) + 1
 
 
+@pytest.mark.slow
 def test_kill_writer_mid_batch(server: CrashableServer, tmp_path: Path) -> None:
     """Batches of 500-3000 turns; the writer is killed 0-400 ms into one. Then a new writer
     process resumes at the first unacknowledged batch, with the same keys."""

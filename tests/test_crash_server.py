@@ -74,6 +74,7 @@ def _finish(
     assert rep.buffered_turns == 0 and rep.sealed_buffered_chunks == 0
 
 
+@pytest.mark.slow
 def test_random_server_crashes(server: CrashableServer, tmp_path: Path) -> None:
     """SIGKILL the server (every process at once, or one backend so that the postmaster
     resets everything) at random moments while 4 sessions get batches of 1-8 turns."""
@@ -107,6 +108,7 @@ def test_random_server_crashes(server: CrashableServer, tmp_path: Path) -> None:
             _finish(server, dsn, cfg, proc, budget)
 
 
+@pytest.mark.slow
 def test_server_crash_during_fold(server: CrashableServer, tmp_path: Path) -> None:
     """Chosen point: a fold has moved a sealed chunk's buffer rows into agent_history and
     waits (uncommitted) for its chunk_map insert; the server is killed there. The chunk must
@@ -141,6 +143,7 @@ def test_server_crash_during_fold(server: CrashableServer, tmp_path: Path) -> No
             _finish(server, dsn, cfg, proc, budget)
 
 
+@pytest.mark.slow
 def test_server_crash_during_partition_creation(server: CrashableServer, tmp_path: Path) -> None:
     """Chosen points with 1-second partitions and premake=0: (a) a fold has created the
     new partition's table and waits to ATTACH it; (b) maintenance has created standalone

@@ -26,6 +26,7 @@ def _postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "postmaster.pid").read_text().splitlines()[0])
 
 
+@pytest.mark.slow
 def test_embedded_server_started_once_and_reused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

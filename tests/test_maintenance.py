@@ -125,6 +125,7 @@ def test_idle_sessions_are_folded_busy_ones_not(
 # ---------------------------------------------------------------- retention
 
 
+@pytest.mark.slow
 def test_retention_drops_old_partitions_sessions_and_buffered_turns(
     make_store: MakeStore, admin: psycopg.Connection[Any]
 ) -> None:
@@ -288,6 +289,7 @@ def test_dry_run_changes_nothing_and_prints_the_plan(
     assert len(set(after[0]) - set(before[0])) <= 1
 
 
+@pytest.mark.slow
 def test_cli_report_and_exit_codes(make_store: MakeStore, dsn: str, capsys: Any) -> None:
     store = make_store(partition_interval=SECOND, premake=1)
     sid = store.create_session("acme")
@@ -483,6 +485,7 @@ def test_async_maintain(dsn: str) -> None:
 # ---------------------------------------------------------------- under load
 
 
+@pytest.mark.slow
 def test_appends_under_load_never_fail_nor_wait_past_the_lock_timeout(
     make_store: MakeStore,
 ) -> None:

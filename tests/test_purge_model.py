@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 import shardstore
@@ -53,6 +54,7 @@ def _model_cut(model: SessionModel, cut: int) -> None:
     model.keys = {k: seq for k, seq in model.keys.items() if seq >= cut}
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60,
     deadline=None,

@@ -880,6 +880,7 @@ def test_killed_writer_leaves_valid_runs(store: shardstore.Store, dsn: str, tmp_
         assert store.close_run(uuid.UUID(int=i + 1), "done").status == "done"
 
 
+@pytest.mark.slow
 def test_server_killed_mid_update_leaves_valid_runs() -> None:
     """The whole server SIGKILLed (and restarted: crash recovery) while a writer updates
     runs: every acknowledged update survives, a call that failed may or may not have

@@ -64,6 +64,7 @@ def conversation() -> list[dict[str, Any]]:
     return messages
 
 
+@pytest.mark.slow
 def test_planted_facts_are_found_at_rank_1_by_paraphrases(dsn: str) -> None:
     store = shardstore.connect(dsn, embedding_model="all-MiniLM-L6-v2")
     try:
