@@ -12,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "search_scale.py"
 
 
+@pytest.mark.slow
 def test_search_scale_quick(server_dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     cmd = [

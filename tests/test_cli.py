@@ -269,6 +269,7 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
     assert cli("stats", "--json").json()["turns"] == 420 + int(memory.group(1))  # + --no-search run
 
 
+@pytest.mark.slow
 def test_demo_cleans_up_and_says_what_it_left(cli: Cli) -> None:
     result = cli("demo", "--turns", "30", "--tenant", "t4")
     assert result.rc == 0, result.err

@@ -294,6 +294,7 @@ def test_session_and_range_purges_remove_facts_of_removed_turns(
     assert fb.fact_id not in {f.fact_id for f in left}
 
 
+@pytest.mark.slow
 def test_purge_before_and_retention_remove_sourced_facts(
     make_store: Callable[..., shardstore.Store],
 ) -> None:
@@ -421,6 +422,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_one_valid_version_and_every_acknowledged_fact(
     store: shardstore.Store, dsn: str, tmp_path: Path
 ) -> None:

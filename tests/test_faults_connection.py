@@ -42,6 +42,7 @@ def _keys(store: shardstore.Store, sid: Any) -> list[str | None]:
     return [t.idempotency_key for t in store.history(sid)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prepare_threshold", [None, 0, 5])
 @pytest.mark.parametrize("how", ["crash", "clean"])
 def test_restart_under_live_pool(
@@ -86,6 +87,7 @@ def test_restart_under_live_pool(
         store.close()
 
 
+@pytest.mark.slow
 def test_retry_across_outage_stores_once(server: CrashableServer) -> None:
     """A batch is retried (same keys) while the server is down for ~1 s and comes back;
     another thread keeps appending. Every turn ends up stored once."""

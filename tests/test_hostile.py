@@ -392,6 +392,7 @@ def test_turns_near_the_byte_cap(
     assert db_state(dsn) == before
 
 
+@pytest.mark.slow
 def test_default_cap_refuses_a_huge_turn_before_the_server(dsn: str) -> None:
     class Counting(CountingConnection):
         statements = 0

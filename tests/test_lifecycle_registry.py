@@ -35,6 +35,7 @@ def _count(conn: psycopg.Connection[Any], table: str, sid: Any) -> int:
     return int(row[0])
 
 
+@pytest.mark.slow
 def test_retention_clears_registered_tables(
     make_store: Callable[..., shardstore.Store], admin: psycopg.Connection[Any]
 ) -> None:

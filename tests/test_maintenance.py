@@ -353,6 +353,7 @@ def test_python_dash_m_partition_manager(make_store: MakeStore, dsn: str) -> Non
 # ---------------------------------------------------------------- in-database procedure
 
 
+@pytest.mark.slow
 def test_call_run_maintenance(make_store: MakeStore, admin: psycopg.Connection[Any]) -> None:
     store = make_store(partition_interval=SECOND, premake=1)
     old = store.create_session("acme")

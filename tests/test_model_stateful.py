@@ -186,6 +186,7 @@ class SessionMachine(RuleBasedStateMachine):
         assert not any(c.is_open for c in chunks[:-1])
 
 
+@pytest.mark.slow
 def test_store_matches_model(make_store: Callable[..., shardstore.Store]) -> None:
     # a partition interval of ten years keeps partition rollover out of this test
     # (tests/test_partitions.py covers it with a one-second interval)

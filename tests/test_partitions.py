@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
 
 import shardstore
 from partition_manager import bounds_for, plan_premake
@@ -23,6 +24,7 @@ def _wait_for_next_second(margin: float = 0.15) -> None:
     time.sleep(1 - (now % 1) + margin)
 
 
+@pytest.mark.slow
 def test_chunks_never_span_partitions(make_store: Callable[..., shardstore.Store]) -> None:
     store = make_store(partition_interval=timedelta(seconds=1), premake=1)
     sid = store.create_session("acme")

@@ -39,6 +39,7 @@ def small(make_store: Callable[..., shardstore.Store]) -> shardstore.Store:
     return make_store(**SMALL)
 
 
+@pytest.mark.slow
 def test_purge_subject_leaves_no_marker_and_every_other_subject_unchanged(
     small: shardstore.Store, dsn: str
 ) -> None:

@@ -44,6 +44,7 @@ def test_the_readme_has_python_examples() -> None:
     assert "A short tour" in headings and "Recall: embeddings and search" in headings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("heading", "line", "code"),
     BLOCKS,

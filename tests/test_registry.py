@@ -267,6 +267,7 @@ def test_purge_before_covers_a_registered_table(
     assert _rows(registered, old)[RUNS] == [("x run",)]
 
 
+@pytest.mark.slow
 def test_maintenance_retention_covers_a_registered_table(
     make_store: Callable[..., shardstore.Store], registered: str
 ) -> None:
@@ -304,6 +305,7 @@ def test_maintenance_retention_covers_a_registered_table(
     assert left[RUNS] == [("x run",), ("recent run",)]
 
 
+@pytest.mark.slow
 def test_in_database_maintenance_covers_a_registered_table(
     make_store: Callable[..., shardstore.Store], registered: str
 ) -> None:

@@ -354,6 +354,7 @@ def test_purges_remove_runs(store: shardstore.Store, dsn: str) -> None:
             store.open_run(sid, framework="f", thread_key="late")
 
 
+@pytest.mark.slow
 def test_retention_removes_runs_with_their_sessions(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -838,6 +839,7 @@ def _acked(log: str) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
     return acked_steps, pending, {rid: op for rid, (_, op) in last.items()}
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_valid_runs(store: shardstore.Store, dsn: str, tmp_path: Path) -> None:
     sid = store.create_session("acme")
     log = tmp_path / "log"
