@@ -212,9 +212,9 @@ def restore(
         turns = yield from _collect(history_ops.history(store, sid, 0, upto + 1))
     else:
         rows = yield _named("tail_at", (sid, upto, n, max_tokens))
-        turns = trim_tail(
-            [record(Turn, r, message=jsoncodec.loads(r["message"])) for r in reversed(rows)]
-        )
+        window = [record(Turn, r, message=jsoncodec.loads(r["message"])) for r in reversed(rows)]
+        before = yield from history_ops.before_window_op(sid, window)
+        turns = trim_tail(window, before)
     yield Tx.COMMIT
     return Restored(found, turns)
 

@@ -245,29 +245,70 @@ def model_safe(text: str) -> str:
     return fixed.replace("\x00", " ")
 
 
-def message_text(message: dict[str, Any]) -> str:
-    """The searchable text of a message: its role, text content (string or text parts), a
-    tool's name and the tool calls it makes. Other fields are metadata, not meaning."""
-    role = str(message.get("role", ""))
-    parts: list[str] = []
-    content = message.get("content")
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _content_parts(content: Any, parts: list[str]) -> None:
+    """Text of a content value: a string, or a list of parts / blocks (OpenAI text parts,
+    Responses ``input_text`` / ``output_text`` / ``summary_text``, Anthropic ``text``,
+    ``thinking``, ``tool_use`` and ``tool_result`` blocks)."""
     if isinstance(content, str):
         parts.append(content)
     elif isinstance(content, list):
         for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-            elif isinstance(part, str):
+            if isinstance(part, str):
                 parts.append(part)
+            elif not isinstance(part, dict):
+                continue
+            elif isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif part.get("type") == "tool_use":
+                parts.append(f"{part.get('name', '')}({_json_text(part.get('input', ''))})")
+            elif part.get("type") == "tool_result":
+                _content_parts(part.get("content"), parts)
+            elif isinstance(part.get("thinking"), str):
+                parts.append(part["thinking"])
     elif content is not None:
-        parts.append(json.dumps(content, ensure_ascii=False, default=str))
+        parts.append(_json_text(content))
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The searchable text of a message: its role (or, for a Responses / LangChain item
+    without one, its ``type``), text content (string or text parts and blocks), a tool's
+    name and the tool calls it makes, a call item's name and arguments, a call output's
+    output, a reasoning item's summary. Other fields are metadata, not meaning."""
+    data = message.get("data")
+    if "role" not in message and isinstance(data, dict) and "content" not in message:
+        # LangChain's message_to_dict form: {"type": "ai", "data": {...}}
+        inner = dict(data)
+        inner.setdefault("type", message.get("type"))
+        inner.pop("role", None)
+        return message_text(inner)
+    kwargs = message.get("kwargs")
+    if message.get("type") == "constructor" and isinstance(kwargs, dict):  # LangChain dumpd
+        ids = message.get("id")
+        kind = ids[-1] if isinstance(ids, list) and ids else "message"
+        return message_text({**kwargs, "type": str(kind)})
+    role = message.get("role")
+    head_word = str(role) if role is not None else str(message.get("type", ""))
+    parts: list[str] = []
+    _content_parts(message.get("content"), parts)
     for call in message.get("tool_calls") or ():
         if isinstance(call, dict):
-            inner = call.get("function")
-            fn: dict[str, Any] = inner if isinstance(inner, dict) else call
-            parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+            inner_fn = call.get("function")
+            fn: dict[str, Any] = inner_fn if isinstance(inner_fn, dict) else call
+            args = fn.get("arguments", fn.get("args", ""))
+            parts.append(f"{fn.get('name', '')}({_json_text(args)})")
+    if role is None:
+        for key in ("arguments", "input", "action"):  # *_call items
+            if key in message:
+                parts.append(_json_text(message[key]))
+        if "output" in message:  # *_call_output items
+            _content_parts(message["output"], parts)
+        _content_parts(message.get("summary"), parts)  # reasoning items
     name = message.get("name")
-    head = f"{role} {name}" if isinstance(name, str) and name else role
+    head = f"{head_word} {name}" if isinstance(name, str) and name else head_word
     body = "\n".join(p for p in parts if p)
     return model_safe(f"{head}: {body}" if head else body)
 

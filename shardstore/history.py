@@ -30,7 +30,13 @@ from .errors import (
     TurnTooLarge,
 )
 from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
-from .plans import HELD_OVER_MAX_TOKENS, TailWindow, explain_tail, trim_tail
+from .plans import (
+    HELD_OVER_MAX_TOKENS,
+    TailWindow,
+    explain_tail,
+    may_follow_reasoning,
+    trim_tail,
+)
 from .settings import DEFAULT_PARTITION_INTERVAL
 from .sql import query
 
@@ -454,7 +460,19 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
     if n is None and max_tokens is None:
         n = ctx.settings.default_tail_turns
     rows = yield _named("tail", (sid, n, max_tokens))
-    return trim_tail([_turn(r) for r in reversed(rows)])
+    turns = [_turn(r) for r in reversed(rows)]
+    before = yield from before_window_op(sid, turns)
+    return trim_tail(turns, before)
+
+
+def before_window_op(sid: uuid.UUID, turns: Sequence[Turn]) -> Op[dict[str, Any] | None]:
+    """The message of the turn just before a window, looked up (one more statement) only
+    when the window's first item is a Responses item, which a ``reasoning`` item outside
+    the window may precede (plans.trim_tail); None otherwise."""
+    if not turns or turns[0].turn_seq == 0 or not may_follow_reasoning(turns[0].message):
+        return None
+    rows = yield _named("tail_at", (sid, turns[0].turn_seq - 1, 1, None))
+    return jsoncodec.loads(rows[0]["message"]) if rows else None
 
 
 def tail(
@@ -488,10 +506,12 @@ def tail_explained(
     yield Tx.BEGIN_SNAPSHOT
     rows = yield _named("tail", (sid, n, max_tokens))
     newest = [] if rows else (yield _named("tail", (sid, 1, None)))
+    window = [_turn(r) for r in reversed(rows)]
+    before = yield from before_window_op(sid, window)
     yield Tx.COMMIT
     if newest:  # the session has turns, but not even its newest fits max_tokens
         return TailWindow([], [_turn(newest[0])], HELD_OVER_MAX_TOKENS)
-    return explain_tail([_turn(r) for r in reversed(rows)])
+    return explain_tail(window, before)
 
 
 def history(

@@ -140,16 +140,20 @@ def encode_message(message: Any) -> str:
     """Validate a chat message and return the JSON text to store.
 
     Raises :class:`InvalidMessage` (and writes nothing) unless ``message`` is a dict with a
-    non-empty string ``role`` made only of JSON types, with string keys, finite floats and
-    no cycles.
+    non-empty string ``role`` or, without a ``role`` key, a non-empty string ``type``
+    (OpenAI Responses items such as ``function_call``, LangChain ``ai`` / ``tool``), made
+    only of JSON types, with string keys, finite floats and no cycles.
     """
     if type(message) is not dict:
         raise InvalidMessage(
             f"a message must be a dict (a JSON object), not {type(message).__name__}"
         )
-    role = message.get("role")
+    role = message["role"] if "role" in message else message.get("type")
     if type(role) is not str or not role:
-        raise InvalidMessage("a message needs a non-empty string 'role' (e.g. 'user', 'assistant')")
+        raise InvalidMessage(
+            "a message needs a non-empty string 'role' (e.g. 'user', 'assistant') or, "
+            "without a 'role', a non-empty string 'type' (e.g. 'function_call')"
+        )
     try:
         needs_escape = _check(message, 0)
     except _Bad as bad:

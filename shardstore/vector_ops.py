@@ -34,6 +34,7 @@ from .embedding import (
 from .errors import EmbeddingModelMismatch, InvalidInput
 from .history import envelope_turn
 from .models import SearchHit
+from .plans import HIT_CONTEXT_TURNS, whole_window
 from .sql import query
 
 MAX_K = 1000
@@ -280,7 +281,7 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
             [r["session_id"] for r in best],
             [r["chunk_seq"] for r in best],
             [r["chunk_start"] for r in best],
-            [r["first_turn_seq"] for r in best],
+            [max(0, int(r["first_turn_seq"]) - HIT_CONTEXT_TURNS) for r in best],
             [r["last_turn_seq"] for r in best],
         ),
         prepare=False,
@@ -289,11 +290,14 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
     hits = []
     for i, row in enumerate(best):
         text = turns_of.get(i)
-        turns = (
+        context = (
             [envelope_turn(e, int(row["chunk_seq"])) for e in jsoncodec.loads_envelopes(text)]
             if text
             else []
         )
+        lo = int(row["first_turn_seq"])
+        first = next((j for j, t in enumerate(context) if t.turn_seq >= lo), len(context))
+        turns = whole_window(context, first)
         score = 1.0 - float(row["dist"])
         hits.append(SearchHit(row["session_id"], int(row["chunk_seq"]), score, turns))
     return hits

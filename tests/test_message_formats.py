@@ -1,0 +1,309 @@
+"""Message formats (issue 12, section 1): every common format is accepted, round-trips
+exactly, and no tail, restore or search window starts with a result whose call it cut off
+(or with an item whose Responses ``reasoning`` item it cut off)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shardstore
+from shardstore.embedding import message_text
+from shardstore.models import Turn
+from shardstore.plans import is_reasoning, is_tool_result, trim_tail, whole_window
+
+from .embedders import HashEmbedder
+
+Message = dict[str, Any]
+AT = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+# ------------------------------------------------------------------ one call + result per format
+
+
+def chat(i: int) -> list[Message]:
+    call = {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"c{i}", "content": f"out {i}"},
+    ]
+
+
+def responses(i: int) -> list[Message]:
+    return [
+        {"type": "reasoning", "id": f"rs{i}", "summary": [{"type": "summary_text", "text": "hm"}]},
+        {"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{i}", "output": f"out {i}"},
+    ]
+
+
+def responses_computer(i: int) -> list[Message]:
+    return [
+        {"type": "computer_call", "call_id": f"k{i}", "action": {"type": "click", "x": 1}},
+        {"type": "computer_call_output", "call_id": f"k{i}", "output": {"type": "input_image"}},
+    ]
+
+
+def anthropic(i: int) -> list[Message]:
+    return [
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": f"t{i}", "name": "f", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "ok"}],
+        },
+    ]
+
+
+def langchain(i: int) -> list[Message]:
+    return [
+        {"type": "ai", "content": "", "tool_calls": [{"name": "f", "args": {}, "id": f"l{i}"}]},
+        {"type": "tool", "content": "ok", "tool_call_id": f"l{i}"},
+    ]
+
+
+def langchain_dumped(i: int) -> list[Message]:
+    return [
+        {
+            "type": "ai",
+            "data": {"content": "", "tool_calls": [{"name": "f", "args": {}, "id": f"d{i}"}]},
+        },
+        {"type": "tool", "data": {"content": "ok", "tool_call_id": f"d{i}"}},
+    ]
+
+
+def seed(i: int) -> list[Message]:
+    return [
+        {"role": "assistant", "content": "calling", "metadata": {"tool_name": "f"}},
+        {"role": "tool_output", "content": "ok", "metadata": {"tool_call_id": f"s{i}"}},
+    ]
+
+
+FORMATS: dict[str, Callable[[int], list[Message]]] = {
+    "chat": chat,
+    "responses": responses,
+    "responses_computer": responses_computer,
+    "anthropic": anthropic,
+    "langchain": langchain,
+    "langchain_dumped": langchain_dumped,
+    "seed": seed,
+}
+PLAIN: dict[str, Callable[[int], Message]] = {
+    "chat": lambda i: {"role": "user", "content": f"question {i}"},
+    "responses": lambda i: {"type": "message", "role": "user", "content": f"question {i}"},
+    "responses_computer": lambda i: {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": f"a {i}"}],
+    },
+    "anthropic": lambda i: {"role": "user", "content": [{"type": "text", "text": f"q {i}"}]},
+    "langchain": lambda i: {"type": "human", "content": f"question {i}"},
+    "langchain_dumped": lambda i: {"type": "human", "data": {"content": f"question {i}"}},
+    "seed": lambda i: {"role": "user", "content": f"question {i}"},
+}
+
+
+def turns_of(messages: list[Message]) -> list[Turn]:
+    return [Turn(i, m, 1, AT, 0) for i, m in enumerate(messages)]
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_is_tool_result_per_format(fmt: str) -> None:
+    pair = FORMATS[fmt](0)
+    assert [is_tool_result(m) for m in pair] == [False] * (len(pair) - 1) + [True]
+    assert not is_tool_result(PLAIN[fmt](0))
+
+
+def test_other_responses_pairs_and_kinds() -> None:
+    for kind in ("custom_tool_call_output", "local_shell_call_output", "mcp_approval_response"):
+        assert is_tool_result({"type": kind, "call_id": "x"})
+    for kind in ("message", "reasoning", "file_search_call", "web_search_call", "mcp_call"):
+        assert not is_tool_result({"type": kind})
+    assert is_reasoning({"type": "reasoning"}) and not is_reasoning({"type": "message"})
+    dumpd = {
+        "lc": 1,
+        "type": "constructor",
+        "id": ["langchain", "schema", "messages", "ToolMessage"],
+        "kwargs": {"content": "x", "tool_call_id": "1"},
+    }
+    assert is_tool_result(dumpd)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_trim_tail_drops_only_orphaned_leading_results(fmt: str) -> None:
+    convo = [PLAIN[fmt](0), *FORMATS[fmt](0), PLAIN[fmt](1)]
+    turns = turns_of(convo)
+    assert trim_tail(turns) == turns  # the call is inside: kept whole
+    last = len(convo) - 2  # the result
+    assert trim_tail(turns[last:]) == turns[last + 1 :]  # its call cut off: dropped
+    assert trim_tail(turns[last + 1 :]) == turns[last + 1 :]
+
+
+def test_reasoning_stays_with_the_item_after_it() -> None:
+    convo = [
+        {"role": "user", "content": "q"},
+        *responses(0),
+        {"type": "message", "role": "assistant", "content": "a"},
+    ]
+    turns = turns_of(convo)
+    # the window starts at the function_call whose reasoning item (turn 1) was cut
+    assert trim_tail(turns[2:], before=convo[1]) == turns[4:]  # call, then its output: dropped
+    assert trim_tail(turns[2:], before=None) == turns[2:]  # predecessor not reasoning
+    assert trim_tail(turns[1:], before=convo[0]) == turns[1:]  # starts at the reasoning: fine
+    # a reasoning item at the window's start is kept with its follower
+    assert trim_tail(turns[1:]) == turns[1:]
+    # a window starting at a reasoning item's follower inside a run: reasoning cut -> drop
+    two = [
+        {"type": "reasoning", "id": "r"},
+        {"type": "message", "role": "assistant", "content": "x"},
+    ]
+    assert trim_tail(turns_of(two)[1:], before=two[0]) == []
+
+
+def test_whole_window_widens_back_to_the_call() -> None:
+    convo = [{"role": "user", "content": "q"}, *responses(0)]
+    turns = turns_of(convo)
+    assert whole_window(turns, 3) == turns[1:]  # output -> call -> its reasoning
+    assert whole_window(turns[3:], 0) == []  # the call is not in the context
+    chat_convo = [{"role": "user", "content": "q"}, *chat(0)]
+    assert whole_window(turns_of(chat_convo), 2) == turns_of(chat_convo)[1:]
+
+
+def test_message_text_of_the_new_formats() -> None:
+    assert (
+        message_text({"type": "function_call", "name": "lookup", "arguments": '{"q": "refund"}'})
+        == 'function_call lookup: {"q": "refund"}'
+    )
+    assert (
+        message_text({"type": "function_call_output", "call_id": "c", "output": "42"})
+        == "function_call_output: 42"
+    )
+    assert message_text(responses(0)[0]) == "reasoning: hm"
+    assert "click" in message_text(responses_computer(0)[0])
+    use = anthropic(0)[0]
+    use["content"][0]["input"] = {"city": "Oslo"}
+    assert message_text(use) == 'assistant: f({"city": "Oslo"})'
+    assert message_text(anthropic(0)[1]) == "user: ok"
+    assert (
+        message_text({"role": "assistant", "content": [{"type": "thinking", "thinking": "why"}]})
+        == "assistant: why"
+    )
+    assert message_text(langchain(0)[0]) == "ai: f({})"
+    assert message_text(langchain_dumped(0)[1]) == "tool: ok"
+    assert (
+        message_text(
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+        )
+        == "user: hi"
+    )
+
+
+# ------------------------------------------------------------------ against the store
+
+
+def test_type_only_message_accepted_neither_refused(store: shardstore.Store) -> None:
+    sid = store.create_session("acme")
+    with pytest.raises(shardstore.InvalidMessage):
+        store.append_turn(sid, {"content": "neither role nor type"})
+    for bad in ({"type": ""}, {"type": 3}, {"role": None, "type": "message"}):
+        with pytest.raises(shardstore.InvalidMessage):
+            store.append_turn(sid, bad)
+    assert store.tail(sid) == []
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_each_format_round_trips(store: shardstore.Store, fmt: str) -> None:
+    sid = store.create_session("acme")
+    convo = [PLAIN[fmt](0), *FORMATS[fmt](0), PLAIN[fmt](1)]
+    convo[0]["odd"] = "\x00\ud800 nan-free"
+    store.append_turns(sid, convo)
+    assert [t.message for t in store.tail(sid, n=100)] == convo
+    store.flush(sid)
+    assert [t.message for t in store.tail(sid, n=100)] == convo
+    assert [t.message for t in store.history(sid)] == convo
+
+
+FORMAT_NAMES = sorted(FORMATS)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[Message]:
+    fmt_of = st.sampled_from(FORMAT_NAMES)
+    out: list[Message] = []
+    for i in range(draw(st.integers(1, 10))):
+        fmt = draw(fmt_of)
+        if draw(st.booleans()):
+            out.append(PLAIN[fmt](i))
+        else:
+            pair = FORMATS[fmt](i)
+            # parallel results: several results after one call
+            out.extend(pair[:-1])
+            out.extend([pair[-1]] * draw(st.integers(1, 2)))
+    return out
+
+
+def assert_valid(window: list[Turn], full: list[Turn]) -> None:
+    if not window:
+        return
+    first = window[0]
+    assert not is_tool_result(first.message), (first, window)
+    if first.turn_seq > 0:
+        assert not is_reasoning(full[first.turn_seq - 1].message), (first, window)
+    seqs = [t.turn_seq for t in window]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(convo=conversations(), n=st.integers(1, 8), budget=st.integers(1, 60), data=st.data())
+def test_no_window_starts_with_an_orphaned_result(
+    make_store: Callable[..., shardstore.Store],
+    convo: list[Message],
+    n: int,
+    budget: int,
+    data: st.DataObject,
+) -> None:
+    store = _shared_store(make_store)
+    sid = store.create_session("acme", session_id=uuid.uuid4())
+    cut = data.draw(st.integers(1, len(convo)))
+    store.append_turns(sid, convo[:cut])
+    store.checkpoint(sid, {"at": cut})
+    if cut < len(convo):
+        store.append_turns(sid, convo[cut:])
+    full = list(store.history(sid))
+    assert [t.message for t in full] == convo
+    assert_valid(store.tail(sid, n=n), full)
+    assert_valid(store.tail(sid, max_tokens=budget), full)
+    explained = store.tail_explained(sid, n=n)
+    assert explained.turns == store.tail(sid, n=n)
+    assert_valid(store.restore(sid, n=n).turns, full)
+    assert_valid(store.restore(sid, max_tokens=budget).turns, full)
+    store.flush(sid)
+    store.drain_folds()
+    store.embed(session_id=sid)
+    hits = store.search("out question ok hm f", session_id=sid, k=20)
+    assert hits
+    for hit in hits:
+        assert_valid(hit.turns, full)
+
+
+_STORES: dict[int, shardstore.Store] = {}
+
+
+def _shared_store(make_store: Callable[..., shardstore.Store]) -> shardstore.Store:
+    key = id(make_store)
+    if key not in _STORES:
+        _STORES.clear()
+        _STORES[key] = make_store(embedding_model=HashEmbedder())
+    return _STORES[key]
