@@ -7,8 +7,10 @@ duplicated turn, every invariant of tests.faults holds, vectors included."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +33,12 @@ DURATION = float(os.environ.get("SHARDSTORE_CONCURRENCY_SECONDS", "12"))
 SHARED_WRITERS = 16
 OWN_WRITERS = 16
 EMBEDDERS = 2
+
+
+def _stack_of(thread: threading.Thread) -> str:
+    """Where a thread is now (to tell a deadlock from a slow step)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    return "".join(traceback.format_stack(frame)) if frame is not None else "(gone)"
 
 
 @pytest.mark.slow
@@ -147,17 +155,18 @@ def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_pat
         for i in range(SHARED_WRITERS)
     ]
     threads += [
-        threading.Thread(target=guard(f"own{i}", writer(f"o{i}", own[i])))
+        threading.Thread(target=guard(f"own{i}", writer(f"o{i}", own[i])), name=f"own{i}")
         for i in range(OWN_WRITERS)
     ]
     threads += [
-        threading.Thread(target=guard("maintain", maintainer)),
-        threading.Thread(target=guard("purge", purger)),
-        threading.Thread(target=guard("reader", reader)),
+        threading.Thread(target=guard("maintain", maintainer), name="maintain"),
+        threading.Thread(target=guard("purge", purger), name="purge"),
+        threading.Thread(target=guard("reader", reader), name="reader"),
     ]
     threads += [
         threading.Thread(
-            target=guard(f"embed{i}", embedder(make_store(**settings), f"embedded{i}"))
+            target=guard(f"embed{i}", embedder(make_store(**settings), f"embedded{i}")),
+            name=f"embed{i}",
         )
         for i in range(EMBEDDERS)
     ]
@@ -167,7 +176,7 @@ def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_pat
     stop.set()
     for t in threads:
         t.join(60)
-        assert not t.is_alive(), "a thread is stuck (deadlock?)"
+        assert not t.is_alive(), f"thread {t.name} is stuck (deadlock?):\n{_stack_of(t)}"
     assert not errors, errors
     store.drain_folds()
 
