@@ -340,6 +340,16 @@ def subject_facts_op(acc: _Acc, tenant_id: str, subject_id: str) -> Op[None]:
         acc.add(table, TableRemoval(int(rows), int(rewritten), int(size)))
 
 
+def tenant_facts_op(acc: _Acc, tenant_id: str) -> Op[None]:
+    """Every fact of the tenant, also those with no source turn or whose subject has no
+    session: one statement after the tenant's sessions are purged. A dry run counts them
+    and removes nothing."""
+    rows, size = yield Q(
+        query("facts_purge_tenant"), {"tenant": tenant_id, "dry_run": acc.dry_run}, fetch="one"
+    )
+    acc.add("shardstore.facts", TableRemoval(int(rows), 0, int(size)))
+
+
 def purge_before_op(
     acc: _Acc,
     before: datetime,
@@ -562,9 +572,20 @@ def purge_tenant(
     progress: bool | ProgressHook = False,
 ) -> Op[PurgeReport]:
     """Purge every session of a tenant (batched and resumable like
-    :meth:`purge_subject`). The tombstones keep the tenant id."""
-    selector = (validate.text(tenant_id, "tenant_id"),)
-    return (yield from _sessions_op("tenant", selector, dry_run, vacuum, batch_size, progress))
+    :meth:`purge_subject`). The tombstones keep the tenant id. Every fact of the tenant
+    goes too, also those with no source turn."""
+    tenant = validate.text(tenant_id, "tenant_id")
+    return (
+        yield from _sessions_op(
+            "tenant",
+            (tenant,),
+            dry_run,
+            vacuum,
+            batch_size,
+            progress,
+            lambda acc: tenant_facts_op(acc, tenant),
+        )
+    )
 
 
 def purge_range(

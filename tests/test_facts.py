@@ -272,6 +272,30 @@ def test_purge_subject_removes_every_fact_of_the_subject(
     assert store.purge_subject(T, subject).tables["shardstore.facts"].rows == 0
 
 
+def test_purge_tenant_removes_every_fact_of_the_tenant(store: shardstore.Store, dsn: str) -> None:
+    marker = uuid.uuid4().hex
+    mine = _session(store, tenant="initech")
+    other = _session(store, tenant="globex")
+    store.remember("initech", "user:1", "a", f"{marker} sourced", source=(mine, 0))
+    store.remember("initech", "user:1", "b", f"{marker} no source", source=None)
+    # a subject that never had a session of its own
+    store.remember("initech", "account:ACME", "tier", f"{marker} gold", source=None)
+    kept = store.remember("globex", "user:1", "a", "globex's own", source=(other, 0))
+
+    before = _facts(dsn)
+    dry = store.purge_tenant("initech", dry_run=True)
+    assert dry.tables["shardstore.facts"].rows == 3
+    assert _facts(dsn) == before
+
+    report = store.purge_tenant("initech")
+    assert report.tables["shardstore.facts"].rows == 3
+    assert report.tables["shardstore.facts"].bytes == dry.tables["shardstore.facts"].bytes > 0
+    assert hits(table_rows(dsn), marker) == []
+    assert store.recall("initech", "account:ACME") == []
+    assert store.recall("globex", "user:1") == [kept]
+    assert store.purge_tenant("initech").tables["shardstore.facts"].rows == 0
+
+
 def test_session_and_range_purges_remove_facts_of_removed_turns(
     store: shardstore.Store,
 ) -> None:

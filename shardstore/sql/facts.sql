@@ -32,3 +32,20 @@ SELECT f.tenant_id, f.fact_id, f.subject, f.key, f.value::text AS value, f.confi
 
 -- name: facts_purge_subject
 SELECT shardstore.facts_purge_subject_v1(%s, %s, %s);
+
+-- name: facts_purge_tenant
+-- every fact of a tenant, sourced or not (purge_tenant runs it after the sessions, whose
+-- purges removed the sourced ones already); a dry run only counts, leaving out facts
+-- sourced in live sessions (the dry runs of those sessions' purges counted them)
+WITH gone AS (
+    DELETE FROM shardstore.facts f
+     WHERE f.tenant_id = %(tenant)s AND NOT %(dry_run)s
+    RETURNING pg_column_size(f.*) AS sz
+), counted AS (
+    SELECT pg_column_size(f.*) AS sz FROM shardstore.facts f
+     WHERE f.tenant_id = %(tenant)s AND %(dry_run)s
+       AND NOT EXISTS (SELECT 1 FROM shardstore.sessions s
+                        WHERE s.session_id = f.source_session_id AND s.purged_at IS NULL)
+)
+SELECT count(*), coalesce(sum(sz), 0)::bigint
+  FROM (SELECT sz FROM gone UNION ALL SELECT sz FROM counted) AS both_ways;
