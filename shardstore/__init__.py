@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from .aio import AsyncStore
+from .assembly import Context, ContextPart
 from .base import setup_op
 from .checkpoints import Checkpoint, Restored
 from .core.connector import AsyncConnector, Connector
@@ -44,6 +45,7 @@ from .purge import PurgeReport, TableRemoval
 from .runs import Run
 from .settings import Settings
 from .store import Store
+from .summaries import ChunkSummary
 from .tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_counter
 
 __all__ = [
@@ -53,8 +55,11 @@ __all__ = [
     "Checkpoint",
     "CheckpointNotFound",
     "Chunk",
+    "ChunkSummary",
     "ConfigurationError",
     "Conflict",
+    "Context",
+    "ContextPart",
     "DatabaseError",
     "DatabaseUnavailable",
     "Embedder",

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-from . import base, facts, maintenance, purge
+from . import assembly, base, facts, maintenance, purge
 from . import checkpoints as checkpoint_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
+from . import summaries as summary_ops
 from .core.bind import amethod, astream
 from .core.connector import AsyncConnector
 from .core.executor import run_async, stream_async
@@ -77,6 +78,9 @@ class AsyncStore(base.StoreBase):
     close_run = amethod(runs_ops.close_run)
     get_run = amethod(runs_ops.get_run)
     runs = amethod(runs_ops.runs)
+    context = amethod(assembly.context)
+    summarize = amethod(summary_ops.summarize)
+    summaries = amethod(summary_ops.summaries)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

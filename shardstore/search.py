@@ -17,6 +17,7 @@ from tqdm import tqdm
 from .core import validate
 from .core.steps import Op
 from .models import SearchHit
+from .textsearch import MODES, search_hybrid_op, search_text_op, text_query
 from .vector_ops import (
     EmbedRun,
     embed_run_op,
@@ -104,6 +105,7 @@ def search(
     since: datetime | None = None,
     until: datetime | None = None,
     k: int = 5,
+    mode: str = "vector",
 ) -> Op[list[SearchHit]]:
     """The ``k`` chunks nearest to ``query`` (a text, embedded with the store's model, or
     a vector), best first, each with the turns of its best-matching window.
@@ -114,7 +116,22 @@ def search(
     never include another tenant's chunks; ``agent_id`` narrows to one agent; ``since``
     / ``until`` (timezone-aware) to windows with turns in that time range. Only folded
     chunks that were embedded are found (``embed()``, ``shardstore embed`` or
-    ``maintain``)."""
+    ``maintain``).
+
+    ``mode``: ``"vector"`` (the default, above); ``"text"``: Postgres full-text search over
+    every turn (folded turns through a GIN index, buffered turns too), in the database's
+    text search language (``english`` unless switched with ``text_configure_v1``); needs
+    no embeddings extra and no embedding run; score: a BM25-style score of the best turn;
+    ``"hybrid"``: the text and vector rankings of turns fused by reciprocal rank fusion
+    (score: the fused score; only the text ranking while nothing was ever embedded). Text
+    and hybrid take a text query; scopes and tenant isolation are the same in every mode."""
+    chosen = validate.choice(mode, "mode", MODES)
     scope = search_scope(session_id, tenant_id, agent_id, since, until, k)
-    hits: list[SearchHit] = yield from search_query_op(store._ctx, store._vectors, scope, query)
+    hits: list[SearchHit]
+    if chosen == "text":
+        hits = yield from search_text_op(store._ctx, scope, text_query(query))
+    elif chosen == "hybrid":
+        hits = yield from search_hybrid_op(store._ctx, store._vectors, scope, text_query(query))
+    else:
+        hits = yield from search_query_op(store._ctx, store._vectors, scope, query)
     return hits

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from . import base, facts, maintenance, purge
+from . import assembly, base, facts, maintenance, purge
 from . import checkpoints as checkpoint_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
+from . import summaries as summary_ops
 from .core.bind import method, stream
 from .core.connector import Connector
 from .core.executor import run_sync, stream_sync
@@ -79,6 +80,9 @@ class Store(base.StoreBase):
     close_run = method(runs_ops.close_run)
     get_run = method(runs_ops.get_run)
     runs = method(runs_ops.runs)
+    context = method(assembly.context)
+    summarize = method(summary_ops.summarize)
+    summaries = method(summary_ops.summaries)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into

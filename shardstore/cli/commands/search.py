@@ -31,6 +31,7 @@ def cmd_search(run: Runner) -> int:
             since=args.since,
             until=args.until,
             k=args.k,
+            mode=args.mode,
         )
     if run.json:
         run.emit([hit_json(h) for h in hits])
@@ -104,6 +105,13 @@ def register(commands: Commands) -> None:
     p.add_argument("--until", type=aware_time, metavar="TIME", help="turns before (ISO 8601)")
     p.add_argument("-k", type=positive_int, default=5, metavar="K", help="chunks to return (5)")
     p.add_argument("--model", default=None, help=model_help)
+    p.add_argument(
+        "--mode",
+        choices=("vector", "text", "hybrid"),
+        default="vector",
+        help="vector (embeddings), text (full-text, no embeddings needed) or hybrid (both, "
+        "fused by reciprocal rank fusion); default vector",
+    )
 
     p = commands.add(
         "embed",

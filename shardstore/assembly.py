@@ -1,0 +1,357 @@
+"""Context assembly: the view of a session a model call gets, within an exact token budget,
+built without changing the log (``store.context``).
+
+A context is, in the order a model expects: summaries of older chunks and the current
+facts as system messages, then turns recalled by search (rendered as one system message
+per hit, marked as recalled), then the recent turns verbatim. :func:`plan` is the pure
+rule; :func:`context` reads what it needs in one snapshot and applies it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import jsoncodec
+from .core import validate
+from .core.context import Context as OpContext
+from .core.rows import record
+from .core.steps import Op, Q, Tx
+from .embedding import message_text
+from .facts import Fact
+from .facts import recall as facts_recall
+from .history import _head_op, _turn, before_window_op
+from .models import SearchHit, Turn
+from .plans import is_reasoning, is_tool_result, trim_tail
+from .sql import query
+from .summaries import ChunkSummary
+from .textsearch import (
+    best_chunks,
+    hits_op,
+    hybrid_ranking_op,
+    query_vector_op,
+    text_query,
+)
+from .tokens import TokenCounter, make_counter
+from .vector_ops import MAX_K, search_scope
+
+KINDS = ("summary", "recall", "facts", "recent")
+#: summaries read per context call at most (newest first)
+MAX_SUMMARIES = 256
+#: with a tokenizer of your own, recent turns are fetched up to this many times the budget
+#: in the store's tokens, then counted with yours
+CUSTOM_FETCH_FACTOR = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPart:
+    """Where one message of a :class:`Context` came from. ``kind``: ``"summary"`` (a chunk
+    summary covering turns ``first_turn_seq..last_turn_seq``), ``"facts"`` (the facts
+    ``fact_ids``), ``"recall"`` (turns ``first_turn_seq..last_turn_seq`` found by search for
+    ``recall``, with the hit's ``score``) or ``"recent"`` (turn ``first_turn_seq``, verbatim).
+    ``tokens``: the message's tokens by the counter the context was built with."""
+
+    kind: str
+    first_turn_seq: int | None
+    last_turn_seq: int | None
+    score: float | None
+    fact_ids: tuple[uuid.UUID, ...]
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """A context view: ``messages`` to send, ``parts[i]`` saying where ``messages[i]`` came
+    from, and ``tokens``, their sum, never more than the budget asked for."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    parts: list[ContextPart] = field(default_factory=list)
+    tokens: int = 0
+
+
+Count = Callable[[dict[str, Any]], int]
+
+
+def message_counter(counter: TokenCounter) -> Count:
+    """Tokens of a message: the counter over its JSON text, as the store counts turns."""
+
+    def count(message: dict[str, Any]) -> int:
+        return counter.count(jsoncodec.encode_json(message, "message"))
+
+    return count
+
+
+def units(turns: Sequence[Turn]) -> list[list[Turn]]:
+    """Turns (oldest first, already trimmed) grouped into what must stay together: a tool
+    result joins the unit of the turn before it (back to its call), and so does the item
+    after a ``reasoning`` item, in every format :mod:`shardstore.plans` knows."""
+    out: list[list[Turn]] = []
+    for turn in turns:
+        if out and (is_tool_result(turn.message) or is_reasoning(out[-1][-1].message)):
+            out[-1].append(turn)
+        else:
+            out.append([turn])
+    return out
+
+
+def summary_message(summary: ChunkSummary) -> dict[str, Any]:
+    """The system message standing for one chunk summary."""
+    return {
+        "role": "system",
+        "content": (
+            f"Summary of turns {summary.first_turn_seq}-{summary.last_turn_seq} of this "
+            f"conversation:\n{summary.text}"
+        ),
+    }
+
+
+def facts_message(subject: str, facts: Sequence[Fact]) -> dict[str, Any]:
+    """The system message listing current facts (one line each, values as JSON)."""
+    lines = [f"- {f.key}: {json.dumps(f.value, ensure_ascii=False, sort_keys=True)}" for f in facts]
+    return {"role": "system", "content": f"Known facts about {subject}:\n" + "\n".join(lines)}
+
+
+def recall_message(turns: Sequence[Turn]) -> dict[str, Any]:
+    """A recalled window rendered as one system message, marked as recalled: a rendering
+    cannot split a tool pair or a reasoning item in any format."""
+    body = "\n".join(f"[{t.turn_seq}] {message_text(t.message)}" for t in turns)
+    return {
+        "role": "system",
+        "content": (
+            f"Recalled from earlier in this conversation (turns {turns[0].turn_seq}-"
+            f"{turns[-1].turn_seq}; not the latest messages):\n{body}"
+        ),
+    }
+
+
+def first_units(sizes: Sequence[int], max_tokens: int, recent_min_tokens: int) -> int:
+    """How many of the newest units (sizes oldest first) the recent part takes first: the
+    newest if it fits ``max_tokens`` alone, then older ones while the total stays within
+    ``recent_min_tokens`` (and ``max_tokens``)."""
+    taken = total = 0
+    while taken < len(sizes):
+        size = sizes[len(sizes) - 1 - taken]
+        limit = max_tokens if taken == 0 else min(max_tokens, recent_min_tokens)
+        if total + size > limit:
+            break
+        total += size
+        taken += 1
+    return taken
+
+
+@dataclass
+class _Plan:
+    budget: int
+    used: int = 0
+
+    def fits(self, tokens: int) -> bool:
+        return self.used + tokens <= self.budget
+
+
+def plan(
+    candidates: Sequence[Turn],
+    *,
+    max_tokens: int,
+    recent_min_tokens: int,
+    turn_tokens: Callable[[Turn], int],
+    count: Count,
+    summaries: Sequence[ChunkSummary] = (),
+    facts: tuple[str, Sequence[Fact]] | None = None,
+    hits: Sequence[SearchHit] = (),
+) -> Context:
+    """The context for a window of the newest turns (``candidates``, oldest first, trimmed
+    so that it opens on no orphaned result), within ``max_tokens`` by ``count`` /
+    ``turn_tokens``:
+
+    1. the newest unit (:func:`units`: the newest turn with the call or reasoning item it
+       belongs to) if it fits alone, then older units while the recent part stays within
+       ``recent_min_tokens``;
+    2. the facts (``(subject, facts)``), as many as fit, in key order;
+    3. each recall hit (best first) older than the recent part, rendered, if it fits;
+    4. summaries (newest first) of chunks wholly before the recent part, while they fit;
+    5. older units again with what is left, never into a summarised turn; recall parts the
+       recent part now covers are dropped.
+
+    Deterministic; ``tokens`` never exceeds ``max_tokens``."""
+    budget = _Plan(max_tokens)
+    groups = units(candidates)
+    sizes = [sum(turn_tokens(t) for t in g) for g in groups]
+    taken = first_units(sizes, max_tokens, recent_min_tokens)
+    recent_tokens = sum(sizes[len(sizes) - taken :])
+    budget.used = recent_tokens
+
+    def recent_start() -> int | None:
+        return groups[len(groups) - taken][0].turn_seq if taken else None
+
+    start = recent_start()
+    head: list[tuple[dict[str, Any], ContextPart]] = []
+    if facts is not None and facts[1]:
+        subject, known = facts
+        chosen: list[Fact] = []
+        best: tuple[dict[str, Any], int] | None = None
+        for fact in known:
+            message = facts_message(subject, [*chosen, fact])
+            tokens = count(message)
+            if not budget.fits(tokens):
+                break
+            chosen.append(fact)
+            best = (message, tokens)
+        if best is not None:
+            budget.used += best[1]
+            ids = tuple(f.fact_id for f in chosen)
+            head.append((best[0], ContextPart("facts", None, None, None, ids, best[1])))
+    recalled: list[tuple[dict[str, Any], ContextPart]] = []
+    for hit in hits:
+        turns = [t for t in hit.turns if start is None or t.turn_seq < start]
+        if not turns:
+            continue
+        message = recall_message(turns)
+        tokens = count(message)
+        if budget.fits(tokens):
+            budget.used += tokens
+            part = ContextPart(
+                "recall", turns[0].turn_seq, turns[-1].turn_seq, hit.score, (), tokens
+            )
+            recalled.append((message, part))
+    summarised: list[tuple[dict[str, Any], ContextPart]] = []
+    covered = -1  # the last turn a chosen summary covers
+    for summary in summaries:
+        if start is not None and summary.last_turn_seq >= start:
+            continue
+        message = summary_message(summary)
+        tokens = count(message)
+        if not budget.fits(tokens):
+            break
+        budget.used += tokens
+        covered = max(covered, summary.last_turn_seq)
+        part = ContextPart(
+            "summary", summary.first_turn_seq, summary.last_turn_seq, None, (), tokens
+        )
+        summarised.append((message, part))
+    while taken < len(groups):
+        group = groups[len(groups) - 1 - taken]
+        size = sizes[len(groups) - 1 - taken]
+        if group[0].turn_seq <= covered or not budget.fits(size):
+            break
+        budget.used += size
+        taken += 1
+    start = recent_start()
+    if start is not None:
+        kept = []
+        for message, part in recalled:
+            if part.last_turn_seq is not None and part.last_turn_seq >= start:
+                budget.used -= part.tokens
+            else:
+                kept.append((message, part))
+        recalled = kept
+    recalled.sort(key=lambda mp: mp[1].first_turn_seq or 0)
+    summarised.sort(key=lambda mp: mp[1].first_turn_seq or 0)
+    ordered = [*summarised, *head, *recalled]
+    for group in groups[len(groups) - taken :]:
+        for turn in group:
+            tokens = turn_tokens(turn)
+            part = ContextPart("recent", turn.turn_seq, turn.turn_seq, None, (), tokens)
+            ordered.append((turn.message, part))
+    total = sum(p.tokens for _, p in ordered)
+    assert total <= max_tokens, (total, max_tokens)  # the rule above; a bug otherwise
+    return Context([m for m, _ in ordered], [p for _, p in ordered], total)
+
+
+def context(
+    store: Any,
+    session_id: uuid.UUID | str,
+    max_tokens: int,
+    *,
+    recent_min_tokens: int | None = None,
+    summaries: bool = True,
+    recall: str | None = None,
+    k: int = 5,
+    facts_subject: str | None = None,
+    tokenizer: Any = None,
+) -> Op[Context]:
+    """A context view of the session within ``max_tokens`` tokens, for the next model call;
+    the stored history is never changed.
+
+    ``messages`` are ordered as a model expects: summaries of older chunks and the facts
+    of ``facts_subject`` (current versions, the session's tenant) as system messages,
+    then the hits of a search of this session for ``recall`` (hybrid when the database
+    holds vectors, else full-text; ``k`` hits at most), each rendered as one system
+    message marked as recalled, then the recent turns verbatim, oldest first.
+    ``parts[i]`` says where ``messages[i]`` came from (:class:`ContextPart`).
+
+    Guarantees: ``tokens`` (the sum over the messages, each counted over its JSON text by
+    the store's tokenizer, or by ``tokenizer``: a counter, an encoding name or a
+    tokenizer.json path) never exceeds ``max_tokens``; the newest turn is included
+    whenever it fits alone, with the turns it cannot be sent without (the call a tool
+    result answers, the reasoning item before an item) when it is such a turn; tool
+    pairs and reasoning items stay whole (the recent part never opens on a result or on
+    an item whose reasoning item it left out; recalled turns are rendered as text); the
+    same store state and arguments give the same context. The recent part takes at least
+    ``recent_min_tokens`` (default half the budget) when there are turns for it, then
+    facts, recall hits and summaries share the rest, and what is left goes to more
+    recent turns. ``summaries=False`` leaves summaries out; without summaries (none
+    stored, or no summarizer ever run) the context is recent turns, recall and facts.
+    With your own ``tokenizer``, recent turns are fetched up to 4x the budget in the
+    store's tokens and counted with yours."""
+    sid = validate.session_id(session_id)
+    budget = validate.count(max_tokens, "max_tokens", high=validate.MAX_INT64)
+    recent_min = (
+        budget // 2
+        if recent_min_tokens is None
+        else validate.count(recent_min_tokens, "recent_min_tokens", low=0, high=validate.MAX_INT64)
+    )
+    use_summaries = validate.flag(summaries, "summaries")
+    wanted = None if recall is None else text_query(recall)
+    hits_wanted = validate.count(k, "k", high=MAX_K)
+    subject = validate.optional_text(facts_subject, "facts_subject")
+    own = tokenizer is not None
+    counter: TokenCounter = make_counter(tokenizer) if own else store._ctx.counter
+    ctx: OpContext = store._ctx
+    count = message_counter(counter)
+
+    def turn_tokens(turn: Turn) -> int:
+        return count(turn.message) if own else turn.tokens
+
+    vector = None
+    if wanted is not None:  # the query's embedding, before the snapshot (a model call)
+        vector = yield from query_vector_op(store._vectors, wanted)
+    fetch = min(validate.MAX_INT64, budget * CUSTOM_FETCH_FACTOR) if own else budget
+    yield Tx.BEGIN_SNAPSHOT
+    head = yield from _head_op(sid, live=True)
+    rows = yield Q(query("tail"), (sid, None, fetch), named=True)
+    window = [_turn(r) for r in reversed(rows)]
+    before = yield from before_window_op(sid, window)
+    candidates = trim_tail(window, before)
+    groups = units(candidates)
+    taken = first_units([sum(turn_tokens(t) for t in g) for g in groups], budget, recent_min)
+    # what the recent part takes first: summaries and recall hits come from before it
+    start = groups[len(groups) - taken][0].turn_seq if taken else head["turn_count"]
+    stored: list[ChunkSummary] = []
+    if use_summaries:
+        limit = min(MAX_SUMMARIES, budget // 8 + 1)
+        found = yield Q(query("ctx_summaries"), (sid, start, limit), named=True)
+        stored = [record(ChunkSummary, r) for r in found]
+    known: tuple[str, list[Fact]] | None = None
+    if subject is not None:
+        facts = yield from facts_recall(store, head["tenant_id"], subject)
+        known = (subject, facts)
+    hits: list[SearchHit] = []
+    if wanted is not None:
+        scope = search_scope(sid, None, None, None, None, hits_wanted)
+        fused = yield from hybrid_ranking_op(ctx, store._vectors, scope, wanted, vector)
+        older = [r for r in fused if r.first_turn_seq < start]
+        hits = yield from hits_op(best_chunks(older, hits_wanted))
+    yield Tx.COMMIT
+    return plan(
+        candidates,
+        max_tokens=budget,
+        recent_min_tokens=recent_min,
+        turn_tokens=turn_tokens,
+        count=count,
+        summaries=stored,
+        facts=known,
+        hits=hits,
+    )

@@ -1,0 +1,104 @@
+"""``shardstore context SESSION --max-tokens N``: the context view a model call would get,
+part by part."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...assembly import Context
+from ..app import Commands, Runner
+from ..args import non_negative_int, positive_int
+from ..output import abbrev, format_table, message_summary, printable
+
+
+def context_json(ctx: Context) -> dict[str, Any]:
+    """A context as JSON: its token total and each message with its part."""
+    return {
+        "tokens": ctx.tokens,
+        "messages": [
+            {
+                "kind": p.kind,
+                "first_turn_seq": p.first_turn_seq,
+                "last_turn_seq": p.last_turn_seq,
+                "score": p.score,
+                "fact_ids": [str(f) for f in p.fact_ids],
+                "tokens": p.tokens,
+                "message": m,
+            }
+            for m, p in zip(ctx.messages, ctx.parts, strict=True)
+        ],
+    }
+
+
+def cmd_context(run: Runner) -> int:
+    """Print the parts of the session's context within ``--max-tokens`` (kind, turns,
+    tokens, the message abbreviated) and the total; 0 on success."""
+    args = run.args
+    with run.connect() as store:
+        ctx = store.context(
+            args.session_id,
+            args.max_tokens,
+            recent_min_tokens=args.recent_min_tokens,
+            summaries=not args.no_summaries,
+            recall=args.recall,
+            k=args.k,
+            facts_subject=args.facts,
+        )
+    if run.json:
+        run.emit(context_json(ctx))
+        return 0
+    rows = []
+    for message, part in zip(ctx.messages, ctx.parts, strict=True):
+        turns = "" if part.first_turn_seq is None else str(part.first_turn_seq)
+        if part.last_turn_seq is not None and part.last_turn_seq != part.first_turn_seq:
+            turns += f"-{part.last_turn_seq}"
+        if part.kind == "facts":
+            turns = f"{len(part.fact_ids)} facts"
+        score = "" if part.score is None else f"{part.score:.3f}"
+        rows.append(
+            [
+                part.kind,
+                turns,
+                str(part.tokens),
+                score,
+                abbrev(printable(message_summary(message)), 70),
+            ]
+        )
+    if rows:
+        run.line(format_table(("part", "turns", "tokens", "score", "message"), rows, "llrrl"))
+    run.line(f"{ctx.tokens} of {args.max_tokens} tokens in {len(rows)} messages")
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``context``."""
+    p = commands.add(
+        "context",
+        "show the context a model call would get: summaries, facts, recalled and recent turns",
+        cmd_context,
+    )
+    p.add_argument("session_id", metavar="SESSION")
+    p.add_argument(
+        "--max-tokens", type=positive_int, required=True, metavar="N", help="the token budget"
+    )
+    p.add_argument(
+        "--recall",
+        metavar="TEXT",
+        default=None,
+        help="also recall the session's turns that match TEXT",
+    )
+    p.add_argument(
+        "--facts",
+        metavar="SUBJECT",
+        default=None,
+        help="include the current facts of SUBJECT (the session's tenant)",
+    )
+    p.add_argument("-k", type=positive_int, default=5, metavar="K", help="recall hits (5)")
+    p.add_argument(
+        "--recent-min-tokens",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="tokens kept for recent turns first (default half the budget)",
+    )
+    p.add_argument("--no-summaries", action="store_true", help="leave chunk summaries out")

@@ -1,0 +1,239 @@
+"""Full-text and hybrid search: operations (sans-IO) and the pure fusion rule.
+
+Text search reads ``shardstore.turn_text`` (one tsvector per turn window, written by
+``fold_v1`` as it folds the turns) and indexes buffered turns on the fly, so every appended
+turn is found without any worker having run. Hybrid search fuses the text ranking with the
+vector ranking by reciprocal rank fusion (:func:`fuse`), turn by turn.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import jsoncodec
+from .core.context import Context
+from .core.steps import Call, Op, Q, Tx
+from .embedding import model_safe, vector_literal
+from .errors import InvalidInput
+from .history import envelope_turn
+from .models import SearchHit
+from .plans import HIT_CONTEXT_TURNS, whole_window
+from .sql import query
+from .vector_ops import (
+    MAX_CANDIDATES,
+    SearchScope,
+    VectorState,
+    _params,
+    config_op,
+    prepare_op,
+)
+
+MODES = ("vector", "text", "hybrid")
+#: reciprocal rank fusion's constant (Cormack et al. 2009): a turn ranked r adds 1 / (60 + r)
+RRF_K = 60
+#: the longest text query accepted, in characters
+MAX_QUERY_CHARS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One turn window of a ranking: where it is and its score in that ranking."""
+
+    session_id: uuid.UUID
+    chunk_seq: int
+    first_turn_seq: int
+    last_turn_seq: int
+    score: float
+
+
+def text_query(value: Any) -> str:
+    """A text query as the search needs it: a non-empty string without NUL, at most
+    :data:`MAX_QUERY_CHARS` characters."""
+    if not isinstance(value, str):
+        raise InvalidInput("text and hybrid search need the query as a string")
+    if not value.strip():
+        raise InvalidInput("the search query is empty")
+    if "\x00" in value:
+        raise InvalidInput("the search query holds a NUL character")
+    if len(value) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"the search query is longer than {MAX_QUERY_CHARS} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput("the search query holds a lone surrogate") from None
+    return value
+
+
+def depth(k: int) -> int:
+    """How many turns each ranking contributes to a fusion of the best ``k`` chunks."""
+    return min(MAX_CANDIDATES, max(50, 8 * k))
+
+
+def _ranked(row: Mapping[str, Any], score: float) -> Ranked:
+    return Ranked(
+        row["session_id"],
+        int(row["chunk_seq"]),
+        int(row["first_turn_seq"]),
+        int(row["last_turn_seq"]),
+        score,
+    )
+
+
+def text_ranking_op(ctx: Context, scope: SearchScope, text: str, n: int) -> Op[list[Ranked]]:
+    """The ``n`` best-matching turns of the scope for ``text``, best first (folded and
+    buffered turns alike; see ``text_search`` in sql/textsearch.sql)."""
+    params = _params(ctx, scope, "", n)
+    params["q"] = text
+    rows = yield Q(query("text_search"), params, prepare=False, named=True)
+    return [_ranked(r, float(r["score"])) for r in rows]
+
+
+def vector_ranking_op(ctx: Context, scope: SearchScope, vector: str, n: int) -> Op[list[Ranked]]:
+    """The ``n`` nearest turn windows to ``vector`` (one per turn), best first: exact for a
+    session, each partition's HNSW index for a tenant (as :func:`vector_ops.search_op`)."""
+    params = _params(ctx, scope, vector, n)
+    if scope.session_id is not None:
+        rows = yield Q(query("vec_windows_exact"), params, prepare=False, named=True)
+    else:
+        yield Tx.BEGIN
+        yield Q(query("vec_search_settings"), (str(n),), fetch="none")
+        rows = yield Q(query("vec_search_ann"), params, prepare=False, named=True)
+        yield Tx.COMMIT
+    best: list[Ranked] = []
+    seen: set[tuple[uuid.UUID, int]] = set()
+    for row in rows:  # a long turn has several windows: its best one ranks it
+        key = (row["session_id"], int(row["first_turn_seq"]))
+        if key not in seen:
+            seen.add(key)
+            best.append(_ranked(row, 1.0 - float(row["dist"])))
+    return best
+
+
+def query_vector_op(state: VectorState, text: str) -> Op[str | None]:
+    """The query embedded with the store's model, or None when nothing was ever embedded
+    (the vector ranking is then empty and the model is not loaded)."""
+    recorded = yield from config_op()
+    if recorded is None:
+        return None
+    embedder, _ = yield from prepare_op(state)
+    vectors = yield Call(embedder.embed, ([model_safe(text)],))
+    return vector_literal(vectors[0])
+
+
+def best_chunks(ranked: Sequence[Ranked], k: int) -> list[Ranked]:
+    """The best entry of each chunk, in ranking order, at most ``k``."""
+    seen: set[tuple[uuid.UUID, int]] = set()
+    out = []
+    for entry in ranked:
+        key = (entry.session_id, entry.chunk_seq)
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+            if len(out) == k:
+                break
+    return out
+
+
+def fuse(rankings: Sequence[Sequence[Ranked]], k: int = RRF_K) -> list[Ranked]:
+    """Reciprocal rank fusion of rankings of turns (each best first): a turn's score is the
+    sum over the rankings that hold it of ``1 / (k + rank)`` (rank from 1; a turn counted
+    once per ranking, at its best rank). Best first; ties by session id, then turn. A
+    turn keeps the window of the ranking that ranked it best."""
+    score: dict[tuple[uuid.UUID, int], float] = {}
+    where: dict[tuple[uuid.UUID, int], tuple[int, Ranked]] = {}
+    for ranking in rankings:
+        seen: set[tuple[uuid.UUID, int]] = set()
+        rank = 0
+        for entry in ranking:
+            key = (entry.session_id, entry.first_turn_seq)
+            if key in seen:
+                continue
+            seen.add(key)
+            rank += 1
+            score[key] = score.get(key, 0.0) + 1.0 / (k + rank)
+            if key not in where or rank < where[key][0]:
+                where[key] = (rank, entry)
+    ordered = sorted(score, key=lambda key: (-score[key], str(key[0]), key[1]))
+    out = []
+    for key in ordered:
+        entry = where[key][1]
+        out.append(
+            Ranked(
+                entry.session_id,
+                entry.chunk_seq,
+                entry.first_turn_seq,
+                entry.last_turn_seq,
+                score[key],
+            )
+        )
+    return out
+
+
+def hits_op(ranked: Sequence[Ranked]) -> Op[list[SearchHit]]:
+    """Search hits for ranked turn windows: each with its window's turns, widened back over
+    tool results to their call and over an item to its reasoning item (within the chunk,
+    folded or buffered), as vector hits are."""
+    if not ranked:
+        return []
+    rows = yield Q(
+        query("text_hit_turns"),
+        (
+            list(range(len(ranked))),
+            [r.session_id for r in ranked],
+            [r.chunk_seq for r in ranked],
+            [max(0, r.first_turn_seq - HIT_CONTEXT_TURNS) for r in ranked],
+            [r.last_turn_seq for r in ranked],
+        ),
+        prepare=False,
+    )
+    texts = {int(i): text for i, text in rows}
+    hits = []
+    for i, entry in enumerate(ranked):
+        text = texts.get(i)
+        context = (
+            [envelope_turn(e, entry.chunk_seq) for e in jsoncodec.loads_envelopes(text)]
+            if text
+            else []
+        )
+        first = next(
+            (j for j, t in enumerate(context) if t.turn_seq >= entry.first_turn_seq), len(context)
+        )
+        hits.append(
+            SearchHit(entry.session_id, entry.chunk_seq, entry.score, whole_window(context, first))
+        )
+    return hits
+
+
+def search_text_op(ctx: Context, scope: SearchScope, text: str) -> Op[list[SearchHit]]:
+    """The ``k`` chunks whose best turn matches ``text`` best (full-text), best first, each
+    with that turn; score: the turn's BM25-style score."""
+    ranked = yield from text_ranking_op(ctx, scope, text, depth(scope.k))
+    hits: list[SearchHit] = yield from hits_op(best_chunks(ranked, scope.k))
+    return hits
+
+
+def hybrid_ranking_op(
+    ctx: Context, state: VectorState, scope: SearchScope, text: str, vector: str | None
+) -> Op[list[Ranked]]:
+    """The text and vector rankings of the scope fused (:func:`fuse`), best first; the
+    vector ranking is empty when ``vector`` is None (nothing embedded yet)."""
+    n = depth(scope.k)
+    lexical = yield from text_ranking_op(ctx, scope, text, n)
+    semantic: list[Ranked] = []
+    if vector is not None:
+        semantic = yield from vector_ranking_op(ctx, scope, vector, n)
+    return fuse([semantic, lexical])
+
+
+def search_hybrid_op(
+    ctx: Context, state: VectorState, scope: SearchScope, text: str
+) -> Op[list[SearchHit]]:
+    """The ``k`` chunks whose best turn ranks best by reciprocal rank fusion of the text and
+    vector rankings, best first; score: the fused score."""
+    vector = yield from query_vector_op(state, text)
+    fused = yield from hybrid_ranking_op(ctx, state, scope, text, vector)
+    hits: list[SearchHit] = yield from hits_op(best_chunks(fused, scope.k))
+    return hits

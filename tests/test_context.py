@@ -1,0 +1,256 @@
+"""store.context(): a budgeted view of a session (summaries, facts, recalled and recent
+turns) that never changes the log. The property test builds random histories of mixed
+formats with oversize turns and checks, for random budgets: within the budget, pairs
+whole, the newest turn's unit present when it fits alone, order, determinism."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shardstore
+from shardstore.cli.app import main
+from shardstore.models import Turn
+from shardstore.plans import is_reasoning, is_tool_result
+from shardstore.tokens import TiktokenCounter
+
+SMALL = {"chunk_tokens": 400}
+
+
+def stub(turns: list[Turn]) -> str:
+    return f"summary of turns {turns[0].turn_seq}-{turns[-1].turn_seq}"
+
+
+def chat_pair(i: int) -> list[dict[str, Any]]:
+    call = {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"c{i}", "content": f"result {i}"},
+    ]
+
+
+def responses_triple(i: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "reasoning", "id": f"r{i}", "summary": [{"type": "summary_text", "text": "hm"}]},
+        {"type": "function_call", "call_id": f"k{i}", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"k{i}", "output": f"out {i}"},
+    ]
+
+
+def anthropic_pair(i: int) -> list[dict[str, Any]]:
+    return [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": f"a{i}", "name": "h", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"a{i}", "content": "ok"}]},
+    ]
+
+
+def plain(i: int, size: int) -> list[dict[str, Any]]:
+    return [{"role": "user" if i % 2 else "assistant", "content": f"turn {i} " + "w " * size}]
+
+
+BLOCK = st.one_of(
+    st.builds(plain, st.integers(0, 1000), st.sampled_from([1, 5, 40, 300, 1200])),
+    st.builds(chat_pair, st.integers(0, 1000)),
+    st.builds(responses_triple, st.integers(0, 1000)),
+    st.builds(anthropic_pair, st.integers(0, 1000)),
+)
+
+
+def unit_of_newest(history: list[Turn]) -> list[Turn]:
+    """The newest turn with what it cannot be sent without (plans' pairing rules)."""
+    i = len(history) - 1
+    while i > 0 and (
+        is_tool_result(history[i].message) or is_reasoning(history[i - 1].message)
+    ):
+        i -= 1
+    return history[i:]
+
+
+def check(ctx: shardstore.Context, history: list[Turn], budget: int) -> None:
+    assert ctx.tokens <= budget
+    assert ctx.tokens == sum(p.tokens for p in ctx.parts)
+    assert len(ctx.messages) == len(ctx.parts)
+    kinds = [p.kind for p in ctx.parts]
+    order = {"summary": 0, "facts": 0, "recall": 1, "recent": 2}
+    assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
+    recent = [p.first_turn_seq for p in ctx.parts if p.kind == "recent"]
+    by_seq = {t.turn_seq: t for t in history}
+    if recent:
+        # contiguous up to the newest turn, never opening on a result or a follower
+        assert recent == list(range(recent[0], history[-1].turn_seq + 1))
+        first = by_seq[recent[0]]
+        assert not is_tool_result(first.message)
+        assert recent[0] == 0 or not is_reasoning(by_seq[recent[0] - 1].message)
+    for message, part in zip(ctx.messages, ctx.parts, strict=True):
+        if part.kind == "recent":
+            assert message == by_seq[part.first_turn_seq].message
+        else:
+            assert message["role"] == "system"
+    unit = unit_of_newest(history)
+    if sum(t.tokens for t in unit) <= budget and not is_tool_result(unit[0].message):
+        assert history[-1].turn_seq in recent
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    blocks=st.lists(BLOCK, min_size=1, max_size=14),
+    budget=st.integers(1, 4000),
+    recent_min=st.one_of(st.none(), st.integers(0, 4000)),
+    summarise=st.booleans(),
+    recall=st.sampled_from([None, "result", "turn 7 w"]),
+)
+def test_context_properties(
+    store: shardstore.Store,
+    blocks: list[list[dict[str, Any]]],
+    budget: int,
+    recent_min: int | None,
+    summarise: bool,
+    recall: str | None,
+) -> None:
+    sid = store.create_session("t1")
+    store.append_turns(sid, [m for block in blocks for m in block])
+    store.flush(sid)
+    if summarise:
+        store.summarize(stub, session_id=sid)
+    history = list(store.history(sid))
+    ctx = store.context(sid, budget, recent_min_tokens=recent_min, recall=recall)
+    check(ctx, history, budget)
+    assert store.context(sid, budget, recent_min_tokens=recent_min, recall=recall) == ctx
+    assert list(store.history(sid)) == history  # the log is never changed
+
+
+@pytest.fixture
+def long_session(make_store: Any) -> tuple[shardstore.Store, uuid.UUID]:
+    store = make_store(**SMALL)
+    sid = store.create_session("t1", subject_id="user:1")
+    turns = [m for i in range(40) for m in plain(i, 20)]
+    turns[9] = {"role": "user", "content": "my order id is QX-4471, please track it"}
+    store.append_turns(sid, turns)
+    store.drain_folds()
+    return store, sid
+
+
+def test_parts_summaries_facts_recall_recent(long_session: Any) -> None:
+    store, sid = long_session
+    store.summarize(stub)
+    fact = store.remember("t1", "user:1", "plan", "pro", source=(sid, 3))
+    ctx = store.context(sid, 1500, recall="QX-4471", facts_subject="user:1")
+    kinds = [p.kind for p in ctx.parts]
+    assert {"summary", "facts", "recall", "recent"} <= set(kinds)
+    facts = next(p for p in ctx.parts if p.kind == "facts")
+    assert facts.fact_ids == (fact.fact_id,)
+    recalled = [p for p in ctx.parts if p.kind == "recall"]
+    assert any(p.first_turn_seq <= 9 <= p.last_turn_seq for p in recalled)
+    message = ctx.messages[kinds.index("recall")]
+    assert "Recalled" in message["content"] and "QX-4471" in message["content"]
+    for p in ctx.parts:
+        if p.kind == "summary":
+            assert p.last_turn_seq is not None and p.first_turn_seq is not None
+            assert p.last_turn_seq < min(q.first_turn_seq for q in ctx.parts if q.kind == "recent")
+    check(ctx, list(store.history(sid)), 1500)
+
+
+def test_degrades_without_summaries(long_session: Any) -> None:
+    store, sid = long_session
+    ctx = store.context(sid, 800, recall="QX-4471")
+    assert {p.kind for p in ctx.parts} <= {"recent", "recall"} and ctx.tokens <= 800
+    store.summarize(stub)
+    off = store.context(sid, 800, recall="QX-4471", summaries=False)
+    assert "summary" not in {p.kind for p in off.parts}
+    assert "summary" in {p.kind for p in store.context(sid, 800).parts}
+
+
+def test_custom_tokenizer_budget(long_session: Any) -> None:
+    store, sid = long_session
+    counter = TiktokenCounter("cl100k_base")
+
+    class Double:
+        name = "double"
+
+        def count(self, text: str) -> int:
+            return 2 * counter.count(text)
+
+    ctx = store.context(sid, 500, tokenizer=Double())
+    plain_ctx = store.context(sid, 500)
+    assert ctx.tokens <= 500
+    assert len(ctx.messages) < len(plain_ctx.messages)
+
+
+def test_newest_turn_too_big(store: shardstore.Store) -> None:
+    sid = store.create_session("t1")
+    store.append_turns(sid, [*plain(0, 5), *plain(1, 2000)])
+    ctx = store.context(sid, 100)
+    assert ctx.messages == [] and ctx.tokens == 0
+    empty = store.create_session("t1")
+    assert store.context(empty, 100) == shardstore.Context([], [], 0)
+
+
+def test_hostile_input(long_session: Any) -> None:
+    store, sid = long_session
+    before = list(store.history(sid))
+    bad: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        (("nope", 100), {}),
+        ((sid, 0), {}),
+        ((sid, -5), {}),
+        ((sid, "100"), {}),
+        ((sid, True), {}),
+        ((sid, 2**64), {}),
+        ((sid, 100), {"recent_min_tokens": -1}),
+        ((sid, 100), {"recall": ""}),
+        ((sid, 100), {"recall": "a\x00b"}),
+        ((sid, 100), {"recall": 5}),
+        ((sid, 100), {"k": 0}),
+        ((sid, 100), {"k": 10_000}),
+        ((sid, 100), {"facts_subject": ""}),
+        ((sid, 100), {"summaries": "yes"}),
+    ]
+    for args, kwargs in bad:
+        with pytest.raises(shardstore.InvalidInput):
+            store.context(*args, **kwargs)
+    with pytest.raises(shardstore.ConfigurationError):
+        store.context(sid, 100, tokenizer=42)
+    with pytest.raises(shardstore.SessionNotFound):
+        store.context(uuid.uuid4(), 100)
+    store.purge_session(sid)
+    with pytest.raises(shardstore.SessionPurged):
+        store.context(sid, 100)
+    assert before  # the session had turns; context() wrote nothing (read-only snapshot)
+
+
+def test_async_parity(dsn: str) -> None:
+    store = shardstore.connect(dsn, **SMALL)
+    sid = store.create_session("t1")
+    store.append_turns(sid, [m for i in range(30) for m in plain(i, 20)])
+    store.drain_folds()
+    store.summarize(stub)
+    want = store.context(sid, 700, recall="turn 3")
+    store.close()
+
+    async def go() -> shardstore.Context:
+        astore = await shardstore.connect_async(dsn, **SMALL)
+        try:
+            return await astore.context(sid, 700, recall="turn 3")
+        finally:
+            await astore.close()
+
+    assert asyncio.run(go()) == want and want.parts
+
+
+def test_cli_context(long_session: Any, capsys: Any) -> None:
+    store, sid = long_session
+    args = ["--dsn", store.dsn or "", "context", str(sid), "--max-tokens", "600"]
+    assert main([*args, "--recall", "QX-4471"]) == 0
+    out = capsys.readouterr().out
+    assert "recent" in out and "recall" in out and "of 600 tokens" in out
+    assert main(["--json", *args]) == 0
+    assert '"tokens"' in capsys.readouterr().out
+    assert main([*args[:-1], "0"]) == 2
