@@ -76,6 +76,11 @@ def fork_op(
     if status == "no_checkpoint":
         raise CheckpointNotFound(f"checkpoint {cid} does not exist in session {sid}")
     if status == "exists":
+        owners = yield Q(query("session_owners"), (new,), fetch="one", named=True)
+        if owners is not None and owners["purged"]:
+            raise SessionPurged(
+                f"session {new} (new_session_id) was purged; its id cannot be reused"
+            )
         raise SessionConflict(f"session {new} (new_session_id) already exists")
     turns = int(row["turns"])
     raise InvalidInput(
