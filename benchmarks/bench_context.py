@@ -42,29 +42,65 @@ TOPICS = [
 ]
 
 EXACT = [
-    ("Order QX-4471 was refunded after the courier lost the parcel.", "What happened to order QX-4471?"),
-    ("The nightly job failed with error E-5093 on the reporting cluster.", "Which job failed with E-5093?"),
-    ("The bug lives in billing_export_v2.py around the tax rounding.", "Where is the bug in billing_export_v2.py?"),
+    (
+        "Order QX-4471 was refunded after the courier lost the parcel.",
+        "What happened to order QX-4471?",
+    ),
+    (
+        "The nightly job failed with error E-5093 on the reporting cluster.",
+        "Which job failed with E-5093?",
+    ),
+    (
+        "The bug lives in billing_export_v2.py around the tax rounding.",
+        "Where is the bug in billing_export_v2.py?",
+    ),
     ("Ticket ZT-88213 was escalated to the platform team on Tuesday.", "Who got ticket ZT-88213?"),
     ("The deploy token for staging is tagged KRM-3301 in the vault.", "What is KRM-3301 used for?"),
-    ("Customer account ACC-77120 asked to close their subscription.", "What did ACC-77120 ask for?"),
-    ("The config flag enable_fast_path_x9 broke the login page.", "What did enable_fast_path_x9 break?"),
+    (
+        "Customer account ACC-77120 asked to close their subscription.",
+        "What did ACC-77120 ask for?",
+    ),
+    (
+        "The config flag enable_fast_path_x9 broke the login page.",
+        "What did enable_fast_path_x9 break?",
+    ),
     ("Shipment SHP-60417 is stuck in customs at Rotterdam.", "Where is shipment SHP-60417?"),
     ("Error code ERR-7731 means the upload quota was exceeded.", "What does ERR-7731 mean?"),
-    ("The migration file 0042_add_ledger_index.sql was never applied.", "Was 0042_add_ledger_index.sql applied?"),
+    (
+        "The migration file 0042_add_ledger_index.sql was never applied.",
+        "Was 0042_add_ledger_index.sql applied?",
+    ),
 ]
 
 PARAPHRASED = [
-    ("My sister moved to Lisbon last spring for her new job.", "Which city does my sibling live in now?"),
+    (
+        "My sister moved to Lisbon last spring for her new job.",
+        "Which city does my sibling live in now?",
+    ),
     ("I am allergic to peanuts, so please avoid them in recipes.", "What food can I not eat?"),
-    ("Our daughter starts primary school in September.", "When does our child begin her education?"),
-    ("The dentist appointment got moved to Thursday afternoon.", "When is my visit to the tooth doctor?"),
+    (
+        "Our daughter starts primary school in September.",
+        "When does our child begin her education?",
+    ),
+    (
+        "The dentist appointment got moved to Thursday afternoon.",
+        "When is my visit to the tooth doctor?",
+    ),
     ("I drive an old green Volvo station wagon.", "What kind of car do I own?"),
-    ("My favourite composer has always been Sergei Rachmaninoff.", "Which classical musician do I like most?"),
+    (
+        "My favourite composer has always been Sergei Rachmaninoff.",
+        "Which classical musician do I like most?",
+    ),
     ("We adopted a grey rescue cat named Pixel last winter.", "What pet did we get recently?"),
     ("I run a half marathon every October in Berlin.", "Which race do I take part in each autumn?"),
-    ("The landlord raised our rent by eight percent this year.", "How much more do we pay for the flat?"),
-    ("I am learning Japanese with an evening course twice a week.", "Which language am I studying?"),
+    (
+        "The landlord raised our rent by eight percent this year.",
+        "How much more do we pay for the flat?",
+    ),
+    (
+        "I am learning Japanese with an evening course twice a week.",
+        "Which language am I studying?",
+    ),
 ]
 
 
@@ -97,7 +133,9 @@ def quality(store: shardstore.Store, turns: int, seed: int) -> dict[str, dict[st
             rank = next(
                 (r for r, h in enumerate(hits, 1) if any(t.turn_seq == at for t in h.turns)), None
             )
-            ranks.setdefault(mode, {}).setdefault(kind, []).append(0.0 if rank is None else 1 / rank)
+            ranks.setdefault(mode, {}).setdefault(kind, []).append(
+                0.0 if rank is None else 1 / rank
+            )
     return ranks
 
 
@@ -108,8 +146,13 @@ def latency(store: shardstore.Store, turns: int, rounds: int, runs: int) -> dict
         store.append_turns(sid, [filler(rng, i) for i in range(lo, min(turns, lo + 1000))])
     store.drain_folds()
     started = time.perf_counter()
-    summarised = store.summarize(lambda ts: f"turns {ts[0].turn_seq}-{ts[-1].turn_seq}: " + "x " * 60)
-    print(f"{turns} turns, {summarised} summaries in {time.perf_counter() - started:.0f} s", flush=True)
+    summarised = store.summarize(
+        lambda ts: f"turns {ts[0].turn_seq}-{ts[-1].turn_seq}: " + "x " * 60
+    )
+    print(
+        f"{turns} turns, {summarised} summaries in {time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
     out: dict[str, list[float]] = {"plain": [], "recall": []}
     for _ in range(rounds):
         for name, kwargs in (("plain", {}), ("recall", {"recall": "router password reset"})):
@@ -149,7 +192,8 @@ def main() -> None:
         "k=10, session scope. A question counts at rank r when the r-th hit's turns hold the "
         "fact's turn.",
         "",
-        "| mode | exact hit@1 | exact MRR | paraphrased hit@1 | paraphrased MRR | overall hit@1 | overall MRR |",
+        "| mode | exact hit@1 | exact MRR | paraphrased hit@1 | paraphrased MRR"
+        " | overall hit@1 | overall MRR |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for mode, kinds in ranks.items():

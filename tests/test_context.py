@@ -44,8 +44,14 @@ def responses_triple(i: int) -> list[dict[str, Any]]:
 
 def anthropic_pair(i: int) -> list[dict[str, Any]]:
     return [
-        {"role": "assistant", "content": [{"type": "tool_use", "id": f"a{i}", "name": "h", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"a{i}", "content": "ok"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": f"a{i}", "name": "h", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": f"a{i}", "content": "ok"}],
+        },
     ]
 
 
@@ -64,9 +70,7 @@ BLOCK = st.one_of(
 def unit_of_newest(history: list[Turn]) -> list[Turn]:
     """The newest turn with what it cannot be sent without (plans' pairing rules)."""
     i = len(history) - 1
-    while i > 0 and (
-        is_tool_result(history[i].message) or is_reasoning(history[i - 1].message)
-    ):
+    while i > 0 and (is_tool_result(history[i].message) or is_reasoning(history[i - 1].message)):
         i -= 1
     return history[i:]
 

@@ -169,7 +169,9 @@ def test_workers_never_summarise_a_chunk_twice(make_store: Any) -> None:
         return stub(turns)
 
     counts: list[int] = []
-    workers = [threading.Thread(target=lambda: counts.append(store.summarize(slow))) for _ in range(3)]
+    workers = [
+        threading.Thread(target=lambda: counts.append(store.summarize(slow))) for _ in range(3)
+    ]
     for w in workers:
         w.start()
     for w in workers:
@@ -248,14 +250,16 @@ def test_cli_summarize_command(store: shardstore.Store, capsys: Any) -> None:
     store.append_turns(sid, big)
     store.drain_folds()
     script = (
-        f"{sys.executable} -c \"import json,sys; t=json.load(sys.stdin); "
+        f'{sys.executable} -c "import json,sys; t=json.load(sys.stdin); '
         "print('summary of', len(t), 'turns from', t[0]['turn_seq'])\""
     )
     assert main(["--dsn", store.dsn or "", "summarize", "--command", script]) == 0
     assert "summarized" in capsys.readouterr().out
     found = store.summaries(sid)
-    assert found and found[0].text.startswith("summary of") and found[0].model.startswith("command:")
-    failing = f"{sys.executable} -c \"import sys; sys.exit(3)\""
+    assert (
+        found and found[0].text.startswith("summary of") and found[0].model.startswith("command:")
+    )
+    failing = f'{sys.executable} -c "import sys; sys.exit(3)"'
     store.append_turns(sid, big)
     store.drain_folds()
     assert main(["--dsn", store.dsn or "", "summarize", "--command", failing]) == 2

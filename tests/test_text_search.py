@@ -46,9 +46,7 @@ def text_rows(dsn: str, sid: uuid.UUID) -> int:
         return int(row[0])
 
 
-def test_folded_and_buffered_turns_are_found_without_embeddings(
-    make_store: Any, dsn: str
-) -> None:
+def test_folded_and_buffered_turns_are_found_without_embeddings(make_store: Any, dsn: str) -> None:
     store = make_store(chunk_tokens=300)
     sid = store.create_session("t1")
     turns = [say(i) for i in range(40)]
@@ -234,7 +232,9 @@ def test_async_parity(dsn: str) -> None:
 def test_cli_search_mode_text(store: shardstore.Store, capsys: Any) -> None:
     sid = store.create_session("t1")
     store.append_turns(sid, [say(0, "ticket TK-42 closed"), say(1)])
-    assert main(["--dsn", store.dsn or "", "search", "TK-42", "--tenant", "t1", "--mode", "text"]) == 0
+    assert (
+        main(["--dsn", store.dsn or "", "search", "TK-42", "--tenant", "t1", "--mode", "text"]) == 0
+    )
     assert "TK-42" in capsys.readouterr().out
 
 
@@ -254,7 +254,9 @@ def test_fuse_is_reciprocal_rank_fusion(data: Any) -> None:
     rank_b = {r.first_turn_seq: i + 1 for i, r in enumerate(b)}
     assert {r.first_turn_seq for r in fused} == set(rank_a) | set(rank_b)
     for r in fused:
-        want = sum(1 / (60 + rk[r.first_turn_seq]) for rk in (rank_a, rank_b) if r.first_turn_seq in rk)
+        want = sum(
+            1 / (60 + rk[r.first_turn_seq]) for rk in (rank_a, rank_b) if r.first_turn_seq in rk
+        )
         assert r.score == pytest.approx(want)
     assert [r.score for r in fused] == sorted((r.score for r in fused), reverse=True)
     if a and b and a[0].first_turn_seq == b[0].first_turn_seq:
