@@ -12,7 +12,9 @@ from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
-from .core.bind import amethod, astream
+from .artifacts import ops as artifact_ops
+from .artifacts import sweep as artifact_sweep
+from .core.bind import amethod, areader, astream
 from .core.connector import AsyncConnector
 from .core.executor import run_async, stream_async
 from .core.steps import Op
@@ -77,6 +79,13 @@ class AsyncStore(base.StoreBase):
     close_run = amethod(runs_ops.close_run)
     get_run = amethod(runs_ops.get_run)
     runs = amethod(runs_ops.runs)
+    put_artifact = amethod(artifact_ops.put_artifact)
+    get_artifact = amethod(artifact_ops.get_artifact)
+    open_artifact = areader(artifact_ops.open_artifact)
+    ref_artifact = amethod(artifact_ops.ref_artifact)
+    unref_artifact = amethod(artifact_ops.unref_artifact)
+    list_artifacts = amethod(artifact_ops.list_artifacts)
+    sweep_artifacts = amethod(artifact_sweep.sweep_artifacts)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

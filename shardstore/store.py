@@ -13,7 +13,9 @@ from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
-from .core.bind import method, stream
+from .artifacts import ops as artifact_ops
+from .artifacts import sweep as artifact_sweep
+from .core.bind import method, reader, stream
 from .core.connector import Connector
 from .core.executor import run_sync, stream_sync
 from .core.steps import Op
@@ -79,6 +81,13 @@ class Store(base.StoreBase):
     close_run = method(runs_ops.close_run)
     get_run = method(runs_ops.get_run)
     runs = method(runs_ops.runs)
+    put_artifact = method(artifact_ops.put_artifact)
+    get_artifact = method(artifact_ops.get_artifact)
+    open_artifact = reader(artifact_ops.open_artifact)
+    ref_artifact = method(artifact_ops.ref_artifact)
+    unref_artifact = method(artifact_ops.unref_artifact)
+    list_artifacts = method(artifact_ops.list_artifacts)
+    sweep_artifacts = method(artifact_sweep.sweep_artifacts)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into
