@@ -12,6 +12,7 @@ from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
+from .artifacts import offload as artifact_offload
 from .artifacts import ops as artifact_ops
 from .artifacts import sweep as artifact_sweep
 from .core.bind import amethod, areader, astream
@@ -86,6 +87,7 @@ class AsyncStore(base.StoreBase):
     unref_artifact = amethod(artifact_ops.unref_artifact)
     list_artifacts = amethod(artifact_ops.list_artifacts)
     sweep_artifacts = amethod(artifact_sweep.sweep_artifacts)
+    expand = amethod(artifact_offload.expand)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

@@ -13,6 +13,7 @@ from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
+from .artifacts import offload as artifact_offload
 from .artifacts import ops as artifact_ops
 from .artifacts import sweep as artifact_sweep
 from .core.bind import method, reader, stream
@@ -88,6 +89,7 @@ class Store(base.StoreBase):
     unref_artifact = method(artifact_ops.unref_artifact)
     list_artifacts = method(artifact_ops.list_artifacts)
     sweep_artifacts = method(artifact_sweep.sweep_artifacts)
+    expand = method(artifact_offload.expand)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into
