@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-from . import base, facts, maintenance, purge
+from . import base, facts, maintenance, purge, tracing
 from . import checkpoints as checkpoint_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
@@ -88,6 +88,7 @@ class AsyncStore(base.StoreBase):
     list_artifacts = amethod(artifact_ops.list_artifacts)
     sweep_artifacts = amethod(artifact_sweep.sweep_artifacts)
     expand = amethod(artifact_offload.expand)
+    attach_payload = amethod(tracing.attach_payload)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

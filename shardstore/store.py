@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from . import base, facts, maintenance, purge
+from . import base, facts, maintenance, purge, tracing
 from . import checkpoints as checkpoint_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
@@ -90,6 +90,7 @@ class Store(base.StoreBase):
     list_artifacts = method(artifact_ops.list_artifacts)
     sweep_artifacts = method(artifact_sweep.sweep_artifacts)
     expand = method(artifact_offload.expand)
+    attach_payload = method(tracing.attach_payload)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into

@@ -10,6 +10,7 @@ import io
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from .. import tracing
 from .steps import Op
 
 P = ParamSpec("P")
@@ -20,6 +21,8 @@ def method(build: Callable[Concatenate[Any, P], Op[T]]) -> Callable[Concatenate[
     """A sync store method that runs ``build(store, ...)`` and returns its result."""
 
     def bound(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if tracing.active():  # the one span of every method (shardstore.tracing)
+            return tracing.run(self, build, args, kwargs)  # type: ignore[no-any-return]
         return self._run(build(self, *args, **kwargs))  # type: ignore[no-any-return]
 
     functools.update_wrapper(bound, build)
@@ -32,6 +35,8 @@ def amethod(
     """An asyncio store method that runs ``build(store, ...)`` and returns its result."""
 
     async def bound(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if tracing.active():
+            return await tracing.arun(self, build, args, kwargs)  # type: ignore[no-any-return]
         return await self._run(build(self, *args, **kwargs))  # type: ignore[no-any-return]
 
     functools.update_wrapper(bound, build)
@@ -44,6 +49,8 @@ def stream(
     """A sync store method that streams what ``build(store, ...)`` emits (of type ``item``)."""
 
     def bound(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        if tracing.active():
+            return tracing.stream(self, build, args, kwargs)
         return self._stream(build(self, *args, **kwargs))  # type: ignore[no-any-return]
 
     functools.update_wrapper(bound, build)
@@ -56,6 +63,10 @@ def astream(
     """An asyncio store method that streams what ``build(store, ...)`` emits."""
 
     async def bound(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        if tracing.active():
+            async for value in tracing.astream(self, build, args, kwargs):
+                yield value
+            return
         async for value in self._stream(build(self, *args, **kwargs)):
             yield value
 
