@@ -58,8 +58,12 @@ def active() -> bool:
     trace = _api if _api is not None else _trace()
     if trace is False:
         return False
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    # the global provider as set_tracer_provider() stored it: get_tracer_provider() reads
+    # the environment on every call while none is set (~7 us measured, per store call)
+    provider = getattr(trace, "_TRACER_PROVIDER", None)
+    if provider is None:
+        return False
+    return not isinstance(provider, trace.NoOpTracerProvider)
 
 
 def _tracer() -> Any:
