@@ -13,6 +13,8 @@ import os
 from typing import Any
 
 from .aio import AsyncStore
+from .artifacts import ArtifactInfo, ArtifactRef, SweepReport
+from .artifacts.config import pop_config
 from .assembly import Context, ContextPart
 from .base import setup_op
 from .checkpoints import Checkpoint, Restored
@@ -20,6 +22,8 @@ from .core.connector import AsyncConnector, Connector
 from .embedding import Embedder, SentenceTransformerEmbedder
 from .errors import (
     AccessDenied,
+    ArtifactCorrupt,
+    ArtifactNotFound,
     CheckpointNotFound,
     ConfigurationError,
     Conflict,
@@ -51,6 +55,10 @@ from .tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_coun
 __all__ = [
     "AccessDenied",
     "AppendResult",
+    "ArtifactCorrupt",
+    "ArtifactInfo",
+    "ArtifactNotFound",
+    "ArtifactRef",
     "AsyncStore",
     "Checkpoint",
     "CheckpointNotFound",
@@ -87,6 +95,7 @@ __all__ = [
     "ShardstoreError",
     "Stats",
     "Store",
+    "SweepReport",
     "TableRemoval",
     "TailWindow",
     "TiktokenCounter",
@@ -110,12 +119,19 @@ def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) ->
     Postgres in the user data directory (started on demand, reused by later processes).
     Migrations are applied idempotently (concurrent callers are serialised). ``tokenizer`` is
     a tiktoken encoding name (default ``cl100k_base``), a path to a ``tokenizer.json``, or a
-    :class:`TokenCounter`. Other keywords are :class:`Settings` fields.
+    :class:`TokenCounter`. Other keywords are :class:`Settings` fields, and the artifact
+    options: ``artifacts`` (``"postgres"``, the default; ``"file:///dir"``;
+    ``"s3://bucket/prefix"``), ``offload_over`` (bytes: a longer string in an appended
+    message is stored as an artifact; None, the default: never), ``artifact_grace`` (how
+    long an unreferenced artifact is kept, default 1 day) and ``trajectory_retention``
+    (payloads attached to spans, default 7 days).
     """
+    artifacts = pop_config(settings)
     config = Settings.from_kwargs(settings)
     counter = make_counter(tokenizer)
     connector = Connector(dsn, config)
     store = Store(connector, config, counter)
+    store._artifacts = artifacts
     try:
         store._run(setup_op(store))
     except BaseException:
@@ -129,10 +145,12 @@ async def connect_async(
 ) -> AsyncStore:
     """asyncio version of :func:`connect` (accepts a DSN, an ``AsyncConnectionPool`` or an
     ``AsyncConnection``) returning an :class:`AsyncStore`."""
+    artifacts = pop_config(settings)
     config = Settings.from_kwargs(settings)
     counter = make_counter(tokenizer)
     connector = await AsyncConnector.create(dsn, config)
     store = AsyncStore(connector, config, counter)
+    store._artifacts = artifacts
     try:
         await store._run(setup_op(store))
     except BaseException:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-from . import assembly, base, facts, maintenance, purge
+from . import assembly, base, facts, maintenance, purge, tracing
 from . import checkpoints as checkpoint_ops
 from . import fork as fork_ops
 from . import history as history_ops
@@ -14,7 +14,10 @@ from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
 from . import summaries as summary_ops
-from .core.bind import amethod, astream
+from .artifacts import offload as artifact_offload
+from .artifacts import ops as artifact_ops
+from .artifacts import sweep as artifact_sweep
+from .core.bind import amethod, areader, astream
 from .core.connector import AsyncConnector
 from .core.executor import run_async, stream_async
 from .core.steps import Op
@@ -83,6 +86,15 @@ class AsyncStore(base.StoreBase):
     context = amethod(assembly.context)
     summarize = amethod(summary_ops.summarize)
     summaries = amethod(summary_ops.summaries)
+    put_artifact = amethod(artifact_ops.put_artifact)
+    get_artifact = amethod(artifact_ops.get_artifact)
+    open_artifact = areader(artifact_ops.open_artifact)
+    ref_artifact = amethod(artifact_ops.ref_artifact)
+    unref_artifact = amethod(artifact_ops.unref_artifact)
+    list_artifacts = amethod(artifact_ops.list_artifacts)
+    sweep_artifacts = amethod(artifact_sweep.sweep_artifacts)
+    expand = amethod(artifact_offload.expand)
+    attach_payload = amethod(tracing.attach_payload)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

@@ -22,6 +22,7 @@ class StoreBase:
     The two stores add how operations run (sync or asyncio) and their method bindings."""
 
     _folder: Any = None
+    _artifacts: Any = None  # shardstore.artifacts.config.ArtifactConfig, set by connect()
 
     def __init__(self, connector: Any, settings: Settings, counter: TokenCounter) -> None:
         self._connector = connector

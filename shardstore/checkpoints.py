@@ -22,6 +22,9 @@ from typing import Any
 
 from . import history as history_ops
 from . import jsoncodec
+from .artifacts import links as artifact_links
+from .artifacts.model import ArtifactRef
+from .artifacts.ops import session_tenant_op
 from .core import validate
 from .core.rows import record
 from .core.steps import Emit, Op, Q, Tx
@@ -57,10 +60,12 @@ class Checkpoint:
 @dataclass(frozen=True, slots=True)
 class Restored:
     """What :func:`restore` gives back: the checkpoint (None for a session without any)
-    and the history up to its position, oldest first."""
+    and the history up to its position, oldest first; ``artifacts``: the artifacts the
+    checkpoint references (each required one is there to read)."""
 
     checkpoint: Checkpoint | None
     turns: list[Turn]
+    artifacts: list[ArtifactRef] = field(default_factory=list)
 
 
 def _loads(text: str | None) -> Any:
@@ -102,6 +107,7 @@ def checkpoint(
     parent_id: uuid.UUID | str | None = None,
     idempotency_key: str | None = None,
     metadata: dict[str, Any] | None = None,
+    artifacts: list[ArtifactRef] | None = None,
 ) -> Op[Checkpoint]:
     """Write a checkpoint positioned at the session's last committed turn (``turn_seq``
     -1 for a session without turns), in one round trip and one commit.
@@ -113,7 +119,12 @@ def checkpoint(
     session, else ``CheckpointNotFound``. A repeat with the same ``idempotency_key`` stores
     nothing and returns the first checkpoint, as it was stored, even if this call's content
     differs (as appends do). ``SessionNotFound`` / ``SessionPurged`` for an unknown / purged
-    session; bad input raises ``InvalidInput`` and writes nothing."""
+    session; bad input raises ``InvalidInput`` and writes nothing.
+
+    ``artifacts`` (ArtifactRef list) and every reference found in ``state`` (an
+    ``ArtifactRef.to_json()`` or an offload card) are referenced by the checkpoint in the
+    same transaction; those with ``required_for_resume`` are kept for as long as the
+    checkpoint exists. ``ArtifactNotFound`` (nothing written) if one is not stored."""
     sid = validate.session_id(session_id)
     limit = store._ctx.settings.chunk_max_bytes
     state_text = history_ops.encode_state(state, "state", limit)
@@ -136,7 +147,15 @@ def checkpoint(
     cid = uuid.uuid4()
     stored_key = None if key is None else _CHECKPOINT_KEY + key
     params = (sid, cid, stored_key, state_text, calls, results, step, parent, meta)
+    links = artifact_links.wanted(state, artifacts)
+    if links:
+        yield Tx.BEGIN
+        tenant = yield from session_tenant_op(sid)
     row = yield _named("checkpoint_write", params, fetch="one")
+    if links:
+        if row["status"] == "created":
+            yield from artifact_links.ref_checkpoint_op(tenant, sid, cid, links)
+        yield Tx.COMMIT
     if row["status"] == "no_parent":
         assert parent is not None
         raise _not_found(parent, sid)
@@ -215,8 +234,11 @@ def restore(
         window = [record(Turn, r, message=jsoncodec.loads(r["message"])) for r in reversed(rows)]
         before = yield from history_ops.before_window_op(sid, window)
         turns = trim_tail(window, before)
+    refs: list[ArtifactRef] = []
+    if found is not None:
+        refs = yield from artifact_links.checkpoint_refs_op(store, sid, found.checkpoint_id)
     yield Tx.COMMIT
-    return Restored(found, turns)
+    return Restored(found, turns, refs)
 
 
 def checkpoints(

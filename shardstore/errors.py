@@ -97,3 +97,13 @@ class CheckpointNotFound(ShardstoreError, LookupError):
     """The checkpoint does not exist in this session (never written, or removed by a purge,
     retention or ``maintain(keep_checkpoints=...)``); ``checkpoints(session_id)`` lists
     those that do."""
+
+
+class ArtifactNotFound(ShardstoreError, LookupError):
+    """The artifact does not exist in this tenant (never stored, not finished, or deleted by
+    a sweep or a purge), or the owner a reference names (a turn, a checkpoint) does not."""
+
+
+class ArtifactCorrupt(ShardstoreError):
+    """The bytes a backend holds do not match the artifact's sha256 and size; nothing that
+    names them was written."""

@@ -356,6 +356,14 @@ def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
 def _append_op(
     store: Any, session_id: Any, messages: list[Any], keys: list[Any], state: str | None = None
 ) -> Op[Any]:
+    offload = store._artifacts
+    if offload is not None and offload.offload_over is not None:
+        from .artifacts import offload as offloading  # imports this module
+
+        if offloading.needs_offload(messages, offload.offload_over):
+            return (
+                yield from offloading.append_offloaded_op(store, session_id, messages, keys, state)
+            )
     if state is None:
         outcome = yield from append_op(store._ctx, session_id, messages, keys)
     else:
@@ -508,11 +516,26 @@ def tail(
     session_id: uuid.UUID | str,
     n: int | None = None,
     max_tokens: int | None = None,
+    *,
+    expand: bool = False,
 ) -> Op[list[Turn]]:
     """The newest turns, oldest first: at most ``n`` turns and at most ``max_tokens``
     tokens (fewer rather than more; with neither given, ``default_tail_turns``). Never
-    starts with a tool result whose tool call was cut off."""
-    return (yield from tail_op(store._ctx, session_id, n, max_tokens))
+    starts with a tool result whose tool call was cut off.
+
+    ``expand=True``: offloaded strings (``connect(offload_over=...)``) are put back, each
+    message exactly as appended; tokens stay those of the stored cards."""
+    turns = yield from tail_op(store._ctx, session_id, n, max_tokens)
+    return (yield from _expanded(store, turns, validate.flag(expand, "expand")))
+
+
+def _expanded(store: Any, turns: list[Turn], expand: bool) -> Op[list[Turn]]:
+    """The turns, with offloaded strings put back when ``expand``."""
+    if not expand or not turns:
+        return turns
+    from .artifacts import offload  # imports this module
+
+    return (yield from offload.expand_op(store, turns))
 
 
 def tail_explained(
@@ -543,16 +566,23 @@ def tail_explained(
 
 
 def history(
-    store: Any, session_id: uuid.UUID | str, from_seq: int = 0, to_seq: int | None = None
+    store: Any,
+    session_id: uuid.UUID | str,
+    from_seq: int = 0,
+    to_seq: int | None = None,
+    *,
+    expand: bool = False,
 ) -> Op[None]:
     """Every turn with ``from_seq <= turn_seq < to_seq``, in order, streamed one chunk
     at a time from one consistent snapshot (holds one connection while iterating).
+    ``expand=True``: offloaded strings are put back, as for :meth:`tail`.
 
     Within a chunk the folded turns (in agent_history) precede the buffered ones; a sealed
     chunk may still sit wholly in the buffer until its fold."""
     sid = validate.session_id(session_id)
     lo = validate.position(from_seq, "from_seq")
     hi = None if to_seq is None else validate.position(to_seq, "to_seq")
+    expand = validate.flag(expand, "expand")
     yield Tx.BEGIN_SNAPSHOT
     head = yield from _head_op(sid, live=True)
     end = head["turn_count"] if hi is None else min(hi, head["turn_count"])
@@ -561,13 +591,14 @@ def history(
         for seg in reversed(segments):  # oldest first: turn_seq grows along a lineage
             seg_end = end if seg.turn_hi is None else min(end, seg.turn_hi + 1)
             if lo < seg_end:
-                yield from _history_segment_op(seg, lo, seg_end)
+                yield from _history_segment_op(store, seg, lo, seg_end, expand)
     yield Tx.COMMIT
     return None
 
 
-def _history_segment_op(seg: Segment, lo: int, end: int) -> Op[None]:
-    """Emit one segment's turns with ``lo <= turn_seq < end``, chunk by chunk."""
+def _history_segment_op(store: Any, seg: Segment, lo: int, end: int, expand: bool) -> Op[None]:
+    """Emit one segment's turns with ``lo <= turn_seq < end``, chunk by chunk (offloaded
+    strings put back when ``expand``)."""
     sid = seg.session_id
     located = yield Q(query("chunk_map_from"), (sid, sid, lo))
     buffered = yield _named("buffer_turns", (sid, lo, end))
@@ -599,9 +630,9 @@ def _history_segment_op(seg: Segment, lo: int, end: int) -> Op[None]:
                     if lo <= e["s"] < end
                 ]
                 if turns:
-                    yield Emit(turns)
+                    yield Emit((yield from _expanded(store, turns, expand)))
         if chunk_seq in by_chunk:
-            yield Emit(by_chunk[chunk_seq])
+            yield Emit((yield from _expanded(store, by_chunk[chunk_seq], expand)))
 
 
 def chunks(store: Any, session_id: uuid.UUID | str, last: int | None = None) -> Op[list[Chunk]]:

@@ -163,6 +163,9 @@ class MaintenanceReport(PartitionRunReport):
     embedding_stopped: str | None = None
     # keep_checkpoints: checkpoints deleted (None: not asked)
     checkpoints_removed: int | None = None
+    # the artifact sweep (dry run: what it would delete; None: not run)
+    artifacts_deleted: int | None = None
+    artifact_bytes_deleted: int | None = None
 
     def detail_rows(self) -> list[tuple[str, str]]:
         """Folds, expiry and embedding, as rows of the text report."""
@@ -203,6 +206,13 @@ class MaintenanceReport(PartitionRunReport):
             )
         if self.checkpoints_removed is not None:
             rows.append(("checkpoints removed", str(self.checkpoints_removed)))
+        if self.artifacts_deleted is not None:
+            rows.append(
+                (
+                    "artifacts swept",
+                    f"{self.artifacts_deleted} ({self.artifact_bytes_deleted or 0} bytes)",
+                )
+            )
         if self.retention is not None:
             rows.append(
                 (
@@ -229,6 +239,8 @@ class MaintenanceReport(PartitionRunReport):
             ),
             embedding_stopped=self.embedding_stopped,
             checkpoints_removed=self.checkpoints_removed,
+            artifacts_deleted=self.artifacts_deleted,
+            artifact_bytes_deleted=self.artifact_bytes_deleted,
         )
         if self.dry_run:
             doc["sessions_to_fold"] = self.sessions_to_fold
@@ -394,6 +406,7 @@ def maintain(
     max_embed: int | None = None,
     embed_seconds: float | timedelta | None = None,
     progress: bool = False,
+    artifact_grace: Duration = None,
 ) -> Op[MaintenanceReport]:
     """Run partition maintenance once and report what it did.
 
@@ -434,6 +447,10 @@ def maintain(
 
     ``keep_checkpoints``: keep only the newest N checkpoints of every session (after the
     partition work; ``report.checkpoints_removed``); None (the default) keeps them all.
+
+    Then the artifact sweep (:meth:`sweep_artifacts`): artifacts without a live reference
+    for longer than ``artifact_grace`` (default: the store's, one day) are deleted
+    (``report.artifacts_deleted``; a dry run counts what would go).
     """
     clock = time.monotonic()
     settings = store.settings
@@ -441,6 +458,7 @@ def maintain(
     cap = validate.optional_count(max_embed, "max_embed", low=0, high=validate.MAX_INT64)
     budget = _embed_seconds(embed_seconds)
     show = validate.flag(progress, "progress")
+    grace = _duration(artifact_grace, "artifact_grace")
     try:
         policy = MaintenancePolicy(
             premake=settings.premake if premake is None else premake,
@@ -475,6 +493,7 @@ def maintain(
         return report
     if dry_run:
         queued = yield from queue_count_op()
+        report = yield from _artifact_step(store, report, grace, True)
         return dataclasses.replace(
             report, embedding_backlog=queued, seconds=time.monotonic() - clock
         )
@@ -484,6 +503,7 @@ def maintain(
 
             removed = yield from keep_op(keep)
             report = dataclasses.replace(report, checkpoints_removed=removed)
+        report = yield from _artifact_step(store, report, grace, False)
         if embed:
             report = yield from _embed_step(store, report, cap, budget, show)
         queued = yield from queue_count_op()
@@ -501,6 +521,18 @@ def maintain(
         raise
     report = dataclasses.replace(report, seconds=time.monotonic() - clock)
     return (yield from _log_run_op(report))
+
+
+def _artifact_step(
+    store: Any, report: MaintenanceReport, grace: timedelta | None, dry_run: bool
+) -> Op[MaintenanceReport]:
+    """The artifact sweep of a run."""
+    from .artifacts.sweep import sweep_artifacts  # the artifact package imports settings
+
+    swept = yield from sweep_artifacts(store, grace=grace, dry_run=dry_run)
+    return dataclasses.replace(
+        report, artifacts_deleted=swept.deleted, artifact_bytes_deleted=swept.bytes_deleted
+    )
 
 
 def _embed_step(

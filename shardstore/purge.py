@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .artifacts import sweep as artifact_sweep
 from .core import validate
 from .core.retry import retrying
 from .core.steps import Call, Op, Q, Tx
@@ -47,6 +48,7 @@ from .history import parse_bound
 from .sql import query
 
 AGENT_HISTORY = "shardstore.agent_history"
+ARTIFACTS = "shardstore.artifacts"
 SESSIONS = "shardstore.sessions"
 _PARTITION_PREFIX = "shardstore.agent_history_"
 _ZERO_UUID = uuid.UUID(int=0)
@@ -448,6 +450,24 @@ def _hook(
     return progress, None
 
 
+# ---------------------------------------------------------------- artifacts
+
+
+def _releasing_op(
+    store: Any, dry_run: bool, tenant: str | None, purge: Op[PurgeReport]
+) -> Op[PurgeReport]:
+    """Run a purge, then delete at once (every backend, no grace period) the artifacts it
+    left without a live reference; ``shardstore.artifacts`` in the report counts them (rows:
+    artifacts, bytes: their size). A dry run removes no reference, so it reports 0 there."""
+    since = None if dry_run else (yield from artifact_sweep.purge_clock_op())
+    report = yield from purge
+    released = TableRemoval()
+    if since is not None:
+        done = yield from artifact_sweep.release_op(store, since, tenant)
+        released = TableRemoval(done.deleted, 0, done.bytes_deleted)
+    return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: released})
+
+
 # ---------------------------------------------------------------- store methods
 
 
@@ -505,7 +525,8 @@ def purge_session(
     sid = validate.session_id(session_id)
     acc = _Acc("session", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum)
-    return (yield from _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum)))
+    purge = _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum))
+    return (yield from _releasing_op(store, dry_run, None, purge))
 
 
 def _sessions_op(
@@ -549,17 +570,16 @@ def purge_subject(
     crash, call again to finish. The subject's facts go too, also those with no source
     turn (``remember(..., source=None)``)."""
     tenant, subject = validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id")
-    return (
-        yield from _sessions_op(
-            "subject",
-            (tenant, subject),
-            dry_run,
-            vacuum,
-            batch_size,
-            progress,
-            lambda acc: subject_facts_op(acc, tenant, subject),
-        )
+    purge = _sessions_op(
+        "subject",
+        (tenant, subject),
+        dry_run,
+        vacuum,
+        batch_size,
+        progress,
+        lambda acc: subject_facts_op(acc, tenant, subject),
     )
+    return (yield from _releasing_op(store, dry_run, tenant, purge))
 
 
 def purge_tenant(
@@ -575,17 +595,16 @@ def purge_tenant(
     :meth:`purge_subject`). The tombstones keep the tenant id. Every fact of the tenant
     goes too, also those with no source turn."""
     tenant = validate.text(tenant_id, "tenant_id")
-    return (
-        yield from _sessions_op(
-            "tenant",
-            (tenant,),
-            dry_run,
-            vacuum,
-            batch_size,
-            progress,
-            lambda acc: tenant_facts_op(acc, tenant),
-        )
+    purge = _sessions_op(
+        "tenant",
+        (tenant,),
+        dry_run,
+        vacuum,
+        batch_size,
+        progress,
+        lambda acc: tenant_facts_op(acc, tenant),
     )
+    return (yield from _releasing_op(store, dry_run, tenant, purge))
 
 
 def purge_range(
@@ -607,7 +626,8 @@ def purge_range(
     seq, at = _range_args(before_turn_seq, before)
     acc = _Acc("range", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum)
-    return (yield from _purge_op(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum)))
+    purge = _purge_op(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
+    return (yield from _releasing_op(store, dry_run, None, purge))
 
 
 def purge_before(
@@ -630,11 +650,10 @@ def purge_before(
     size = validate.count(batch_size, "batch_size")
     acc = _Acc("before", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum, truncate_partitions=truncate_partitions)
-    return (
-        yield from _batched_op(
-            acc,
-            progress,
-            "purge before",
-            lambda hook: purge_before_op(acc, at, tenant, size, vacuum, truncate_partitions, hook),
-        )
+    purge = _batched_op(
+        acc,
+        progress,
+        "purge before",
+        lambda hook: purge_before_op(acc, at, tenant, size, vacuum, truncate_partitions, hook),
     )
+    return (yield from _releasing_op(store, dry_run, tenant, purge))

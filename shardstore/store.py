@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from . import assembly, base, facts, maintenance, purge
+from . import assembly, base, facts, maintenance, purge, tracing
 from . import checkpoints as checkpoint_ops
 from . import fork as fork_ops
 from . import history as history_ops
@@ -15,7 +15,10 @@ from . import rewind as rewind_ops
 from . import runs as runs_ops
 from . import search as search_ops
 from . import summaries as summary_ops
-from .core.bind import method, stream
+from .artifacts import offload as artifact_offload
+from .artifacts import ops as artifact_ops
+from .artifacts import sweep as artifact_sweep
+from .core.bind import method, reader, stream
 from .core.connector import Connector
 from .core.executor import run_sync, stream_sync
 from .core.steps import Op
@@ -85,6 +88,15 @@ class Store(base.StoreBase):
     context = method(assembly.context)
     summarize = method(summary_ops.summarize)
     summaries = method(summary_ops.summaries)
+    put_artifact = method(artifact_ops.put_artifact)
+    get_artifact = method(artifact_ops.get_artifact)
+    open_artifact = reader(artifact_ops.open_artifact)
+    ref_artifact = method(artifact_ops.ref_artifact)
+    unref_artifact = method(artifact_ops.unref_artifact)
+    list_artifacts = method(artifact_ops.list_artifacts)
+    sweep_artifacts = method(artifact_sweep.sweep_artifacts)
+    expand = method(artifact_offload.expand)
+    attach_payload = method(tracing.attach_payload)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into

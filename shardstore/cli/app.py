@@ -139,6 +139,7 @@ COMMAND_MODULES = (
     "server",
     "context",
     "summarize",
+    "artifacts",
 )
 
 

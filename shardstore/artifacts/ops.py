@@ -1,0 +1,483 @@
+"""The artifact store's operations and store methods: put (upload, verify, then make
+visible), read, reference, unreference, list.
+
+The protocol (migration 0014 explains the race it wins): bytes are uploaded first and
+become visible ('ready') only after their stored hash was verified; a reference can only
+name a ready artifact and is written in one statement that also marks the artifact row, so
+a sweep racing it either sees the reference or finds the row changed and leaves it. A put
+that dies leaves an unreferenced row (or only staged bytes) that the sweep collects.
+
+* postgres backend: the chunks, their verification and the row go in one transaction; a
+  client that dies mid-upload leaves nothing.
+* object backends (file, s3): the bytes are staged while hashed, the row is claimed
+  ('uploading', committed), then, holding the row's lock, the object is placed at its key,
+  read back and verified, and the row becomes 'ready' (with the owner's reference, if
+  given) in that transaction.
+
+Each public function whose first parameter is ``store`` is a store method (bound in
+``Store`` and ``AsyncStore``)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ..core import validate
+from ..core.steps import Call, Emit, Op, Q, Sleep, Tx
+from ..errors import (
+    ArtifactCorrupt,
+    ArtifactNotFound,
+    ConfigurationError,
+    Conflict,
+    InvalidInput,
+    SessionNotFound,
+    SessionPurged,
+)
+from ..sql import query
+from .backends import ObjectBackend
+from .config import ArtifactConfig, config_of
+from .model import (
+    OWNER_TYPES,
+    ArtifactInfo,
+    ArtifactRef,
+    artifact_id_for,
+    object_key,
+)
+from .source import CHUNK, Source, next_chunk_op, source
+
+_CLAIM_ATTEMPTS = 5
+MAX_CONTENT_TYPE = 255
+
+
+def _named(name: str, params: Any, fetch: Any = "all", **kw: Any) -> Q:
+    return Q(query(name), params, fetch=fetch, named=True, **kw)
+
+
+def uri_for(config: ArtifactConfig, backend: str, key: str) -> str:
+    """The URI of an object: the configured backend's own form, else ``shardstore://``."""
+    if config.backend is not None and config.backend.name == backend:
+        return config.backend.uri(key)
+    return f"shardstore://{backend}/{key}"
+
+
+def ref_from_row(config: ArtifactConfig, row: Mapping[str, Any]) -> ArtifactRef:
+    """An ArtifactRef from an ``artifacts`` row."""
+    return ArtifactRef(
+        artifact_id=row["artifact_id"],
+        uri=uri_for(config, row["backend"], row["object_key"]),
+        sha256=row["sha256"],
+        content_type=row["content_type"],
+        size_bytes=int(row["size_bytes"]),
+        schema_version=int(row["schema_version"]),
+        required_for_resume=bool(row["required_for_resume"]),
+        tokens=None if row["tokens"] is None else int(row["tokens"]),
+    )
+
+
+# ---------------------------------------------------------------- owners
+
+
+def owner_args(owner_type: Any, owner_id: Any) -> tuple[str, str, uuid.UUID | None, int | None]:
+    """(owner_type, owner_id, session_id, turn_seq) for a reference. A turn is named
+    ``"<session_id>:<turn_seq>"``, a checkpoint by its id; trajectories and business
+    outputs by any id of up to 512 characters."""
+    kind = validate.choice(owner_type, "owner_type", OWNER_TYPES)
+    text = validate.text(owner_id, "owner_id", limit=validate.MAX_KEY_CHARS)
+    if kind == "turn":
+        sid, sep, seq = text.rpartition(":")
+        if not sep or not seq.isdigit() or len(seq) > 18:
+            raise InvalidInput(f"a turn owner_id is '<session_id>:<turn_seq>', not {text!r:.80}")
+        session = validate.session_id(sid)
+        return kind, f"{session}:{int(seq)}", session, int(seq)
+    if kind == "checkpoint":
+        cid = validate.uuid_value(text, "owner_id (a checkpoint id)")
+        return kind, str(cid), None, None
+    return kind, text, None, None
+
+
+def turn_owner(session_id: uuid.UUID, turn_seq: int) -> str:
+    """The owner_id of a turn."""
+    return f"{session_id}:{turn_seq}"
+
+
+def raise_ref_status(status: str, tenant: str, what: str) -> None:
+    """The typed error for a refused reference (nothing was written)."""
+    if status == "ok":
+        return
+    if status == "missing":
+        raise ArtifactNotFound(f"no ready artifact {what} in tenant {tenant!r:.80}")
+    if status == "purged":
+        raise SessionPurged(f"the session of {what} was purged")
+    raise ArtifactNotFound(f"the owner of the reference ({what}) does not exist in this tenant")
+
+
+def ref_op(
+    tenant: str,
+    artifact_id: uuid.UUID,
+    kind: str,
+    owner_id: str,
+    session: uuid.UUID | None,
+    turn: int | None,
+    required: bool,
+    expires_at: datetime | None,
+) -> Op[None]:
+    """One reference, in one statement (``artifact_ref_v1``)."""
+    (status,) = yield Q(
+        query("artifact_ref"),
+        (tenant, artifact_id, kind, owner_id, session, turn, required, expires_at),
+        fetch="one",
+    )
+    raise_ref_status(status, tenant, f"{artifact_id} for {kind} {owner_id}")
+
+
+# ---------------------------------------------------------------- put
+
+
+def _put_postgres_op(
+    tenant: str,
+    src: Source,
+    content_type: str,
+    tokens: int | None,
+    required: bool,
+    owner: tuple[str, str, uuid.UUID | None, int | None] | None,
+    config: ArtifactConfig,
+) -> Op[ArtifactRef]:
+    upload = uuid.uuid4()
+    digest = hashlib.sha256()
+    digests: list[str] = []
+    size = 0
+    yield Tx.BEGIN
+    while True:
+        piece = yield from next_chunk_op(src)
+        if not piece:
+            break
+        digest.update(piece)
+        digests.append(hashlib.sha256(piece).hexdigest())
+        yield Q(
+            query("artifact_chunk_put"), (upload, len(digests) - 1, tenant, piece), fetch="none"
+        )
+        size += len(piece)
+    sha = digest.hexdigest()
+    aid = artifact_id_for(tenant, sha)
+    key = object_key(tenant, sha)
+    row = yield _named(
+        "artifact_commit_pg",
+        (tenant, aid, sha, size, content_type, key, upload, digests, tokens, required),
+        fetch="one",
+    )
+    if row["status"] == "corrupt":
+        raise ArtifactCorrupt(f"the stored chunks of {aid} do not match what was sent")
+    if row["status"] == "busy":
+        raise Conflict(f"artifact {aid} is being stored or removed in another backend; retry")
+    if owner is not None:
+        yield from ref_op(tenant, aid, owner[0], owner[1], owner[2], owner[3], required, None)
+    yield Tx.COMMIT
+    return _made_ref(config, aid, sha, row)
+
+
+def _made_ref(
+    config: ArtifactConfig, aid: uuid.UUID, sha: str, row: Mapping[str, Any]
+) -> ArtifactRef:
+    return ArtifactRef(
+        artifact_id=aid,
+        uri=uri_for(config, row["backend"], row["object_key"]),
+        sha256=sha,
+        content_type=row["content_type"],
+        size_bytes=int(row["size_bytes"]),
+        required_for_resume=bool(row["required_for_resume"]),
+        tokens=None if row["tokens"] is None else int(row["tokens"]),
+    )
+
+
+def _put_object_op(
+    backend: ObjectBackend,
+    tenant: str,
+    src: Source,
+    content_type: str,
+    tokens: int | None,
+    required: bool,
+    owner: tuple[str, str, uuid.UUID | None, int | None] | None,
+    config: ArtifactConfig,
+) -> Op[ArtifactRef]:
+    staging = yield Call(backend.stage)
+    try:
+        digest = hashlib.sha256()
+        size = 0
+        while True:
+            piece = yield from next_chunk_op(src)
+            if not piece:
+                break
+            digest.update(piece)
+            size += len(piece)
+            yield Call(staging.write, (piece,))
+        yield Call(staging.seal)
+        sha = digest.hexdigest()
+        aid = artifact_id_for(tenant, sha)
+        key = object_key(tenant, sha)
+        claim = (tenant, aid, sha, size, content_type, backend.name, key, tokens, required)
+        for attempt in range(_CLAIM_ATTEMPTS):
+            row = yield _named("artifact_claim", claim, fetch="one")
+            if row["status"] == "busy":
+                yield Sleep(0.05 * (attempt + 1))
+                continue
+            if row["status"] == "existing":
+                if owner is not None:
+                    yield from ref_op(tenant, aid, *owner, required, None)
+                return _made_ref(config, aid, sha, row)
+            yield Tx.BEGIN
+            (state,) = yield Q(query("artifact_lock_upload"), (tenant, aid), fetch="one")
+            if state == "uploading":
+                yield Call(backend.place, (staging, row["object_key"]))
+                ok = yield Call(backend.verify, (row["object_key"], sha, size))
+                if not ok:
+                    raise ArtifactCorrupt(
+                        f"the object stored for {aid} does not match its sha256 and size"
+                    )
+                yield Q(query("artifact_mark_ready"), (tenant, aid), fetch="one")
+            if state in ("uploading", "ready"):
+                if owner is not None:
+                    yield from ref_op(tenant, aid, *owner, required, None)
+                yield Tx.COMMIT
+                return _made_ref(config, aid, sha, row)
+            yield Tx.COMMIT  # gone or being deleted meanwhile: claim again
+        raise Conflict(f"artifact {aid} kept changing while it was stored; retry")
+    finally:
+        backend.discard(staging)  # a local file: no step needed, and none may run here
+
+
+def put_op(
+    config: ArtifactConfig,
+    tenant: str,
+    src: Source,
+    content_type: str,
+    tokens: int | None = None,
+    required: bool = False,
+    owner: tuple[str, str, uuid.UUID | None, int | None] | None = None,
+) -> Op[ArtifactRef]:
+    """Store the bytes of ``src`` in the configured backend (validated arguments)."""
+    if config.backend is None:
+        return (
+            yield from _put_postgres_op(tenant, src, content_type, tokens, required, owner, config)
+        )
+    return (
+        yield from _put_object_op(
+            config.backend, tenant, src, content_type, tokens, required, owner, config
+        )
+    )
+
+
+def _owner(value: Any) -> tuple[str, str, uuid.UUID | None, int | None] | None:
+    if value is None:
+        return None
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise InvalidInput(f"owner must be (owner_type, owner_id) or None, not {value!r:.80}")
+    return owner_args(value[0], value[1])
+
+
+def put_artifact(
+    store: Any,
+    tenant_id: str,
+    data: bytes | str | Any,
+    *,
+    content_type: str,
+    required_for_resume: bool = False,
+    owner: tuple[str, str] | None = None,
+) -> Op[ArtifactRef]:
+    """Store ``data`` (bytes, a str as UTF-8, or a binary file object, read 1 MiB at a time
+    and never held whole in memory) as an artifact of ``tenant_id`` and return its
+    reference. The same content in the same tenant is stored once: every put of it returns
+    the same ``artifact_id``. The bytes are verified against their sha256 where they are
+    stored before the artifact can be referenced.
+
+    ``owner``: ``(owner_type, owner_id)`` (as for :meth:`ref_artifact`) references it in the
+    same transaction as it becomes visible. Without an owner the artifact is kept for the
+    store's ``artifact_grace`` (default one day) and then swept unless referenced.
+    ``InvalidInput`` for bad arguments; ``ArtifactCorrupt`` if the stored bytes do not verify
+    (nothing references them)."""
+    tenant = validate.text(tenant_id, "tenant_id")
+    ctype = validate.text(content_type, "content_type", limit=MAX_CONTENT_TYPE)
+    required = validate.flag(required_for_resume, "required_for_resume")
+    who = _owner(owner)
+    src = source(data)
+    return (yield from put_op(config_of(store), tenant, src, ctype, None, required, who))
+
+
+# ---------------------------------------------------------------- read
+
+
+def _row_op(tenant: str, artifact_id: uuid.UUID) -> Op[Mapping[str, Any]]:
+    row = yield _named("artifact_get", (tenant, artifact_id), fetch="one")
+    if row is None or row["state"] != "ready":
+        raise ArtifactNotFound(f"no artifact {artifact_id} in tenant {tenant!r:.80}")
+    return row  # type: ignore[no-any-return]
+
+
+def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[None]:
+    """Emit the artifact's bytes chunk by chunk (postgres: from one snapshot), then check
+    them against its sha256 and size (``ArtifactCorrupt`` at the end otherwise)."""
+    digest = hashlib.sha256()
+    size = 0
+    yield Tx.BEGIN_SNAPSHOT
+    row = yield from _row_op(tenant, artifact_id)
+    if row["backend"] == "postgres":
+        (count,) = yield Q(query("artifact_chunk_count"), (row["upload_id"],), fetch="one")
+        for chunk_no in range(int(count)):
+            (data,) = yield Q(
+                query("artifact_chunk_get"), (row["upload_id"], chunk_no), fetch="one"
+            )
+            piece = bytes(data)
+            digest.update(piece)
+            size += len(piece)
+            yield Emit([piece])
+        yield Tx.COMMIT
+    else:
+        yield Tx.COMMIT
+        backend = config.backend
+        if backend is None or backend.name != row["backend"]:
+            raise ConfigurationError(
+                f"artifact {artifact_id} is stored in the {row['backend']} backend; connect "
+                f"with artifacts= pointing at it (this store uses {config.url!r:.80})"
+            )
+        try:
+            handle = yield Call(backend.open, (row["object_key"],))
+        except FileNotFoundError:
+            raise ArtifactNotFound(
+                f"artifact {artifact_id}: its object is gone from the backend"
+            ) from None
+        try:
+            while True:
+                piece = yield Call(handle.read, (CHUNK,))
+                if not piece:
+                    break
+                digest.update(piece)
+                size += len(piece)
+                yield Emit([bytes(piece)])
+        finally:
+            handle.close()
+    if size != int(row["size_bytes"]) or digest.hexdigest() != row["sha256"]:
+        raise ArtifactCorrupt(f"artifact {artifact_id} does not match its sha256 and size")
+
+
+def collect_op(op: Op[Any]) -> Op[list[Any]]:
+    """Run a streaming operation inside this one; what it emits, as a list."""
+    items: list[Any] = []
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(value) if error is None else op.throw(error)
+        except StopIteration:
+            return items
+        value, error = None, None
+        if isinstance(step, Emit):
+            items.extend(step.items)
+            continue
+        try:
+            value = yield step
+        except BaseException as exc:  # raised into the child, which may handle it
+            error = exc
+
+
+def read_all_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[bytes]:
+    """The artifact's bytes, whole."""
+    pieces = yield from collect_op(read_op(config, tenant, artifact_id))
+    return b"".join(pieces)
+
+
+def _aid(value: Any) -> uuid.UUID:
+    return validate.uuid_value(value, "artifact_id")
+
+
+def get_artifact(store: Any, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[bytes]:
+    """The artifact's bytes, checked against its sha256 and size (``ArtifactCorrupt``
+    otherwise). ``ArtifactNotFound`` if this tenant has no ready artifact of that id."""
+    tenant = validate.text(tenant_id, "tenant_id")
+    return (yield from read_all_op(config_of(store), tenant, _aid(artifact_id)))
+
+
+def open_artifact(store: Any, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[None]:
+    """The artifact as a readable binary stream (``read(n)``; asyncio: ``stream = await
+    store.open_artifact(...)``, then ``await stream.read(n)``), fetched 1 MiB at a time;
+    the sha256 is checked as the end is read. Holds a connection (postgres backend) until
+    read to the end or closed."""
+    tenant = validate.text(tenant_id, "tenant_id")
+    yield from read_op(config_of(store), tenant, _aid(artifact_id))
+
+
+# ---------------------------------------------------------------- references
+
+
+def ref_artifact(
+    store: Any,
+    tenant_id: str,
+    artifact_id: uuid.UUID | str,
+    owner_type: str,
+    owner_id: str,
+    *,
+    required_for_resume: bool = False,
+    expires_at: datetime | None = None,
+) -> Op[None]:
+    """Record that ``(owner_type, owner_id)`` needs the artifact; one statement. While a
+    live reference exists no sweep deletes the artifact. ``owner_type`` is ``turn`` (owner_id
+    ``"<session_id>:<turn_seq>"``, an existing turn), ``checkpoint`` (a checkpoint id),
+    ``trajectory`` or ``business_output`` (any id). A turn's or checkpoint's reference goes
+    with it (purges, retention, rewind, keep_checkpoints). ``expires_at``: the reference
+    stops counting then (a checkpoint's reference with ``required_for_resume`` counts while
+    the checkpoint exists, whatever ``expires_at`` says). Repeating a reference keeps one.
+    ``ArtifactNotFound`` for an artifact (or turn, checkpoint) this tenant does not have."""
+    tenant = validate.text(tenant_id, "tenant_id")
+    aid = _aid(artifact_id)
+    kind, oid, session, turn = owner_args(owner_type, owner_id)
+    required = validate.flag(required_for_resume, "required_for_resume")
+    expires = validate.optional_instant(expires_at, "expires_at")
+    yield from ref_op(tenant, aid, kind, oid, session, turn, required, expires)
+
+
+def unref_artifact(
+    store: Any, tenant_id: str, artifact_id: uuid.UUID | str, owner_type: str, owner_id: str
+) -> Op[bool]:
+    """Remove one reference; True if it existed. An artifact left without a live reference
+    is deleted by a sweep after ``artifact_grace``."""
+    tenant = validate.text(tenant_id, "tenant_id")
+    aid = _aid(artifact_id)
+    kind, oid, _session, _turn = owner_args(owner_type, owner_id)
+    row = yield Q(query("artifact_unref"), (tenant, aid, kind, oid), fetch="one")
+    return row is not None
+
+
+def list_artifacts(
+    store: Any, tenant_id: str, *, state: str | None = None, limit: int | None = None
+) -> Op[list[ArtifactInfo]]:
+    """A tenant's artifacts, newest first (at most ``limit``; ``state``: only ``uploading``,
+    ``ready`` or ``deleting`` ones), with their live reference counts."""
+    tenant = validate.text(tenant_id, "tenant_id")
+    if state is not None:
+        validate.choice(state, "state", ("uploading", "ready", "deleting"))
+    params = {"tenant": tenant, "state": state, "limit": validate.optional_count(limit, "limit")}
+    rows = yield _named("artifact_list", params)
+    config = config_of(store)
+    return [
+        ArtifactInfo(
+            tenant_id=r["tenant_id"],
+            ref=ref_from_row(config, r),
+            state=r["state"],
+            backend=r["backend"],
+            created_at=r["created_at"],
+            unreferenced_since=r["unreferenced_since"],
+            live_refs=int(r["live_refs"]),
+        )
+        for r in rows
+    ]
+
+
+def session_tenant_op(session_id: uuid.UUID) -> Op[str]:
+    """The tenant of a live session (``SessionNotFound`` / ``SessionPurged``)."""
+    row = yield _named("artifact_session_tenant", (session_id,), fetch="one")
+    if row is None:
+        raise SessionNotFound(f"session {session_id} does not exist")
+    if row["purged"]:
+        raise SessionPurged(f"session {session_id} was purged")
+    return str(row["tenant_id"])

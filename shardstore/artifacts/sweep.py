@@ -1,0 +1,174 @@
+"""Delayed mark-and-sweep of artifacts (``maintain()``, ``shardstore artifacts sweep``) and
+the immediate release a GDPR purge makes.
+
+Mark: an artifact without a live reference gets ``unreferenced_since`` (references removed
+by unref, purges, retention or rewind mark it at once, by trigger); one that has a live
+reference again is cleared. Sweep: artifacts unreferenced for longer than the grace period,
+and uploads that never became ready or referenced, are deleted — postgres rows with their
+chunks in one statement; objects elsewhere by marking the row 'deleting', removing the object
+while holding the row, then the row. A sweep that dies leaves 'deleting' rows; the next one
+finishes them. Staged uploads of clients that died are removed when older than the grace
+(and than an hour)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..core import validate
+from ..core.steps import Call, Op, Q, Tx
+from ..errors import InvalidInput
+from ..sql import query
+from .config import ArtifactConfig, config_of
+
+SWEEP_BATCH = 500
+STAGING_MIN_AGE_S = 3600.0
+"""Staged uploads younger than this are never removed, whatever the grace: a put in flight
+still writes its staging file (a sweep with grace 0 must not take it away)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What a sweep did: artifacts ``marked`` unreferenced (their grace started) and
+    ``cleared`` (referenced again); ``deleted`` artifacts and their ``bytes_deleted``
+    (dry run: what would go); ``objects_deleted``: objects removed from a file or S3
+    backend; ``staging_removed``: staged uploads of dead clients; ``skipped``: 'deleting'
+    rows of another backend than this store's, left for a store configured with it."""
+
+    dry_run: bool
+    marked: int = 0
+    cleared: int = 0
+    deleted: int = 0
+    bytes_deleted: int = 0
+    objects_deleted: int = 0
+    staging_removed: int = 0
+    skipped: int = 0
+    deleted_ids: tuple[uuid.UUID, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {
+            "dry_run": self.dry_run,
+            "marked": self.marked,
+            "cleared": self.cleared,
+            "deleted": self.deleted,
+            "bytes_deleted": self.bytes_deleted,
+            "objects_deleted": self.objects_deleted,
+            "staging_removed": self.staging_removed,
+            "skipped": self.skipped,
+        }
+
+
+def _finish_deleting_op(config: ArtifactConfig, tenant: str | None) -> Op[tuple[int, int, int]]:
+    """Remove the objects of 'deleting' rows, each under its row lock; (deleted rows,
+    objects removed, skipped rows)."""
+    deleted = objects = 0
+    skipped: set[tuple[str, uuid.UUID]] = set()
+    backend = config.backend
+    while True:
+        rows = yield Q(query("artifacts_deleting"), (tenant, SWEEP_BATCH), named=True)
+        todo = [r for r in rows if (r["tenant_id"], r["artifact_id"]) not in skipped]
+        if not todo:
+            return deleted, objects, len(skipped)
+        for row in todo:
+            ident = (row["tenant_id"], row["artifact_id"])
+            if backend is None or backend.name != row["backend"]:
+                skipped.add(ident)
+                continue
+            yield Tx.BEGIN
+            (still,) = yield Q(query("artifact_lock_delete"), ident, fetch="one")
+            if still:
+                removed = yield Call(backend.delete, (row["object_key"],))
+                objects += int(bool(removed))
+                (gone,) = yield Q(query("artifact_forget"), ident, fetch="one")
+                deleted += int(bool(gone))
+            yield Tx.COMMIT
+
+
+def sweep_op(
+    config: ArtifactConfig,
+    grace: timedelta,
+    *,
+    tenant: str | None = None,
+    since: datetime | None = None,
+    dry_run: bool = False,
+) -> Op[SweepReport]:
+    """One sweep (see the module docstring); ``tenant`` / ``since``: only that tenant's
+    artifacts / only those marked at or after ``since`` (a purge's release)."""
+    seconds = grace.total_seconds()
+    if dry_run:
+        rows = yield Q(
+            query("artifacts_sweep"), (seconds, 1 << 30, tenant, since, True), named=True
+        )
+        return SweepReport(
+            dry_run=True,
+            deleted=len(rows),
+            bytes_deleted=sum(int(r["size_bytes"]) for r in rows),
+            deleted_ids=tuple(r["artifact_id"] for r in rows),
+        )
+    marked = cleared = 0
+    if since is None:
+        while True:
+            row = yield Q(query("artifacts_mark"), (SWEEP_BATCH,), fetch="one", named=True)
+            marked += int(row["marked"])
+            cleared += int(row["cleared"])
+            if int(row["marked"]) < SWEEP_BATCH:
+                break
+    deleted = size = 0
+    ids: list[uuid.UUID] = []
+    while True:
+        rows = yield Q(
+            query("artifacts_sweep"), (seconds, SWEEP_BATCH, tenant, since, False), named=True
+        )
+        for r in rows:
+            size += int(r["size_bytes"])
+            ids.append(r["artifact_id"])
+            deleted += int(bool(r["deleted"]))
+        if len(rows) < SWEEP_BATCH:
+            break
+    gone, objects, skipped = yield from _finish_deleting_op(config, tenant)
+    staging = 0
+    if config.backend is not None and since is None:
+        staging = yield Call(config.backend.sweep_staging, (max(seconds, STAGING_MIN_AGE_S),))
+    return SweepReport(
+        dry_run=False,
+        marked=marked,
+        cleared=cleared,
+        deleted=deleted + gone,
+        bytes_deleted=size,
+        objects_deleted=objects,
+        staging_removed=int(staging),
+        skipped=skipped,
+        deleted_ids=tuple(ids),
+    )
+
+
+def sweep_artifacts(
+    store: Any, *, grace: timedelta | None = None, dry_run: bool = False
+) -> Op[SweepReport]:
+    """Mark artifacts without a live reference and delete those unreferenced for longer
+    than ``grace`` (default: the store's ``artifact_grace``, one day), uploads that were
+    never referenced included; ``dry_run`` reports what would go and changes nothing. A
+    reference made while the sweep runs always wins: its artifact is not deleted.
+    ``maintain()`` runs this too."""
+    config = config_of(store)
+    if grace is None:
+        grace = config.grace
+    if not isinstance(grace, timedelta) or grace < timedelta(0):
+        raise InvalidInput(f"grace must be a timedelta >= 0, not {grace!r:.80}")
+    validate.flag(dry_run, "dry_run")
+    return (yield from sweep_op(config, grace, dry_run=dry_run))
+
+
+def purge_clock_op() -> Op[datetime]:
+    """The database clock when a purge starts (its refs are marked after it)."""
+    (now,) = yield Q(query("artifact_clock"), fetch="one")
+    return now  # type: ignore[no-any-return]
+
+
+def release_op(store: Any, since: datetime, tenant: str | None = None) -> Op[SweepReport]:
+    """After a purge: delete now, in every backend, the artifacts it left without a live
+    reference (those marked since it started), whatever the grace period."""
+    return (yield from sweep_op(config_of(store), timedelta(0), tenant=tenant, since=since))

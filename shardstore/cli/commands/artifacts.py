@@ -1,0 +1,126 @@
+"""``shardstore artifacts``: put, get, list and sweep artifacts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ...artifacts import ArtifactInfo
+from ...settings import parse_interval
+from ..app import Commands, Runner
+from ..output import format_table, num, printable, when
+
+_HEADERS = ("artifact", "state", "bytes", "refs", "content type", "stored (UTC)")
+
+
+def _store(run: Runner) -> Any:
+    url = run.args.store or os.environ.get("SHARDSTORE_ARTIFACTS") or "postgres"
+    return run.connect(artifacts=url)
+
+
+def _info_json(info: ArtifactInfo) -> dict[str, Any]:
+    return {
+        **info.ref.fields(),
+        "tenant_id": info.tenant_id,
+        "state": info.state,
+        "backend": info.backend,
+        "created_at": info.created_at,
+        "unreferenced_since": info.unreferenced_since,
+        "live_refs": info.live_refs,
+    }
+
+
+def cmd_put(run: Runner) -> int:
+    """Store a file (``-`` for stdin) and print its reference; 0 on success."""
+    args = run.args
+    with _store(run) as store:
+        if args.file == "-":
+            ref = store.put_artifact(args.tenant, sys.stdin.buffer, content_type=args.content_type)
+        else:
+            with open(args.file, "rb") as f:
+                ref = store.put_artifact(args.tenant, f, content_type=args.content_type)
+    if run.json:
+        run.emit(ref.fields())
+    else:
+        run.line(f"{ref.artifact_id}  {ref.size_bytes} bytes  sha256 {ref.sha256}  {ref.uri}")
+    return 0
+
+
+def cmd_get(run: Runner) -> int:
+    """Write an artifact's bytes to ``-o FILE`` (default stdout); 0 on success."""
+    args = run.args
+    with _store(run) as store, store.open_artifact(args.tenant, args.id) as stream:
+        out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+        try:
+            while piece := stream.read(1 << 20):
+                out.write(piece)
+        finally:
+            if args.output:
+                out.close()
+            else:
+                out.flush()
+    return 0
+
+
+def cmd_ls(run: Runner) -> int:
+    """List a tenant's artifacts, newest first; 0 on success."""
+    with _store(run) as store:
+        found = store.list_artifacts(run.args.tenant, limit=run.args.limit)
+    return run.listing(found, "artifacts", _info_json, _table)
+
+
+def _table(found: Sequence[ArtifactInfo]) -> str:
+    rows = [
+        [
+            str(a.ref.artifact_id),
+            a.state,
+            num(a.ref.size_bytes),
+            num(a.live_refs),
+            printable(a.ref.content_type),
+            when(a.created_at),
+        ]
+        for a in found
+    ]
+    return format_table(_HEADERS, rows, "llrrll")
+
+
+def cmd_sweep(run: Runner) -> int:
+    """Sweep unreferenced artifacts (``--dry-run``: only report); 0 on success."""
+    args = run.args
+    grace = None if args.grace is None else parse_interval(args.grace)
+    with _store(run) as store:
+        report = store.sweep_artifacts(grace=grace, dry_run=args.dry_run)
+    if run.json:
+        run.emit(report.to_dict())
+    else:
+        verb = "would delete" if report.dry_run else "deleted"
+        run.line(f"{verb} {report.deleted} artifacts ({report.bytes_deleted} bytes)")
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``artifacts`` with ``put``, ``get``, ``ls`` and ``sweep``."""
+    p = commands.add("artifacts", "store, read, list and sweep artifacts (large content)")
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="the artifact backend: postgres (default), file:///dir or s3://bucket/prefix "
+        "(default: $SHARDSTORE_ARTIFACTS)",
+    )
+    sub = commands.nested(p, "action", "ACTION")
+    put = sub.add("put", "store a file as an artifact and print its reference", cmd_put)
+    put.add_argument("file", metavar="FILE", help="the file ('-': stdin)")
+    put.add_argument("--tenant", required=True, help="the artifact's tenant")
+    put.add_argument("--content-type", default="application/octet-stream")
+    get = sub.add("get", "write an artifact's bytes to a file or stdout", cmd_get)
+    get.add_argument("id", metavar="ID", help="the artifact id")
+    get.add_argument("--tenant", required=True, help="the artifact's tenant")
+    get.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    ls = sub.add("ls", "list a tenant's artifacts, newest first", cmd_ls)
+    ls.add_argument("--tenant", required=True)
+    ls.add_argument("--limit", type=int, default=None)
+    sweep = sub.add("sweep", "delete artifacts unreferenced for longer than the grace", cmd_sweep)
+    sweep.add_argument("--dry-run", action="store_true", help="report only")
+    sweep.add_argument("--grace", metavar="AGE", help="e.g. '1 day' (default: 1 day)")

@@ -1,0 +1,141 @@
+"""A client SIGKILLed mid-upload and between upload and reference, many times, on each
+backend: no visible reference ever names a missing or partial object, every acknowledged
+reference's bytes are there, and the sweep collects every orphan (unfinished rows, staged
+files, objects without a row).
+
+Run as a script (``python -m tests.test_artifacts_crash DSN URL``) it is the writer: it puts
+random multi-chunk content and references it, printing ``ACK <artifact_id> <sha256>`` after
+each acknowledged reference."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import shardstore
+from shardstore.artifacts.source import CHUNK
+
+from .test_artifact_support import BACKENDS, backend_url, check_invariant, stored_objects
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _writer(dsn: str, url: str) -> None:
+    store = shardstore.connect(dsn, artifacts=url, background_fold=False)
+    rng = random.Random()
+    print("READY", flush=True)
+    i = 0
+    while True:
+        size = rng.randrange(1, 3 * CHUNK)
+        data = rng.randbytes(size) if rng.random() < 0.8 else b"repeat" * 1000
+        ref = store.put_artifact("crash", data, content_type="application/octet-stream")
+        time.sleep(rng.random() * 0.03)  # widen the window between upload and reference
+        store.ref_artifact("crash", ref.artifact_id, "business_output", f"{os.getpid()}-{i}")
+        print(f"ACK {ref.artifact_id} {hashlib.sha256(data).hexdigest()}", flush=True)
+        i += 1
+
+
+def _live_backends(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (n,) = conn.execute(  # type: ignore[misc]
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'artifact-writer'"
+        ).fetchone()
+    return int(n)
+
+
+def _kill_loop(dsn: str, url: str, kills: int, tmp_path: Path) -> dict[uuid.UUID, str]:
+    acked: dict[uuid.UUID, str] = {}
+    checker = shardstore.connect(dsn, artifacts=url)
+    env = {**os.environ, "PGAPPNAME": "artifact-writer"}
+    try:
+        for round_no in range(kills):
+            log = tmp_path / f"writer-{round_no}.log"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "tests.test_artifacts_crash", dsn, url],
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+                deadline = time.monotonic() + 60
+                while b"READY" not in log.read_bytes():
+                    assert proc.poll() is None, log.read_text()
+                    assert time.monotonic() < deadline, "the writer never got ready"
+                    time.sleep(0.02)
+                time.sleep(0.2 + random.random() * 1.3)
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+            for line in log.read_text().splitlines():
+                if line.startswith("ACK "):
+                    _, aid, sha = line.split()
+                    acked[uuid.UUID(aid)] = sha
+            # what is visible while the dead client's transaction may still be open
+            check_invariant(checker, dsn)
+            deadline = time.monotonic() + 30
+            while _live_backends(dsn):
+                assert time.monotonic() < deadline, "the killed writer's backend lingers"
+                time.sleep(0.05)
+            check_invariant(checker, dsn)
+    finally:
+        checker.close()
+    return acked
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("kills", [pytest.param(12, marks=pytest.mark.slow), 3])
+def test_killed_writer_never_leaves_a_dangling_reference(
+    dsn: str, kind: str, kills: int, tmp_path: Path
+) -> None:
+    url = backend_url(kind, tmp_path)
+    acked = _kill_loop(dsn, url, kills, tmp_path)
+    assert acked, "the writer acknowledged nothing: the kills came too early"
+    store = shardstore.connect(dsn, artifacts=url)
+    try:
+        for aid, sha in acked.items():
+            data = store.get_artifact("crash", aid)
+            assert hashlib.sha256(data).hexdigest() == sha
+        # orphans: staged files (backdated past the minimum age), unfinished rows,
+        # unreferenced uploads; the sweep takes them all
+        for path in (tmp_path / "objects" / ".staging").glob("*.part"):
+            os.utime(path, (time.time() - 7200, time.time() - 7200))
+        store.sweep_artifacts(grace=timedelta(0))
+        with psycopg.connect(dsn) as conn:
+            states = conn.execute("SELECT artifact_id, state FROM shardstore.artifacts").fetchall()
+            (unreferenced,) = conn.execute(  # type: ignore[misc]
+                "SELECT count(*) FROM shardstore.artifacts a WHERE NOT EXISTS"
+                " (SELECT 1 FROM shardstore.artifact_refs r WHERE r.artifact_id = a.artifact_id)"
+            ).fetchone()
+        assert {state for _aid, state in states} == {"ready"}
+        ready = {aid for aid, _state in states}
+        # acknowledged ones, and at most the one per kill referenced before its ACK got out
+        assert set(acked) <= ready and len(ready - set(acked)) <= kills
+        assert unreferenced == 0
+        assert len(stored_objects(store, dsn)) == len(ready)
+        if kind == "file":
+            assert not list((tmp_path / "objects" / ".staging").iterdir())
+            assert not [p for p in (tmp_path / "objects").rglob(".*.tmp")]
+        check_invariant(store, dsn)
+    finally:
+        store.close()
+
+
+def _main(argv: list[str]) -> Any:
+    _writer(argv[1], argv[2])
+
+
+if __name__ == "__main__":
+    _main(sys.argv)
