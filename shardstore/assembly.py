@@ -343,7 +343,7 @@ def context(
         scope = search_scope(sid, None, None, None, None, hits_wanted)
         fused = yield from hybrid_ranking_op(ctx, store._vectors, scope, wanted, vector)
         older = [r for r in fused if r.first_turn_seq < start]
-        hits = yield from hits_op(best_chunks(older, hits_wanted))
+        hits = yield from hits_op(best_chunks(older, hits_wanted), sid)
     yield Tx.COMMIT
     return plan(
         candidates,

@@ -36,6 +36,12 @@ MODES = ("vector", "text", "hybrid")
 RRF_K = 60
 #: the longest text query accepted, in characters
 MAX_QUERY_CHARS = 10_000
+#: the scope's newest folded windows a text ranking samples: a scope no larger is scored
+#: exactly; in a larger one, a lexeme common in it gives candidates only from the sample
+TEXT_SAMPLE = 1000
+#: a lexeme held by more folded windows than this (or estimated so from the sample) counts
+#: as common: its windows are not all scored, and its document frequency is estimated
+TEXT_CAP = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +90,11 @@ def _ranked(row: Mapping[str, Any], score: float) -> Ranked:
 
 def text_ranking_op(ctx: Context, scope: SearchScope, text: str, n: int) -> Op[list[Ranked]]:
     """The ``n`` best-matching turns of the scope for ``text``, best first (folded and
-    buffered turns alike; see ``text_search`` in sql/textsearch.sql)."""
+    buffered turns alike, a session's fork lineage included; ``session_id`` is the turn's
+    owner). The work is bounded: at most :data:`TEXT_SAMPLE` windows plus
+    :data:`TEXT_CAP` per rare query lexeme are scored (``text_rank_v1``, migration 0015)."""
     params = _params(ctx, scope, "", n)
-    params["q"] = text
+    params.update(q=text, sample=TEXT_SAMPLE, cap=TEXT_CAP)
     rows = yield Q(query("text_search"), params, prepare=False, named=True)
     return [_ranked(r, float(r["score"])) for r in rows]
 
@@ -172,10 +180,12 @@ def fuse(rankings: Sequence[Sequence[Ranked]], k: int = RRF_K) -> list[Ranked]:
     return out
 
 
-def hits_op(ranked: Sequence[Ranked]) -> Op[list[SearchHit]]:
+def hits_op(ranked: Sequence[Ranked], session_id: uuid.UUID | None) -> Op[list[SearchHit]]:
     """Search hits for ranked turn windows: each with its window's turns, widened back over
     tool results to their call and over an item to its reasoning item (within the chunk,
-    folded or buffered), as vector hits are."""
+    folded or buffered), as vector hits are. The turns are read from the window's owner;
+    with ``session_id`` (a session scope) the hits carry it, so a fork's hit on an
+    inherited turn is the fork's (its chunk_seq is the same in the fork's view)."""
     if not ranked:
         return []
     rows = yield Q(
@@ -202,7 +212,12 @@ def hits_op(ranked: Sequence[Ranked]) -> Op[list[SearchHit]]:
             (j for j, t in enumerate(context) if t.turn_seq >= entry.first_turn_seq), len(context)
         )
         hits.append(
-            SearchHit(entry.session_id, entry.chunk_seq, entry.score, whole_window(context, first))
+            SearchHit(
+                entry.session_id if session_id is None else session_id,
+                entry.chunk_seq,
+                entry.score,
+                whole_window(context, first),
+            )
         )
     return hits
 
@@ -211,7 +226,7 @@ def search_text_op(ctx: Context, scope: SearchScope, text: str) -> Op[list[Searc
     """The ``k`` chunks whose best turn matches ``text`` best (full-text), best first, each
     with that turn; score: the turn's BM25-style score."""
     ranked = yield from text_ranking_op(ctx, scope, text, depth(scope.k))
-    hits: list[SearchHit] = yield from hits_op(best_chunks(ranked, scope.k))
+    hits: list[SearchHit] = yield from hits_op(best_chunks(ranked, scope.k), scope.session_id)
     return hits
 
 
@@ -235,5 +250,5 @@ def search_hybrid_op(
     vector rankings, best first; score: the fused score."""
     vector = yield from query_vector_op(state, text)
     fused = yield from hybrid_ranking_op(ctx, state, scope, text, vector)
-    hits: list[SearchHit] = yield from hits_op(best_chunks(fused, scope.k))
+    hits: list[SearchHit] = yield from hits_op(best_chunks(fused, scope.k), scope.session_id)
     return hits
