@@ -72,6 +72,7 @@ DECLARE
     v_until  timestamptz := coalesce(p_until, 'infinity');
     v_lex    text[];
     v_q      tsquery[];
+    v_any    tsquery;
     v_df     float8[] := '{}';
     v_n      float8;
     g        record;
@@ -94,11 +95,12 @@ DECLARE
     v_exact  boolean;
     i        integer;
 BEGIN
-    SELECT array_agg(x.l ORDER BY x.l),
-           array_agg(('''' || replace(replace(x.l, '\', '\\'), '''', '''''') || '''')::tsquery
-                     ORDER BY x.l)
-      INTO v_lex, v_q
-      FROM (SELECT DISTINCT y.l FROM unnest(tsvector_to_array(to_tsvector(v_cfg, p_query))) AS y(l)) x;
+    SELECT array_agg(x.l ORDER BY x.l), array_agg(x.q::tsquery ORDER BY x.l),
+           string_agg(x.q, ' | ' ORDER BY x.l)::tsquery
+      INTO v_lex, v_q, v_any
+      FROM (SELECT y.l, '''' || replace(replace(y.l, '\', '\\'), '''', '''''') || '''' AS q
+              FROM (SELECT DISTINCT z.l
+                      FROM unnest(tsvector_to_array(to_tsvector(v_cfg, p_query))) AS z(l)) y) x;
     IF v_lex IS NULL THEN
         RETURN;
     END IF;
@@ -258,6 +260,7 @@ BEGIN
     WITH cand AS MATERIALIZED (
         SELECT DISTINCT ON (x.sid, x.turn, x.win) x.sid, x.turn, x.win, x.chunk, x.tsv
           FROM unnest(c_sid, c_turn, c_win, c_chunk, c_tsv) AS x(sid, turn, win, chunk, tsv)
+         WHERE x.tsv @@ v_any  -- the sample's other windows are no candidates
          ORDER BY x.sid, x.turn, x.win
     ), m AS MATERIALIZED (
         SELECT c.sid, c.turn, c.win, c.chunk, length(c.tsv) AS len, q.i

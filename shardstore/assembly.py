@@ -13,21 +13,21 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from . import jsoncodec
 from .core import validate
 from .core.context import Context as OpContext
-from .core.rows import record
 from .core.steps import Op, Q, Tx
 from .embedding import message_text
+from .errors import SessionNotFound, SessionPurged
 from .facts import Fact
 from .facts import recall as facts_recall
-from .history import _head_op, _turn, before_window_op
 from .models import SearchHit, Turn
-from .plans import is_reasoning, is_tool_result, trim_tail
+from .plans import is_reasoning, is_tool_result, may_follow_reasoning, trim_tail
 from .sql import query
-from .summaries import ChunkSummary
+from .summaries import ChunkSummary, summary_message
 from .textsearch import (
     best_chunks,
     hits_op,
@@ -97,17 +97,6 @@ def units(turns: Sequence[Turn]) -> list[list[Turn]]:
     return out
 
 
-def summary_message(summary: ChunkSummary) -> dict[str, Any]:
-    """The system message standing for one chunk summary."""
-    return {
-        "role": "system",
-        "content": (
-            f"Summary of turns {summary.first_turn_seq}-{summary.last_turn_seq} of this "
-            f"conversation:\n{summary.text}"
-        ),
-    }
-
-
 def facts_message(subject: str, facts: Sequence[Fact]) -> dict[str, Any]:
     """The system message listing current facts (one line each, values as JSON)."""
     lines = [f"- {f.key}: {json.dumps(f.value, ensure_ascii=False, sort_keys=True)}" for f in facts]
@@ -161,6 +150,7 @@ def plan(
     summaries: Sequence[ChunkSummary] = (),
     facts: tuple[str, Sequence[Fact]] | None = None,
     hits: Sequence[SearchHit] = (),
+    summary_tokens: Callable[[ChunkSummary, dict[str, Any]], int] | None = None,
 ) -> Context:
     """The context for a window of the newest turns (``candidates``, oldest first, trimmed
     so that it opens on no orphaned result), within ``max_tokens`` by ``count`` /
@@ -175,7 +165,9 @@ def plan(
     5. older units again with what is left, never into a summarised turn; recall parts the
        recent part now covers are dropped.
 
-    Deterministic; ``tokens`` never exceeds ``max_tokens``."""
+    ``summary_tokens(summary, message)``: the tokens of a summary's message when known
+    without counting (``count`` otherwise). Deterministic; ``tokens`` never exceeds
+    ``max_tokens``."""
     budget = _Plan(max_tokens)
     groups = units(candidates)
     sizes = [sum(turn_tokens(t) for t in g) for g in groups]
@@ -222,7 +214,7 @@ def plan(
         if start is not None and summary.last_turn_seq >= start:
             continue
         message = summary_message(summary)
-        tokens = count(message)
+        tokens = count(message) if summary_tokens is None else summary_tokens(summary, message)
         if not budget.fits(tokens):
             break
         budget.used += tokens
@@ -319,24 +311,42 @@ def context(
     if wanted is not None:  # the query's embedding, before the snapshot (a model call)
         vector = yield from query_vector_op(store._vectors, wanted)
     fetch = min(validate.MAX_INT64, budget * CUSTOM_FETCH_FACTOR) if own else budget
-    yield Tx.BEGIN_SNAPSHOT
-    head = yield from _head_op(sid, live=True)
-    rows = yield Q(query("tail"), (sid, None, fetch), named=True)
-    window = [_turn(r) for r in reversed(rows)]
-    before = yield from before_window_op(sid, window)
+    # one statement reads the head, the window and the summaries (one snapshot); facts and
+    # recall are more statements, so they share a REPEATABLE READ snapshot with it
+    joined = subject is not None or wanted is not None
+    if joined:
+        yield Tx.BEGIN_SNAPSHOT
+    read = yield Q(
+        query("ctx_read"),
+        {
+            "session": sid,
+            "fetch": fetch,
+            "summaries": use_summaries,
+            "limit": min(MAX_SUMMARIES, budget // 8 + 1),
+            "counter": None if own else counter.name,
+            # with your tokenizer stored counts say nothing: read every summary up to limit
+            "bound": None if own else budget,
+        },
+        fetch="one",
+        named=True,
+    )
+    if read is None:
+        raise SessionNotFound(f"session {sid} does not exist")
+    if read["purged"]:
+        raise SessionPurged(f"session {sid} was purged")
+    window = decode_window(read["turns"])
+    before = None
+    if window and window[0].turn_seq > 0 and may_follow_reasoning(window[0].message):
+        before = None if read["before"] is None else jsoncodec.loads(read["before"])
     candidates = trim_tail(window, before)
     groups = units(candidates)
     taken = first_units([sum(turn_tokens(t) for t in g) for g in groups], budget, recent_min)
     # what the recent part takes first: summaries and recall hits come from before it
-    start = groups[len(groups) - taken][0].turn_seq if taken else head["turn_count"]
-    stored: list[ChunkSummary] = []
-    if use_summaries:
-        limit = min(MAX_SUMMARIES, budget // 8 + 1)
-        found = yield Q(query("ctx_summaries"), (sid, start, limit), named=True)
-        stored = [record(ChunkSummary, r) for r in found]
+    start = groups[len(groups) - taken][0].turn_seq if taken else int(read["turn_count"])
+    stored, known_tokens = decode_summaries(read["summaries"], start, MAX_SUMMARIES)
     known: tuple[str, list[Fact]] | None = None
     if subject is not None:
-        facts = yield from facts_recall(store, head["tenant_id"], subject)
+        facts = yield from facts_recall(store, read["tenant_id"], subject)
         known = (subject, facts)
     hits: list[SearchHit] = []
     if wanted is not None:
@@ -344,7 +354,13 @@ def context(
         fused = yield from hybrid_ranking_op(ctx, store._vectors, scope, wanted, vector)
         older = [r for r in fused if r.first_turn_seq < start]
         hits = yield from hits_op(best_chunks(older, hits_wanted), sid)
-    yield Tx.COMMIT
+    if joined:
+        yield Tx.COMMIT
+
+    def summary_tokens(summary: ChunkSummary, message: dict[str, Any]) -> int:
+        stored_count = known_tokens.get(summary.chunk_seq)
+        return count(message) if stored_count is None else stored_count
+
     return plan(
         candidates,
         max_tokens=budget,
@@ -354,4 +370,46 @@ def context(
         summaries=stored,
         facts=known,
         hits=hits,
+        summary_tokens=summary_tokens,
     )
+
+
+def decode_window(text: str | None) -> list[Turn]:
+    """The turns of ``ctx_read``'s JSON window (``[turn_seq, chunk_seq, tokens, created_at,
+    key, message]`` each, oldest first), decoded in one parse; escaped strings restored."""
+    if text is None:
+        return []
+    rows: list[list[Any]] = json.loads(text)
+    marked = jsoncodec.MARK in text
+    return [
+        Turn(
+            turn_seq=r[0],
+            chunk_seq=r[1],
+            tokens=r[2],
+            created_at=datetime.fromisoformat(r[3]),
+            idempotency_key=r[4],
+            message=jsoncodec.decode_value(r[5]) if marked else r[5],
+        )
+        for r in rows
+    ]
+
+
+def decode_summaries(
+    text: str | None, start: int, limit: int
+) -> tuple[list[ChunkSummary], dict[int, int]]:
+    """The summaries of chunks wholly before turn ``start``, newest first, at most ``limit``
+    (from ``ctx_read``'s JSON, newest first), and the stored message tokens of those whose
+    count is known (by chunk_seq)."""
+    if text is None:
+        return [], {}
+    out: list[ChunkSummary] = []
+    tokens: dict[int, int] = {}
+    for r in json.loads(text):
+        if r[2] >= start:
+            continue
+        out.append(ChunkSummary(r[0], r[1], r[2], r[3], r[4], r[5], datetime.fromisoformat(r[6])))
+        if r[7] is not None:
+            tokens[r[0]] = r[7]
+        if len(out) == limit:
+            break
+    return out, tokens

@@ -55,6 +55,21 @@ class ChunkSummary:
     created_at: datetime
 
 
+def summary_message(summary: ChunkSummary) -> dict[str, Any]:
+    """The system message standing for one chunk summary in a context."""
+    return summary_message_for(summary.first_turn_seq, summary.last_turn_seq, summary.text)
+
+
+def summary_message_for(first_turn_seq: int, last_turn_seq: int, text: str) -> dict[str, Any]:
+    """The system message standing for the summary ``text`` of turns ``first..last``."""
+    return {
+        "role": "system",
+        "content": (
+            f"Summary of turns {first_turn_seq}-{last_turn_seq} of this conversation:\n{text}"
+        ),
+    }
+
+
 def summarizer_name(summarizer: Any) -> str:
     """What a summary records as its model: ``summarizer.model`` or ``summarizer.name``
     when it is a non-empty string, else the callable's qualified name."""
@@ -122,7 +137,9 @@ def summarize_one_op(
     key = (row["session_id"], row["chunk_seq"], row["chunk_start"])
     if row["chunk_text"] is None:  # the chunk is gone (purged, rewound, retired)
         (status,) = yield Q(
-            query("summary_store"), (*key, -1, 0, row["chunk_start"], "-", 0, model), fetch="one"
+            query("summary_store"),
+            (*key, -1, 0, row["chunk_start"], "-", 0, model, None, None),
+            fetch="one",
         )
         yield Tx.COMMIT
         return str(status)
@@ -132,10 +149,25 @@ def summarize_one_op(
     ]
     answer = yield Call(summarizer, (turns,))
     text = summary_text(answer)
-    tokens = store._ctx.counter.count(text)
+    counter = store._ctx.counter
+    tokens = counter.count(text)
+    first = int(row["first_turn_seq"])
+    # the message a context renders for it, counted once here so that context() need not
+    message = summary_message_for(first, first + int(row["turn_count"]) - 1, text)
+    message_tokens = counter.count(jsoncodec.encode_json(message, "message"))
     (status,) = yield Q(
         query("summary_store"),
-        (*key, row["first_turn_seq"], row["turn_count"], row["chunk_end"], text, tokens, model),
+        (
+            *key,
+            row["first_turn_seq"],
+            row["turn_count"],
+            row["chunk_end"],
+            text,
+            tokens,
+            model,
+            message_tokens,
+            counter.name,
+        ),
         fetch="one",
     )
     yield Tx.COMMIT

@@ -14,10 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardstore
+from shardstore import assembly
 from shardstore.cli.app import main
 from shardstore.models import Turn
 from shardstore.plans import is_reasoning, is_tool_result
-from shardstore.tokens import TiktokenCounter
+from shardstore.tokens import TiktokenCounter, make_counter
 
 SMALL = {"chunk_tokens": 400}
 
@@ -100,6 +101,30 @@ def check(ctx: shardstore.Context, history: list[Turn], budget: int) -> None:
         assert history[-1].turn_seq in recent
 
 
+def reference(
+    store: shardstore.Store, sid: uuid.UUID, budget: int, recent_min: int | None
+) -> shardstore.Context:
+    """The context by the rule alone, from public reads: the tail within the budget, every
+    summary (newest first, those before the recent part, at most the read limit), every
+    message counted."""
+    window = store.tail(sid, max_tokens=budget)
+    minimum = budget // 2 if recent_min is None else recent_min
+    groups = assembly.units(window)
+    sizes = [sum(t.tokens for t in g) for g in groups]
+    taken = assembly.first_units(sizes, budget, minimum)
+    start = groups[len(groups) - taken][0].turn_seq if taken else store.session(sid).turn_count
+    limit = min(assembly.MAX_SUMMARIES, budget // 8 + 1)
+    older = [s for s in reversed(store.summaries(sid)) if s.last_turn_seq < start][:limit]
+    return assembly.plan(
+        window,
+        max_tokens=budget,
+        recent_min_tokens=minimum,
+        turn_tokens=lambda t: t.tokens,
+        count=assembly.message_counter(make_counter(None)),
+        summaries=older,
+    )
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -130,6 +155,8 @@ def test_context_properties(
     check(ctx, history, budget)
     assert store.context(sid, budget, recent_min_tokens=recent_min, recall=recall) == ctx
     assert list(store.history(sid)) == history  # the log is never changed
+    if recall is None:  # one statement, stored summary counts: the same as the rule alone
+        assert ctx == reference(store, sid, budget, recent_min)
 
 
 @pytest.fixture

@@ -28,8 +28,9 @@ SELECT q.session_id, q.chunk_seq, q.chunk_start, h.first_turn_seq, h.turn_count,
   LEFT JOIN shardstore.agent_history h
          ON h.session_id = q.session_id AND h.chunk_seq = q.chunk_seq AND h.chunk_start = q.chunk_start;
 
+-- summary_store_v1 plus the tokens of the summary's context message and the counter's name
 -- name: summary_store
-SELECT shardstore.summary_store_v1(%s, %s, %s, %s, %s, %s, %s, %s, %s);
+SELECT shardstore.summary_store_v2(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: summary_list
 SELECT c.chunk_seq, c.first_turn_seq, c.last_turn_seq, c.summary AS text, c.tokens, c.model,
