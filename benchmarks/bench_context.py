@@ -9,18 +9,27 @@ hit@1 and MRR (over the top 10) per mode and kind.
 
 Latency: a 100,000-turn session, every sealed chunk summarised by a stub (no model
 call), ``context(sid, 16_000)`` timed ``--runs`` times in each of ``--rounds`` rounds (and
-with ``recall=`` text, which adds a full-text search of the session); reports the median
-of the round medians and the range of the round medians.
+with ``recall=`` of common words, which adds a full-text search of the session), and
+``search(mode="text")`` of common words and of a rare token; reports the median of the
+round medians and the range of the round medians.
 
     .venv/bin/python benchmarks/bench_context.py --out benchmarks/results/context.md
+
+Before/after on one database: build the latency session once (``--latency-only --keep``
+prints its id), then time it with each version of shardstore in turn, e.g. an older
+checkout first on ``PYTHONPATH`` (only public methods are called):
+
+    bench_context.py --dsn D --latency-only --session SID --json after.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +148,19 @@ def quality(store: shardstore.Store, turns: int, seed: int) -> dict[str, dict[st
     return ranks
 
 
-def latency(store: shardstore.Store, turns: int, rounds: int, runs: int) -> dict[str, list[float]]:
+COMMON = "router password reset"  # each word in about 1 turn in 6 of the filler
+RARE = "What happened to order QX-4471?"
+
+CALLS: dict[str, str] = {
+    "plain": "context(sid, 16000)",
+    "recall": f"context(sid, 16000, recall={COMMON!r})",
+    "text_common": f"search({COMMON!r}, mode='text')",
+    "text_rare": f"search({RARE!r}, mode='text')",
+}
+
+
+def build_latency(store: shardstore.Store, turns: int) -> Any:
+    """A session of ``turns`` filler turns, every sealed chunk summarised by a stub."""
     rng = random.Random(7)
     sid = store.create_session("bench-latency")
     for lo in range(0, turns, 1000):
@@ -153,19 +174,41 @@ def latency(store: shardstore.Store, turns: int, rounds: int, runs: int) -> dict
         f"{turns} turns, {summarised} summaries in {time.perf_counter() - started:.0f} s",
         flush=True,
     )
-    out: dict[str, list[float]] = {"plain": [], "recall": []}
+    return sid
+
+
+def latency(store: shardstore.Store, sid: Any, rounds: int, runs: int) -> dict[str, list[float]]:
+    calls: dict[str, Callable[[], Any]] = {
+        "plain": lambda: store.context(sid, 16_000),
+        "recall": lambda: store.context(sid, 16_000, recall=COMMON),
+        "text_common": lambda: store.search(COMMON, session_id=sid, k=5, mode="text"),
+        "text_rare": lambda: store.search(RARE, session_id=sid, k=5, mode="text"),
+    }
+    out: dict[str, list[float]] = {name: [] for name in calls}
+    for call in calls.values():  # warm: plans cached, pages in memory
+        call()
     for _ in range(rounds):
-        for name, kwargs in (("plain", {}), ("recall", {"recall": "router password reset"})):
+        for name, call in calls.items():
             times = []
             for _ in range(runs):
                 t0 = time.perf_counter()
-                ctx = store.context(sid, 16_000, **kwargs)
+                call()
                 times.append((time.perf_counter() - t0) * 1000)
-                assert ctx.tokens <= 16_000
             out[name].append(statistics.median(times))
+    ctx = store.context(sid, 16_000)
+    assert ctx.tokens <= 16_000
     kinds = sorted({p.kind for p in ctx.parts})
     print(f"last context: {len(ctx.messages)} messages, {ctx.tokens} tokens, parts {kinds}")
     return out
+
+
+def latency_lines(lat: dict[str, list[float]]) -> list[str]:
+    lines = ["| call | p50 ms | range |", "|---|---:|---|"]
+    for name, meds in lat.items():
+        lines.append(
+            f"| {CALLS[name]} | {statistics.median(meds):.1f} | {min(meds):.1f}-{max(meds):.1f} |"
+        )
+    return lines
 
 
 def main() -> None:
@@ -177,11 +220,27 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--latency-only", action="store_true", help="skip the quality part")
+    parser.add_argument("--session", default=None, help="time this (built) latency session")
+    parser.add_argument("--json", type=Path, default=None, help="write the round medians")
     args = parser.parse_args()
+    if args.latency_only:
+        store = shardstore.connect(args.dsn)
+        try:
+            sid = args.session or build_latency(store, args.latency_turns)
+            print(f"latency session {sid}", flush=True)
+            lat = latency(store, sid, args.rounds, args.runs)
+        finally:
+            store.close()
+        print("\n".join(latency_lines(lat)))
+        if args.json is not None:
+            args.json.write_text(json.dumps(lat))
+        return
     store = shardstore.connect(args.dsn, embedding_model="all-MiniLM-L6-v2")
     try:
         ranks = quality(store, args.turns, args.seed)
-        lat = latency(store, args.latency_turns, args.rounds, args.runs)
+        sid = build_latency(store, args.latency_turns)
+        lat = latency(store, sid, args.rounds, args.runs)
     finally:
         store.close()
     lines = [
@@ -212,16 +271,11 @@ def main() -> None:
         "",
         f"Latency: `context(sid, 16_000)` on a {args.latency_turns}-turn session with every "
         f"sealed chunk summarised (stub, no model call); {args.rounds} rounds of {args.runs} "
-        "calls; median of the round medians (range of the round medians).",
+        "calls; median of the round medians (range of the round medians). The database "
+        "holds vectors (the quality session), so recall embeds its query (MiniLM) too.",
         "",
-        "| call | p50 ms | range |",
-        "|---|---:|---|",
+        *latency_lines(lat),
     ]
-    for name, meds in lat.items():
-        label = "context(sid, 16000)" if name == "plain" else "context(sid, 16000, recall=text)"
-        lines.append(
-            f"| {label} | {statistics.median(meds):.1f} | {min(meds):.1f}-{max(meds):.1f} |"
-        )
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:
