@@ -82,6 +82,7 @@ DECLARE
     c_win    integer[] := '{}';
     c_chunk  bigint[] := '{}';
     c_tsv    tsvector[] := '{}';
+    v_smp    tsvector[];
     a_sid    uuid[];
     a_turn   bigint[];
     a_win    integer[];
@@ -191,13 +192,14 @@ BEGIN
     END IF;
     -- one more than p_sample read: the sample holds the whole scope when it came back short
     v_exact := v_folded <= p_sample;
-    v_sample := greatest(cardinality(c_tsv), 1);
+    v_smp := c_tsv;  -- the sample alone: rare lexemes' windows join c_* below
+    v_sample := greatest(cardinality(v_smp), 1);
     FOR i IN 1 .. cardinality(v_lex) LOOP
         IF v_exact THEN
             v_df := array_append(v_df, NULL::float8);  -- counted over the candidates, as 0012 did
             CONTINUE;
         END IF;
-        SELECT count(*) INTO v_hits FROM unnest(c_tsv) AS x(tsv) WHERE x.tsv @@ v_q[i];
+        SELECT count(*) INTO v_hits FROM unnest(v_smp) AS x(tsv) WHERE x.tsv @@ v_q[i];
         v_est := v_hits::float8 / v_sample * v_n;
         IF v_est > p_cap THEN
             v_df := array_append(v_df, v_est);
@@ -266,10 +268,10 @@ BEGIN
         SELECT c.sid, c.turn, c.win, c.chunk, length(c.tsv) AS len, q.i
           FROM cand c, unnest(v_q) WITH ORDINALITY AS q(tq, i)
          WHERE c.tsv @@ q.tq
-    ), df AS (
+    ), df AS MATERIALIZED (  -- materialised: the estimates are small, a rescan per row is not
         SELECT m.i, coalesce(v_df[m.i], count(DISTINCT (m.sid, m.turn))::float8) AS n
           FROM m GROUP BY m.i
-    ), total AS (
+    ), total AS MATERIALIZED (
         SELECT greatest((SELECT avg(length(c.tsv)) FROM cand c), 1)::float8 AS avglen
     ), scored AS (
         SELECT m.sid, m.turn, m.win, m.chunk,
