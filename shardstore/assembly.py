@@ -314,6 +314,7 @@ def context(
     # one statement reads the head, the window and the summaries (one snapshot); facts and
     # recall are more statements, so they share a REPEATABLE READ snapshot with it
     joined = subject is not None or wanted is not None
+    limit = min(MAX_SUMMARIES, budget // 8 + 1)
     if joined:
         yield Tx.BEGIN_SNAPSHOT
     read = yield Q(
@@ -322,7 +323,7 @@ def context(
             "session": sid,
             "fetch": fetch,
             "summaries": use_summaries,
-            "limit": min(MAX_SUMMARIES, budget // 8 + 1),
+            "limit": limit,
             "counter": None if own else counter.name,
             # with your tokenizer stored counts say nothing: read every summary up to limit
             "bound": None if own else budget,
@@ -343,7 +344,7 @@ def context(
     taken = first_units([sum(turn_tokens(t) for t in g) for g in groups], budget, recent_min)
     # what the recent part takes first: summaries and recall hits come from before it
     start = groups[len(groups) - taken][0].turn_seq if taken else int(read["turn_count"])
-    stored, known_tokens = decode_summaries(read["summaries"], start, MAX_SUMMARIES)
+    stored, known_tokens = decode_summaries(read["summaries"], start, limit)
     known: tuple[str, list[Fact]] | None = None
     if subject is not None:
         facts = yield from facts_recall(store, read["tenant_id"], subject)

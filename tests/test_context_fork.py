@@ -163,11 +163,20 @@ def test_context_recall_and_summaries_in_a_fork(make_store: StoreFactory) -> Non
             assert message == history[part.first_turn_seq]
 
 
-def reference(store: shardstore.Store, sid: Any, budget: int, recent_min: int) -> Any:
-    """The context by the rule alone from public reads (every summary message counted)."""
-    window = store.tail(sid, max_tokens=budget)
+def reference(
+    store: shardstore.Store, sid: Any, budget: int, recent_min: int, tokenizer: Any = None
+) -> Any:
+    """The context by the rule alone from public reads (every summary message counted; with
+    a tokenizer of one's own, every turn too, over a window of 4x the budget)."""
+    count_message = assembly.message_counter(make_counter(tokenizer))
+    own = tokenizer is not None
+    window = store.tail(sid, max_tokens=budget * assembly.CUSTOM_FETCH_FACTOR if own else budget)
+
+    def turn_tokens(t: Turn) -> int:
+        return count_message(t.message) if own else t.tokens
+
     groups = assembly.units(window)
-    sizes = [sum(t.tokens for t in g) for g in groups]
+    sizes = [sum(turn_tokens(t) for t in g) for g in groups]
     taken = assembly.first_units(sizes, budget, recent_min)
     start = groups[len(groups) - taken][0].turn_seq if taken else store.session(sid).turn_count
     limit = min(assembly.MAX_SUMMARIES, budget // 8 + 1)
@@ -176,10 +185,33 @@ def reference(store: shardstore.Store, sid: Any, budget: int, recent_min: int) -
         window,
         max_tokens=budget,
         recent_min_tokens=recent_min,
-        turn_tokens=lambda t: t.tokens,
-        count=assembly.message_counter(make_counter(None)),
+        turn_tokens=turn_tokens,
+        count=count_message,
         summaries=older,
     )
+
+
+class Halved:
+    """A tokenizer of one's own: half of cl100k's count (more summaries fit than stored
+    counts say), named apart from the store's."""
+
+    name = "halved"
+
+    def __init__(self) -> None:
+        self.inner = make_counter(None)
+
+    def count(self, text: str) -> int:
+        return (self.inner.count(text) + 1) // 2
+
+
+class Ones:
+    """Every message is one token: many summaries fit, so the read limit (budget / 8 + 1)
+    decides how many are used."""
+
+    name = "ones"
+
+    def count(self, text: str) -> int:
+        return 1
 
 
 def test_context_is_the_rule_with_stored_missing_or_foreign_counts(
@@ -202,6 +234,10 @@ def test_context_is_the_rule_with_stored_missing_or_foreign_counts(
         for budget, recent_min in cases:
             ctx = store.context(sid, budget, recent_min_tokens=recent_min)
             assert ctx == reference(store, sid, budget, recent_min), (budget, recent_min)
+            for own in (Halved(), Ones()):
+                ctx = store.context(sid, budget, recent_min_tokens=recent_min, tokenizer=own)
+                want = reference(store, sid, budget, recent_min, own)
+                assert ctx == want, (own.name, budget, recent_min)
 
     all_equal()
     assert any(p.kind == "summary" for p in store.context(sid, 900).parts)
