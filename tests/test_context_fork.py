@@ -160,6 +160,7 @@ def test_context_recall_and_summaries_in_a_fork(make_store: StoreFactory) -> Non
     history = {t.turn_seq: t.message for t in store.history(child)}
     for message, part in zip(ctx.messages, ctx.parts, strict=True):
         if part.kind == "recent":
+            assert part.first_turn_seq is not None
             assert message == history[part.first_turn_seq]
 
 
