@@ -97,3 +97,14 @@ class CheckpointNotFound(ShardstoreError, LookupError):
     """The checkpoint does not exist in this session (never written, or removed by a purge,
     retention or ``maintain(keep_checkpoints=...)``); ``checkpoints(session_id)`` lists
     those that do."""
+
+
+class ImportRejected(InvalidInput):
+    """An importer refused source data (a row, a LangGraph thread, a JSONL line) as it is;
+    the message names where it is and why. Nothing of the session it belongs to was
+    written: each session is imported in one transaction."""
+
+
+class SessionExists(SessionConflict):
+    """An import found the session already in this database and was asked to refuse
+    (``on_existing="refuse"``); ``on_existing="skip"`` leaves it as it is and goes on."""

@@ -1,0 +1,72 @@
+"""Connections to the database an import reads from (not the store's), and the errors
+they raise in shardstore's terms.
+
+Source reads run in :class:`~shardstore.core.steps.Call` steps on a sync psycopg
+connection: under :class:`~shardstore.AsyncStore` the driver runs them in a worker thread,
+so the event loop goes on while a batch is fetched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from ..core import validate
+from ..core.executor import translate
+from ..errors import DatabaseUnavailable, ImportRejected, InvalidInput, ShardstoreError
+
+T = TypeVar("T")
+
+
+def source_error(exc: psycopg.Error, what: str) -> ShardstoreError:
+    """A source database error as a shardstore error naming ``what`` was being read: a
+    missing table or column is ``ImportRejected``, an unreachable server
+    ``DatabaseUnavailable``, the rest as the store's own errors are translated."""
+    if isinstance(exc, pgerrors.UndefinedTable | pgerrors.UndefinedColumn):
+        primary = exc.diag.message_primary or str(exc)
+        return ImportRejected(f"source {what}: {primary}")
+    if isinstance(exc, pgerrors.InsufficientPrivilege):
+        return ImportRejected(f"source {what}: {exc.diag.message_primary or exc}")
+    translated = translate(exc)
+    if isinstance(translated, DatabaseUnavailable):
+        return DatabaseUnavailable(f"source database: {translated}")
+    return type(translated)(f"source {what}: {translated}")
+
+
+def guarded(what: str, fn: Callable[[], T]) -> T:
+    """``fn()`` with psycopg errors raised as :func:`source_error`."""
+    try:
+        return fn()
+    except psycopg.Error as exc:
+        raise source_error(exc, what) from exc
+
+
+def connect(dsn: Any, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A connection to the source; ``DatabaseUnavailable`` if it cannot be reached,
+    ``InvalidInput`` for a DSN that is not one."""
+    if not isinstance(dsn, str) or not dsn.strip():
+        raise InvalidInput("source_dsn must be a non-empty DSN string")
+    try:
+        return psycopg.connect(dsn, connect_timeout=10, **kwargs)
+    except psycopg.ProgrammingError as exc:  # an unparseable conninfo string
+        raise InvalidInput(f"source_dsn is not a valid DSN: {exc}") from None
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        raise DatabaseUnavailable(f"source database unavailable: {reason}") from exc
+
+
+def identifier(name: Any, what: str, *, qualified: bool = False) -> sql.Identifier:
+    """A table (``schema.table`` when ``qualified``) or column name, quoted: the name is
+    never spliced into SQL text, so a name shaped like SQL stays a name (that then does
+    not exist). Names with a NUL, empty parts or over 63 bytes are refused."""
+    validate.text(name, what)
+    parts = name.split(".") if qualified else [name]
+    if len(parts) > 2:
+        raise InvalidInput(f"{what} {name!r:.80} must be 'table' or 'schema.table'")
+    for part in parts:
+        if not part or len(part.encode("utf-8")) > 63:
+            raise InvalidInput(f"{what} {name!r:.80} is not a valid PostgreSQL name")
+    return sql.Identifier(*parts)
