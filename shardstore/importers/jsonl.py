@@ -15,8 +15,10 @@ A header line and a line per turn (rather than a line per session) let both side
 the exporter writes a chunk of turns at a time and the importer appends ``batch_size``
 turns at a time, so a session of any length never has to fit in memory. The end line
 marks a session as complete: a file cut short (a crashed export, a partial copy) ends
-inside a session, and the importer refuses that session. ``tokens`` is informational: the
-importing store counts tokens with its own tokenizer (its chunk budget depends on them).
+inside a session, and the importer refuses that session. ``tokens`` is kept when it is
+within 10% + 4 of the importing store's own count of the message (the same tokenizer
+counts a few tokens apart once JSONB has reordered a message's keys), else the importing
+store's count is used: chunk budgets depend on it, whatever a file claims.
 
 An export of each session is read in one snapshot. An import into a database that lacks
 the session recreates it exactly: session id, owners, metadata, ``created_at``, and each
@@ -456,7 +458,7 @@ def _session_op(
                 raise ImportRejected(f"{at}: turn_seq {seq} where {first + count} was expected")
             key = _field(_key, doc.get("idempotency_key"), at)
             created = _instant(doc.get("created_at"), at, "created_at")
-            batch.add(ctx, doc.get("message"), at, key)
+            batch.add(ctx, doc.get("message"), at, key, doc.get("tokens"))
             batch.times.append(created)
             places.append(at)
             count += 1

@@ -43,9 +43,20 @@ class Batch:
         """The stored JSON size of the batch's messages."""
         return sum(self.sizes)
 
-    def add(self, ctx: Context, message: Any, where: str, key: str | None = None) -> None:
+    def add(
+        self,
+        ctx: Context,
+        message: Any,
+        where: str,
+        key: str | None = None,
+        claimed: Any = None,
+    ) -> None:
         """Check and encode ``message`` as an append would; ``ImportRejected`` naming
-        ``where`` for a message shardstore cannot store as it is."""
+        ``where`` for a message shardstore cannot store as it is. ``claimed``: the token
+        count an export recorded, kept when it is within 10% + 4 tokens of this store's own
+        count (the same tokenizer counts a few tokens apart once JSONB has reordered the
+        keys); anything else gets this store's count, so chunk budgets hold within their
+        token margin whatever a file claims."""
         try:
             text = jsoncodec.encode_message(message)
         except InvalidInput as exc:
@@ -59,7 +70,10 @@ class Batch:
             )
         self.texts.append(text)
         self.sizes.append(size)
-        self.tokens.append(ctx.counter.count(text))
+        tokens = ctx.counter.count(text)
+        if type(claimed) is int and abs(claimed - tokens) <= tokens // 10 + 4:
+            tokens = max(claimed, 0)
+        self.tokens.append(tokens)
         self.keys.append(key)
 
     def clear(self) -> None:
