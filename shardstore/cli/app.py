@@ -136,6 +136,8 @@ COMMAND_MODULES = (
     "rewind",
     "facts",
     "server",
+    "import_cmd",
+    "export",
 )
 
 

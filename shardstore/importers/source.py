@@ -23,12 +23,14 @@ T = TypeVar("T")
 
 def source_error(exc: psycopg.Error, what: str) -> ShardstoreError:
     """A source database error as a shardstore error naming ``what`` was being read: a
-    missing table or column is ``ImportRejected``, an unreachable server
+    missing table or column, a column of the wrong type, a value that does not parse or a
+    missing privilege is ``ImportRejected``, an unreachable server
     ``DatabaseUnavailable``, the rest as the store's own errors are translated."""
-    if isinstance(exc, pgerrors.UndefinedTable | pgerrors.UndefinedColumn):
-        primary = exc.diag.message_primary or str(exc)
-        return ImportRejected(f"source {what}: {primary}")
-    if isinstance(exc, pgerrors.InsufficientPrivilege):
+    if isinstance(exc, psycopg.ProgrammingError | psycopg.DataError) and not isinstance(
+        exc, pgerrors.QueryCanceled
+    ):
+        # a missing table or column, a column that cannot be cast (42846), a value that
+        # does not parse as its type (class 22), a privilege the role lacks
         return ImportRejected(f"source {what}: {exc.diag.message_primary or exc}")
     translated = translate(exc)
     if isinstance(translated, DatabaseUnavailable):
