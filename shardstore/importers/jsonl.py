@@ -253,6 +253,7 @@ class _Lines:
         self.path: str | None = None
         self.owned = False
         self.number = 0
+        self.pending: ImportRejected | None = None
         if isinstance(source, str | os.PathLike):
             self.path = os.fspath(source)
         elif callable(getattr(source, "readline", None)):
@@ -270,28 +271,42 @@ class _Lines:
             self.owned = True
 
     def read(self, n: int) -> list[tuple[int, str]]:
-        """Up to ``n`` more non-blank lines with their 1-based numbers; empty at the end."""
+        """Up to ``n`` more non-blank lines with their 1-based numbers; empty at the end.
+        A line that cannot be read is raised (``ImportRejected``) only once the lines
+        before it were handed out, so the sessions before it are imported."""
+        if self.pending is not None:
+            raise self.pending
         out: list[tuple[int, str]] = []
         while len(out) < n:
             try:
-                line = self.stream.readline(self.limit + 1)
-            except UnicodeDecodeError as exc:
-                raise ImportRejected(
-                    f"line {self.number + 1}: not UTF-8 text ({exc.reason})"
-                ) from None
+                line = self._line()
+            except ImportRejected as exc:
+                if not out:
+                    raise
+                self.pending = exc
+                break
             if not line:
                 break
-            self.number += 1
-            if isinstance(line, bytes):
-                raise InvalidInput("source must be opened in text mode, not binary")
-            if len(line) > self.limit and not line.endswith("\n"):
-                raise ImportRejected(
-                    f"line {self.number}: longer than {self.limit} characters (over what a "
-                    "turn of chunk_max_bytes can take)"
-                )
             if line.strip():
                 out.append((self.number, line))
         return out
+
+    def _line(self) -> str:
+        try:
+            line = self.stream.readline(self.limit + 1)
+        except UnicodeDecodeError as exc:
+            raise ImportRejected(f"line {self.number + 1}: not UTF-8 text ({exc.reason})") from None
+        if not line:
+            return ""
+        if isinstance(line, bytes):
+            raise InvalidInput("source must be opened in text mode, not binary")
+        self.number += 1
+        if len(line) > self.limit and not line.endswith("\n"):
+            raise ImportRejected(
+                f"line {self.number}: longer than {self.limit} characters (over what a "
+                "turn of chunk_max_bytes can take)"
+            )
+        return str(line)
 
     def close(self) -> None:
         """Close what this reader opened."""
