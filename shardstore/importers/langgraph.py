@@ -32,9 +32,8 @@ from ..errors import (
     SessionPurged,
 )
 from ..integrations.ids import external_metadata, external_session_id
-from ..sql import query
 from .report import ImportReport, Progress, Skipped, Tally
-from .source import connect, guarded
+from .source import connect, guarded, source_query
 from .writer import Batch, append_op, open_session_op
 
 FRAMEWORK = "langgraph"
@@ -67,13 +66,17 @@ class LangGraphSource:
             ) from exc
         self.conn = connect(self.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
         self.saver = PostgresSaver(self.conn)
-        guarded(_WHAT, lambda: self.conn.execute(query("langgraph_threads"), (0,)).fetchall())
+        guarded(
+            _WHAT, lambda: self.conn.execute(source_query("langgraph_threads"), (0,)).fetchall()
+        )
 
     def threads(self) -> list[str]:
         """The next page of thread ids (with a root checkpoint), in order; empty at the end."""
         if self.done:
             return []
-        statement = query("langgraph_threads" if self.after is None else "langgraph_threads_after")
+        statement = source_query(
+            "langgraph_threads" if self.after is None else "langgraph_threads_after"
+        )
         params: tuple[Any, ...] = (PAGE,) if self.after is None else (self.after, PAGE)
         rows = guarded(_WHAT, lambda: self.conn.execute(statement, params).fetchall())
         ids = [row["thread_id"] for row in rows]

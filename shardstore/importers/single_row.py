@@ -41,9 +41,8 @@ from ..core import validate
 from ..core.steps import Call, Op, Try, Tx
 from ..errors import ImportRejected, InvalidInput, SessionConflict, SessionPurged
 from ..integrations.ids import external_metadata, external_session_id
-from ..sql import query
 from .report import ImportReport, Progress, Skipped, Tally
-from .source import connect, guarded, identifier
+from .source import connect, guarded, identifier, source_query
 from .writer import Batch, append_op, open_session_op
 
 PAGE = 200  # row heads per round trip
@@ -132,7 +131,7 @@ class TableSource:
         self.in_row = False
 
     def _sql(self, name: str, **extra: sql.Composable) -> sql.Composed:
-        return sql.SQL(query(name)).format(**self.spec.parts, **extra)
+        return sql.SQL(source_query(name)).format(**self.spec.parts, **extra)
 
     def _conn(self) -> psycopg.Connection[Any]:
         assert self.conn is not None, "open() first"
