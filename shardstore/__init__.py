@@ -30,6 +30,7 @@ from .errors import (
     DatabaseError,
     DatabaseUnavailable,
     EmbeddingModelMismatch,
+    ImportRejected,
     InvalidInput,
     InvalidMessage,
     MissingDependency,
@@ -37,12 +38,14 @@ from .errors import (
     RunConflict,
     RunNotFound,
     SessionConflict,
+    SessionExists,
     SessionNotFound,
     SessionPurged,
     ShardstoreError,
     TurnTooLarge,
 )
 from .facts import Fact
+from .importers import ExportReport, ImportReport, Skipped
 from .models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
 from .plans import TailWindow
 from .purge import PurgeReport, TableRemoval
@@ -72,8 +75,11 @@ __all__ = [
     "DatabaseUnavailable",
     "Embedder",
     "EmbeddingModelMismatch",
+    "ExportReport",
     "Fact",
     "HFTokenizerCounter",
+    "ImportRejected",
+    "ImportReport",
     "InvalidInput",
     "InvalidMessage",
     "MaintenanceReport",
@@ -88,11 +94,13 @@ __all__ = [
     "SearchHit",
     "SentenceTransformerEmbedder",
     "SessionConflict",
+    "SessionExists",
     "SessionInfo",
     "SessionNotFound",
     "SessionPurged",
     "Settings",
     "ShardstoreError",
+    "Skipped",
     "Stats",
     "Store",
     "SweepReport",

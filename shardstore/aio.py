@@ -22,6 +22,9 @@ from .core.connector import AsyncConnector
 from .core.executor import run_async, stream_async
 from .core.steps import Op
 from .folding import AsyncFolder
+from .importers import jsonl as jsonl_ops
+from .importers import langgraph as langgraph_ops
+from .importers import single_row as single_row_ops
 from .models import Turn
 from .settings import Settings
 from .tokens import TokenCounter
@@ -95,6 +98,10 @@ class AsyncStore(base.StoreBase):
     sweep_artifacts = amethod(artifact_sweep.sweep_artifacts)
     expand = amethod(artifact_offload.expand)
     attach_payload = amethod(tracing.attach_payload)
+    import_single_row = amethod(single_row_ops.import_single_row)
+    import_langgraph = amethod(langgraph_ops.import_langgraph)
+    import_jsonl = amethod(jsonl_ops.import_jsonl)
+    export_sessions = amethod(jsonl_ops.export_sessions)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

@@ -140,6 +140,8 @@ COMMAND_MODULES = (
     "context",
     "summarize",
     "artifacts",
+    "import_cmd",
+    "export",
 )
 
 
