@@ -464,7 +464,9 @@ def test_session_against_a_list_model(store: shardstore.Store, steps: list[Any])
             elif kind == "pop":
                 assert await session.pop_item() == (model.pop() if model else None)
             elif kind == "get":
-                expected = model if arg is None else model[len(model) - arg :] if arg else []
+                expected = (
+                    model if arg is None else model[max(0, len(model) - arg) :] if arg else []
+                )
                 assert await session.get_items(arg) == expected
             else:
                 await session.clear_session()

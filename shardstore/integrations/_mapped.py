@@ -20,7 +20,6 @@ from .. import rewind as rewind_ops
 from ..aio import AsyncStore
 from ..checkpoints import _collect
 from ..core import validate
-from ..core.retry import retrying
 from ..core.steps import Op, Q, Tx
 from ..errors import ConfigurationError, Conflict, InvalidInput, SessionConflict, SessionPurged
 from ..history import append_turns, create_session_op, history, prepare_turns, tail_op
@@ -30,12 +29,6 @@ from ..store import Store
 from .ids import external_metadata, external_session_id
 
 T = TypeVar("T")
-
-_POP_ATTEMPTS = 8
-
-
-class _TailMoved(Conflict):
-    """Internal: the newest turn changed between a pop's read and its rewind."""
 
 
 def check_store(store: Any, adapter: str) -> Store | AsyncStore:
@@ -148,31 +141,21 @@ class MappedSession:
         yield from append_turns(self.store, self.session_id, list(items))
 
     def pop_op(self) -> Op[dict[str, Any] | None]:
-        """Remove the newest item and return it (None when there is none), atomically:
-        the read and the rewind commit together, and an append racing them is either
-        popped instead or left in place, never removed unseen."""
+        """Remove the newest item and return it (None when there is none), in one
+        transaction holding the session row: no append or other pop can land between the
+        read and the rewind, so the item returned is exactly the one removed."""
         if not (yield from self._resolve_op(create=False)):
             return None
-        result: dict[str, Any] | None = yield from retrying(
-            self._pop_once_op,
-            retry_on=lambda exc: isinstance(exc, _TailMoved),
-            attempts=_POP_ATTEMPTS,
-            deadline=float("inf"),
-            first_delay=0.001,
-            max_delay=0.05,
-        )
-        return result
-
-    def _pop_once_op(self) -> Op[dict[str, Any] | None]:
         yield Tx.BEGIN
+        yield Q(query("adapter_lock_session"), (self.session_id,), fetch="one")
         rows = yield Q(query("tail"), (self.session_id, 1, None), named=True)
         if not rows:
             yield Tx.COMMIT
             return None
         newest = rows[0]
         removed = yield from rewind_ops.rewind(self.store, self.session_id, newest["turn_seq"])
-        if removed != 1:  # an append or a pop landed between the read and the rewind
-            raise _TailMoved(f"the newest turn of session {self.session_id} moved; retry")
+        if removed != 1:  # pragma: no cover - the lock rules it out
+            raise Conflict(f"the newest turn of session {self.session_id} moved; retry")
         yield Tx.COMMIT
         message: dict[str, Any] = jsoncodec.loads(newest["message"])
         return message
