@@ -387,3 +387,19 @@ def test_a_uuid_session_of_another_tenant_is_refused(store: shardstore.Store) ->
     with pytest.raises(shardstore.SessionConflict):
         mine.add_messages([HumanMessage("x")])
     assert store.session(sid).turn_count == 0
+
+
+def test_without_the_extra_the_import_names_the_pip_command() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['langchain_core'] = None\n"  # as if not installed
+        "import shardstore\n"
+        "try:\n"
+        "    import shardstore.integrations.langchain\n"
+        "except shardstore.MissingDependency as exc:\n"
+        "    print(isinstance(exc, ImportError), exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("True ") and "shardstore[langchain]" in out.stdout

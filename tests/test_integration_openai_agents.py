@@ -619,3 +619,19 @@ def test_async_and_sync_stores_give_the_same_answers(astore: Any, store: shardst
     assert run(with_async()) == sync_answers
     assert sync_answers[0] == RESPONSES_ITEMS[-3:]
     assert sync_answers[1] == RESPONSES_ITEMS[-1]
+
+
+def test_without_the_extra_the_import_names_the_pip_command() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['agents'] = None\n"  # as if not installed
+        "import shardstore\n"
+        "try:\n"
+        "    import shardstore.integrations.openai_agents\n"
+        "except shardstore.MissingDependency as exc:\n"
+        "    print(isinstance(exc, ImportError), exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("True ") and "shardstore[openai-agents]" in out.stdout

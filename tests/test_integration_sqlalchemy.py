@@ -473,3 +473,19 @@ def test_imports_stay_lazy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_without_the_extra_the_import_names_the_pip_command() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['sqlalchemy'] = None\n"  # as if not installed
+        "import shardstore\n"
+        "try:\n"
+        "    import shardstore.integrations.sqlalchemy\n"
+        "except shardstore.MissingDependency as exc:\n"
+        "    print(isinstance(exc, ImportError), exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("True ") and "shardstore[sqlalchemy]" in out.stdout

@@ -18,17 +18,24 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import (
-    BaseMessage,
-    convert_to_messages,
-    message_to_dict,
-    messages_from_dict,
-)
+from ..errors import InvalidInput, InvalidMessage, MissingDependency
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import (
+        BaseMessage,
+        convert_to_messages,
+        message_to_dict,
+        messages_from_dict,
+    )
+except ImportError as exc:  # the extra is not installed
+    raise MissingDependency(
+        "shardstore.integrations.langchain needs langchain-core: "
+        "pip install 'shardstore[langchain]'"
+    ) from exc
 
 from ..aio import AsyncStore
 from ..core import validate
-from ..errors import InvalidInput, InvalidMessage
 from ..store import Store
 from ._mapped import MappedSession
 

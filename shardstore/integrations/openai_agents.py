@@ -13,15 +13,22 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from agents.items import TResponseInputItem
-from agents.memory.session_settings import (
-    SessionSettings,
-    coerce_session_settings,
-    resolve_session_limit,
-)
+from ..errors import InvalidInput, MissingDependency
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as exc:  # the extra is not installed
+    raise MissingDependency(
+        "shardstore.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'shardstore[openai-agents]'"
+    ) from exc
 
 from ..aio import AsyncStore
-from ..errors import InvalidInput
 from ..store import Store
 from ._mapped import MappedSession
 

@@ -15,22 +15,29 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Connection,
-    Double,
-    Integer,
-    MetaData,
-    Table,
-    Text,
-    Uuid,
-)
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+from ..errors import ConfigurationError, MissingDependency
+
+try:
+    from sqlalchemy import (
+        BigInteger,
+        Column,
+        Connection,
+        Double,
+        Integer,
+        MetaData,
+        Table,
+        Text,
+        Uuid,
+    )
+    from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+except ImportError as exc:  # the extra is not installed
+    raise MissingDependency(
+        "shardstore.integrations.sqlalchemy needs SQLAlchemy 2: "
+        "pip install 'shardstore[sqlalchemy]'"
+    ) from exc
 
 from ..core.connector import Connector
 from ..core.executor import run_sync
-from ..errors import ConfigurationError
 from ..migrate import migrate_op
 from ..settings import Settings
 
