@@ -123,7 +123,10 @@ def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) ->
     """Open a store and make its schema current.
 
     ``dsn`` may be a DSN string, a ``psycopg_pool.ConnectionPool`` or a ``psycopg.Connection``
-    (to join the caller's transactions); without it, ``$SHARDSTORE_DSN``, else the embedded
+    (to join the caller's transactions), a SQLAlchemy ``Engine`` (a source of connections,
+    like a pool) or a SQLAlchemy ``Connection`` (its transaction is joined: the
+    application commits or rolls back shardstore's writes with its own), both on the
+    psycopg 3 driver (``postgresql+psycopg://``); without it, ``$SHARDSTORE_DSN``, else the embedded
     Postgres in the user data directory (started on demand, reused by later processes).
     Migrations are applied idempotently (concurrent callers are serialised). ``tokenizer`` is
     a tiktoken encoding name (default ``cl100k_base``), a path to a ``tokenizer.json``, or a
@@ -152,7 +155,8 @@ async def connect_async(
     dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any
 ) -> AsyncStore:
     """asyncio version of :func:`connect` (accepts a DSN, an ``AsyncConnectionPool`` or an
-    ``AsyncConnection``) returning an :class:`AsyncStore`."""
+    ``AsyncConnection``, or a SQLAlchemy ``AsyncEngine`` / ``AsyncConnection`` on
+    ``postgresql+psycopg``) returning an :class:`AsyncStore`."""
     artifacts = pop_config(settings)
     config = Settings.from_kwargs(settings)
     counter = make_counter(tokenizer)
