@@ -70,6 +70,11 @@ def _build() -> MetaData:
         Column("open_tokens", BigInteger, nullable=False),
         Column("open_bytes", BigInteger, nullable=False),
         _at("last_turn_at", nullable=True),
+        # a fork's lineage (migration 0013): the session owning its last inherited turn,
+        # that turn, and the first chunk the fork owns; NULL for a session that is no fork
+        Column("fork_parent", Uuid),
+        Column("fork_at", BigInteger),
+        Column("fork_chunk", BigInteger),
         comment="one row per session; purged sessions keep a tombstone (purged_at set)",
     )
     Table(
