@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from . import base, facts, maintenance, purge
 from . import checkpoints as checkpoint_ops
+from . import fork as fork_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
@@ -66,6 +67,7 @@ class AsyncStore(base.StoreBase):
     restore = amethod(checkpoint_ops.restore)
     checkpoints = amethod(checkpoint_ops.checkpoints)
     rewind = amethod(rewind_ops.rewind)
+    fork = amethod(fork_ops.fork)
     remember = amethod(facts.remember)
     recall = amethod(facts.recall)
     forget = amethod(facts.forget)

@@ -433,6 +433,34 @@ def flush(store: Any, session_id: uuid.UUID | str) -> Op[int]:
     return int(moved)
 
 
+# ---------------------------------------------------------------- lineage (forks)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Part of a session's history read from one session: its chunks ``chunk_lo <=
+    chunk_seq < chunk_hi`` (None: no upper bound) and, of those, turns ``<= turn_hi``
+    (None: all). A session that is not a fork is one segment of itself."""
+
+    session_id: uuid.UUID
+    chunk_lo: int
+    chunk_hi: int | None
+    turn_hi: int | None
+
+    def holds(self, chunk_seq: int) -> bool:
+        """Whether the chunk lies in this segment's range."""
+        return chunk_seq >= self.chunk_lo and (self.chunk_hi is None or chunk_seq < self.chunk_hi)
+
+
+def segments_op(sid: uuid.UUID, head: Mapping[str, Any]) -> Op[list[Segment]]:
+    """The segments of a session's history, newest first (``fork_segments_v1``); no
+    statement for a session that is not a fork."""
+    if head.get("fork_parent") is None:
+        return [Segment(sid, 0, None, None)]
+    rows = yield _named("fork_segments", (sid,))
+    return [record(Segment, r) for r in rows]
+
+
 # ---------------------------------------------------------------- reads
 
 
@@ -529,40 +557,51 @@ def history(
     head = yield from _head_op(sid, live=True)
     end = head["turn_count"] if hi is None else min(hi, head["turn_count"])
     if lo < end:
-        located = yield Q(query("chunk_map_from"), (sid, sid, lo))
-        buffered = yield _named("buffer_turns", (sid, lo, end))
-        by_chunk: dict[int, list[Turn]] = {}
-        for row in buffered:
-            by_chunk.setdefault(row["chunk_seq"], []).append(_turn(row))
-        folded = {chunk_seq: start for chunk_seq, start in located}
-        texts: dict[int, str] = {}
-        ordered = sorted(folded.keys() | by_chunk.keys())
-        pending = [seq for seq in ordered if seq in folded]
-        for chunk_seq in ordered:
-            if chunk_seq in folded:
-                if chunk_seq not in texts:
-                    # the next few folded chunks in one round trip
-                    batch, pending = pending[:HISTORY_BATCH], pending[HISTORY_BATCH:]
-                    rows = yield Q(
-                        query("chunk_texts"),
-                        (sid, batch, sorted({folded[seq] for seq in batch})),
-                        prepare=False,
-                    )
-                    texts.update((seq, text) for seq, text in rows)
-                    pending = [seq for seq in pending if seq not in texts]
-                text = texts.pop(chunk_seq, None)
-                if text is not None:
-                    turns = [
-                        envelope_turn(e, chunk_seq)
-                        for e in jsoncodec.loads_envelopes(text)
-                        if lo <= e["s"] < end
-                    ]
-                    if turns:
-                        yield Emit(turns)
-            if chunk_seq in by_chunk:
-                yield Emit(by_chunk[chunk_seq])
+        segments = yield from segments_op(sid, head)
+        for seg in reversed(segments):  # oldest first: turn_seq grows along a lineage
+            seg_end = end if seg.turn_hi is None else min(end, seg.turn_hi + 1)
+            if lo < seg_end:
+                yield from _history_segment_op(seg, lo, seg_end)
     yield Tx.COMMIT
     return None
+
+
+def _history_segment_op(seg: Segment, lo: int, end: int) -> Op[None]:
+    """Emit one segment's turns with ``lo <= turn_seq < end``, chunk by chunk."""
+    sid = seg.session_id
+    located = yield Q(query("chunk_map_from"), (sid, sid, lo))
+    buffered = yield _named("buffer_turns", (sid, lo, end))
+    by_chunk: dict[int, list[Turn]] = {}
+    for row in buffered:
+        if seg.holds(row["chunk_seq"]):
+            by_chunk.setdefault(row["chunk_seq"], []).append(_turn(row))
+    folded = {chunk_seq: start for chunk_seq, start in located if seg.holds(chunk_seq)}
+    texts: dict[int, str] = {}
+    ordered = sorted(folded.keys() | by_chunk.keys())
+    pending = [seq for seq in ordered if seq in folded]
+    for chunk_seq in ordered:
+        if chunk_seq in folded:
+            if chunk_seq not in texts:
+                # the next few folded chunks in one round trip
+                batch, pending = pending[:HISTORY_BATCH], pending[HISTORY_BATCH:]
+                rows = yield Q(
+                    query("chunk_texts"),
+                    (sid, batch, sorted({folded[seq] for seq in batch})),
+                    prepare=False,
+                )
+                texts.update((seq, text) for seq, text in rows)
+                pending = [seq for seq in pending if seq not in texts]
+            text = texts.pop(chunk_seq, None)
+            if text is not None:
+                turns = [
+                    envelope_turn(e, chunk_seq)
+                    for e in jsoncodec.loads_envelopes(text)
+                    if lo <= e["s"] < end
+                ]
+                if turns:
+                    yield Emit(turns)
+        if chunk_seq in by_chunk:
+            yield Emit(by_chunk[chunk_seq])
 
 
 def chunks(store: Any, session_id: uuid.UUID | str, last: int | None = None) -> Op[list[Chunk]]:
@@ -578,7 +617,25 @@ def chunks(store: Any, session_id: uuid.UUID | str, last: int | None = None) -> 
     open_seq, open_turns = head["open_chunk_seq"], head["open_turns"]
     newest = open_seq if open_turns else open_seq - 1
     first = 0 if last is None else max(0, newest - last + 1)
-    located = yield Q(query("chunk_map_since"), (sid, first))
+    merged: dict[int, Chunk] = {}
+    for seg in (yield from segments_op(sid, head)):
+        upper = newest + 1 if seg.chunk_hi is None else min(newest + 1, seg.chunk_hi)
+        if max(first, seg.chunk_lo) < upper:
+            part = yield from _segment_chunks_op(seg, max(first, seg.chunk_lo), upper)
+            merged.update(part)
+    yield Tx.COMMIT
+    ordered = [merged[seq] for seq in sorted(merged)]
+    if ordered and open_turns and ordered[-1].chunk_seq == open_seq:
+        ordered[-1] = dataclasses.replace(ordered[-1], is_open=True)
+    return ordered
+
+
+def _segment_chunks_op(seg: Segment, first: int, upper: int) -> Op[dict[int, Chunk]]:
+    """The chunks ``first <= chunk_seq < upper`` of one segment, folded and buffered parts
+    summed; an inherited chunk holding turns past the segment's bound is counted over the
+    inherited turns only."""
+    sid = seg.session_id
+    located = [r for r in (yield Q(query("chunk_map_since"), (sid, first))) if r[0] < upper]
     buffered = yield _named("buffer_chunks", (sid, first))
     folded: dict[int, Chunk] = {}
     if located:
@@ -588,11 +645,10 @@ def chunks(store: Any, session_id: uuid.UUID | str, last: int | None = None) -> 
             prepare=False,
         )
         folded = {r["chunk_seq"]: record(Chunk, r) for r in rows}
-    yield Tx.COMMIT
-    merged = {seq: c for seq, c in folded.items() if seq <= newest}
+    merged = {seq: c for seq, c in folded.items() if seq < upper}
     for row in buffered:
         part = record(Chunk, row, partition=None)
-        if part.chunk_seq > newest:
+        if part.chunk_seq >= upper:
             continue
         done = merged.get(part.chunk_seq)
         merged[part.chunk_seq] = (
@@ -606,10 +662,30 @@ def chunks(store: Any, session_id: uuid.UUID | str, last: int | None = None) -> 
                 chunk_end=part.chunk_end,
             )
         )
-    ordered = [merged[seq] for seq in sorted(merged)]
-    if ordered and open_turns and ordered[-1].chunk_seq == open_seq:
-        ordered[-1] = dataclasses.replace(ordered[-1], is_open=True)
-    return ordered
+    if seg.turn_hi is not None:
+        for seq, chunk in list(merged.items()):
+            if chunk.last_turn_seq <= seg.turn_hi:
+                continue
+            starts = [r[1] for r in located if r[0] == seq]
+            params = {
+                "sid": sid,
+                "seq": seq,
+                "upto": seg.turn_hi,
+                "start": starts[0] if starts else None,
+            }
+            row = yield _named("fork_chunk_part", params, fetch="one")
+            if not row or not row["turn_count"]:
+                del merged[seq]
+                continue
+            merged[seq] = dataclasses.replace(
+                chunk,
+                first_turn_seq=row["first_turn_seq"],
+                turn_count=row["turn_count"],
+                token_count=row["token_count"],
+                byte_count=row["byte_count"],
+                chunk_end=row["chunk_end"],
+            )
+    return merged
 
 
 def stats(store: Any) -> Op[Stats]:

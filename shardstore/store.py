@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from . import base, facts, maintenance, purge
 from . import checkpoints as checkpoint_ops
+from . import fork as fork_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
@@ -68,6 +69,7 @@ class Store(base.StoreBase):
     restore = method(checkpoint_ops.restore)
     checkpoints = method(checkpoint_ops.checkpoints)
     rewind = method(rewind_ops.rewind)
+    fork = method(fork_ops.fork)
     remember = method(facts.remember)
     recall = method(facts.recall)
     forget = method(facts.forget)

@@ -299,7 +299,9 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         first = next((j for j, t in enumerate(context) if t.turn_seq >= lo), len(context))
         turns = whole_window(context, first)
         score = 1.0 - float(row["dist"])
-        hits.append(SearchHit(row["session_id"], int(row["chunk_seq"]), score, turns))
+        # a fork's hit on an inherited turn is the fork's: chunk_seq is the same in its view
+        owner = row["session_id"] if scope.session_id is None else scope.session_id
+        hits.append(SearchHit(owner, int(row["chunk_seq"]), score, turns))
     return hits
 
 

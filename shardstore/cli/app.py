@@ -134,6 +134,7 @@ COMMAND_MODULES = (
     "runs",
     "checkpoints",
     "rewind",
+    "fork",
     "facts",
     "server",
 )

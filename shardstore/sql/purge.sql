@@ -10,7 +10,7 @@ SELECT u.sid, shardstore.purge_session_v1(u.sid, %s)
  ORDER BY u.ord;
 
 -- name: purge_range
-SELECT shardstore.purge_range_v1(%s, %s, %s, %s, NULL, true);
+SELECT shardstore.purge_range_v2(%s, %s, %s, %s, NULL, true);
 
 -- name: purge_range_batch
 SELECT u.sid, shardstore.purge_range_v1(u.sid, NULL, %s, %s, %s::text[], false)

@@ -2,4 +2,4 @@
 
 -- name: rewind
 SELECT r_status AS status, r_removed AS removed, r_turns AS turns, r_first AS first
-  FROM shardstore.rewind_v1(%s, %s);
+  FROM shardstore.rewind_v2(%s, %s);

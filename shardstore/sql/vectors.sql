@@ -60,8 +60,12 @@ WITH w AS MATERIALIZED (
     SELECT v.session_id, v.chunk_seq, v.chunk_start, v.first_turn_seq, v.last_turn_seq,
            v.embedding <=> %(q)s::halfvec AS dist
       FROM shardstore.chunk_vectors v
-     WHERE v.session_id = %(session)s
-       AND (%(tenant)s::text IS NULL OR v.tenant_id = %(tenant)s::text)
+      -- a fork's windows are its own and those of the turns it inherits (fork_segments_v1)
+      JOIN shardstore.fork_segments_v1(%(session)s) g
+        ON v.session_id = g.r_session_id AND v.chunk_seq >= g.r_chunk_lo
+       AND (g.r_chunk_hi IS NULL OR v.chunk_seq < g.r_chunk_hi)
+       AND (g.r_turn_hi IS NULL OR v.last_turn_seq <= g.r_turn_hi)
+     WHERE (%(tenant)s::text IS NULL OR v.tenant_id = %(tenant)s::text)
        AND (%(agent)s::text IS NULL OR v.agent_id = %(agent)s::text)
        AND v.chunk_start >= coalesce(%(since_floor)s::timestamptz, '-infinity')
        AND v.chunk_start < coalesce(%(until)s::timestamptz, 'infinity')
