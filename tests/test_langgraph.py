@@ -507,8 +507,17 @@ def test_copy_thread_copies_turns_checkpoints_and_writes(dsn: str, store: shards
     out = graph.invoke(Command(resume="copy"), cfg("dst"))
     assert out["messages"][-1].content == "the answer is q=copy"
     assert graph.get_state(cfg("src")).next == ("tools",)
-    with pytest.raises(shardstore.InvalidInput, match="already has history"):
+    with pytest.raises(shardstore.InvalidInput, match="already exists"):
         saver.copy_thread("src", "dst")
+    # the copy is a fork: it shares the source's turns, it does not hold copies of them
+    src_sid, dst_sid = saver.session_id("src"), saver.session_id("dst")
+    assert src_sid is not None and dst_sid is not None
+    src_turns = [t.message for t in store.history(src_sid)]
+    assert [t.message for t in store.history(dst_sid)][: len(src_turns)] == src_turns
+    owned = rows(dsn, "SELECT (SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = %s"
+                      " AND turn_seq < %s) + (SELECT count(*) FROM shardstore.chunk_map"
+                      " WHERE session_id = %s)", dst_sid, len(src_turns), dst_sid)
+    assert owned == [(0,)]
 
 
 # ---------------------------------------------------------------- hostile input

@@ -7,7 +7,7 @@ session's turns: each message is appended once, in order, as the graph adds it, 
 checkpoint records only how many of the session's first turns it holds. Every other
 channel, the channel versions, ``versions_seen`` and the metadata are one row of
 ``shardstore.checkpoints``; LangGraph's ids and namespaces and the pending writes are two
-small tables of migration 0012 (registered: purges, retention and rewinds cover them).
+small tables of the langgraph migration (registered: purges, retention and rewinds cover them).
 
 When a checkpoint's ``messages`` are not an append of the turns (time travel then a new
 branch, an edit, a ``RemoveMessage``), the checkpoint holds the turns they share with the
@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .. import fork as fork_ops
 from .. import history as history_ops
 from .. import jsoncodec
 from .. import purge as purge_ops
@@ -340,13 +341,10 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             if sid is not None:
                 self._logs.pop(sid, None)
 
-    def _session_op(self, thread: str, *, create: bool) -> Op[uuid.UUID | None]:
-        """The live session of a thread (None if it has none and ``create`` is false). A
-        thread whose session was purged (``delete_thread``) moves on to a session whose
-        id is derived from the purged one, so its id can be used again."""
-        known = self._threads.get(thread)
-        if known is not None:
-            return known
+    def _resolve_op(self, thread: str) -> Op[tuple[uuid.UUID, bool]]:
+        """The session a thread maps to now and whether it exists: the mapped id
+        (``external_session_id``), or, once that session was purged (``delete_thread``),
+        the next id derived from it, so that a thread id can be used again."""
         sid = external_session_id(FRAMEWORK, self.tenant_id, thread)
         while True:
             ids = [sid]
@@ -355,20 +353,26 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             rows = yield _named("lg_sessions", (ids,))
             purged = {r["session_id"]: r["purged"] for r in rows}
             live = next((i for i in ids if i not in purged or not purged[i]), None)
-            if live is None:
-                sid = _next_generation(ids[-1])
-                continue
-            if live not in purged:
-                if not create:
-                    return None
-                yield from history_ops.create_session_op(
-                    self.tenant_id,
-                    session_id=live,
-                    metadata=external_metadata(FRAMEWORK, thread),
-                )
-            with self._lock:
-                self._threads[thread] = live
-            return live
+            if live is not None:
+                return live, live in purged
+            sid = _next_generation(ids[-1])
+
+    def _session_op(self, thread: str, *, create: bool) -> Op[uuid.UUID | None]:
+        """The live session of a thread, created (with ``external_metadata``) if it has
+        none and ``create``; None if it has none and not ``create``."""
+        known = self._threads.get(thread)
+        if known is not None:
+            return known
+        sid, exists = yield from self._resolve_op(thread)
+        if not exists:
+            if not create:
+                return None
+            yield from history_ops.create_session_op(
+                self.tenant_id, session_id=sid, metadata=external_metadata(FRAMEWORK, thread)
+            )
+        with self._lock:
+            self._threads[thread] = sid
+        return sid
 
     def _head_op(self, sid: uuid.UUID) -> Op[_Head | None]:
         row = yield _named("lg_head", (sid,), fetch="one")
@@ -634,16 +638,12 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
     def _list_op(
         self, config: Any, filter: Any, before: Any, limit: Any
     ) -> Op[list[CheckpointTuple]]:
-        sid = None
         thread = None
         ns = None
         if config is not None:
             conf = _configurable(config)
             if conf.get("thread_id") is not None:
                 thread = _thread_id(conf["thread_id"])
-                sid = yield from self._session_op(thread, create=False)
-                if sid is None:
-                    return []
             if conf.get("checkpoint_ns") is not None:
                 ns = _text(conf["checkpoint_ns"], "checkpoint_ns", empty=True)
         before_id = None
@@ -657,6 +657,11 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             if not isinstance(filter, Mapping):
                 raise InvalidInput(f"filter must be a dict, not {type(filter).__name__}")
             filter_text = jsoncodec.encode_json(_tuples_to_lists(dict(filter)), "filter")
+        sid = None
+        if thread is not None:
+            sid = yield from self._session_op(thread, create=False)
+            if sid is None:
+                return []
         params = {
             "tenant": self.tenant_id,
             "sid": sid,
@@ -741,30 +746,17 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         src = yield from self._session_op(src_thread, create=False)
         if src is None:
             return None
-        dst = yield from self._session_op(dst_thread, create=True)
-        assert dst is not None
+        dst, exists = yield from self._resolve_op(dst_thread)
+        if exists:
+            raise InvalidInput(f"copy_thread: target thread {dst_thread!r} already exists")
+        # the copy shares the source's turns (one row, whatever their number) and gets a
+        # copy of its checkpoint rows, which stay valid: its turn positions are the same
         yield Tx.BEGIN
-        head = yield from self._head_op(src)
-        target_head = yield from self._head_op(dst)
-        (count,) = yield Q(query("lg_count"), (dst,), fetch="one")
-        if target_head is None or target_head.turns or count:
-            raise InvalidInput(f"copy_thread: target thread {dst_thread!r} already has history")
-        if head is None:
-            yield Tx.COMMIT
-            return None
-        if head.first > 0:
-            raise InvalidInput(
-                f"copy_thread: thread {src_thread!r} had its oldest turns purged; "
-                "its positions cannot be copied"
-            )
-        turns = yield from _collect(history_ops.history(self.store, src, 0, head.turns))
-        for start in range(0, len(turns), 500):
-            batch = [t.message for t in turns[start : start + 500]]
-            yield from history_ops.append_op(self.store._ctx, dst, batch, [None] * len(batch))
-        yield from history_ops.fold_sealed_op(dst)
+        yield from fork_ops.fork_op(
+            src, new_session_id=dst, metadata=external_metadata(FRAMEWORK, dst_thread)
+        )
         yield Q(query("lg_copy"), (src, dst), fetch="one")
         yield Tx.COMMIT
-        self._forget(dst_thread, dst)
         return None
 
     # ------------------------------------------------------------ LangGraph's interface

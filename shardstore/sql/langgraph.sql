@@ -1,4 +1,4 @@
--- LangGraph checkpointer (migration 0012): statements by name, see
+-- LangGraph checkpointer (migration 0013): statements by name, see
 -- shardstore/integrations/langgraph.py.
 
 -- name: lg_sessions
@@ -7,12 +7,21 @@ SELECT s.session_id, s.purged_at IS NOT NULL AS purged
 
 -- name: lg_head
 -- what the saver's copy of the turns is checked against: the head, the last append's time
--- and the first turn still stored (range purges and retention remove a prefix)
+-- and the first turn still stored along the session's lineage (fork_segments_v1): range
+-- purges and retention remove a prefix
 SELECT s.next_turn_seq AS turns, s.last_turn_at AS last_at, s.purged_at IS NOT NULL AS purged,
-       coalesce((SELECT m.first_turn_seq FROM shardstore.chunk_map m
-                  WHERE m.session_id = s.session_id ORDER BY m.chunk_seq LIMIT 1),
-                (SELECT min(b.turn_seq) FROM shardstore.turn_buffer b
-                  WHERE b.session_id = s.session_id),
+       coalesce((SELECT min(f.first) FROM (
+                   SELECT (SELECT m.first_turn_seq FROM shardstore.chunk_map m
+                            WHERE m.session_id = g.r_session_id AND m.chunk_seq >= g.r_chunk_lo
+                              AND (g.r_chunk_hi IS NULL OR m.chunk_seq < g.r_chunk_hi)
+                            ORDER BY m.chunk_seq LIMIT 1) AS first
+                     FROM shardstore.fork_segments_v1(s.session_id) g
+                   UNION ALL
+                   SELECT (SELECT min(b.turn_seq) FROM shardstore.turn_buffer b
+                            WHERE b.session_id = g.r_session_id AND b.chunk_seq >= g.r_chunk_lo
+                              AND (g.r_chunk_hi IS NULL OR b.chunk_seq < g.r_chunk_hi)
+                              AND (g.r_turn_hi IS NULL OR b.turn_seq <= g.r_turn_hi))
+                     FROM shardstore.fork_segments_v1(s.session_id) g) f),
                 s.next_turn_seq) AS first
   FROM shardstore.sessions s WHERE s.session_id = %s;
 
@@ -80,9 +89,6 @@ SELECT g.session_id, g.checkpoint_ns, g.checkpoint_id
    AND g.checkpoint_id < (SELECT max(h.checkpoint_id) FROM shardstore.langgraph_checkpoints h
                            WHERE h.session_id = g.session_id
                              AND h.checkpoint_ns = g.checkpoint_ns);
-
--- name: lg_count
-SELECT count(*) AS checkpoints FROM shardstore.langgraph_checkpoints g WHERE g.session_id = %s;
 
 -- name: lg_delete
 SELECT shardstore.langgraph_delete_v1(%s::uuid[], %s::text[], %s::text[]);

@@ -1,4 +1,4 @@
--- 0012: the LangGraph checkpointer (shardstore.integrations.langgraph), docs/architecture.md
+-- 0013: the LangGraph checkpointer (shardstore.integrations.langgraph), docs/architecture.md
 -- "LangGraph".
 --
 -- A LangGraph thread is one shardstore session. Its `messages` channel is the session's
