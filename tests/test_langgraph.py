@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import psycopg
 import pytest
@@ -41,7 +40,7 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
@@ -64,19 +63,25 @@ class ScriptedModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "scripted"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         last = messages[-1]
         n = len(messages)
         if isinstance(last, ToolMessage):
-            reply = AIMessage(content=f"the answer is {last.content}", id=f"ai-{n}",
-                              response_metadata={"model": "scripted"},
-                              additional_kwargs={"seen": n})
+            reply = AIMessage(
+                content=f"the answer is {last.content}",
+                id=f"ai-{n}",
+                response_metadata={"model": "scripted"},
+                additional_kwargs={"seen": n},
+            )
         else:
             reply = AIMessage(
                 content="",
                 id=f"ai-{n}",
-                tool_calls=[{"name": "lookup", "args": {"q": str(last.content)}, "id": f"call-{n}"}],
+                tool_calls=[
+                    {"name": "lookup", "args": {"q": str(last.content)}, "id": f"call-{n}"}
+                ],
             )
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
@@ -154,8 +159,14 @@ def test_interrupt_then_resume_in_a_fresh_process(
     assert [m.id for m in state.values["messages"]] == ["h1", "ai-1"]
 
     code = f"from tests.test_langgraph import resume_main; resume_main({dsn!r}, {thread!r}, 'yes')"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr
     resumed = json.loads(done.stdout.strip().splitlines()[-1])
     assert [m["data"]["id"] for m in resumed][:2] == ["h1", "ai-1"]
@@ -231,8 +242,9 @@ def _replay_scenario(checkpointer: Any) -> list[Any]:
     first = history[-1]  # the input checkpoint
     seen.append(graph.invoke(None, first.config)["messages"])
     seen.append(graph.get_state(cfg("replay")).values["messages"])
-    seen.append([[m for m in s.values.get("messages", [])]
-                 for s in graph.get_state_history(cfg("replay"))])
+    seen.append(
+        [[m for m in s.values.get("messages", [])] for s in graph.get_state_history(cfg("replay"))]
+    )
     return seen
 
 
@@ -297,8 +309,14 @@ class Custom(HumanMessage):
     """A message subclass messages_from_dict does not know: kept inline."""
 
 
-def _put(saver: Any, thread: str, values: dict[str, Any], parent: str | None = None,
-         ns: str = "", version: int = 1) -> dict[str, Any]:
+def _put(
+    saver: Any,
+    thread: str,
+    values: dict[str, Any],
+    parent: str | None = None,
+    ns: str = "",
+    version: int = 1,
+) -> dict[str, Any]:
     from langgraph.checkpoint.base import empty_checkpoint
 
     cp = empty_checkpoint()
@@ -326,8 +344,13 @@ def test_edits_removals_and_odd_values_come_back_exactly(
     c6 = _put(saver, "odd", {"messages": "not a list"})
     c7 = _put(saver, "odd", {"messages": [h1, a1, h2, AIMessage("four", id="4")]})
     expect = [
-        (c1, [h1, a1]), (c2, [h1, a1, h2]), (c3, edited), (c4, removed), (c5, weird),
-        (c6, "not a list"), (c7, [h1, a1, h2, AIMessage("four", id="4")]),
+        (c1, [h1, a1]),
+        (c2, [h1, a1, h2]),
+        (c3, edited),
+        (c4, removed),
+        (c5, weird),
+        (c6, "not a list"),
+        (c7, [h1, a1, h2, AIMessage("four", id="4")]),
     ]
     fresh = ShardstoreSaver(store, tenant_id=TENANT)
     for reader in (saver, fresh):
@@ -374,8 +397,11 @@ def _apply(messages: list[Any], op: str, at: int, n: int) -> Any:
     if op == "append":
         return [*messages, HumanMessage(f"m{n}", id=f"id{n}")]
     if op == "append2":
-        return [*messages, AIMessage(f"a{n}", id=f"ida{n}"),
-                ToolMessage(f"t{n}", tool_call_id=f"c{n}", id=f"idt{n}")]
+        return [
+            *messages,
+            AIMessage(f"a{n}", id=f"ida{n}"),
+            ToolMessage(f"t{n}", tool_call_id=f"c{n}", id=f"idt{n}"),
+        ]
     if op == "edit" and messages:
         i = at % len(messages)
         out = list(messages)
@@ -391,7 +417,9 @@ def _apply(messages: list[Any], op: str, at: int, n: int) -> Any:
     return list(messages)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=OPS)
 def test_any_history_reads_back_as_inmemorysaver_does(
     store: shardstore.Store, saver: ShardstoreSaver, ops: list[tuple[int, str, int]]
@@ -401,8 +429,11 @@ def test_any_history_reads_back_as_inmemorysaver_does(
     stored: list[tuple[dict[str, Any], Any]] = []  # (config, messages) per checkpoint
     appended = 0
     for n, (parent_ix, op, at) in enumerate(ops):
-        parent = stored[parent_ix % len(stored)] if stored and parent_ix < 40 else (
-            stored[-1] if stored else None)
+        parent = (
+            stored[parent_ix % len(stored)]
+            if stored and parent_ix < 40
+            else (stored[-1] if stored else None)
+        )
         base = parent[1] if parent is not None and isinstance(parent[1], list) else []
         messages = _apply(base, op, at, n)
         appended += op in ("append", "append2")
@@ -432,8 +463,9 @@ def _thread_with_writes(saver: ShardstoreSaver, thread: str) -> dict[str, Any]:
     return graph.get_state(cfg(thread)).config
 
 
-def test_purges_remove_the_savers_rows(dsn: str, store: shardstore.Store,
-                                       saver: ShardstoreSaver) -> None:
+def test_purges_remove_the_savers_rows(
+    dsn: str, store: shardstore.Store, saver: ShardstoreSaver
+) -> None:
     _thread_with_writes(saver, "gone")
     _thread_with_writes(saver, "stays")
     gone, stays = saver.session_id("gone"), saver.session_id("stays")
@@ -454,22 +486,28 @@ def test_purges_remove_the_savers_rows(dsn: str, store: shardstore.Store,
         assert lg_counts(dsn, sid) == (0, 0, 0, 0)
 
 
-def test_delete_thread_and_rewind(dsn: str, store: shardstore.Store,
-                                  saver: ShardstoreSaver) -> None:
+def test_delete_thread_and_rewind(
+    dsn: str, store: shardstore.Store, saver: ShardstoreSaver
+) -> None:
     graph = build_graph(saver)
     graph.invoke({"messages": [HumanMessage("q", id="h")]}, cfg("rw"))
     graph.invoke(Command(resume="ok"), cfg("rw"))
     sid = saver.session_id("rw")
     assert sid is not None
-    positions = rows(dsn, "SELECT turn_seq FROM shardstore.langgraph_checkpoints"
-                          " WHERE session_id = %s", sid)
+    positions = rows(
+        dsn, "SELECT turn_seq FROM shardstore.langgraph_checkpoints WHERE session_id = %s", sid
+    )
     assert max(p for (p,) in positions) == 3
     store.rewind(sid, 2)
-    left = rows(dsn, "SELECT turn_seq FROM shardstore.langgraph_checkpoints"
-                     " WHERE session_id = %s", sid)
+    left = rows(
+        dsn, "SELECT turn_seq FROM shardstore.langgraph_checkpoints WHERE session_id = %s", sid
+    )
     assert left and all(p < 2 for (p,) in left)
-    assert rows(dsn, "SELECT count(*) FROM shardstore.langgraph_writes WHERE session_id = %s"
-                     " AND turn_seq >= 2", sid) == [(0,)]
+    assert rows(
+        dsn,
+        "SELECT count(*) FROM shardstore.langgraph_writes WHERE session_id = %s AND turn_seq >= 2",
+        sid,
+    ) == [(0,)]
     # the saver's copy of the turns notices the rewind
     newest = saver.get_tuple(cfg("rw"))
     assert newest is not None
@@ -480,8 +518,9 @@ def test_delete_thread_and_rewind(dsn: str, store: shardstore.Store,
     saver.delete_thread("never-existed")
 
 
-def test_range_purge_is_not_served_from_the_cache(store: shardstore.Store,
-                                                  saver: ShardstoreSaver) -> None:
+def test_range_purge_is_not_served_from_the_cache(
+    store: shardstore.Store, saver: ShardstoreSaver
+) -> None:
     msgs = [HumanMessage(f"m{i}", id=str(i)) for i in range(6)]
     conf = _put(saver, "cut", {"messages": msgs})
     sid = saver.session_id("cut")
@@ -493,15 +532,20 @@ def test_range_purge_is_not_served_from_the_cache(store: shardstore.Store,
     assert got.checkpoint["channel_values"]["messages"] == msgs[3:]
 
 
-def test_copy_thread_copies_turns_checkpoints_and_writes(dsn: str, store: shardstore.Store,
-                                                        saver: ShardstoreSaver) -> None:
+def test_copy_thread_copies_turns_checkpoints_and_writes(
+    dsn: str, store: shardstore.Store, saver: ShardstoreSaver
+) -> None:
     graph = build_graph(saver)
     graph.invoke({"messages": [HumanMessage("q", id="h")]}, cfg("src"))
     saver.copy_thread("src", "dst")
-    src_hist = [(s.config["configurable"]["checkpoint_id"], s.values, s.next)
-                for s in graph.get_state_history(cfg("src"))]
-    dst_hist = [(s.config["configurable"]["checkpoint_id"], s.values, s.next)
-                for s in graph.get_state_history(cfg("dst"))]
+    src_hist = [
+        (s.config["configurable"]["checkpoint_id"], s.values, s.next)
+        for s in graph.get_state_history(cfg("src"))
+    ]
+    dst_hist = [
+        (s.config["configurable"]["checkpoint_id"], s.values, s.next)
+        for s in graph.get_state_history(cfg("dst"))
+    ]
     assert dst_hist == src_hist
     # the copy resumes on its own; the source is unchanged
     out = graph.invoke(Command(resume="copy"), cfg("dst"))
@@ -514,9 +558,15 @@ def test_copy_thread_copies_turns_checkpoints_and_writes(dsn: str, store: shards
     assert src_sid is not None and dst_sid is not None
     src_turns = [t.message for t in store.history(src_sid)]
     assert [t.message for t in store.history(dst_sid)][: len(src_turns)] == src_turns
-    owned = rows(dsn, "SELECT (SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = %s"
-                      " AND turn_seq < %s) + (SELECT count(*) FROM shardstore.chunk_map"
-                      " WHERE session_id = %s)", dst_sid, len(src_turns), dst_sid)
+    owned = rows(
+        dsn,
+        "SELECT (SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = %s"
+        " AND turn_seq < %s) + (SELECT count(*) FROM shardstore.chunk_map"
+        " WHERE session_id = %s)",
+        dst_sid,
+        len(src_turns),
+        dst_sid,
+    )
     assert owned == [(0,)]
 
 
@@ -525,8 +575,12 @@ def test_copy_thread_copies_turns_checkpoints_and_writes(dsn: str, store: shards
 
 def _everything(dsn: str) -> list[Any]:
     out = []
-    for table in (*LG_TABLES, "shardstore.checkpoints", "shardstore.turn_buffer",
-                  "shardstore.sessions"):
+    for table in (
+        *LG_TABLES,
+        "shardstore.checkpoints",
+        "shardstore.turn_buffer",
+        "shardstore.sessions",
+    ):
         out.append(rows(dsn, f"SELECT count(*) FROM {table}")[0][0])
     return out
 
@@ -639,8 +693,12 @@ def test_tenants_do_not_share_threads(store: shardstore.Store) -> None:
 def _scenario_sync(saver: ShardstoreSaver, thread: str) -> list[Any]:
     c1 = _put(saver, thread, {"messages": [HumanMessage("a", id="1")], "k": "v"})
     saver.put_writes(c1, [("messages", [AIMessage("b", id="2")]), ("k", {"x": 1})], "task-1")
-    c2 = _put(saver, thread, {"messages": [HumanMessage("a", id="1"), AIMessage("b", id="2")]},
-              c1["configurable"]["checkpoint_id"])
+    c2 = _put(
+        saver,
+        thread,
+        {"messages": [HumanMessage("a", id="1"), AIMessage("b", id="2")]},
+        c1["configurable"]["checkpoint_id"],
+    )
     _put(saver, thread, {"z": 1}, ns="child:1")
     listed = list(saver.list(cfg(thread)))
     newest = saver.get_tuple(cfg(thread, checkpoint_ns=""))
@@ -652,16 +710,22 @@ def _scenario_sync(saver: ShardstoreSaver, thread: str) -> list[Any]:
 
 
 async def _scenario_async(saver: ShardstoreSaver, thread: str) -> list[Any]:
-    c1 = await saver.aput(cfg(thread, checkpoint_ns=""), _cp_with(
-        {"messages": [HumanMessage("a", id="1")], "k": "v"}), {"source": "loop", "step": 1}, {})
-    await saver.aput_writes(c1, [("messages", [AIMessage("b", id="2")]), ("k", {"x": 1})],
-                            "task-1")
-    c2 = await saver.aput(cfg(thread, checkpoint_ns="", checkpoint_id=c1["configurable"][
-        "checkpoint_id"]), _cp_with({"messages": [HumanMessage("a", id="1"),
-                                                  AIMessage("b", id="2")]}),
-        {"source": "loop", "step": 1}, {})
-    await saver.aput(cfg(thread, checkpoint_ns="child:1"), _cp_with({"z": 1}),
-                     {"source": "loop", "step": 1}, {})
+    c1 = await saver.aput(
+        cfg(thread, checkpoint_ns=""),
+        _cp_with({"messages": [HumanMessage("a", id="1")], "k": "v"}),
+        {"source": "loop", "step": 1},
+        {},
+    )
+    await saver.aput_writes(c1, [("messages", [AIMessage("b", id="2")]), ("k", {"x": 1})], "task-1")
+    c2 = await saver.aput(
+        cfg(thread, checkpoint_ns="", checkpoint_id=c1["configurable"]["checkpoint_id"]),
+        _cp_with({"messages": [HumanMessage("a", id="1"), AIMessage("b", id="2")]}),
+        {"source": "loop", "step": 1},
+        {},
+    )
+    await saver.aput(
+        cfg(thread, checkpoint_ns="child:1"), _cp_with({"z": 1}), {"source": "loop", "step": 1}, {}
+    )
     listed = [t async for t in saver.alist(cfg(thread))]
     newest = await saver.aget_tuple(cfg(thread, checkpoint_ns=""))
     one = await saver.aget_tuple(c1)
@@ -686,8 +750,13 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     cp = dict(value.checkpoint)
     cp.pop("id"), cp.pop("ts")
-    return (value.config["configurable"]["checkpoint_ns"], cp, value.metadata,
-            value.parent_config is not None, value.pending_writes)
+    return (
+        value.config["configurable"]["checkpoint_ns"],
+        cp,
+        value.metadata,
+        value.parent_config is not None,
+        value.pending_writes,
+    )
 
 
 def test_async_parity(dsn: str, saver: ShardstoreSaver) -> None:
@@ -715,8 +784,12 @@ def test_writes_order_and_special_channels(saver: ShardstoreSaver) -> None:
     saver.put_writes(c, [("b", "ignored"), ("a", "ignored")], "task-b", "p2")  # kept as first
     got = saver.get_tuple(c)
     assert got is not None
-    assert got.pending_writes == [("task-a", ERROR, "boom again"), ("task-a", "c", 3),
-                                  ("task-b", "b", 1), ("task-b", "a", 2)]
+    assert got.pending_writes == [
+        ("task-a", ERROR, "boom again"),
+        ("task-a", "c", 3),
+        ("task-b", "b", 1),
+        ("task-b", "a", 2),
+    ]
     saver.put_writes(c, [(INTERRUPT, {"v": (1, 2)})], "task-c", "p3")
     got = saver.get_tuple(c)
     value = saver.serde.loads_typed(saver.serde.dumps_typed({"v": (1, 2)}))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import math
 import operator
 import threading
@@ -96,7 +97,7 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if value is None or t is str or t is bool:
         return True
     if t is int:
-        return -_MAX_INT <= value < _MAX_INT
+        return bool(-_MAX_INT <= value < _MAX_INT)
     if t is float:
         return math.isfinite(value)
     if t is list:
@@ -118,7 +119,9 @@ def _tuples_to_lists(value: Any) -> Any:
 def _text(value: Any, what: str, *, empty: bool = False) -> str:
     """A string the database can store (no NUL, no lone surrogate); empty only if allowed."""
     if not isinstance(value, str) or (not value and not empty):
-        raise InvalidInput(f"{what} must be a {'' if empty else 'non-empty '}string, not {value!r:.80}")
+        raise InvalidInput(
+            f"{what} must be a {'' if empty else 'non-empty '}string, not {value!r:.80}"
+        )
     if "\x00" in value:
         raise InvalidInput(f"{what} must not contain NUL characters")
     try:
@@ -402,9 +405,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
     def _plan(self, log: _Log, messages: Any) -> _Plan:
         """What to store for this checkpoint's messages against the session's turns."""
         channel = self.messages_channel
-        if not isinstance(messages, list) or not all(
-            isinstance(m, BaseMessage) for m in messages
-        ):
+        if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
             return _Plan([], [], {"c": channel, "v": self._enc(messages)})
         known = log.messages
         shared = _same_prefix(messages, known)
@@ -528,9 +529,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             "another writer is appending to it"
         )
 
-    def _put_writes_op(
-        self, config: Any, writes: Any, task_id: Any, task_path: Any
-    ) -> Op[None]:
+    def _put_writes_op(self, config: Any, writes: Any, task_id: Any, task_path: Any) -> Op[None]:
         thread, ns, cid = _where(config)
         if cid is None:
             raise InvalidInput("put_writes needs a config with a checkpoint_id")
@@ -569,8 +568,11 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         statement, their messages from the saver's copy of each session's turns."""
         if not rows:
             return []
-        keys = ([r["session_id"] for r in rows], [r["checkpoint_ns"] for r in rows],
-                [r["checkpoint_id"] for r in rows])
+        keys = (
+            [r["session_id"] for r in rows],
+            [r["checkpoint_ns"] for r in rows],
+            [r["checkpoint_id"] for r in rows],
+        )
         written = yield _named("lg_writes", keys)
         writes: dict[tuple[Any, str, str], list[Any]] = {}
         for w in written:
@@ -588,8 +590,11 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             head = yield from self._head_op(sid)
             if head is None:
                 continue
-            upto = max(s["msg"]["n"] for r, s in zip(rows, states, strict=True)
-                       if r["session_id"] == sid and "n" in s.get("msg", {}))
+            upto = max(
+                s["msg"]["n"]
+                for r, s in zip(rows, states, strict=True)
+                if r["session_id"] == sid and "n" in s.get("msg", {})
+            )
             logs[sid] = yield from self._log_op(sid, head, upto)
         out = []
         for row, state in zip(rows, states, strict=True):
@@ -613,7 +618,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             out.append(
                 CheckpointTuple(
                     config=_config(thread, ns, cid),
-                    checkpoint={**rest, "channel_values": values},
+                    checkpoint={**rest, "channel_values": values},  # type: ignore[typeddict-item]
                     metadata=jsoncodec.loads(row["metadata"]),
                     parent_config=None if parent is None else _config(thread, ns, parent),
                     pending_writes=writes.get((sid, ns, cid), []),
@@ -690,18 +695,19 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         sid = yield from self._session_op(thread, create=False)
         if sid is None:
             return None
-        try:
+        with contextlib.suppress(SessionNotFound, SessionPurged):
             yield from purge_ops.purge_session(self.store, sid)
-        except (SessionNotFound, SessionPurged):
-            pass
         self._forget(thread, sid)
         return None
 
     def _delete_rows_op(self, rows: Sequence[Mapping[str, Any]]) -> Op[int]:
         if not rows:
             return 0
-        keys = ([r["session_id"] for r in rows], [r["checkpoint_ns"] for r in rows],
-                [r["checkpoint_id"] for r in rows])
+        keys = (
+            [r["session_id"] for r in rows],
+            [r["checkpoint_ns"] for r in rows],
+            [r["checkpoint_id"] for r in rows],
+        )
         (done,) = yield Q(query("lg_delete"), keys, fetch="one")
         return int(done)
 
