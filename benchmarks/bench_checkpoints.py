@@ -10,7 +10,10 @@ Measures, on one server and in one process:
   ``append_turn`` + ``checkpoint()`` (two calls), interleaved in rounds so that all three
   see the same server state;
 * bytes per checkpoint of LangGraph's PostgresSaver (langgraph-checkpoint-postgres) at
-  1,000 turns, where every checkpoint carries the message list (a new blob per step).
+  1,000 turns, where every checkpoint carries the message list (a new blob per step);
+* ``fork()`` p50 (median of 3 rounds, with their range) at the smallest and largest history
+  length, and the rows it writes besides the session row: flat (``--only length,fork``
+  runs just these two tables).
 """
 
 from __future__ import annotations
@@ -78,6 +81,51 @@ def by_length(store: shardstore.Store, dsn: str, lengths: list[int], reps: int) 
     for j, length in enumerate(lengths):
         sizes = checkpoint_rows(dsn, sids[j])
         lines.append(f"| {length:,} | {statistics.median(sizes):,.0f} | {p50(times[j]):.3f} |")
+    _FILLED[:] = list(zip(lengths, sids, strict=True))
+    return lines
+
+
+_FILLED: list[tuple[int, Any]] = []  # (length, session) filled by by_length, reused by forks
+
+
+def history_rows(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM shardstore.agent_history)"
+            " + (SELECT count(*) FROM shardstore.chunk_map)"
+            " + (SELECT count(*) FROM shardstore.turn_buffer)"
+            " + (SELECT count(*) FROM shardstore.fork_copies)"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def forks(store: shardstore.Store, dsn: str, reps: int) -> list[str]:
+    """fork() of the shortest and the longest filled history, round-robin, 3 rounds."""
+    chosen = [_FILLED[0], _FILLED[-1]]
+    lines = [
+        "| history turns | fork() p50 ms (median of 3 rounds) | range of the rounds"
+        " | rows written besides the session |",
+        "|---:|---:|---:|---:|",
+    ]
+    rounds: list[list[float]] = [[] for _ in chosen]
+    written = [0 for _ in chosen]
+    for _ in range(3):
+        times: list[list[float]] = [[] for _ in chosen]
+        for _i in range(reps):
+            for j, (_length, sid) in enumerate(chosen):
+                before = history_rows(dsn) if _i == 0 else 0
+                t0 = time.perf_counter()
+                store.fork(sid)
+                times[j].append(time.perf_counter() - t0)
+                if _i == 0:
+                    written[j] += history_rows(dsn) - before
+        for j in range(len(chosen)):
+            rounds[j].append(p50(times[j]))
+    for j, (length, _sid) in enumerate(chosen):
+        lo, hi = min(rounds[j]), max(rounds[j])
+        mid = statistics.median(rounds[j])
+        lines.append(f"| {length:,} | {mid:.3f} | {lo:.3f} - {hi:.3f} | {written[j]} |")
     return lines
 
 
@@ -174,7 +222,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--big", action="store_true", help="100,000 turns instead of 10,000")
     parser.add_argument("--out")
+    parser.add_argument(
+        "--only", default="length,append,langgraph,fork", help="comma-separated tables to run"
+    )
     args = parser.parse_args()
+    only = set(args.only.split(","))
     lengths = [10, 1_000, 100_000 if args.big else 10_000]
     reps, rounds = (50, 200) if args.quick else (300, 1500)
     with open_server(args.dsn, keep=False) as server:
@@ -182,10 +234,15 @@ def main() -> None:
         try:
             out = ["## Checkpoint size and latency against the history length", ""]
             out += by_length(store, server.dsn, lengths, reps)
-            out += ["", "## A checkpoint riding on an append", ""]
-            out += with_append(store, rounds)
-            out += ["", "## Against LangGraph's PostgresSaver", ""]
-            out += langgraph(store, server.dsn, 1_000, 5 if args.quick else 20)
+            if "append" in only:
+                out += ["", "## A checkpoint riding on an append", ""]
+                out += with_append(store, rounds)
+            if "langgraph" in only:
+                out += ["", "## Against LangGraph's PostgresSaver", ""]
+                out += langgraph(store, server.dsn, 1_000, 5 if args.quick else 20)
+            if "fork" in only:
+                out += ["", "## fork() against the history length", ""]
+                out += forks(store, server.dsn, reps)
         finally:
             store.close()
     text = "\n".join(out) + "\n"

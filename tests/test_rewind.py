@@ -533,7 +533,7 @@ def test_server_killed_mid_rewind(server: CrashableServer, tmp_path: Path, lock_
         with holding(dsn, lock_sql.format(sid=sid)):
             t = threading.Thread(target=rewind)
             t.start()
-            wait_for_backend(dsn, "rewind_v1", waiting=True)
+            wait_for_backend(dsn, "shardstore.rewind_v", waiting=True)
             server.kill()
             t.join(60)
             server.start()
