@@ -14,6 +14,9 @@ and one database. Reported:
 * per-step latency: one step is one ``invoke`` (a user turn: input, agent, maybe tools and
   agent again), wall time, and the part of it spent inside the checkpointer's methods;
   medians of the first and of the last 50 steps, with their p10-p90 ranges;
+* the same checkpointer step done by hand (get_tuple, put with one more message,
+  put_writes) on the long thread and on a one-turn thread, interleaved in rounds so that
+  both see the same load (a shared machine's load drifts over a long run);
 * resume time: a new connection and a new saver (nothing cached) reading the thread's
   state (``get_state``), and the first ``invoke`` after it.
 """
@@ -47,6 +50,7 @@ import shardstore
 from shardstore.integrations.langgraph import ShardstoreSaver
 
 WINDOW = 50
+PROBE_ROUNDS = 50
 # message sizes (characters of content): a user turn, an answer, tool arguments, a tool's
 # output; text from the benchmarks' synthetic corpus (bench_core), distinct per message
 USER_CHARS, ANSWER_CHARS, ARGS_CHARS, TOOL_CHARS = 400, 1000, 150, 1200
@@ -150,6 +154,34 @@ def run(graph: Any, saver: Any, turns: int, label: str) -> tuple[list[float], li
     return steps, inside
 
 
+def probe(saver: Any, big: str, small: str, rounds: int) -> dict[str, list[float]]:
+    """One checkpointer step done by hand (get_tuple of the newest checkpoint, put of the
+    next one with one more message, put_writes of that message), alternating between the
+    long thread and a one-turn thread, so that both see the same server load."""
+    from langgraph.checkpoint.base import copy_checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+
+    times: dict[str, list[float]] = {big: [], small: []}
+    rng = random.Random(5)
+    for r in range(rounds):
+        for thread in (big, small) if r % 2 == 0 else (small, big):
+            config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            msg = AIMessage(_text(rng, ANSWER_CHARS), id=f"probe-{thread}-{r}")
+            t0 = time.perf_counter()
+            tup = saver.get_tuple(config)
+            cp = copy_checkpoint(tup.checkpoint)
+            cp["id"] = str(uuid6(clock_seq=r))
+            messages = tup.checkpoint["channel_values"]["messages"]
+            version = saver.get_next_version(cp["channel_versions"].get("messages"), None)
+            cp["channel_values"] = {**cp["channel_values"], "messages": [*messages, msg]}
+            cp["channel_versions"] = {**cp["channel_versions"], "messages": version}
+            meta = {"source": "loop", "step": 10_000 + r, "parents": {}}
+            stored = saver.put(tup.config, cp, meta, {"messages": version})
+            saver.put_writes(stored, [("messages", [msg])], f"probe-task-{r}")
+            times[thread].append(time.perf_counter() - t0)
+    return times
+
+
 def sizes(dsn: str, tables: list[str]) -> int:
     """Total bytes of tables with their indexes and TOAST (a partitioned table: the sum of
     its partitions)."""
@@ -219,7 +251,10 @@ def measure(name: str, opener: Any, dsn: str, turns: int, tables: list[str]) -> 
     with opener(dsn) as saver:
         if hasattr(saver, "setup"):
             saver.setup()
-        steps, inside = run(build(saver), saver, turns, name)
+        graph = build(saver)
+        steps, inside = run(graph, saver, turns, name)
+        graph.invoke({"messages": [user(1)]}, {"configurable": {"thread_id": "one-turn"}})
+        probed = probe(saver, "bench-thread", "one-turn", PROBE_ROUNDS)
         store = getattr(saver, "store", None)
         if isinstance(store, shardstore.Store):
             store.drain_folds()
@@ -243,6 +278,8 @@ def measure(name: str, opener: Any, dsn: str, turns: int, tables: list[str]) -> 
         "messages": len(state.values["messages"]),
         "resume_read": t1 - t0,
         "resume_invoke": t2 - t1,
+        "probe_big": probed["bench-thread"],
+        "probe_small": probed["one-turn"],
     }
 
 
@@ -277,6 +314,14 @@ def report(results: list[dict[str, Any]], turns: int, window: int) -> list[str]:
             f" {ratio(theirs[key], w):.2f}x | |"
         )
     lines += [
+        f"| checkpointer step by hand on a 1-turn thread, interleaved: median (p10-p90) ms |"
+        f" {summary(ours['probe_small'])} | {summary(theirs['probe_small'])} | |",
+        f"| the same step on the {turns:,}-turn thread: median (p10-p90) ms |"
+        f" {summary(ours['probe_big'])} | {summary(theirs['probe_big'])} | |",
+        f"| {turns:,} turns / 1 turn (medians) |"
+        f" {statistics.median(ours['probe_big']) / statistics.median(ours['probe_small']):.2f}x |"
+        f" {statistics.median(theirs['probe_big']) / statistics.median(theirs['probe_small']):.2f}x"
+        " | |",
         f"| resume: new connection + saver, get_state (ms) | {ours['resume_read'] * 1000:.1f} |"
         f" {theirs['resume_read'] * 1000:.1f} | |",
         f"| resume: the first invoke after it (ms) | {ours['resume_invoke'] * 1000:.1f} |"

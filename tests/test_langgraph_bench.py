@@ -23,6 +23,7 @@ ROWS = (
     "checkpointer part of a step: last / first 10 (medians)",
     "resume: new connection + saver, get_state (ms)",
     "resume: the first invoke after it (ms)",
+    "20 turns / 1 turn (medians)",
 )
 
 
