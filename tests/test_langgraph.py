@@ -805,3 +805,39 @@ def test_repeated_put_overwrites(saver: ShardstoreSaver) -> None:
     assert len(listed) == 1
     assert listed[0].checkpoint["channel_values"]["k"] == 2 and listed[0].metadata["step"] == 2
     assert len(turn_dicts(saver.store, saver, "again")) == 1
+
+
+def test_two_writers_and_foreign_turns(store: shardstore.Store) -> None:
+    a = ShardstoreSaver(store, tenant_id=TENANT)
+    b = ShardstoreSaver(store, tenant_id=TENANT)
+    h1, a1, h2 = HumanMessage("1", id="1"), AIMessage("2", id="2"), HumanMessage("3", id="3")
+    c1 = _put(a, "two", {"messages": [h1]})
+    c2 = _put(b, "two", {"messages": [h1, a1]}, c1["configurable"]["checkpoint_id"], version=2)
+    # a's copy of the turns is stale: the put is refused, a rereads and appends only h2
+    c3 = _put(a, "two", {"messages": [h1, a1, h2]}, c2["configurable"]["checkpoint_id"], version=3)
+    assert [t["data"]["id"] for t in turn_dicts(store, a, "two")] == ["1", "2", "3"]
+    # a turn appended by other means (chat format) is read as a LangChain message
+    sid = a.session_id("two")
+    assert sid is not None
+    store.append_turn(sid, {"role": "user", "content": "from elsewhere"})
+    c4 = _put(
+        b,
+        "two",
+        {"messages": [h1, a1, h2, AIMessage("4", id="4")]},
+        c3["configurable"]["checkpoint_id"],
+        version=4,
+    )
+    fresh = ShardstoreSaver(store, tenant_id=TENANT)
+    for conf, expect in (
+        (c1, [h1]),
+        (c2, [h1, a1]),
+        (c3, [h1, a1, h2]),
+        (c4, [h1, a1, h2, AIMessage("4", id="4")]),
+    ):
+        for reader in (a, b, fresh):
+            got = reader.get_tuple(conf)
+            assert got is not None and got.checkpoint["channel_values"]["messages"] == expect
+    newest = fresh.get_tuple(cfg("two", checkpoint_ns=""))
+    assert newest is not None and newest.config == c4
+    ids = [t.get("data", {}).get("id") for t in turn_dicts(store, a, "two")]
+    assert ids == ["1", "2", "3", None]  # "4" diverged from the turns: kept inline

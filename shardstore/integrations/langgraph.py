@@ -45,7 +45,7 @@ from .. import history as history_ops
 from .. import jsoncodec
 from .. import purge as purge_ops
 from ..core.steps import Emit, Op, Q, Tx
-from ..errors import InvalidInput, MissingDependency, SessionNotFound, SessionPurged
+from ..errors import Conflict, InvalidInput, MissingDependency, SessionNotFound, SessionPurged
 from ..sql import query
 from .ids import external_metadata, external_session_id
 
@@ -524,9 +524,9 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
                 outcome = history_ops.AppendOutcome(sid, [], True)
                 yield from history_ops._after_append_op(self.store, outcome)
             return _config(thread, ns, cid)
-        raise InvalidInput(
+        raise Conflict(
             f"thread {thread!r}: the session kept changing under this put ({_ATTEMPTS} tries); "
-            "another writer is appending to it"
+            "another writer is appending to it: retry"
         )
 
     def _put_writes_op(self, config: Any, writes: Any, task_id: Any, task_path: Any) -> Op[None]:
