@@ -201,7 +201,7 @@ def _same_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     """How many leading items ``a`` and ``b`` share: by identity (the graph passes back the
     very objects), else by equality."""
     n = min(len(a), len(b))
-    if all(map(operator.is_, a[:n], b[:n])):
+    if all(map(operator.is_, a, b)):  # map stops at the shorter: no copies
         return n
     for i in range(n):
         if a[i] is not b[i] and a[i] != b[i]:
@@ -405,10 +405,11 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
     def _plan(self, log: _Log, messages: Any) -> _Plan:
         """What to store for this checkpoint's messages against the session's turns."""
         channel = self.messages_channel
-        if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
-            return _Plan([], [], {"c": channel, "v": self._enc(messages)})
         known = log.messages
-        shared = _same_prefix(messages, known)
+        shared = _same_prefix(messages, known) if isinstance(messages, list) else -1
+        # the shared items equal turns, which are messages: only the rest needs a look
+        if shared < 0 or not all(isinstance(m, BaseMessage) for m in messages[shared:]):
+            return _Plan([], [], {"c": channel, "v": self._enc(messages)})
         append: list[dict[str, Any]] = []
         appended: list[Any] = []
         if shared == len(known):
