@@ -253,6 +253,9 @@ def measure(name: str, opener: Any, dsn: str, turns: int, tables: list[str]) -> 
             saver.setup()
         graph = build(saver)
         steps, inside = run(graph, saver, turns, name)
+        messages = len(
+            graph.get_state({"configurable": {"thread_id": "bench-thread"}}).values["messages"]
+        )
         graph.invoke({"messages": [user(1)]}, {"configurable": {"thread_id": "one-turn"}})
         probed = probe(saver, "bench-thread", "one-turn", PROBE_ROUNDS)
         store = getattr(saver, "store", None)
@@ -275,7 +278,8 @@ def measure(name: str, opener: Any, dsn: str, turns: int, tables: list[str]) -> 
         "inside": inside,
         "bytes": before,
         "bytes_vacuumed": after,
-        "messages": len(state.values["messages"]),
+        "messages": messages,
+        "resumed_messages": len(state.values["messages"]),
         "resume_read": t1 - t0,
         "resume_invoke": t2 - t1,
         "probe_big": probed["bench-thread"],
@@ -289,8 +293,9 @@ def report(results: list[dict[str, Any]], turns: int, window: int) -> list[str]:
         "## LangGraph agent: ShardstoreSaver against PostgresSaver",
         "",
         f"A StateGraph(MessagesState) agent with a tool node, {turns:,} user turns on one"
-        f" thread ({ours['messages']:,} messages at the end), one invoke per step, the same"
-        " embedded PostgreSQL server and database (benchmarks/bench_langgraph.py).",
+        f" thread ({ours['messages']:,} messages after the run; the interleaved step below"
+        f" adds {PROBE_ROUNDS} more), one invoke per step, the same embedded PostgreSQL server"
+        " and database (benchmarks/bench_langgraph.py).",
         "",
         "| | ShardstoreSaver | PostgresSaver | PostgresSaver / shardstore |",
         "|---|---:|---:|---:|",

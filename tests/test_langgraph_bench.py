@@ -34,7 +34,7 @@ def test_bench_langgraph_20_turns(server_dsn: str, tmp_path: Path) -> None:
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text()
-    assert "20 user turns" in text and "(54 messages at the end)" in text
+    assert "20 user turns" in text and "(54 messages after the run" in text
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
     for row in ROWS:
         assert row in lines, row
