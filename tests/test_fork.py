@@ -139,6 +139,21 @@ def test_fork_writes_one_row_whatever_the_length(make_store: StoreFactory, dsn: 
     assert count(dsn, "SELECT count(*) FROM shardstore.sessions") == 3
 
 
+def test_stats_count_shared_turns_once(make_store: StoreFactory, dsn: str) -> None:
+    store = make_store(**SMALL)
+    parent = store.create_session("acme")
+    grow(store, parent, 0, 30)
+    child = store.fork(parent, at_turn_seq=19)
+    grow(store, child, 20, 5, tag="c")
+    grandchild = store.fork(child)
+    store.append_turn(grandchild, msg(25, "g"))
+    assert store.stats().turns == 30 + 5 + 1
+    store.rewind(parent, 10)  # copy-on-write: the child now stores the chunks holding 10..19
+    fork_at = count(dsn, "SELECT fork_at FROM shardstore.sessions WHERE session_id = %s", child)
+    assert fork_at < 10
+    assert store.stats().turns == 10 + (25 - (fork_at + 1)) + 1
+
+
 def test_default_fork_point_and_checkpoint(make_store: StoreFactory) -> None:
     store = make_store(**SMALL)
     parent = store.create_session("acme")
