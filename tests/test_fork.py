@@ -510,3 +510,19 @@ def test_session_search_in_a_fork(make_store: StoreFactory) -> None:
     store.embed()
     hit = store.search("xylophone", session_id=child, k=1)[0]
     assert hit.session_id == child and hit.turns[0].turn_seq == 3
+
+
+def test_a_fact_sourced_at_an_inherited_turn_names_its_owner(make_store: StoreFactory) -> None:
+    store = make_store(**SMALL)
+    parent = store.create_session("acme", "user:1")
+    grow(store, parent, 0, 12)
+    child = store.fork(parent, at_turn_seq=7)
+    grow(store, child, 8, 3, tag="c")
+    inherited = store.remember("acme", "user:1", "city", "Lisbon", source=(child, 3))
+    own = store.remember("acme", "user:1", "pet", "cat", source=(child, 9))
+    assert (inherited.source_session_id, inherited.source_turn_seq) == (parent, 3)
+    assert (own.source_session_id, own.source_turn_seq) == (child, 9)
+    with pytest.raises(shardstore.InvalidInput):
+        store.remember("acme", "user:1", "x", 1, source=(child, 11))  # past the end
+    store.purge_session(parent)  # erases turn 3 everywhere, and the fact drawn from it
+    assert {f.key for f in store.recall("acme", "user:1")} == {"pet"}
