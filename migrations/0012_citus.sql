@@ -1183,3 +1183,161 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- 7. what `shardstore distribute` asks of Citus, as functions valid without it (Citus's
+-- catalogs and functions are reached through EXECUTE, so this migration and every named
+-- statement run on plain PostgreSQL; called there, they raise or report "not Citus").
+
+-- How Citus holds p_rel: r_method 'h' (hash-distributed, by r_column), 'n' (reference), 's'
+-- / 'l' (other); no row when Citus does not hold it (or is not installed).
+CREATE FUNCTION shardstore.citus_table_state_v1(p_rel regclass)
+RETURNS TABLE (r_method text, r_column text)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE
+        'SELECT p.partmethod::text, column_to_column_name(p.logicalrelid, p.partkey)::text
+           FROM pg_dist_partition p WHERE p.logicalrelid = $1'
+        USING p_rel;
+END
+$$;
+
+-- This node's Citus group (0: the coordinator) and the active primary workers.
+CREATE FUNCTION shardstore.citus_node_v1(OUT r_group integer, OUT r_workers integer)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    EXECUTE 'SELECT (SELECT groupid FROM pg_dist_local_group),
+                    (SELECT count(*)::int FROM pg_dist_node
+                      WHERE groupid <> 0 AND noderole = ''primary'' AND isactive)'
+       INTO r_group, r_workers;
+END
+$$;
+
+-- Makes p_rel a reference table (p_column NULL) or distributes it by p_column, colocated
+-- with p_colocate ('none': a new colocation group).
+CREATE FUNCTION shardstore.citus_distribute_table_v1(p_rel regclass, p_column text, p_colocate text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_column IS NULL THEN
+        EXECUTE 'SELECT create_reference_table($1)' USING p_rel;
+    ELSE
+        EXECUTE 'SELECT create_distributed_table($1, $2, colocate_with => $3)'
+          USING p_rel, p_column, p_colocate;
+    END IF;
+END
+$$;
+
+-- shardstore's functions and procedures Citus does not know yet (the workers lack them).
+CREATE FUNCTION shardstore.citus_functions_pending_v1()
+RETURNS SETOF regprocedure
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY EXECUTE
+        'SELECT p.oid::regprocedure FROM pg_proc p
+          WHERE p.pronamespace = ''shardstore''::regnamespace
+            AND NOT EXISTS (SELECT 1 FROM pg_dist_object o
+                             WHERE o.classid = ''pg_proc''::regclass AND o.objid = p.oid)
+          ORDER BY p.oid';
+END
+$$;
+
+-- Whether Citus delegates calls of p_fn by one of its arguments.
+CREATE FUNCTION shardstore.citus_function_delegated_v1(p_fn regprocedure)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_found boolean;
+BEGIN
+    EXECUTE 'SELECT distribution_argument_index IS NOT NULL FROM pg_dist_object
+              WHERE classid = ''pg_proc''::regclass AND objid = $1'
+       INTO v_found USING p_fn;
+    RETURN coalesce(v_found, false);
+END
+$$;
+
+-- Makes Citus create p_fn on every node; with p_argument, delegates its calls to the
+-- worker holding that argument's session (colocated with shardstore.sessions).
+CREATE FUNCTION shardstore.citus_distribute_function_v1(p_fn regprocedure, p_argument text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_argument IS NULL THEN
+        EXECUTE 'SELECT create_distributed_function($1)' USING p_fn;
+    ELSE
+        EXECUTE 'SELECT create_distributed_function($1, $2, colocate_with => ''shardstore.sessions'')'
+          USING p_fn, p_argument;
+    END IF;
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION shardstore.citus_distribute_table_v1(regclass, text, text),
+    shardstore.citus_distribute_function_v1(regprocedure, text) FROM PUBLIC;
+
+-- The two settings a distributed store needs; each returns whether it changed something.
+-- rls_tenant_v2(), which the policies call on the shards, reads the reference table of role
+-- bindings there: a nested query Citus refuses unless the function allows it (and then it
+-- is a plain call, not inlined).
+CREATE FUNCTION shardstore.citus_tenant_on_shards_v1()
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_proc
+                WHERE oid = 'shardstore.rls_tenant_v2()'::regprocedure
+                  AND 'citus.allow_nested_distributed_execution=on' = ANY (proconfig)) THEN
+        RETURN false;
+    END IF;
+    ALTER FUNCTION shardstore.rls_tenant_v2() SET citus.allow_nested_distributed_execution = on;
+    RETURN true;
+END
+$$;
+
+-- SET LOCAL (the search settings, a transaction's tenant) reaches the shards' queries in
+-- every new connection to this database.
+CREATE FUNCTION shardstore.citus_propagate_set_local_v1()
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_db_role_setting s
+                WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+                  AND s.setrole = 0
+                  AND 'citus.propagate_set_commands=local' = ANY (s.setconfig)) THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('ALTER DATABASE %I SET citus.propagate_set_commands = local', current_database());
+    PERFORM set_config('citus.propagate_set_commands', 'local', false);
+    RETURN true;
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION shardstore.citus_tenant_on_shards_v1(),
+    shardstore.citus_propagate_set_local_v1() FROM PUBLIC;
+
+-- The settings of a tenant search, for the rest of the transaction: iterative scan keeps a
+-- filtered HNSW scan going until enough rows pass the filter; strict order keeps each
+-- partition's output sorted. SET LOCAL rather than set_config(): with
+-- citus.propagate_set_commands = 'local' (`shardstore distribute`) Citus sends SET LOCAL on
+-- to the shards, where the index scans run.
+CREATE FUNCTION shardstore.vec_search_settings_v1(p_ef_search integer)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    SET LOCAL hnsw.iterative_scan = strict_order;
+    EXECUTE format('SET LOCAL hnsw.ef_search = %s', p_ef_search);
+END
+$$;

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from . import base, facts, maintenance, purge
 from . import checkpoints as checkpoint_ops
+from . import distribute as distribute_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
@@ -77,6 +78,7 @@ class AsyncStore(base.StoreBase):
     close_run = amethod(runs_ops.close_run)
     get_run = amethod(runs_ops.get_run)
     runs = amethod(runs_ops.runs)
+    distribute = amethod(distribute_ops.distribute)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

@@ -17,7 +17,9 @@ colocated by ``session_id`` (docs/scale-out.md).
    (:data:`DELEGATED`) by their session argument: their call runs on the worker holding the
    session, one network hop instead of one per statement inside;
 5. sets ``citus.propagate_set_commands = 'local'`` for the database, so that ``SET LOCAL``
-   (the search settings; a transaction's tenant) reaches the shard queries.
+   (the search settings; a transaction's tenant) reaches the shard queries, and lets
+   ``rls_tenant_v2()`` (which the policies call on the shards) read the reference table of
+   role bindings there (``citus.allow_nested_distributed_execution`` on that function).
 
 On PostgreSQL without Citus it changes nothing and says so (``citus_version`` None).
 """
@@ -28,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import sql as psql
 
+from .core import validate
 from .core.executor import run_sync
 from .core.steps import Op, Q
 from .errors import ConfigurationError
@@ -59,19 +61,6 @@ DELEGATED: tuple[tuple[str, str], ...] = (
 )
 """The hot calls delegated to the worker that holds their session (measured in
 docs/scale-out.md). Folds are not: a fold may create a partition, DDL a worker cannot run."""
-
-# standalone tables holding partition rows (detached, waiting for archive) beside a
-# registered partitioned table; distributed too so that purges reach them like the rest
-_STANDALONE = """
-SELECT c.oid::regclass::text, r.table_name::text
-  FROM shardstore.table_registry r
-  JOIN pg_class p ON p.oid = r.table_name AND p.relkind = 'p'
-  JOIN pg_class c ON c.relnamespace = p.relnamespace AND c.relkind = 'r' AND NOT c.relispartition
-                 AND left(c.relname, length(p.relname) + 1) = p.relname || '_'
-                 AND substr(c.relname, length(p.relname) + 2) ~ '^[pr][0-9]'
- WHERE r.kind = 'session' AND NOT r.session_nullable
- ORDER BY 1
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +124,33 @@ def _state_op(table: str) -> Op[tuple[str, str | None] | None]:
     return None if row is None else (str(row[0]), None if row[1] is None else str(row[1]))
 
 
+def _table_op(table: str, column: str | None, colocate: str, report: _Progress) -> Op[None]:
+    """Distribute ``table`` by ``column`` (None: a reference table) unless Citus holds it
+    so already; ConfigurationError when Citus holds it another way."""
+    want = "n" if column is None else "h"
+    state = yield from _state_op(table)
+    if state is not None:
+        if state[0] != want or (column is not None and state[1] != column):
+            raise ConfigurationError(
+                f"{table} is held by Citus as {state[0]!r} ({state[1]}), not as wanted "
+                f"({'a reference table' if column is None else 'distributed by ' + column})"
+            )
+        report.unchanged.append(table)
+        return
+    yield Q(query("dist_create_table"), (table, column, colocate), fetch="one")
+    if column is None:
+        report.reference.append(table)
+    else:
+        report.distributed.append(f"{table}({column})")
+
+
+@dataclass(slots=True)
+class _Progress:
+    reference: list[str] = field(default_factory=list)
+    distributed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
 def distribute_op(delegate: bool = True) -> Op[DistributeReport]:
     """Distribute the store on a Citus coordinator (see the module docstring); nothing on a
     server without Citus. Raises ConfigurationError on a Citus worker, when the schema is
@@ -144,94 +160,61 @@ def distribute_op(delegate: bool = True) -> Op[DistributeReport]:
     if version_row is None:
         return DistributeReport(citus_version=None)
     version = str(version_row[0])
-    (group,) = yield Q(query("dist_local_group"), fetch="one")
-    if int(group) != 0:
+    group, workers = yield Q(query("dist_node"), fetch="one")
+    if group is None or int(group) != 0:
         raise ConfigurationError(
-            "this is a Citus worker: run distribute on the coordinator (every client goes "
-            "through the coordinator)"
+            "this is not a Citus coordinator: run distribute on the coordinator (every "
+            "client goes through the coordinator)"
         )
     problems = yield from checks_op()
     bad = [f"{CHECKS[k]}: {v}" for k, v in problems.items() if v]
     if bad:
-        raise ConfigurationError("the schema is not distributable; nothing changed: " + "; ".join(bad))
-    (_, workers) = yield Q(query("dist_is_coordinator"), fetch="one")
-    reference: list[str] = []
-    distributed: list[str] = []
-    unchanged: list[str] = []
-
+        raise ConfigurationError(
+            "the schema is not distributable; nothing changed: " + "; ".join(bad)
+        )
+    done = _Progress()
     for (table,) in (yield Q(query("dist_reference_candidates"))):
-        state = yield from _state_op(table)
-        if state is None:
-            yield Q(query("dist_create_reference"), (table,), fetch="one")
-            reference.append(table)
-        elif state[0] == "n":
-            unchanged.append(table)
-        else:
-            raise ConfigurationError(f"{table} is held by Citus as {state[0]!r}, not a reference table")
-
-    tables = yield Q(query("dist_tables"))
-    first_by_tenant = True
-    for table, column, by_tenant in tables:
-        state = yield from _state_op(table)
-        if state is not None:
-            if state[0] != "h" or state[1] != column:
-                raise ConfigurationError(
-                    f"{table} is held by Citus as {state[0]!r} on {state[1]!r}, not hash-"
-                    f"distributed by {column}"
-                )
-            unchanged.append(table)
-            continue
+        yield from _table_op(table, None, "none", done)
+    # sessions first (a colocation group of its own), then the rest colocated with it;
+    # tenant-keyed tables (session column may be NULL) form a group of their own
+    tenant_group = "none"
+    for table, column, by_tenant in (yield Q(query("dist_tables"))):
         if table == "shardstore.sessions":
-            yield Q(query("dist_create_sessions"), (table, column), fetch="one")
+            colocate = "none"
+        elif by_tenant:
+            colocate = tenant_group
         else:
-            colocate = "shardstore.sessions" if not by_tenant else "default"
-            if by_tenant and first_by_tenant:
-                colocate = "none"
-            yield Q(query("dist_create_colocated"), (table, column, colocate), fetch="one")
+            colocate = "shardstore.sessions"
+        yield from _table_op(table, column, colocate, done)
         if by_tenant:
-            first_by_tenant = False
-        distributed.append(f"{table}({column})")
-    for table, _parent in (yield Q(_STANDALONE)):
-        state = yield from _state_op(table)
-        if state is None:
-            yield Q(
-                query("dist_create_colocated"),
-                (table, "session_id", "shardstore.sessions"),
-                fetch="one",
-            )
-            distributed.append(f"{table}(session_id)")
+            tenant_group = table
+    for (table,) in (yield Q(query("dist_standalone_tables"))):
+        yield from _table_op(table, "session_id", "shardstore.sessions", done)
 
     propagated = 0
     for (signature,) in (yield Q(query("dist_functions_pending"))):
-        yield Q(query("dist_create_function"), (signature,), fetch="one")
+        yield Q(query("dist_distribute_function"), (signature, None), fetch="one")
         propagated += 1
     delegated: list[str] = []
     if delegate:
         for signature, argument in DELEGATED:
-            row = yield Q(query("dist_function_state"), (signature,), fetch="one")
-            if row is not None and row[0] is not None:
-                continue
-            yield Q(query("dist_delegate_function"), (signature, argument), fetch="one")
-            delegated.append(signature.split("(")[0])
-
+            (already,) = yield Q(query("dist_function_delegated"), (signature,), fetch="one")
+            if not already:
+                yield Q(query("dist_distribute_function"), (signature, argument), fetch="one")
+                delegated.append(signature.split("(")[0])
     settings: list[str] = []
-    (current,) = yield Q(query("dist_propagate_set"), fetch="one")
-    if current != "local":
-        (database,) = yield Q(query("dist_database"), fetch="one")
-        yield Q(
-            psql.SQL("ALTER DATABASE {} SET citus.propagate_set_commands = 'local'").format(
-                psql.Identifier(str(database))
-            ),
-            fetch="none",
-        )
-        yield Q("SET citus.propagate_set_commands = 'local'", fetch="none")
-        settings.append("citus.propagate_set_commands = 'local' (new connections)")
+    (changed,) = yield Q(query("dist_tenant_on_shards"), fetch="one")
+    if changed:
+        settings.append("shardstore.rls_tenant_v2(): citus.allow_nested_distributed_execution = on")
+    (changed,) = yield Q(query("dist_propagate_set_local"), fetch="one")
+    if changed:
+        settings.append("citus.propagate_set_commands = 'local' for the database")
     return DistributeReport(
         citus_version=version,
         workers=int(workers),
-        reference_tables=reference,
-        distributed_tables=distributed,
-        unchanged=unchanged,
+        reference_tables=done.reference,
+        distributed_tables=done.distributed,
+        unchanged=done.unchanged,
         functions_propagated=propagated,
         functions_delegated=delegated,
         settings=settings,
@@ -249,8 +232,4 @@ def distribute(store: Any, *, delegate: bool = True) -> Op[DistributeReport]:
     nothing changed, ``report.citus_version`` is None. Existing rows move into the shards.
     Raises ConfigurationError on a worker or when the schema is not distributable (then
     nothing is changed). Needs the tables' owner."""
-    if type(delegate) is not bool:
-        from .errors import InvalidInput
-
-        raise InvalidInput("delegate must be a bool")
-    return distribute_op(delegate)
+    return distribute_op(validate.flag(delegate, "delegate"))

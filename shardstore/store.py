@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from . import base, facts, maintenance, purge
 from . import checkpoints as checkpoint_ops
+from . import distribute as distribute_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
 from . import runs as runs_ops
@@ -79,6 +80,7 @@ class Store(base.StoreBase):
     close_run = method(runs_ops.close_run)
     get_run = method(runs_ops.get_run)
     runs = method(runs_ops.runs)
+    distribute = method(distribute_ops.distribute)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg import sql as psql
-
 from . import jsoncodec
 from .core import validate
 from .core.context import Context
@@ -262,8 +260,7 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         limit = min(MAX_CANDIDATES, max(ctx.settings.hnsw_ef_search, 4 * k))
         yield Tx.BEGIN
         while True:
-            settings = psql.SQL(query("vec_search_settings")).format(psql.Literal(str(limit)))
-            yield Q(settings, fetch="none")
+            yield Q(query("vec_search_settings"), (limit,), fetch="one")
             rows = yield Q(
                 query("vec_search_ann"),
                 _params(ctx, scope, vector, limit),

@@ -136,6 +136,7 @@ COMMAND_MODULES = (
     "rewind",
     "facts",
     "server",
+    "distribute",
 )
 
 

@@ -86,58 +86,48 @@ SELECT g.tgrelid::regclass::text, g.tgname::text
         OR g.tgrelid IN (SELECT relid FROM pg_partition_tree(r.table_name)))
  ORDER BY 1, 2;
 
+-- name: dist_standalone_tables
+-- standalone tables holding partition rows beside a registered partitioned table (detached
+-- partitions waiting for archive), distributed too so that purges reach them like the rest
+SELECT c.oid::regclass::text
+  FROM shardstore.table_registry r
+  JOIN pg_class p ON p.oid = r.table_name AND p.relkind = 'p'
+  JOIN pg_class c ON c.relnamespace = p.relnamespace AND c.relkind = 'r' AND NOT c.relispartition
+                 AND left(c.relname, length(p.relname) + 1) = p.relname || '_'
+                 AND substr(c.relname, length(p.relname) + 2) ~ '^[pr][0-9]'
+ WHERE r.kind = 'session' AND NOT r.session_nullable
+ ORDER BY 1;
+
 -- name: dist_reference_candidates
 -- the config-like tables every node reads: made reference tables
 SELECT t::text FROM unnest(ARRAY['shardstore.config', 'shardstore.embedding_config',
                                  'shardstore.rls_role_tenants']::regclass[]) AS t;
 
 -- name: dist_table_state
--- how Citus holds a table now: 'h' (hash-distributed), 'n' (reference), 'l' (a Citus local
--- table) or NULL (a plain local table), and its distribution column
-SELECT p.partmethod::text, column_to_column_name(p.logicalrelid, p.partkey)
-  FROM pg_dist_partition p WHERE p.logicalrelid = %s::regclass;
+-- how Citus holds a table now: 'h' (hash-distributed, with its column), 'n' (reference);
+-- no row: a plain local table
+SELECT r_method, r_column FROM shardstore.citus_table_state_v1(%s::regclass);
 
--- name: dist_is_coordinator
-SELECT EXISTS (SELECT 1 FROM pg_dist_node WHERE groupid = 0 AND noderole = 'primary')
-       OR NOT EXISTS (SELECT 1 FROM pg_dist_node),
-       (SELECT count(*) FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary' AND isactive);
+-- name: dist_node
+-- this node's Citus group (0: the coordinator) and its active workers
+SELECT r_group, r_workers FROM shardstore.citus_node_v1();
 
--- name: dist_local_group
-SELECT groupid FROM pg_dist_local_group;
-
--- name: dist_create_reference
-SELECT create_reference_table(%s::regclass);
-
--- name: dist_create_sessions
-SELECT create_distributed_table(%s::regclass, %s, colocate_with => 'none');
-
--- name: dist_create_colocated
-SELECT create_distributed_table(%s::regclass, %s, colocate_with => %s);
+-- name: dist_create_table
+-- p_column NULL: a reference table
+SELECT shardstore.citus_distribute_table_v1(%s::regclass, %s, %s);
 
 -- name: dist_functions_pending
--- shardstore's functions and procedures Citus does not know yet (so the workers lack them)
-SELECT p.oid::regprocedure::text
-  FROM pg_proc p
- WHERE p.pronamespace = 'shardstore'::regnamespace
-   AND NOT EXISTS (SELECT 1 FROM pg_dist_object o
-                    WHERE o.classid = 'pg_proc'::regclass AND o.objid = p.oid)
- ORDER BY p.oid;
+SELECT f::text FROM shardstore.citus_functions_pending_v1() AS f;
 
--- name: dist_create_function
-SELECT create_distributed_function(%s);
+-- name: dist_function_delegated
+SELECT shardstore.citus_function_delegated_v1(%s::regprocedure);
 
--- name: dist_function_state
--- whether the function is delegated by an argument, and colocated with which group
-SELECT o.distribution_argument_index, o.colocationid
-  FROM pg_dist_object o
- WHERE o.classid = 'pg_proc'::regclass AND o.objid = %s::regprocedure;
+-- name: dist_distribute_function
+-- %s NULL: only created on every node; else delegated by that argument
+SELECT shardstore.citus_distribute_function_v1(%s::regprocedure, %s);
 
--- name: dist_delegate_function
-SELECT create_distributed_function(%s, %s, colocate_with => 'shardstore.sessions');
+-- name: dist_tenant_on_shards
+SELECT shardstore.citus_tenant_on_shards_v1();
 
--- name: dist_propagate_set
--- SET LOCAL (search settings, a transaction's tenant) reaches the workers' shard queries
-SELECT current_setting('citus.propagate_set_commands');
-
--- name: dist_database
-SELECT current_database();
+-- name: dist_propagate_set_local
+SELECT shardstore.citus_propagate_set_local_v1();

@@ -72,9 +72,8 @@ SELECT r.session_id, r.chunk_seq, r.chunk_start, r.first_turn_seq, r.last_turn_s
 -- going until enough rows pass the filter; strict order keeps each partition's output
 -- sorted, so the MergeAppend across partitions merges them correctly.
 -- name: vec_search_settings
--- SET LOCAL, not set_config(): Citus (citus.propagate_set_commands = 'local', set by
--- `shardstore distribute`) sends SET LOCAL on to the shards' queries; {} is a literal
-SET LOCAL hnsw.iterative_scan = strict_order; SET LOCAL hnsw.ef_search = {};
+-- vec_search_settings_v1 uses SET LOCAL, which Citus sends on to the shards
+SELECT shardstore.vec_search_settings_v1(%s);
 
 -- Tenant scope: nearest windows through each partition's HNSW index.
 -- name: vec_search_ann
