@@ -132,9 +132,9 @@ BEGIN
 END
 $$;
 
--- 4. policies: a column against rls_tenant_v2(), no subquery (unchanged: the EXISTS form
--- for a table registered without a tenant column, which tests/test_distributable.py refuses)
--- 6. the functions, in the form above (each: what it does is unchanged)
+-- 4. the functions, in the form above (each: what it does is unchanged). rls_install_policy_v1
+-- writes `tenant_column = shardstore.rls_tenant_v2()` (the EXISTS form is kept for a table
+-- registered without a tenant column, which tests/test_distributable.py refuses).
 
 CREATE OR REPLACE FUNCTION shardstore.append_v1(
     p_session_id    uuid,
@@ -1031,7 +1031,10 @@ $$;
 -- rows carry the session's tenant. Same rules and results: one turn that fits the open
 -- chunk of a live session whose key (if any) is new; no row otherwise. A concurrent retry
 -- with the same key fails the turn_keys insert (unique violation) and rolls the statement
--- back; the caller reruns through append_v1.
+-- back; the caller reruns through append_v1. Still ONE statement (the CTE of 0001): three
+-- statements cost ~2.5x as much on PostgreSQL 18, where the SQL function's plan is cached
+-- too (docs/scale-out.md, "Measured"); on 16, which re-plans a SQL function at every call,
+-- this is ~6x cheaper than the SQL function.
 CREATE OR REPLACE FUNCTION shardstore.append_one_v1(
     p_session_id    uuid,
     p_message       jsonb,
@@ -1046,42 +1049,43 @@ RETURNS TABLE (r_turn_seq bigint, r_chunk_seq bigint)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now    timestamptz := statement_timestamp();
-    v_at     timestamptz;
-    v_tenant text;
+    v_now timestamptz := statement_timestamp();
 BEGIN
-    UPDATE shardstore.sessions s
-       SET next_turn_seq = s.next_turn_seq + 1,
-           open_turns    = s.open_turns + 1,
-           open_tokens   = s.open_tokens + p_tokens,
-           open_bytes    = s.open_bytes + p_bytes,
-           last_turn_at  = greatest(v_now, s.last_turn_at)
-     WHERE s.session_id = p_session_id
-       AND s.purged_at IS NULL
-       AND s.open_turns > 0
-       AND s.open_tokens + p_tokens <= p_budget_tokens
-       AND s.open_bytes + p_bytes <= p_budget_bytes
-       AND date_bin(p_interval, greatest(v_now, s.last_turn_at), p_origin)
-         = date_bin(p_interval, s.open_chunk_start, p_origin)
-       AND (p_key IS NULL OR NOT EXISTS (
-               SELECT 1 FROM shardstore.turn_keys k
-                WHERE k.session_id = p_session_id AND k.idempotency_key = p_key))
-    RETURNING s.next_turn_seq - 1, s.open_chunk_seq, s.last_turn_at, s.tenant_id
-         INTO r_turn_seq, r_chunk_seq, v_at, v_tenant;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    IF p_key IS NOT NULL THEN
+    WITH head AS (
+        UPDATE shardstore.sessions s
+           SET next_turn_seq = s.next_turn_seq + 1,
+               open_turns    = s.open_turns + 1,
+               open_tokens   = s.open_tokens + p_tokens,
+               open_bytes    = s.open_bytes + p_bytes,
+               last_turn_at  = greatest(v_now, s.last_turn_at)
+         WHERE s.session_id = p_session_id
+           AND s.purged_at IS NULL
+           AND s.open_turns > 0
+           AND s.open_tokens + p_tokens <= p_budget_tokens
+           AND s.open_bytes + p_bytes <= p_budget_bytes
+           AND date_bin(p_interval, greatest(v_now, s.last_turn_at), p_origin)
+             = date_bin(p_interval, s.open_chunk_start, p_origin)
+           AND (p_key IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM shardstore.turn_keys k
+                    WHERE k.session_id = p_session_id AND k.idempotency_key = p_key))
+        RETURNING s.next_turn_seq - 1 AS turn_seq, s.open_chunk_seq AS chunk_seq,
+                  s.last_turn_at AS at, s.tenant_id
+    ), keyed AS (
         INSERT INTO shardstore.turn_keys
                (session_id, idempotency_key, turn_seq, chunk_seq, tokens, created_at, tenant_id)
-        VALUES (p_session_id, p_key, r_turn_seq, r_chunk_seq, p_tokens, v_at, v_tenant);
-    END IF;
-    INSERT INTO shardstore.turn_buffer
+        SELECT p_session_id, p_key, head.turn_seq, head.chunk_seq, p_tokens, head.at, head.tenant_id
+          FROM head WHERE p_key IS NOT NULL
+    )
+    INSERT INTO shardstore.turn_buffer AS b
            (session_id, turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message,
             tenant_id)
-    VALUES (p_session_id, r_turn_seq, r_chunk_seq, v_at, p_tokens, p_bytes, p_key, p_message,
-            v_tenant);
-    RETURN NEXT;
+    SELECT p_session_id, head.turn_seq, head.chunk_seq, head.at, p_tokens, p_bytes, p_key,
+           p_message, head.tenant_id
+      FROM head
+    RETURNING b.turn_seq, b.chunk_seq INTO r_turn_seq, r_chunk_seq;
+    IF FOUND THEN
+        RETURN NEXT;
+    END IF;
 END
 $$;
 
@@ -1184,7 +1188,7 @@ BEGIN
 END
 $$;
 
--- 7. what `shardstore distribute` asks of Citus, as functions valid without it (Citus's
+-- 6. what `shardstore distribute` asks of Citus, as functions valid without it (Citus's
 -- catalogs and functions are reached through EXECUTE, so this migration and every named
 -- statement run on plain PostgreSQL; called there, they raise or report "not Citus").
 

@@ -8,9 +8,11 @@ tests then use fresh sessions (and tenants) of their own, so the database may be
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -282,3 +284,35 @@ def test_maintenance_runs_on_the_coordinator(store: shardstore.Store) -> None:
     report = store.maintain(flush_idle="0 seconds", embed=False)
     assert report.errors == [] and report.healthy
     assert store.chunks(sid)[0].partition is not None
+
+
+def test_concurrent_retries_store_one_turn(store: shardstore.Store, citus: str) -> None:
+    """The fast path's unique-violation race (a delegated append_one_v1 on a worker) is
+    recovered as on one node: eight racing appends with one key store one turn."""
+    sid = store.create_session(_tenant(), "s", "agent")
+    store.append_turn(sid, _msg(0))
+    stores = [shardstore.connect(citus, **SMALL) for _ in range(8)]
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(
+                pool.map(lambda s: s.append_turn(sid, _msg(1), idempotency_key="same"), stores)
+            )
+    finally:
+        for s in stores:
+            s.close()
+    assert {r.turn_seq for r in results} == {1}
+    assert sum(not r.duplicate for r in results) == 1
+    assert store.session(sid).turn_count == 2
+
+
+def test_async_store_on_citus(citus: str) -> None:
+    async def go() -> list[int]:
+        astore = await shardstore.connect_async(citus, **SMALL)
+        try:
+            sid = await astore.create_session(_tenant(), "s", "agent")
+            await astore.append_turns(sid, [_msg(i) for i in range(6)])
+            return [t.turn_seq for t in await astore.tail(sid, n=3)]
+        finally:
+            await astore.close()
+
+    assert asyncio.run(go()) == [3, 4, 5]
