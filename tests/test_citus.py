@@ -21,7 +21,7 @@ from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore import rls
-from shardstore.errors import SessionNotFound, SessionPurged
+from shardstore.errors import ConfigurationError, SessionNotFound, SessionPurged
 
 from .embedders import HashEmbedder
 
@@ -316,3 +316,39 @@ def test_async_store_on_citus(citus: str) -> None:
             await astore.close()
 
     assert asyncio.run(go()) == [3, 4, 5]
+
+
+def test_distribute_refuses_an_undistributable_schema(store: shardstore.Store, citus: str) -> None:
+    """A registered table with a trigger: distribute names it and changes nothing."""
+    table = f"bad_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(citus, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE shardstore.{table} (session_id uuid NOT NULL, tenant_id text NOT NULL,"
+            " n int, PRIMARY KEY (session_id))"
+        )
+        conn.execute(
+            "SELECT shardstore.register_session_table_v1(%s, tenant_column => 'tenant_id')",
+            (f"shardstore.{table}",),
+        )
+        conn.execute(
+            f"CREATE TRIGGER t BEFORE INSERT ON shardstore.{table}"
+            " FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()"
+        )
+    try:
+        with pytest.raises(ConfigurationError, match=table):
+            store.distribute()
+        assert (
+            _one(
+                citus,
+                "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
+                (f"shardstore.{table}",),
+            )
+            == 0
+        )
+    finally:
+        with psycopg.connect(citus, autocommit=True) as conn:
+            conn.execute(
+                "DELETE FROM shardstore.table_registry WHERE table_name = %s::regclass",
+                (f"shardstore.{table}",),
+            )
+            conn.execute(f"DROP TABLE shardstore.{table}")
