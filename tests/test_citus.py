@@ -352,3 +352,17 @@ def test_distribute_refuses_an_undistributable_schema(store: shardstore.Store, c
                 (f"shardstore.{table}",),
             )
             conn.execute(f"DROP TABLE shardstore.{table}")
+
+
+def test_search_settings_reach_the_shards(citus: str) -> None:
+    """The tenant search's SET LOCAL settings are sent on to the workers' shard queries
+    (set_config() would stay on the coordinator)."""
+    sent: list[str] = []
+    with psycopg.connect(citus) as conn:
+        conn.add_notice_handler(lambda d: sent.append(d.message_primary or ""))
+        conn.execute("SET citus.log_remote_commands = on")
+        with conn.transaction():
+            conn.execute("SELECT shardstore.vec_search_settings_v1(77)")
+            conn.execute("SELECT count(*) FROM shardstore.chunk_vectors WHERE tenant_id = 'x'")
+    assert any("SET LOCAL hnsw.ef_search = 77" in s for s in sent), sent[:3]
+    assert any("SET LOCAL hnsw.iterative_scan = strict_order" in s for s in sent)
