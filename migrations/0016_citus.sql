@@ -35,6 +35,8 @@ ALTER TABLE shardstore.agent_history ADD COLUMN tenant_id text;
 ALTER TABLE shardstore.chunk_map ADD COLUMN tenant_id text;
 ALTER TABLE shardstore.turn_keys ADD COLUMN tenant_id text;
 ALTER TABLE shardstore.embed_queue ADD COLUMN tenant_id text;
+ALTER TABLE shardstore.summary_queue ADD COLUMN tenant_id text;
+ALTER TABLE shardstore.fork_copies ADD COLUMN tenant_id text;
 DO $$
 DECLARE
     t regclass;
@@ -47,7 +49,8 @@ BEGIN
     END LOOP;
     FOR t IN SELECT unnest(ARRAY['shardstore.turn_buffer', 'shardstore.agent_history',
                                  'shardstore.chunk_map', 'shardstore.turn_keys',
-                                 'shardstore.embed_queue']::regclass[])
+                                 'shardstore.embed_queue', 'shardstore.summary_queue',
+                                 'shardstore.fork_copies']::regclass[])
              UNION ALL
              SELECT c.oid::regclass FROM pg_class c
               WHERE c.relnamespace = 'shardstore'::regnamespace AND c.relkind = 'r'
@@ -64,10 +67,15 @@ ALTER TABLE shardstore.agent_history ALTER COLUMN tenant_id SET NOT NULL;
 ALTER TABLE shardstore.chunk_map ALTER COLUMN tenant_id SET NOT NULL;
 ALTER TABLE shardstore.turn_keys ALTER COLUMN tenant_id SET NOT NULL;
 ALTER TABLE shardstore.embed_queue ALTER COLUMN tenant_id SET NOT NULL;
+ALTER TABLE shardstore.summary_queue ALTER COLUMN tenant_id SET NOT NULL;
+ALTER TABLE shardstore.fork_copies ALTER COLUMN tenant_id SET NOT NULL;
 
 -- 2. chunks are queued by the functions that write them, not by triggers
 DROP TRIGGER vec_enqueue ON shardstore.agent_history;
 DROP TRIGGER vec_enqueue_changed ON shardstore.agent_history;
+-- and for summaries (0012's summary_requeue): the rewrites queue their chunk themselves
+DROP TRIGGER summary_requeue ON shardstore.agent_history;
+DROP FUNCTION shardstore.summary_requeue_v1();
 
 -- 3. the connection's tenant, as a function a policy may call without a subquery
 CREATE FUNCTION shardstore.rls_tenant_v2()
@@ -263,6 +271,15 @@ BEGIN
                token_count = h.token_count + EXCLUDED.token_count,
                byte_count  = h.byte_count + EXCLUDED.byte_count
         RETURNING h.turn_count, h.first_turn_seq, h.tenant_id
+    ), texted AS (
+        INSERT INTO shardstore.turn_text
+               (session_id, turn_seq, window_no, chunk_seq, tenant_id, agent_id, created_at, tsv)
+        SELECT m.session_id, m.turn_seq, w.r_window, m.chunk_seq, s.tenant_id, s.agent_id,
+               m.created_at, w.r_tsv
+          FROM moved m
+          JOIN shardstore.sessions s ON s.session_id = m.session_id,
+               LATERAL shardstore.text_windows_v1(shardstore.text_config_v1(), m.message) w
+        ON CONFLICT DO NOTHING
     )
     SELECT f.turn_count, f.first_turn_seq, f.tenant_id INTO v_moved, v_first, v_tenant FROM folded f;
     IF v_moved IS NULL THEN
@@ -273,6 +290,9 @@ BEGIN
     ON CONFLICT (session_id, chunk_seq) DO NOTHING;
     -- the chunk's content changed: (re-)embed it (what the trigger vec_enqueue did)
     INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
+    VALUES (p_session_id, p_chunk_seq, p_chunk_start, v_now, v_tenant)
+    ON CONFLICT DO NOTHING;
+    INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
     VALUES (p_session_id, p_chunk_seq, p_chunk_start, v_now, v_tenant)
     ON CONFLICT DO NOTHING;
     RETURN v_moved;
@@ -305,6 +325,7 @@ BEGIN
                open_turns = 0, open_tokens = 0, open_bytes = 0
          WHERE x.session_id = p_session_id;
         v_acc := shardstore.purge_rows_v1(p_session_id, NULL, NULL);
+        v_acc := shardstore.fork_erase_v1(p_session_id, v_acc);
         v_acc := shardstore.purge_acc_v1(v_acc, 'shardstore.sessions', 0,
                                          (s.purged_at IS NULL OR v_cleared > 0)::int, v_cleared);
         v_acc := jsonb_build_object('tables', v_acc, 'tombstoned', s.purged_at IS NULL);
@@ -513,6 +534,10 @@ BEGIN
                     v_acc := shardstore.purge_acc_v1(v_acc, v_part, 0, 1, greatest(v_before - v_after, 0));
                     -- the rewritten chunk is embedded again (what vec_enqueue_changed did)
                     INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
+                    VALUES (p_session_id, v_rw_seq, v_rw_start, v_now, v_tenant)
+                    ON CONFLICT DO NOTHING;
+                    -- and summarised again (what the trigger summary_requeue of 0012 did)
+                    INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
                     VALUES (p_session_id, v_rw_seq, v_rw_start, v_now, v_tenant)
                     ON CONFLICT DO NOTHING;
                 END IF;
@@ -951,6 +976,9 @@ BEGIN
             INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
             VALUES (p_session_id, v_rw_seq, v_rw_start, statement_timestamp(), s.tenant_id)
             ON CONFLICT DO NOTHING;
+            INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
+            VALUES (p_session_id, v_rw_seq, v_rw_start, statement_timestamp(), s.tenant_id)
+            ON CONFLICT DO NOTHING;
         END IF;
     END IF;
     -- partitions being detached or waiting for archive (not reachable through agent_history)
@@ -1214,6 +1242,11 @@ SELECT shardstore.register_session_table_v1('shardstore.chunk_map', chunk_column
 SELECT shardstore.register_session_table_v1('shardstore.turn_keys', turn_column => 'turn_seq',
                                             tenant_column => 'tenant_id');
 SELECT shardstore.register_session_table_v1('shardstore.embed_queue', tenant_column => 'tenant_id');
+SELECT shardstore.register_session_table_v1('shardstore.summary_queue', purge_order => 62,
+                                            tenant_column => 'tenant_id',
+                                            note => 'chunks waiting for a summary (keys only, 0012)');
+SELECT shardstore.register_session_table_v1('shardstore.fork_copies', tenant_column => 'tenant_id',
+    note => 'fork: origin of turns copied into a fork by copy-on-write (GDPR erase of copies)');
 DO $$
 DECLARE
     r record;
@@ -1385,4 +1418,388 @@ BEGIN
     SET LOCAL hnsw.iterative_scan = strict_order;
     EXECUTE format('SET LOCAL hnsw.ef_search = %s', p_ef_search);
 END
+$$;
+
+-- 7. the functions of 0012-0015 in the same form (each: 0013/0014/0015's body, only the
+-- changes said). tail_v1 and tail_at_v1 keep 0013's bodies (nothing above changes them).
+
+-- 0013's body, as PL/pgSQL (Citus plans no LANGUAGE sql function with parameters on a
+-- distributed table); the same recursive query.
+CREATE OR REPLACE FUNCTION shardstore.fork_segments_v1(p_session_id uuid)
+RETURNS TABLE (r_session_id uuid, r_chunk_lo bigint, r_chunk_hi bigint, r_turn_hi bigint,
+               r_depth integer)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH RECURSIVE seg(sid, lo, hi, turn_hi, parent, fork_at, fork_chunk, depth) AS (
+        SELECT s.session_id, coalesce(s.fork_chunk, 0), NULL::bigint, NULL::bigint,
+               s.fork_parent, s.fork_at, s.fork_chunk, 0
+          FROM shardstore.sessions s WHERE s.session_id = p_session_id
+        UNION ALL
+        -- least() ignores NULLs: the tightest bound along the path
+        SELECT p.session_id, coalesce(p.fork_chunk, 0), least(seg.hi, seg.fork_chunk),
+               least(seg.turn_hi, seg.fork_at), p.fork_parent, p.fork_at, p.fork_chunk,
+               seg.depth + 1
+          FROM seg JOIN shardstore.sessions p ON p.session_id = seg.parent
+         WHERE seg.depth < 100000)
+    SELECT seg.sid, seg.lo, seg.hi, seg.turn_hi, seg.depth FROM seg
+     WHERE seg.depth = 0 OR (seg.lo < seg.hi AND seg.turn_hi >= 0)
+     ORDER BY seg.depth;
+END
+$$;
+
+-- 0013's body, plus: the copies carry the fork's tenant_id (agent_history, chunk_map,
+-- fork_copies), and each copied chunk is queued for embedding here (the trigger vec_enqueue
+-- did it before).
+CREATE OR REPLACE FUNCTION shardstore.fork_materialise_v1(p_child uuid, p_from bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c         shardstore.sessions%ROWTYPE;
+    g         record;
+    k         record;
+    v_x       bigint := 0;
+    v_start   timestamptz;
+    v_env     jsonb;
+    v_first   bigint;
+    v_last    bigint;
+    v_n       bigint;
+    v_tok     bigint;
+    v_bytes   bigint;
+    v_end     timestamptz;
+    v_min_at  timestamptz;
+    v_lowest  bigint;
+    v_copied  bigint := 0;
+    v_new_at  bigint;
+    v_owner   uuid;
+    v_ochunk  bigint;
+BEGIN
+    SELECT * INTO c FROM shardstore.sessions x WHERE x.session_id = p_child FOR UPDATE;
+    IF NOT FOUND OR c.fork_parent IS NULL OR (p_from IS NOT NULL AND p_from > c.fork_at) THEN
+        RETURN 0;
+    END IF;
+    IF p_from IS NOT NULL AND p_from > 0 THEN
+        SELECT o.r_chunk_seq INTO v_x FROM shardstore.fork_chunk_of_v1(p_child, p_from) o;
+        v_x := coalesce(v_x, 0);
+    END IF;
+    FOR g IN SELECT * FROM shardstore.fork_segments_v1(p_child) WHERE r_depth > 0 ORDER BY r_depth LOOP
+        FOR k IN SELECT DISTINCT q.seq FROM (
+                     SELECT m.chunk_seq AS seq FROM shardstore.chunk_map m
+                      WHERE m.session_id = g.r_session_id AND m.chunk_seq >= greatest(g.r_chunk_lo, v_x)
+                        AND m.chunk_seq < g.r_chunk_hi
+                     UNION ALL
+                     SELECT b.chunk_seq FROM shardstore.turn_buffer b
+                      WHERE b.session_id = g.r_session_id AND b.chunk_seq >= greatest(g.r_chunk_lo, v_x)
+                        AND b.chunk_seq < g.r_chunk_hi AND b.turn_seq <= g.r_turn_hi) q
+                  ORDER BY q.seq LOOP
+            PERFORM 1 FROM shardstore.turn_buffer b
+              WHERE b.session_id = g.r_session_id AND b.chunk_seq = k.seq FOR SHARE;
+            v_start := NULL;
+            SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
+             WHERE m.session_id = g.r_session_id AND m.chunk_seq = k.seq;
+            WITH env AS (
+                SELECT x.e, (x.e->>'s')::bigint AS s
+                  FROM shardstore.agent_history h,
+                       jsonb_array_elements(h.conversation_chunk) AS x(e)
+                 WHERE v_start IS NOT NULL AND h.session_id = g.r_session_id
+                   AND h.chunk_seq = k.seq AND h.chunk_start = v_start
+                UNION ALL
+                SELECT CASE WHEN b.idempotency_key IS NULL
+                            THEN jsonb_build_object('s', b.turn_seq, 't', b.tokens, 'b', b.bytes,
+                                                    'at', b.created_at, 'm', b.message)
+                            ELSE jsonb_build_object('s', b.turn_seq, 't', b.tokens, 'b', b.bytes,
+                                                    'at', b.created_at, 'k', b.idempotency_key,
+                                                    'm', b.message)
+                       END, b.turn_seq
+                  FROM shardstore.turn_buffer b
+                 WHERE b.session_id = g.r_session_id AND b.chunk_seq = k.seq)
+            SELECT jsonb_agg(env.e ORDER BY env.s), min(env.s), max(env.s), count(*),
+                   sum((env.e->>'t')::bigint),
+                   sum(coalesce((env.e->>'b')::bigint, octet_length((env.e->'m')::text))),
+                   max((env.e->>'at')::timestamptz), min((env.e->>'at')::timestamptz)
+              INTO v_env, v_first, v_last, v_n, v_tok, v_bytes, v_end, v_min_at
+              FROM env WHERE env.s <= g.r_turn_hi;
+            CONTINUE WHEN coalesce(v_n, 0) = 0;
+            v_start := coalesce(v_start, v_min_at);
+            PERFORM shardstore.ensure_partition_v1(v_start);
+            INSERT INTO shardstore.agent_history
+                   (session_id, chunk_seq, chunk_start, chunk_end, first_turn_seq, turn_count,
+                    token_count, byte_count, tenant_id, conversation_chunk)
+            VALUES (p_child, k.seq, v_start, v_end, v_first, v_n, v_tok, v_bytes, c.tenant_id, v_env);
+            INSERT INTO shardstore.chunk_map (session_id, chunk_seq, chunk_start, first_turn_seq, tenant_id)
+            VALUES (p_child, k.seq, v_start, v_first, c.tenant_id);
+            INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
+            VALUES (p_child, k.seq, v_start, statement_timestamp(), c.tenant_id)
+            ON CONFLICT DO NOTHING;
+            -- origins: the owner, and whatever the owner had copied into this chunk itself
+            INSERT INTO shardstore.fork_copies AS f
+                   (session_id, chunk_seq, origin_session_id, chunk_start, first_turn_seq, last_turn_seq,
+                    tenant_id)
+            SELECT p_child, k.seq, o.origin, v_start, o.lo, o.hi, c.tenant_id
+              FROM (SELECT g.r_session_id AS origin, v_first AS lo, v_last AS hi
+                    UNION ALL
+                    SELECT y.origin_session_id, greatest(y.first_turn_seq, v_first),
+                           least(y.last_turn_seq, v_last)
+                      FROM shardstore.fork_copies y
+                     WHERE y.session_id = g.r_session_id AND y.chunk_seq = k.seq
+                       AND y.first_turn_seq <= v_last AND y.last_turn_seq >= v_first) o
+            ON CONFLICT (session_id, chunk_seq, origin_session_id) DO UPDATE
+               SET first_turn_seq = least(f.first_turn_seq, EXCLUDED.first_turn_seq),
+                   last_turn_seq = greatest(f.last_turn_seq, EXCLUDED.last_turn_seq);
+            v_copied := v_copied + 1;
+            v_lowest := least(v_lowest, v_first);
+        END LOOP;
+    END LOOP;
+    v_new_at := coalesce(v_lowest, p_from) - 1;
+    IF v_x = 0 OR v_new_at IS NULL OR v_new_at < 0 THEN
+        UPDATE shardstore.sessions x SET fork_parent = NULL, fork_at = NULL, fork_chunk = NULL
+         WHERE x.session_id = p_child;
+    ELSE
+        -- the lineage is still the old one here: the owner of the new last inherited turn
+        SELECT o.r_owner, o.r_chunk_seq INTO v_owner, v_ochunk
+          FROM shardstore.fork_chunk_of_v1(p_child, v_new_at) o;
+        UPDATE shardstore.sessions x
+           SET fork_parent = v_owner,
+               fork_at = CASE WHEN v_owner IS NOT NULL THEN v_new_at END,
+               fork_chunk = CASE WHEN v_owner IS NOT NULL THEN v_x END
+         WHERE x.session_id = p_child;
+    END IF;
+    RETURN v_copied;
+END
+$$;
+
+-- 0013's body, plus: a rewritten chunk is queued for embedding and summarising here (the
+-- triggers vec_enqueue_changed and summary_requeue did it before).
+CREATE OR REPLACE FUNCTION shardstore.fork_erase_v1(p_origin uuid, p_acc jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    r       record;
+    h       shardstore.sessions%ROWTYPE;
+    v_acc   jsonb := p_acc;
+    v_keep  bigint;
+    v_gone  bigint;
+    v_size  bigint;
+    v_after bigint;
+    v_vecs  bigint;
+    v_turns bigint;
+    v_tok   bigint;
+    v_bytes bigint;
+BEGIN
+    FOR r IN SELECT f.* FROM shardstore.fork_copies f WHERE f.origin_session_id = p_origin
+              ORDER BY f.session_id, f.chunk_seq LOOP
+        SELECT * INTO h FROM shardstore.sessions x WHERE x.session_id = r.session_id FOR UPDATE;
+        v_keep := NULL;
+        v_gone := NULL;
+        DELETE FROM shardstore.embed_queue q
+         WHERE q.session_id = r.session_id AND q.chunk_seq = r.chunk_seq AND q.chunk_start = r.chunk_start;
+        SELECT count(*) FILTER (WHERE (x.e->>'s')::bigint NOT BETWEEN r.first_turn_seq AND r.last_turn_seq),
+               count(*) FILTER (WHERE (x.e->>'s')::bigint BETWEEN r.first_turn_seq AND r.last_turn_seq),
+               pg_column_size(h2.conversation_chunk)
+          INTO v_keep, v_gone, v_size
+          FROM shardstore.agent_history h2, jsonb_array_elements(h2.conversation_chunk) AS x(e)
+         WHERE h2.session_id = r.session_id AND h2.chunk_seq = r.chunk_seq AND h2.chunk_start = r.chunk_start
+         GROUP BY h2.conversation_chunk;
+        IF coalesce(v_gone, 0) > 0 THEN
+            IF v_keep = 0 THEN
+                DELETE FROM shardstore.agent_history x
+                 WHERE x.session_id = r.session_id AND x.chunk_seq = r.chunk_seq AND x.chunk_start = r.chunk_start;
+                DELETE FROM shardstore.chunk_map m
+                 WHERE m.session_id = r.session_id AND m.chunk_seq = r.chunk_seq;
+                v_acc := shardstore.purge_acc_v1(v_acc, 'shardstore.agent_history', 1, 0, v_size);
+                v_acc := shardstore.purge_acc_v1(v_acc, 'shardstore.chunk_map', 1, 0, 0);
+            ELSE
+                UPDATE shardstore.agent_history x
+                   SET (conversation_chunk, first_turn_seq, turn_count, token_count, byte_count) =
+                       (SELECT jsonb_agg(y.e ORDER BY y.ord), min((y.e->>'s')::bigint), count(*),
+                               sum((y.e->>'t')::bigint),
+                               sum(coalesce((y.e->>'b')::bigint, octet_length((y.e->'m')::text)))
+                          FROM jsonb_array_elements(x.conversation_chunk) WITH ORDINALITY AS y(e, ord)
+                         WHERE (y.e->>'s')::bigint NOT BETWEEN r.first_turn_seq AND r.last_turn_seq)
+                 WHERE x.session_id = r.session_id AND x.chunk_seq = r.chunk_seq AND x.chunk_start = r.chunk_start
+                RETURNING x.first_turn_seq, pg_column_size(x.conversation_chunk) INTO v_after, v_tok;
+                UPDATE shardstore.chunk_map m SET first_turn_seq = v_after
+                 WHERE m.session_id = r.session_id AND m.chunk_seq = r.chunk_seq;
+                INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
+                VALUES (r.session_id, r.chunk_seq, r.chunk_start, statement_timestamp(), h.tenant_id)
+                ON CONFLICT DO NOTHING;
+                INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
+                VALUES (r.session_id, r.chunk_seq, r.chunk_start, statement_timestamp(), h.tenant_id)
+                ON CONFLICT DO NOTHING;
+                v_acc := shardstore.purge_acc_v1(v_acc, 'shardstore.agent_history', 0, 1,
+                                                 greatest(v_size - v_tok, 0));
+            END IF;
+            DELETE FROM shardstore.chunk_vectors v
+             WHERE v.session_id = r.session_id AND v.chunk_seq = r.chunk_seq AND v.chunk_start = r.chunk_start;
+            GET DIAGNOSTICS v_vecs = ROW_COUNT;
+            v_acc := shardstore.purge_acc_v1(v_acc, 'shardstore.chunk_vectors', v_vecs, 0, 0);
+            IF h.open_chunk_seq = r.chunk_seq AND h.open_turns > 0 THEN
+                SELECT count(*), coalesce(sum(b.tokens), 0), coalesce(sum(b.bytes), 0)
+                  INTO v_turns, v_tok, v_bytes
+                  FROM shardstore.turn_buffer b
+                 WHERE b.session_id = r.session_id AND b.chunk_seq = r.chunk_seq;
+                SELECT v_turns + coalesce(sum(x.turn_count), 0), v_tok + coalesce(sum(x.token_count), 0),
+                       v_bytes + coalesce(sum(x.byte_count), 0)
+                  INTO v_turns, v_tok, v_bytes
+                  FROM shardstore.agent_history x
+                 WHERE x.session_id = r.session_id AND x.chunk_seq = r.chunk_seq AND x.chunk_start = r.chunk_start;
+                UPDATE shardstore.sessions x
+                   SET open_turns = v_turns, open_tokens = v_tok, open_bytes = v_bytes
+                 WHERE x.session_id = r.session_id;
+            END IF;
+        END IF;
+        DELETE FROM shardstore.fork_copies f
+         WHERE f.session_id = r.session_id AND f.chunk_seq = r.chunk_seq
+           AND f.origin_session_id = r.origin_session_id;
+        v_acc := shardstore.purge_acc_v1(v_acc, 'shardstore.fork_copies', 1, 0, 0);
+    END LOOP;
+    RETURN v_acc;
+END
+$$;
+
+-- 0015's body, plus tenant_id on the buffered turns and their keys.
+CREATE OR REPLACE FUNCTION shardstore.import_turns_v1(
+    p_session_id    uuid,
+    p_first_seq     bigint,
+    p_messages      jsonb,
+    p_tokens        integer[],
+    p_bytes         integer[],
+    p_keys          text[],
+    p_at            timestamptz[],
+    p_budget_tokens bigint,
+    p_budget_bytes  bigint,
+    p_interval      interval,
+    p_origin        timestamptz)
+RETURNS TABLE (r_status text, r_index integer, r_sealed boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    s        shardstore.sessions%ROWTYPE;
+    v_n      integer := coalesce(array_length(p_tokens, 1), 0);
+    v_at     timestamptz;
+    v_prev   timestamptz;
+    v_sealed boolean := false;
+    v_limit  timestamptz := statement_timestamp() + interval '5 minutes';
+BEGIN
+    s := shardstore.lock_session_v1(p_session_id);
+    IF s.next_turn_seq <> p_first_seq THEN
+        IF s.next_turn_seq = 0 AND s.open_chunk_seq = 0 AND s.open_turns = 0 AND p_first_seq > 0 THEN
+            s.next_turn_seq := p_first_seq;
+        ELSE
+            r_status := 'seq'; r_index := 0; r_sealed := false;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    v_prev := s.last_turn_at;
+    FOR i IN 1 .. v_n LOOP
+        v_at := p_at[i];
+        IF v_prev IS NOT NULL AND v_at < v_prev THEN
+            r_status := 'time'; r_index := i - 1; r_sealed := false;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        IF v_at > v_limit THEN
+            r_status := 'future'; r_index := i - 1; r_sealed := false;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        IF p_keys[i] IS NOT NULL AND EXISTS (
+               SELECT 1 FROM shardstore.turn_keys k
+                WHERE k.session_id = p_session_id AND k.idempotency_key = p_keys[i]) THEN
+            r_status := 'key'; r_index := i - 1; r_sealed := false;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        IF s.open_turns > 0 AND (
+               s.open_tokens + p_tokens[i] > p_budget_tokens
+            OR s.open_bytes + p_bytes[i] > p_budget_bytes
+            OR date_bin(p_interval, s.open_chunk_start, p_origin) <> date_bin(p_interval, v_at, p_origin)) THEN
+            v_sealed := true;
+            s.open_chunk_seq := s.open_chunk_seq + 1;
+            s.open_turns := 0; s.open_tokens := 0; s.open_bytes := 0;
+        END IF;
+        IF s.open_turns = 0 THEN
+            s.open_chunk_start := v_at;
+        END IF;
+        INSERT INTO shardstore.turn_buffer
+               (session_id, turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message,
+                tenant_id)
+        VALUES (p_session_id, s.next_turn_seq, s.open_chunk_seq, v_at, p_tokens[i], p_bytes[i],
+                p_keys[i], p_messages -> (i - 1), s.tenant_id);
+        IF p_keys[i] IS NOT NULL THEN
+            INSERT INTO shardstore.turn_keys
+                   (session_id, idempotency_key, turn_seq, chunk_seq, tokens, created_at, tenant_id)
+            VALUES (p_session_id, p_keys[i], s.next_turn_seq, s.open_chunk_seq, p_tokens[i], v_at,
+                    s.tenant_id);
+        END IF;
+        s.next_turn_seq := s.next_turn_seq + 1;
+        s.open_turns := s.open_turns + 1;
+        s.open_tokens := s.open_tokens + p_tokens[i];
+        s.open_bytes := s.open_bytes + p_bytes[i];
+        v_prev := v_at;
+    END LOOP;
+    UPDATE shardstore.sessions
+       SET next_turn_seq = s.next_turn_seq, open_chunk_seq = s.open_chunk_seq,
+           open_chunk_start = s.open_chunk_start, open_turns = s.open_turns,
+           open_tokens = s.open_tokens, open_bytes = s.open_bytes, last_turn_at = v_prev
+     WHERE session_id = p_session_id;
+    r_status := 'ok'; r_index := v_n; r_sealed := v_sealed;
+    RETURN NEXT;
+END
+$$;
+
+-- 0014's bodies, as PL/pgSQL (see fork_segments_v1).
+CREATE OR REPLACE FUNCTION shardstore.artifact_ref_live_v1(r shardstore.artifact_refs)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN CASE WHEN r.owner_type = 'checkpoint' THEN
+                    (r.required_for_resume OR r.expires_at IS NULL OR r.expires_at > statement_timestamp())
+                    AND EXISTS (SELECT 1 FROM shardstore.checkpoints c
+                                 WHERE c.session_id = r.session_id
+                                   AND c.checkpoint_id::text = r.owner_id)
+                ELSE r.expires_at IS NULL OR r.expires_at > statement_timestamp() END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION shardstore.artifact_has_live_ref_v1(p_tenant text, p_artifact uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM shardstore.artifact_refs r
+                    WHERE r.tenant_id = p_tenant AND r.artifact_id = p_artifact
+                      AND shardstore.artifact_ref_live_v1(r));
+END
+$$;
+
+-- the artifact tables' own policies (0014) compare the column without a subquery too
+DROP POLICY tenant_isolation ON shardstore.artifacts;
+CREATE POLICY tenant_isolation ON shardstore.artifacts
+    USING (tenant_id = shardstore.rls_tenant_v2())
+    WITH CHECK (tenant_id = shardstore.rls_tenant_v2());
+DROP POLICY tenant_isolation ON shardstore.artifact_chunks;
+CREATE POLICY tenant_isolation ON shardstore.artifact_chunks
+    USING (tenant_id = shardstore.rls_tenant_v2())
+    WITH CHECK (tenant_id = shardstore.rls_tenant_v2());
+
+-- 8. session tables `shardstore distribute` leaves on the coordinator, with the reason
+-- (tests/test_distributable.py and distribute() skip them; docs/scale-out.md)
+CREATE FUNCTION shardstore.citus_kept_local_v1()
+RETURNS TABLE (r_table regclass, r_reason text)
+LANGUAGE sql
+STABLE
+AS $$
+    VALUES ('shardstore.artifact_refs'::regclass,
+            'its AFTER DELETE trigger artifact_refs_gone marks released artifacts the moment '
+            || 'any path (unref, purges, retention, rewind, the registry) deletes refs, and the '
+            || 'artifact tables it updates are coordinator tables too')
 $$;

@@ -14,6 +14,7 @@ SELECT r.table_name::text AS table_name,
        r.session_nullable AS by_tenant
   FROM shardstore.table_registry r
  WHERE r.kind = 'session'
+   AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
  ORDER BY r.table_name <> 'shardstore.sessions'::regclass, r.session_nullable, r.position,
           r.table_name::text;
 
@@ -23,6 +24,7 @@ SELECT r.table_name::text, i.indexrelid::regclass::text
   FROM shardstore.table_registry r
   JOIN pg_index i ON i.indrelid = r.table_name AND i.indisunique
  WHERE r.kind = 'session'
+   AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
    AND NOT EXISTS (
            SELECT 1 FROM pg_attribute a
             WHERE a.attrelid = r.table_name
@@ -37,7 +39,8 @@ WITH reg AS (
     SELECT r.table_name AS rel, r.kind,
            CASE WHEN r.session_nullable THEN r.tenant_column ELSE r.session_column END AS col,
            r.session_nullable AS by_tenant
-      FROM shardstore.table_registry r)
+      FROM shardstore.table_registry r
+     WHERE r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k))
 SELECT c.conrelid::regclass::text, c.conname::text, c.confrelid::regclass::text
   FROM pg_constraint c
   LEFT JOIN reg a ON a.rel = c.conrelid
@@ -58,6 +61,7 @@ SELECT p.oid::regprocedure::text, t.relname::text
   FROM pg_proc p
   JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'sql'
   JOIN shardstore.table_registry r ON r.kind = 'session'
+   AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
   JOIN pg_class t ON t.oid = r.table_name
  WHERE p.pronamespace = 'shardstore'::regnamespace
    AND p.pronargs > 0
@@ -81,6 +85,7 @@ SELECT p.polrelid::regclass::text, p.polname::text
 SELECT g.tgrelid::regclass::text, g.tgname::text
   FROM pg_trigger g
   JOIN shardstore.table_registry r ON r.kind = 'session'
+   AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
  WHERE NOT g.tgisinternal
    AND (g.tgrelid = r.table_name
         OR g.tgrelid IN (SELECT relid FROM pg_partition_tree(r.table_name)))
