@@ -240,6 +240,8 @@ DECLARE
     v_first  bigint;
     v_tenant text;
     v_now    timestamptz := now();
+    -- read here, not in the statement: on Citus a shard query may not read the reference table
+    v_config regconfig := shardstore.text_config_v1();
 BEGIN
     -- on a Citus worker (a delegated call) this finds the partition made: it never runs DDL
     -- there unless the partition is missing, which the coordinator's premake prevents
@@ -278,7 +280,7 @@ BEGIN
                m.created_at, w.r_tsv
           FROM moved m
           JOIN shardstore.sessions s ON s.session_id = m.session_id,
-               LATERAL shardstore.text_windows_v1(shardstore.text_config_v1(), m.message) w
+               LATERAL shardstore.text_windows_v1(v_config, m.message) w
         ON CONFLICT DO NOTHING
     )
     SELECT f.turn_count, f.first_turn_seq, f.tenant_id INTO v_moved, v_first, v_tenant FROM folded f;
@@ -1325,6 +1327,12 @@ BEGIN
           WHERE p.pronamespace = ''shardstore''::regnamespace
             AND NOT EXISTS (SELECT 1 FROM pg_dist_object o
                              WHERE o.classid = ''pg_proc''::regclass AND o.objid = p.oid)
+            -- a function taking or returning the row of a table kept local cannot be
+            -- propagated (Citus: its dependency is not in the metadata); it runs on the
+            -- coordinator, where that table is
+            AND NOT EXISTS (SELECT 1 FROM shardstore.citus_kept_local_v1() k
+                              JOIN pg_class c ON c.oid = k.r_table
+                             WHERE c.reltype = ANY (p.proargtypes::oid[]) OR c.reltype = p.prorettype)
           ORDER BY p.oid';
 END
 $$;
@@ -1423,30 +1431,40 @@ $$;
 -- 7. the functions of 0012-0015 in the same form (each: 0013/0014/0015's body, only the
 -- changes said). tail_v1 and tail_at_v1 keep 0013's bodies (nothing above changes them).
 
--- 0013's body, as PL/pgSQL (Citus plans no LANGUAGE sql function with parameters on a
--- distributed table); the same recursive query.
+-- 0013's result, as PL/pgSQL (Citus plans no LANGUAGE sql function with parameters on a
+-- distributed table, nor a recursive CTE across sessions): the recursive query as a loop,
+-- one single-session lookup per ancestor.
 CREATE OR REPLACE FUNCTION shardstore.fork_segments_v1(p_session_id uuid)
 RETURNS TABLE (r_session_id uuid, r_chunk_lo bigint, r_chunk_hi bigint, r_turn_hi bigint,
                r_depth integer)
 LANGUAGE plpgsql
 STABLE
 AS $$
+DECLARE
+    cur     record;
+    v_sid   uuid := p_session_id;
+    v_lo    bigint;
+    v_hi    bigint;
+    v_thi   bigint;
+    v_depth integer := 0;
 BEGIN
-    RETURN QUERY
-    WITH RECURSIVE seg(sid, lo, hi, turn_hi, parent, fork_at, fork_chunk, depth) AS (
-        SELECT s.session_id, coalesce(s.fork_chunk, 0), NULL::bigint, NULL::bigint,
-               s.fork_parent, s.fork_at, s.fork_chunk, 0
-          FROM shardstore.sessions s WHERE s.session_id = p_session_id
-        UNION ALL
+    LOOP
+        SELECT s.session_id, s.fork_chunk, s.fork_parent, s.fork_at INTO cur
+          FROM shardstore.sessions s WHERE s.session_id = v_sid;
+        EXIT WHEN NOT FOUND;
+        v_lo := coalesce(cur.fork_chunk, 0);
+        IF v_depth = 0 OR (v_lo < v_hi AND v_thi >= 0) THEN
+            r_session_id := cur.session_id; r_chunk_lo := v_lo; r_chunk_hi := v_hi;
+            r_turn_hi := v_thi; r_depth := v_depth;
+            RETURN NEXT;
+        END IF;
+        EXIT WHEN cur.fork_parent IS NULL OR v_depth >= 100000;
         -- least() ignores NULLs: the tightest bound along the path
-        SELECT p.session_id, coalesce(p.fork_chunk, 0), least(seg.hi, seg.fork_chunk),
-               least(seg.turn_hi, seg.fork_at), p.fork_parent, p.fork_at, p.fork_chunk,
-               seg.depth + 1
-          FROM seg JOIN shardstore.sessions p ON p.session_id = seg.parent
-         WHERE seg.depth < 100000)
-    SELECT seg.sid, seg.lo, seg.hi, seg.turn_hi, seg.depth FROM seg
-     WHERE seg.depth = 0 OR (seg.lo < seg.hi AND seg.turn_hi >= 0)
-     ORDER BY seg.depth;
+        v_hi := least(v_hi, cur.fork_chunk);
+        v_thi := least(v_thi, cur.fork_at);
+        v_sid := cur.fork_parent;
+        v_depth := v_depth + 1;
+    END LOOP;
 END
 $$;
 

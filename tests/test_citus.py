@@ -74,8 +74,15 @@ def test_every_session_table_is_distributed_and_colocated(citus: str) -> None:
     with psycopg.connect(citus, autocommit=True) as conn:
         tables = conn.execute(
             "SELECT table_name::text, session_nullable FROM shardstore.table_registry"
-            " WHERE kind = 'session'"
+            " WHERE kind = 'session' AND table_name NOT IN"
+            " (SELECT r_table FROM shardstore.citus_kept_local_v1())"
         ).fetchall()
+        kept = conn.execute("SELECT r_table::text FROM shardstore.citus_kept_local_v1()").fetchall()
+        assert kept == [("shardstore.artifact_refs",)]
+        for (table,) in kept:  # left on the coordinator: Citus holds no shard of it
+            assert conn.execute(
+                "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = %s::regclass", (table,)
+            ).fetchone() is None
         sessions_group = conn.execute(
             "SELECT colocationid FROM pg_dist_partition"
             " WHERE logicalrelid = 'shardstore.sessions'::regclass"

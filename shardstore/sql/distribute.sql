@@ -106,7 +106,8 @@ SELECT c.oid::regclass::text
 -- name: dist_reference_candidates
 -- the config-like tables every node reads: made reference tables
 SELECT t::text FROM unnest(ARRAY['shardstore.config', 'shardstore.embedding_config',
-                                 'shardstore.rls_role_tenants']::regclass[]) AS t;
+                                 'shardstore.rls_role_tenants',
+                                 'shardstore.text_search_config']::regclass[]) AS t;
 
 -- name: dist_table_state
 -- how Citus holds a table now: 'h' (hash-distributed, with its column), 'n' (reference);
