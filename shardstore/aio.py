@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from . import assembly, base, facts, maintenance, purge, tracing
 from . import checkpoints as checkpoint_ops
+from . import distribute as distribute_ops
 from . import fork as fork_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
@@ -102,6 +103,7 @@ class AsyncStore(base.StoreBase):
     import_langgraph = amethod(langgraph_ops.import_langgraph)
     import_jsonl = amethod(jsonl_ops.import_jsonl)
     export_sessions = amethod(jsonl_ops.export_sessions)
+    distribute = amethod(distribute_ops.distribute)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

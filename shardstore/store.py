@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from . import assembly, base, facts, maintenance, purge, tracing
 from . import checkpoints as checkpoint_ops
+from . import distribute as distribute_ops
 from . import fork as fork_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
@@ -104,6 +105,7 @@ class Store(base.StoreBase):
     import_langgraph = method(langgraph_ops.import_langgraph)
     import_jsonl = method(jsonl_ops.import_jsonl)
     export_sessions = method(jsonl_ops.export_sessions)
+    distribute = method(distribute_ops.distribute)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into

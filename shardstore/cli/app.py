@@ -142,6 +142,7 @@ COMMAND_MODULES = (
     "artifacts",
     "import_cmd",
     "export",
+    "distribute",
 )
 
 
