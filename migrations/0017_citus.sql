@@ -1,4 +1,4 @@
--- 0016: the same schema on Citus (docs/scale-out.md), distributed by session_id. Nothing
+-- 0017: the same schema on Citus (docs/scale-out.md), distributed by session_id. Nothing
 -- here needs Citus: every change keeps what the functions do on plain PostgreSQL and puts
 -- it in a form Citus can distribute (`shardstore distribute` then distributes the tables;
 -- tests/test_distributable.py keeps the schema in that form).
