@@ -57,12 +57,13 @@ WITH s AS (
            last_turn_at = greatest(clock_timestamp(), last_turn_at)
      WHERE session_id = %(sid)s AND purged_at IS NULL
        AND (open_turns = 0 OR open_tokens + %(tok)s <= %(budget)s)
-    RETURNING next_turn_seq - 1 AS seq, open_chunk_seq, last_turn_at
+    RETURNING next_turn_seq - 1 AS seq, open_chunk_seq, last_turn_at, tenant_id
 )
 INSERT INTO shardstore.turn_buffer
-       (session_id, turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message)
+       (session_id, turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message,
+        tenant_id)
 SELECT %(sid)s, s.seq, s.open_chunk_seq, s.last_turn_at, %(tok)s, %(bytes)s, NULL,
-       %(msg)s::jsonb
+       %(msg)s::jsonb, s.tenant_id
   FROM s
 RETURNING turn_seq, chunk_seq
 """
@@ -247,8 +248,8 @@ def profile_append(
                 (
                     "INSERT INTO turn_buffer",
                     "INSERT INTO shardstore.turn_buffer (session_id, "
-                    "turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message) "
-                    "VALUES (%s, %s, 0, now(), %s, %s, NULL, %s::jsonb)",
+                    "turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message, "
+                    "tenant_id) VALUES (%s, %s, 0, now(), %s, %s, NULL, %s::jsonb, 'profile')",
                     (sid, seq[0], pt.tokens[0], pt.sizes[0], pt.texts[0]),
                 ),
                 (

@@ -30,6 +30,7 @@ from .errors import (
     DatabaseError,
     DatabaseUnavailable,
     EmbeddingModelMismatch,
+    ImportRejected,
     InvalidInput,
     InvalidMessage,
     MissingDependency,
@@ -37,12 +38,14 @@ from .errors import (
     RunConflict,
     RunNotFound,
     SessionConflict,
+    SessionExists,
     SessionNotFound,
     SessionPurged,
     ShardstoreError,
     TurnTooLarge,
 )
 from .facts import Fact
+from .importers import ExportReport, ImportReport, Skipped
 from .models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
 from .plans import TailWindow
 from .purge import PurgeReport, TableRemoval
@@ -72,8 +75,11 @@ __all__ = [
     "DatabaseUnavailable",
     "Embedder",
     "EmbeddingModelMismatch",
+    "ExportReport",
     "Fact",
     "HFTokenizerCounter",
+    "ImportRejected",
+    "ImportReport",
     "InvalidInput",
     "InvalidMessage",
     "MaintenanceReport",
@@ -88,11 +94,13 @@ __all__ = [
     "SearchHit",
     "SentenceTransformerEmbedder",
     "SessionConflict",
+    "SessionExists",
     "SessionInfo",
     "SessionNotFound",
     "SessionPurged",
     "Settings",
     "ShardstoreError",
+    "Skipped",
     "Stats",
     "Store",
     "SweepReport",
@@ -115,7 +123,10 @@ def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) ->
     """Open a store and make its schema current.
 
     ``dsn`` may be a DSN string, a ``psycopg_pool.ConnectionPool`` or a ``psycopg.Connection``
-    (to join the caller's transactions); without it, ``$SHARDSTORE_DSN``, else the embedded
+    (to join the caller's transactions), a SQLAlchemy ``Engine`` (a source of connections,
+    like a pool) or a SQLAlchemy ``Connection`` (its transaction is joined: the
+    application commits or rolls back shardstore's writes with its own), both on the
+    psycopg 3 driver (``postgresql+psycopg://``); without it, ``$SHARDSTORE_DSN``, else the embedded
     Postgres in the user data directory (started on demand, reused by later processes).
     Migrations are applied idempotently (concurrent callers are serialised). ``tokenizer`` is
     a tiktoken encoding name (default ``cl100k_base``), a path to a ``tokenizer.json``, or a
@@ -144,7 +155,8 @@ async def connect_async(
     dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any
 ) -> AsyncStore:
     """asyncio version of :func:`connect` (accepts a DSN, an ``AsyncConnectionPool`` or an
-    ``AsyncConnection``) returning an :class:`AsyncStore`."""
+    ``AsyncConnection``, or a SQLAlchemy ``AsyncEngine`` / ``AsyncConnection`` on
+    ``postgresql+psycopg``) returning an :class:`AsyncStore`."""
     artifacts = pop_config(settings)
     config = Settings.from_kwargs(settings)
     counter = make_counter(tokenizer)

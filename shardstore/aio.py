@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from . import assembly, base, facts, maintenance, purge, tracing
 from . import checkpoints as checkpoint_ops
+from . import distribute as distribute_ops
 from . import fork as fork_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
@@ -22,6 +23,9 @@ from .core.connector import AsyncConnector
 from .core.executor import run_async, stream_async
 from .core.steps import Op
 from .folding import AsyncFolder
+from .importers import jsonl as jsonl_ops
+from .importers import langgraph as langgraph_ops
+from .importers import single_row as single_row_ops
 from .models import Turn
 from .settings import Settings
 from .tokens import TokenCounter
@@ -95,6 +99,11 @@ class AsyncStore(base.StoreBase):
     sweep_artifacts = amethod(artifact_sweep.sweep_artifacts)
     expand = amethod(artifact_offload.expand)
     attach_payload = amethod(tracing.attach_payload)
+    import_single_row = amethod(single_row_ops.import_single_row)
+    import_langgraph = amethod(langgraph_ops.import_langgraph)
+    import_jsonl = amethod(jsonl_ops.import_jsonl)
+    export_sessions = amethod(jsonl_ops.export_sessions)
+    distribute = amethod(distribute_ops.distribute)
 
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded

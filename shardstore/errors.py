@@ -107,3 +107,14 @@ class ArtifactNotFound(ShardstoreError, LookupError):
 class ArtifactCorrupt(ShardstoreError):
     """The bytes a backend holds do not match the artifact's sha256 and size; nothing that
     names them was written."""
+
+
+class ImportRejected(InvalidInput):
+    """An importer refused source data (a row, a LangGraph thread, a JSONL line) as it is;
+    the message names where it is and why. Nothing of the session it belongs to was
+    written: each session is imported in one transaction."""
+
+
+class SessionExists(SessionConflict):
+    """An import found the session already in this database and was asked to refuse
+    (``on_existing="refuse"``); ``on_existing="skip"`` leaves it as it is and goes on."""

@@ -32,7 +32,7 @@ from typing import Any
 from . import jsoncodec
 from .core import validate
 from .core.rows import record
-from .core.steps import Op, Q
+from .core.steps import Op, Q, Tx
 from .errors import InvalidInput, SessionNotFound, SessionPurged
 from .sql import query
 
@@ -125,7 +125,9 @@ def remember(
     ``confidence``: None or a number from 0 to 1. ``valid_from``: a timezone-aware
     datetime, default the server's clock now; it must come after the newest version's start
     (and end, if that version was closed). A fact with a source is removed by any purge
-    that removes its turn. Bad input raises ``InvalidInput`` and writes nothing."""
+    that removes its turn. A turn a fork inherits (:meth:`fork`) is recorded at the session
+    that stores it, its ancestor (``fact.source_session_id``), so a purge that erases that
+    turn removes the fact too. Bad input raises ``InvalidInput`` and writes nothing."""
     tenant, subj = _ids(tenant_id, subject)
     name = _key(key)
     text = _value(value)
@@ -134,9 +136,13 @@ def remember(
     start = validate.optional_instant(valid_from, "valid_from")
     sid, seq = ref if ref is not None else (None, None)
     fact_id = uuid.uuid4()
+    yield Tx.BEGIN
+    if sid is not None:
+        (sid,) = yield Q(query("fact_source_owner"), {"sid": sid, "seq": seq}, fetch="one")
     row = yield _named(
         "fact_remember", (fact_id, tenant, subj, name, text, conf, sid, seq, start), fetch="one"
     )
+    yield Tx.COMMIT
     if row["status"] != "ok":
         raise _refused(row["status"], row["detail"], ref)
     return _fact(

@@ -96,6 +96,14 @@ class HistoryPartitions(RangeTable):
         )
         return bool(ok)
 
+    def detach_op(self, name: str, lock_timeout: timedelta, concurrently: bool) -> Op[str]:
+        """The generic detach, but a plain ``DETACH`` (bounded by ``lock_timeout``) when
+        ``agent_history`` is distributed by Citus, which has no ``DETACH ... CONCURRENTLY``."""
+        if concurrently:
+            (distributed,) = yield Q(query("maint_history_distributed"), fetch="one")
+            concurrently = not distributed
+        return (yield from RangeTable.detach_op(self, name, lock_timeout, concurrently))
+
     def finalize_op(self, name: str, lock_timeout: timedelta) -> Op[bool]:
         """``maint_finalize_detach_v1``: DETACH ... FINALIZE; False on a lock timeout."""
         (ok,) = yield Q(query("maint_finalize"), (name, lock_timeout.total_seconds()), fetch="one")

@@ -87,7 +87,9 @@ class PartitionInfo:
 
 @dataclass(frozen=True, slots=True)
 class Stats:
-    """Store-wide counts. ``buffered_turns`` are turns not yet folded into a chunk row."""
+    """Store-wide counts. ``turns``: turns appended to the sessions (a fork counts its own,
+    not those it shares with its parent); ``buffered_turns`` are turns not yet folded into
+    a chunk row."""
 
     sessions: int
     turns: int

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from . import assembly, base, facts, maintenance, purge, tracing
 from . import checkpoints as checkpoint_ops
+from . import distribute as distribute_ops
 from . import fork as fork_ops
 from . import history as history_ops
 from . import rewind as rewind_ops
@@ -23,6 +24,9 @@ from .core.connector import Connector
 from .core.executor import run_sync, stream_sync
 from .core.steps import Op
 from .folding import BackgroundFolder
+from .importers import jsonl as jsonl_ops
+from .importers import langgraph as langgraph_ops
+from .importers import single_row as single_row_ops
 from .models import Turn
 from .settings import Settings
 from .tokens import TokenCounter
@@ -97,6 +101,11 @@ class Store(base.StoreBase):
     sweep_artifacts = method(artifact_sweep.sweep_artifacts)
     expand = method(artifact_offload.expand)
     attach_payload = method(tracing.attach_payload)
+    import_single_row = method(single_row_ops.import_single_row)
+    import_langgraph = method(langgraph_ops.import_langgraph)
+    import_jsonl = method(jsonl_ops.import_jsonl)
+    export_sessions = method(jsonl_ops.export_sessions)
+    distribute = method(distribute_ops.distribute)
 
     def drain_folds(self) -> None:
         """Block until every chunk sealed by this store's appends so far has been folded into

@@ -134,7 +134,7 @@ def embed_batch_op(
     vectors are written only for chunks unchanged since they were read."""
     ranges = yield Q(query("vec_sync_partitions"), prepare=False)
     yield Tx.BEGIN
-    rows = yield Q(query("vec_claim"), (session_id, session_id, batch), prepare=False, named=True)
+    rows = yield Q(query("vec_claim"), (session_id, batch), prepare=False, named=True)
     # a chunk outside every vector partition (created since the sync) waits for the next batch
     ready = [r for r in rows if r["chunk_text"] is None or in_ranges(r["chunk_start"], ranges)]
     if not ready:
@@ -260,7 +260,7 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         limit = min(MAX_CANDIDATES, max(ctx.settings.hnsw_ef_search, 4 * k))
         yield Tx.BEGIN
         while True:
-            yield Q(query("vec_search_settings"), (str(limit),), fetch="none")
+            yield Q(query("vec_search_settings"), (limit,), fetch="one")
             rows = yield Q(
                 query("vec_search_ann"),
                 _params(ctx, scope, vector, limit),

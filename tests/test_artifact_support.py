@@ -140,6 +140,10 @@ def s3_url() -> str:
                 f"-filer.port={ports['filer']}",
                 "-s3",
                 f"-s3.port={ports['s3']}",
+                # the Iceberg and Lance catalogs listen on fixed ports (8181, 9101) by
+                # default: a second test run on the machine would fail to start
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
                 "-volume.max=20",
             ],
             stdout=subprocess.DEVNULL,

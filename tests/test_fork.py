@@ -131,12 +131,28 @@ def test_fork_writes_one_row_whatever_the_length(make_store: StoreFactory, dsn: 
     store = make_store(**SMALL)
     parent = store.create_session("acme")
     grow(store, parent, 0, 200)
+    store.drain_folds()  # a background fold landing between the counts is not the fork's
     tables = ["agent_history", "chunk_map", "turn_buffer", "turn_keys", "fork_copies"]
     before = {t: count(dsn, f"SELECT count(*) FROM shardstore.{t}") for t in tables}
     store.fork(parent)
     store.fork(parent, at_turn_seq=100)
     assert {t: count(dsn, f"SELECT count(*) FROM shardstore.{t}") for t in tables} == before
     assert count(dsn, "SELECT count(*) FROM shardstore.sessions") == 3
+
+
+def test_stats_count_shared_turns_once(make_store: StoreFactory, dsn: str) -> None:
+    store = make_store(**SMALL)
+    parent = store.create_session("acme")
+    grow(store, parent, 0, 30)
+    child = store.fork(parent, at_turn_seq=19)
+    grow(store, child, 20, 5, tag="c")
+    grandchild = store.fork(child)
+    store.append_turn(grandchild, msg(25, "g"))
+    assert store.stats().turns == 30 + 5 + 1
+    store.rewind(parent, 10)  # copy-on-write: the child now stores the chunks holding 10..19
+    fork_at = count(dsn, "SELECT fork_at FROM shardstore.sessions WHERE session_id = %s", child)
+    assert fork_at < 10
+    assert store.stats().turns == 10 + (25 - (fork_at + 1)) + 1
 
 
 def test_default_fork_point_and_checkpoint(make_store: StoreFactory) -> None:
@@ -495,3 +511,19 @@ def test_session_search_in_a_fork(make_store: StoreFactory) -> None:
     store.embed()
     hit = store.search("xylophone", session_id=child, k=1)[0]
     assert hit.session_id == child and hit.turns[0].turn_seq == 3
+
+
+def test_a_fact_sourced_at_an_inherited_turn_names_its_owner(make_store: StoreFactory) -> None:
+    store = make_store(**SMALL)
+    parent = store.create_session("acme", "user:1")
+    grow(store, parent, 0, 12)
+    child = store.fork(parent, at_turn_seq=7)
+    grow(store, child, 8, 3, tag="c")
+    inherited = store.remember("acme", "user:1", "city", "Lisbon", source=(child, 3))
+    own = store.remember("acme", "user:1", "pet", "cat", source=(child, 9))
+    assert (inherited.source_session_id, inherited.source_turn_seq) == (parent, 3)
+    assert (own.source_session_id, own.source_turn_seq) == (child, 9)
+    with pytest.raises(shardstore.InvalidInput):
+        store.remember("acme", "user:1", "x", 1, source=(child, 11))  # past the end
+    store.purge_session(parent)  # erases turn 3 everywhere, and the fact drawn from it
+    assert {f.key for f in store.recall("acme", "user:1")} == {"pet"}

@@ -209,7 +209,7 @@ def test_a_dead_worker_leaves_nothing_locked(make_store: StoreFactory, dsn: str)
     fill(store, store.create_session("acme"), 60)
     chunks = folded_chunks(dsn)
     dying = psycopg.connect(dsn)
-    dying.execute(query("vec_claim"), (None, None, 1000)).fetchall()  # holds every queue row
+    dying.execute(query("vec_claim"), (None, 1000)).fetchall()  # holds every queue row
     assert store.embed() == 0  # SKIP LOCKED: nothing to take while the other worker holds them
     dying.pgconn.finish()  # the worker dies without COMMIT or ROLLBACK
     assert store.embed() == chunks

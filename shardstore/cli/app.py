@@ -140,6 +140,9 @@ COMMAND_MODULES = (
     "context",
     "summarize",
     "artifacts",
+    "import_cmd",
+    "export",
+    "distribute",
 )
 
 

@@ -1,6 +1,7 @@
-"""The one connector: turns a DSN, a psycopg pool or a psycopg connection into a source of
-connections (``acquire`` / ``release``) for the driver. Sync and asyncio flavours share the
-resolution and the pool settings; they differ only where psycopg does."""
+"""The one connector: turns a DSN, a psycopg pool or a psycopg connection (or a SQLAlchemy
+engine or connection on the psycopg 3 driver) into a source of connections (``acquire`` /
+``release``) for the driver. Sync and asyncio flavours share the resolution and the pool
+settings; they differ only where psycopg does."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..errors import ConfigurationError, DatabaseUnavailable
+from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
 from ..settings import Settings
 
 
@@ -102,6 +104,85 @@ def _wrong_source(what: str, kinds: str, source: Any) -> ConfigurationError:
     return ConfigurationError(f"{what}() takes {kinds}, not {type(source).__name__}")
 
 
+# ---------------------------------------------------------------- SQLAlchemy sources
+#
+# A SQLAlchemy Engine is a source of connections like a pool; a SQLAlchemy Connection is
+# the caller's connection, like a psycopg one. Both must be on the psycopg 3 driver, whose
+# raw connection the driver then runs on. sqlalchemy is imported only when a source comes
+# from it, so shardstore never needs it otherwise.
+
+
+def _sqlalchemy_kind(source: Any) -> str | None:
+    """``"engine"``, ``"connection"``, ``"async_engine"`` or ``"async_connection"`` for a
+    SQLAlchemy source; None for anything else (sqlalchemy not imported then)."""
+    if not type(source).__module__.startswith("sqlalchemy."):
+        return None
+    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+    kinds = (
+        (AsyncEngine, "async_engine"),
+        (AsyncConnection, "async_connection"),
+        (Engine, "engine"),
+        (Connection, "connection"),
+    )
+    for cls, kind in kinds:
+        if isinstance(source, cls):
+            _check_driver(source.dialect, kind)
+            return kind
+    return None
+
+
+def _check_driver(dialect: Any, kind: str) -> None:
+    wanted = "psycopg_async" if kind.startswith("async") else "psycopg"
+    if dialect.name != "postgresql" or dialect.driver not in ("psycopg", "psycopg_async"):
+        raise ConfigurationError(
+            f"a SQLAlchemy {kind.replace('_', ' ')} for shardstore must use the psycopg 3 "
+            f"driver (postgresql+{wanted}://...), not {dialect.name}+{dialect.driver}"
+        )
+
+
+def _sqlalchemy_closed(exc: Exception) -> DatabaseError:
+    # not retryable: the application must roll back or reopen its connection first
+    return DatabaseError(f"the SQLAlchemy connection cannot be used: {exc}")
+
+
+def _join_sqlalchemy(sa_conn: Any) -> psycopg.Connection[Any]:
+    """The raw psycopg connection of a SQLAlchemy Connection, inside the application's
+    transaction: begun the way its own first statement would begin it (SQLAlchemy's
+    autobegin, then psycopg's implicit BEGIN), so that shardstore's transaction blocks
+    are savepoints in it and its commit or rollback decides. Under the AUTOCOMMIT
+    isolation level statements commit as they run, as the application's own do."""
+    try:
+        raw: psycopg.Connection[Any] = sa_conn.connection.dbapi_connection
+        if raw.autocommit:
+            return raw
+        if not sa_conn.in_transaction():
+            sa_conn.begin()
+    except Exception as exc:  # closed, invalidated: SQLAlchemy's own errors
+        raise _sqlalchemy_closed(exc) from exc
+    if raw.info.transaction_status == TransactionStatus.IDLE:
+        # psycopg begins on the next statement; a transaction block opened on an idle
+        # connection would instead commit on its own, outside the application's control
+        raw.execute("SELECT 1")
+    return raw
+
+
+async def _ajoin_sqlalchemy(sa_conn: Any) -> psycopg.AsyncConnection[Any]:
+    """asyncio version of :func:`_join_sqlalchemy` (a SQLAlchemy AsyncConnection)."""
+    try:
+        raw: psycopg.AsyncConnection[Any] = (await sa_conn.get_raw_connection()).driver_connection
+        if raw.autocommit:
+            return raw
+        if not sa_conn.in_transaction():
+            await sa_conn.begin()
+    except Exception as exc:
+        raise _sqlalchemy_closed(exc) from exc
+    if raw.info.transaction_status == TransactionStatus.IDLE:
+        await raw.execute("SELECT 1")
+    return raw
+
+
 class Connector:
     """Hands out connections. Owns (and closes) a pool only if it created it. A caller's
     connection runs one whole operation at a time."""
@@ -109,13 +190,21 @@ class Connector:
     def __init__(self, source: Any, settings: Settings) -> None:
         self._pool: ConnectionPool[Any] | None = None
         self._conn: psycopg.Connection[Any] | None = None
+        self._engine: Any = None  # a SQLAlchemy Engine
+        self._sa_conn: Any = None  # a SQLAlchemy Connection
+        self._borrowed: dict[int, Any] = {}  # raw connection id -> its SQLAlchemy Connection
         self._owned = False
         self._lock = threading.Lock()
         self.dsn: str | None = None
+        kind = _sqlalchemy_kind(source)
         if isinstance(source, ConnectionPool):
             self._pool = source
         elif isinstance(source, psycopg.Connection):
             self._conn = source
+        elif kind == "engine":
+            self._engine = source
+        elif kind == "connection":
+            self._sa_conn = source
         elif source is None or isinstance(source, str):
             self.dsn = resolve_dsn(source)
             probe(self.dsn, settings.connect_timeout)
@@ -130,7 +219,8 @@ class Connector:
         else:
             raise _wrong_source(
                 "connect",
-                "a DSN string, a psycopg_pool.ConnectionPool or a psycopg.Connection",
+                "a DSN string, a psycopg_pool.ConnectionPool, a psycopg.Connection, or a "
+                "SQLAlchemy Engine or Connection (postgresql+psycopg)",
                 source,
             )
 
@@ -139,6 +229,15 @@ class Connector:
         if self._conn is not None:
             self._lock.acquire()
             return self._conn
+        if self._sa_conn is not None:
+            self._lock.acquire()
+            try:
+                return _join_sqlalchemy(self._sa_conn)
+            except BaseException:
+                self._lock.release()
+                raise
+        if self._engine is not None:
+            return self._borrow()
         assert self._pool is not None
         try:
             conn: psycopg.Connection[Any] = self._pool.getconn()
@@ -148,10 +247,36 @@ class Connector:
 
     def release(self, conn: psycopg.Connection[Any]) -> None:
         """Give back a connection from :meth:`acquire` (a broken one is discarded)."""
-        if self._conn is not None:
+        if self._conn is not None or self._sa_conn is not None:
             self._lock.release()
+        elif self._engine is not None:
+            self._give_back(conn)
         elif self._pool is not None:
             self._pool.putconn(conn)
+
+    def _borrow(self) -> psycopg.Connection[Any]:
+        # a connection of the engine's pool, in autocommit as the store's own pool's are;
+        # SQLAlchemy restores its isolation level when it goes back
+        try:
+            sa_conn = self._engine.connect()
+        except Exception as exc:  # the engine's pool timeout, the server gone
+            raise _no_connection(exc) from exc
+        try:
+            sa_conn.execution_options(isolation_level="AUTOCOMMIT")
+            raw: psycopg.Connection[Any] = sa_conn.connection.dbapi_connection
+        except BaseException:
+            sa_conn.close()
+            raise
+        with self._lock:
+            self._borrowed[id(raw)] = sa_conn
+        return raw
+
+    def _give_back(self, conn: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            sa_conn = self._borrowed.pop(id(conn))
+        if conn.closed or getattr(conn, "broken", False):
+            sa_conn.invalidate()  # the engine's pool opens a new one for the next caller
+        sa_conn.close()
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -165,7 +290,7 @@ class Connector:
     @property
     def pooled(self) -> bool:
         """True when connections come from a pool (background work may take one)."""
-        return self._pool is not None
+        return self._pool is not None or self._engine is not None
 
     def close(self) -> None:
         """Close the pool if this connector created it."""
@@ -179,18 +304,27 @@ class AsyncConnector:
     def __init__(self) -> None:
         self._pool: AsyncConnectionPool[Any] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._engine: Any = None  # a SQLAlchemy AsyncEngine
+        self._sa_conn: Any = None  # a SQLAlchemy AsyncConnection
+        self._borrowed: dict[int, Any] = {}
         self._owned = False
         self._lock = asyncio.Lock()
         self.dsn: str | None = None
 
     @classmethod
     async def create(cls, source: Any, settings: Settings) -> AsyncConnector:
-        """Resolve ``source`` (a DSN, an AsyncConnectionPool or an AsyncConnection)."""
+        """Resolve ``source`` (a DSN, an AsyncConnectionPool or an AsyncConnection, or a
+        SQLAlchemy AsyncEngine or AsyncConnection on psycopg)."""
         self = cls()
+        kind = _sqlalchemy_kind(source)
         if isinstance(source, AsyncConnectionPool):
             self._pool = source
         elif isinstance(source, psycopg.AsyncConnection):
             self._conn = source
+        elif kind == "async_engine":
+            self._engine = source
+        elif kind == "async_connection":
+            self._sa_conn = source
         elif source is None or isinstance(source, str):
             self.dsn = dsn = await asyncio.to_thread(resolve_dsn, source)
             await aprobe(dsn, settings.connect_timeout)
@@ -205,7 +339,8 @@ class AsyncConnector:
         else:
             raise _wrong_source(
                 "connect_async",
-                "a DSN string, a psycopg_pool.AsyncConnectionPool or a psycopg.AsyncConnection",
+                "a DSN string, a psycopg_pool.AsyncConnectionPool, a psycopg.AsyncConnection, "
+                "or a SQLAlchemy AsyncEngine or AsyncConnection (postgresql+psycopg)",
                 source,
             )
         return self
@@ -215,6 +350,15 @@ class AsyncConnector:
         if self._conn is not None:
             await self._lock.acquire()
             return self._conn
+        if self._sa_conn is not None:
+            await self._lock.acquire()
+            try:
+                return await _ajoin_sqlalchemy(self._sa_conn)
+            except BaseException:
+                self._lock.release()
+                raise
+        if self._engine is not None:
+            return await self._borrow()
         assert self._pool is not None
         try:
             conn: psycopg.AsyncConnection[Any] = await self._pool.getconn()
@@ -224,15 +368,39 @@ class AsyncConnector:
 
     async def release(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """See :meth:`Connector.release`."""
-        if self._conn is not None:
+        if self._conn is not None or self._sa_conn is not None:
             self._lock.release()
+        elif self._engine is not None:
+            await self._give_back(conn)
         elif self._pool is not None:
             await self._pool.putconn(conn)
+
+    async def _borrow(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            sa_conn = await self._engine.connect()
+        except Exception as exc:
+            raise _no_connection(exc) from exc
+        try:
+            await sa_conn.execution_options(isolation_level="AUTOCOMMIT")
+            raw: psycopg.AsyncConnection[Any] = (
+                await sa_conn.get_raw_connection()
+            ).driver_connection
+        except BaseException:
+            await sa_conn.close()
+            raise
+        self._borrowed[id(raw)] = sa_conn
+        return raw
+
+    async def _give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        sa_conn = self._borrowed.pop(id(conn))
+        if conn.closed or getattr(conn, "broken", False):
+            await sa_conn.invalidate()
+        await sa_conn.close()
 
     @property
     def pooled(self) -> bool:
         """True when connections come from a pool (background work may take one)."""
-        return self._pool is not None
+        return self._pool is not None or self._engine is not None
 
     async def close(self) -> None:
         """Close the pool if this connector created it."""

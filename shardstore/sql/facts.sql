@@ -49,3 +49,10 @@ WITH gone AS (
 )
 SELECT count(*), coalesce(sum(sz), 0)::bigint
   FROM (SELECT sz FROM gone UNION ALL SELECT sz FROM counted) AS both_ways;
+
+-- name: fact_source_owner
+-- the session that stores a turn of a session's view: an ancestor for a turn a fork
+-- inherits, else the session itself (also when no stored chunk holds the turn, so the
+-- remember reports why)
+SELECT coalesce((SELECT o.r_owner FROM shardstore.fork_chunk_of_v1(%(sid)s, %(seq)s) o LIMIT 1),
+                %(sid)s);

@@ -7,6 +7,10 @@
 SELECT now(), extract(epoch FROM partition_interval)::float8, partition_origin
   FROM shardstore.config;
 
+-- name: maint_history_distributed
+-- Citus has no DETACH ... CONCURRENTLY: retention detaches a distributed table plainly
+SELECT shardstore.is_distributed_v1('shardstore.agent_history');
+
 -- name: maint_attach
 SELECT shardstore.maint_attach_partition_v1(%s, %s, make_interval(secs => %s));
 

@@ -118,15 +118,20 @@ SELECT turn_seq, chunk_seq, tokens, created_at, idempotency_key, message::text A
  ORDER BY turn_seq;
 
 -- name: chunk_meta
+-- the partition is named from chunk_start by the partition rule (tableoid would name a
+-- shard on Citus)
 SELECT h.chunk_seq, h.first_turn_seq, h.turn_count, h.token_count, h.byte_count,
-       h.chunk_start, h.chunk_end, c.relname::text AS partition
-  FROM shardstore.agent_history h JOIN pg_class c ON c.oid = h.tableoid
+       h.chunk_start, h.chunk_end,
+       shardstore.maint_partition_name_v1(date_bin(c.partition_interval, h.chunk_start,
+                                                    c.partition_origin)) AS partition
+  FROM shardstore.agent_history h CROSS JOIN shardstore.config c
  WHERE h.session_id = %s AND h.chunk_seq = ANY(%s) AND h.chunk_start = ANY(%s)
  ORDER BY h.chunk_seq;
 
 -- name: stats_sessions
+-- a fork's next_turn_seq counts the turns it inherits (0..fork_at), stored in its ancestors
 SELECT count(*) FILTER (WHERE purged_at IS NULL) AS sessions,
-       coalesce(sum(next_turn_seq), 0) AS turns
+       coalesce(sum(next_turn_seq - coalesce(fork_at + 1, 0)), 0) AS turns
   FROM shardstore.sessions;
 
 -- name: stats_buffer
@@ -135,12 +140,14 @@ SELECT count(*) FROM shardstore.turn_buffer;
 -- name: stats_partitions
 SELECT c.relname AS name,
        pg_get_expr(c.relpartbound, c.oid) AS bound,
-       pg_total_relation_size(c.oid) AS bytes
+       shardstore.relation_size_v1(c.oid) AS bytes
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
  WHERE i.inhparent = 'shardstore.agent_history'::regclass
  ORDER BY c.relname;
 
 -- name: stats_partition_rows
-SELECT c.relname::text, count(*)
-  FROM shardstore.agent_history h JOIN pg_class c ON c.oid = h.tableoid
+-- per partition, named by the partition rule from each chunk's start (not tableoid)
+SELECT shardstore.maint_partition_name_v1(date_bin(c.partition_interval, h.chunk_start,
+                                                   c.partition_origin)), count(*)
+  FROM shardstore.agent_history h CROSS JOIN shardstore.config c
  GROUP BY 1;

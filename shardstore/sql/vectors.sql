@@ -13,19 +13,12 @@ SELECT r_lo, r_hi FROM shardstore.vec_sync_partitions_v1();
 SELECT count(*) FROM shardstore.embed_queue WHERE %s::uuid IS NULL OR session_id = %s::uuid;
 
 -- Claims up to %s queued chunks that no other worker holds; the locks last until this
--- worker's transaction ends (a worker that dies leaves nothing locked).
+-- worker's transaction ends (a worker that dies leaves nothing locked). vec_claim_v1
+-- locks each candidate on its own (Citus runs no FOR UPDATE across sessions).
 -- name: vec_claim
-SELECT q.session_id, q.chunk_seq, q.chunk_start, h.first_turn_seq, h.turn_count,
-       h.conversation_chunk::text AS chunk_text
-  FROM (SELECT x.session_id, x.chunk_seq, x.chunk_start, x.queued_at
-          FROM shardstore.embed_queue x
-         WHERE %s::uuid IS NULL OR x.session_id = %s::uuid
-         ORDER BY x.queued_at
-         LIMIT %s
-           FOR UPDATE SKIP LOCKED) q
-  LEFT JOIN shardstore.agent_history h
-         ON h.session_id = q.session_id AND h.chunk_seq = q.chunk_seq AND h.chunk_start = q.chunk_start
- ORDER BY q.queued_at;
+SELECT r_session_id AS session_id, r_chunk_seq AS chunk_seq, r_chunk_start AS chunk_start,
+       r_first_turn_seq AS first_turn_seq, r_turn_count AS turn_count, r_chunk_text AS chunk_text
+  FROM shardstore.vec_claim_v1(%s::uuid, %s);
 
 -- name: vec_store
 SELECT r_stored, r_left
@@ -34,8 +27,8 @@ SELECT r_stored, r_left
                                %s::timestamptz[], %s::timestamptz[], %s::text[]);
 
 -- name: vec_requeue_all
-INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start)
-SELECT h.session_id, h.chunk_seq, h.chunk_start FROM shardstore.agent_history h
+INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, tenant_id)
+SELECT h.session_id, h.chunk_seq, h.chunk_start, h.tenant_id FROM shardstore.agent_history h
 ON CONFLICT DO NOTHING;
 
 -- name: vec_counts
@@ -83,8 +76,8 @@ SELECT r.session_id, r.chunk_seq, r.chunk_start, r.first_turn_seq, r.last_turn_s
 -- going until enough rows pass the filter; strict order keeps each partition's output
 -- sorted, so the MergeAppend across partitions merges them correctly.
 -- name: vec_search_settings
-SELECT set_config('hnsw.iterative_scan', 'strict_order', true),
-       set_config('hnsw.ef_search', %s, true);
+-- vec_search_settings_v1 uses SET LOCAL, which Citus sends on to the shards
+SELECT shardstore.vec_search_settings_v1(%s);
 
 -- Tenant scope: nearest windows through each partition's HNSW index.
 -- name: vec_search_ann

@@ -1,0 +1,51 @@
+"""``shardstore export (SESSION_ID... | --tenant T | --subject S) [-o FILE]``: sessions as
+JSONL (the format of :mod:`shardstore.importers.jsonl`), for ``shardstore import jsonl``."""
+
+from __future__ import annotations
+
+import sys
+
+from ..app import Commands, Runner
+from ..args import UsageError
+from ..output import dumps, num, size
+
+
+def cmd_export(run: Runner) -> int:
+    """Write the sessions to -o FILE (default stdout); the summary goes to stdout, or to
+    stderr when the sessions do; 0 on success."""
+    a = run.args
+    if not a.session_ids and a.tenant is None and a.subject is None:
+        raise UsageError("name the sessions: SESSION_ID..., --tenant or --subject")
+    to_stdout = a.output in (None, "-")
+    out = sys.stdout if to_stdout else a.output
+    with run.connect() as store:
+        report = store.export_sessions(
+            a.session_ids or None,
+            tenant_id=a.tenant,
+            subject_id=a.subject,
+            out=out,
+            progress=not a.quiet and run.err.isatty(),
+        )
+    summary = run.err if to_stdout else run.out
+    if run.json:
+        print(dumps(report.to_json()), file=summary)
+    elif not (to_stdout and a.quiet):
+        where = "stdout" if to_stdout else a.output
+        print(
+            f"exported {num(report.sessions)} session{'s' if report.sessions != 1 else ''}, "
+            f"{num(report.turns)} turns ({size(report.bytes)}) to {where}",
+            file=summary,
+        )
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add ``export``."""
+    p = commands.add(
+        "export", "write sessions as JSONL (for 'shardstore import jsonl')", cmd_export
+    )
+    p.add_argument("session_ids", nargs="*", metavar="SESSION_ID")
+    p.add_argument("--tenant", metavar="T", help="every live session of this tenant")
+    p.add_argument("--subject", metavar="S", help="every live session of this subject")
+    p.add_argument("-o", "--output", metavar="FILE", help="the file (default stdout)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")

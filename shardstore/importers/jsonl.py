@@ -1,0 +1,553 @@
+"""Export sessions to JSONL and import them back (``store.export_sessions``,
+``store.import_jsonl``; ``shardstore export``, ``shardstore import jsonl``).
+
+The format (``shardstore.jsonl`` version 1): one JSON object per line, pure ASCII
+(non-ASCII characters and lone surrogates as ``\\u`` escapes), and per session
+
+    {"kind": "session", "format": "shardstore.jsonl", "version": 1, "session_id": "…",
+     "tenant_id": "…", "subject_id": "…"|null, "agent_id": "…"|null, "metadata": {…},
+     "created_at": "2026-05-01T10:00:00.123456+00:00"}
+    {"kind": "turn", "turn_seq": 0, "created_at": "…", "idempotency_key": "…"|null,
+     "tokens": 12, "message": {…}}                       one line per turn, in order
+    {"kind": "end", "session_id": "…", "turns": 1}
+
+A header line and a line per turn (rather than a line per session) let both sides stream:
+the exporter writes a chunk of turns at a time and the importer appends ``batch_size``
+turns at a time, so a session of any length never has to fit in memory. The end line
+marks a session as complete: a file cut short (a crashed export, a partial copy) ends
+inside a session, and the importer refuses that session. ``tokens`` is kept when it is
+within 10% + 4 of the importing store's own count of the message (the same tokenizer
+counts a few tokens apart once JSONB has reordered a message's keys), else the importing
+store's count is used: chunk budgets depend on it, whatever a file claims.
+
+An export of each session is read in one snapshot. An import into a database that lacks
+the session recreates it exactly: session id, owners, metadata, ``created_at``, and each
+turn's ``turn_seq``, ``created_at`` and idempotency key (``import_turns_v1``, migration
+0015; the chunker's rules applied to those times). Each session is one transaction: a bad
+line raises ``ImportRejected`` naming it, with nothing of that session written (sessions
+before it stay; a re-run with ``on_existing="skip"`` goes on after them).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TextIO
+
+from .. import history as history_ops
+from .. import jsoncodec
+from ..core import validate
+from ..core.steps import Call, Emit, Op, Q, Tx
+from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
+from ..models import SessionInfo, Turn
+from ..sql import query
+from .report import ExportReport, ImportReport, Progress, Skipped, Tally
+from .writer import Batch, append_exact_op
+
+FORMAT = "shardstore.jsonl"
+VERSION = 1
+DEFAULT_BATCH = 500
+PAGE = 200  # sessions listed per round trip when exporting by tenant or subject
+ON_EXISTING = ("refuse", "skip")
+_LINE_SLACK = 1 << 20  # a turn line may exceed its message by this many characters
+
+_dumps = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
+
+
+# ---------------------------------------------------------------- export
+
+
+class _Sink:
+    """Where export lines go: a text stream given by the caller, or a file it names
+    (opened here, closed at the end)."""
+
+    def __init__(self, out: Any) -> None:
+        self.stream: TextIO | None = None
+        self.owned = False
+        self.path: str | None = None
+        if isinstance(out, str | os.PathLike):
+            self.path = os.fspath(out)
+        elif callable(getattr(out, "write", None)):
+            self.stream = out
+        else:
+            raise InvalidInput("out must be a path or a text stream (an object with write())")
+        self.bytes = 0
+
+    def open(self) -> None:
+        """Open the named file (for writing, UTF-8)."""
+        if self.path is not None:
+            try:
+                self.stream = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+            except OSError as exc:
+                raise InvalidInput(f"cannot write {self.path}: {exc.strerror}") from None
+            self.owned = True
+
+    def write(self, lines: Sequence[str]) -> None:
+        """Write whole lines (each ends with a newline)."""
+        assert self.stream is not None
+        text = "".join(lines)
+        self.stream.write(text)
+        self.bytes += len(text)  # pure ASCII: characters are bytes
+
+    def close(self) -> None:
+        """Flush, and close what this sink opened."""
+        if self.stream is not None:
+            if self.owned:
+                self.stream.close()
+            else:
+                self.stream.flush()
+            self.stream = None
+
+
+def session_line(info: SessionInfo) -> str:
+    """The header line of a session."""
+    return (
+        _dumps(
+            {
+                "kind": "session",
+                "format": FORMAT,
+                "version": VERSION,
+                "session_id": str(info.session_id),
+                "tenant_id": info.tenant_id,
+                "subject_id": info.subject_id,
+                "agent_id": info.agent_id,
+                "metadata": info.metadata,
+                "created_at": info.created_at.isoformat(),
+            }
+        )
+        + "\n"
+    )
+
+
+def turn_line(turn: Turn) -> str:
+    """The line of one turn."""
+    return (
+        _dumps(
+            {
+                "kind": "turn",
+                "turn_seq": turn.turn_seq,
+                "created_at": turn.created_at.isoformat(),
+                "idempotency_key": turn.idempotency_key,
+                "tokens": turn.tokens,
+                "message": turn.message,
+            }
+        )
+        + "\n"
+    )
+
+
+def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
+    """Run the streaming ``history`` operation inside this one, writing what it emits
+    (a chunk of turns at a time) to the sink; returns the number of turns written."""
+    written = 0
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(value) if error is None else op.throw(error)
+        except StopIteration:
+            return written
+        value, error = None, None
+        if isinstance(step, Emit):
+            try:
+                yield Call(sink.write, ([turn_line(t) for t in step.items],))
+            except BaseException as exc:
+                error = exc
+                continue
+            written += len(step.items)
+            bar.done(len(step.items))
+            continue
+        try:
+            value = yield step
+        except BaseException as exc:  # raised into the child, which may handle it
+            error = exc
+
+
+def _export_one_op(store: Any, sid: uuid.UUID, sink: _Sink, bar: Progress) -> Op[int]:
+    """One session's lines, from one snapshot; returns its turn count."""
+    yield Tx.BEGIN_SNAPSHOT
+    info: SessionInfo = yield from history_ops.session(store, sid)
+    if info.purged:
+        raise SessionPurged(f"session {sid} was purged; there is nothing to export")
+    bar.expect(info.turn_count)
+    yield Call(sink.write, ([session_line(info)],))
+    turns = yield from _turns_op(history_ops.history(store, sid), sink, bar)
+    end = _dumps({"kind": "end", "session_id": str(sid), "turns": turns}) + "\n"
+    yield Call(sink.write, ([end],))
+    yield Tx.COMMIT
+    return turns
+
+
+def export_sessions(
+    store: Any,
+    session_ids: uuid.UUID | str | Sequence[uuid.UUID | str] | None = None,
+    *,
+    tenant_id: str | None = None,
+    subject_id: str | None = None,
+    out: Any,
+    progress: bool = False,
+) -> Op[ExportReport]:
+    """Write sessions as JSONL (the format in :mod:`shardstore.importers.jsonl`) to
+    ``out``, a text stream or a path (created or truncated): the sessions named by
+    ``session_ids``, or every live session of ``tenant_id`` and/or ``subject_id``
+    (newest first). Each session is read in one snapshot and streamed a chunk at a time
+    (memory stays flat however long it is), ending with its ``end`` line; a session that
+    is missing raises ``SessionNotFound``, a purged one ``SessionPurged`` (the lines
+    written before stay in ``out``, and a session without its end line is refused by
+    :meth:`import_jsonl`). ``progress`` draws a bar of turns on stderr."""
+    ids: list[uuid.UUID] | None = None
+    if session_ids is not None:
+        if tenant_id is not None or subject_id is not None:
+            raise InvalidInput("give session_ids, or tenant_id / subject_id, not both")
+        many = session_ids if isinstance(session_ids, list | tuple) else [session_ids]
+        ids = [validate.session_id(s) for s in many]
+        if not ids:
+            raise InvalidInput("session_ids is empty: name at least one session")
+    elif tenant_id is None and subject_id is None:
+        raise InvalidInput("name the sessions to export: session_ids, tenant_id or subject_id")
+    tenant = validate.optional_text(tenant_id, "tenant_id")
+    subject = validate.optional_text(subject_id, "subject_id")
+    show = validate.flag(progress, "progress")
+    sink = _Sink(out)
+    bar = Progress(show, "exporting")
+    sessions = turns = 0
+    tally = Tally()
+    try:
+        yield Call(sink.open)
+        before: SessionInfo | None = None
+        while True:
+            if ids is not None:
+                page, ids = ids, []
+            else:
+                listed = yield from history_ops.sessions(
+                    store, tenant_id=tenant, subject_id=subject, before=before, limit=PAGE
+                )
+                before = listed[-1] if listed else None
+                page = [info.session_id for info in listed]
+            if not page:
+                break
+            for sid in page:
+                turns += yield from _export_one_op(store, sid, sink, bar)
+                sessions += 1
+    finally:
+        bar.close()
+        sink.close()
+    return ExportReport(sessions, turns, sink.bytes, tally.report().seconds)
+
+
+# ---------------------------------------------------------------- import
+
+
+class _Lines:
+    """Lines of a JSONL source, read ``n`` at a time (a path is opened here, a stream is
+    read as it is); each line at most ``limit`` characters."""
+
+    def __init__(self, source: Any, limit: int) -> None:
+        self.limit = limit
+        self.stream: Any = None
+        self.path: str | None = None
+        self.owned = False
+        self.number = 0
+        self.pending: ImportRejected | None = None
+        if isinstance(source, str | os.PathLike):
+            self.path = os.fspath(source)
+        elif callable(getattr(source, "readline", None)):
+            self.stream = source
+        else:
+            raise InvalidInput("source must be a path or a text stream (with readline())")
+
+    def open(self) -> None:
+        """Open the named file (UTF-8)."""
+        if self.path is not None:
+            try:
+                self.stream = open(self.path, encoding="utf-8", newline="\n")  # noqa: SIM115
+            except OSError as exc:
+                raise InvalidInput(f"cannot read {self.path}: {exc.strerror}") from None
+            self.owned = True
+
+    def read(self, n: int) -> list[tuple[int, str]]:
+        """Up to ``n`` more non-blank lines with their 1-based numbers; empty at the end.
+        A line that cannot be read is raised (``ImportRejected``) only once the lines
+        before it were handed out, so the sessions before it are imported."""
+        if self.pending is not None:
+            raise self.pending
+        out: list[tuple[int, str]] = []
+        while len(out) < n:
+            try:
+                line = self._line()
+            except ImportRejected as exc:
+                if not out:
+                    raise
+                self.pending = exc
+                break
+            if not line:
+                break
+            if line.strip():
+                out.append((self.number, line))
+        return out
+
+    def _line(self) -> str:
+        try:
+            line = self.stream.readline(self.limit + 1)
+        except UnicodeDecodeError as exc:
+            raise ImportRejected(f"line {self.number + 1}: not UTF-8 text ({exc.reason})") from None
+        if not line:
+            return ""
+        if isinstance(line, bytes):
+            raise InvalidInput("source must be opened in text mode, not binary")
+        self.number += 1
+        if len(line) > self.limit and not line.endswith("\n"):
+            raise ImportRejected(
+                f"line {self.number}: longer than {self.limit} characters (over what a "
+                "turn of chunk_max_bytes can take)"
+            )
+        return str(line)
+
+    def close(self) -> None:
+        """Close what this reader opened."""
+        if self.owned and self.stream is not None:
+            self.stream.close()
+        self.stream = None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (JSON has no NaN or Infinity)")
+
+
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def parse_line(number: int, text: str) -> dict[str, Any]:
+    """One line as a JSON object with a string ``kind``; ``ImportRejected`` naming the
+    line for anything else (not JSON, NaN or Infinity, an int too long for Python)."""
+    try:
+        value = _decoder.decode(text)
+    except json.JSONDecodeError as exc:
+        raise ImportRejected(f"line {number}: not JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # NaN/Infinity, or an int over Python's digit limit
+        raise ImportRejected(f"line {number}: {exc}") from None
+    except RecursionError:
+        raise ImportRejected(f"line {number}: nests too deeply") from None
+    if type(value) is not dict or type(value.get("kind")) is not str:
+        raise ImportRejected(f"line {number}: not an object with a string 'kind'")
+    return value
+
+
+def _instant(value: Any, where: str, what: str) -> datetime:
+    if not isinstance(value, str):
+        raise ImportRejected(f"{where}: {what} must be an ISO 8601 string")
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise ImportRejected(f"{where}: {what} {value!r:.60} is not an ISO 8601 time") from None
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ImportRejected(f"{where}: {what} {value!r:.60} has no UTC offset")
+    return at
+
+
+def _field(check: Any, value: Any, where: str, *args: Any) -> Any:
+    try:
+        return check(value, *args)
+    except InvalidInput as exc:
+        raise ImportRejected(f"{where}: {exc}") from None
+
+
+def _key(value: Any) -> str | None:
+    return validate.optional_text(value, "idempotency_key", limit=validate.MAX_KEY_CHARS)
+
+
+class _Head:
+    """A validated session line."""
+
+    def __init__(self, doc: dict[str, Any], where: str) -> None:
+        if doc.get("format") != FORMAT:
+            raise ImportRejected(f"{where}: not a {FORMAT} session line")
+        version = doc.get("version")
+        if type(version) is not int or version > VERSION or version < 1:
+            raise ImportRejected(
+                f"{where}: format version {version!r:.20} (this shardstore reads {VERSION})"
+            )
+        self.session_id: uuid.UUID = _field(validate.session_id, doc.get("session_id"), where)
+        self.tenant: str = _field(validate.text, doc.get("tenant_id"), where, "tenant_id")
+        self.subject: str | None = _field(
+            validate.optional_text, doc.get("subject_id"), where, "subject_id"
+        )
+        self.agent: str | None = _field(
+            validate.optional_text, doc.get("agent_id"), where, "agent_id"
+        )
+        metadata = doc.get("metadata", {})
+        if type(metadata) is not dict:
+            raise ImportRejected(f"{where}: metadata must be an object")
+        self.metadata = _field(jsoncodec.encode_json, metadata, where, "metadata")
+        self.created_at = _instant(doc.get("created_at"), where, "created_at")
+
+
+class _Reader:
+    """Parsed lines, fetched from the source a batch at a time."""
+
+    def __init__(self, lines: _Lines, batch: int) -> None:
+        self.lines = lines
+        self.batch = batch
+        self.buffer: deque[tuple[int, str]] = deque()
+        self.last = 0
+
+    def next_op(self) -> Op[tuple[int, dict[str, Any]] | None]:
+        """The next line (number, object); None at the end."""
+        if not self.buffer:
+            self.buffer.extend((yield Call(self.lines.read, (self.batch,))))
+        if not self.buffer:
+            return None
+        number, text = self.buffer.popleft()
+        self.last = number
+        return number, parse_line(number, text)
+
+
+def _skip_session_op(reader: _Reader, head: _Head, where: str) -> Op[None]:
+    """Read past a session's lines up to its end line."""
+    while True:
+        item = yield from reader.next_op()
+        if item is None:
+            raise ImportRejected(f"{where}: the file ends inside session {head.session_id}")
+        number, doc = item
+        if doc["kind"] == "end":
+            return
+        if doc["kind"] != "turn":
+            raise ImportRejected(f"line {number}: a {doc['kind']!r:.40} line inside a session")
+
+
+def _session_op(
+    store: Any,
+    reader: _Reader,
+    head: _Head,
+    where: str,
+    on_existing: str,
+    tally: Tally,
+    bar: Progress,
+) -> Op[None]:
+    """One session: created and filled in one transaction, or skipped / refused."""
+    ctx = store._ctx
+    sid = head.session_id
+    yield Tx.BEGIN
+    made = yield Q(
+        query("import_session_insert"),
+        (sid, head.tenant, head.subject, head.agent, head.metadata, head.created_at),
+        fetch="one",
+    )
+    if made is None:
+        yield Tx.COMMIT  # nothing was written
+        if on_existing == "refuse":
+            raise SessionExists(
+                f"{where}: session {sid} already exists in this database (on_existing="
+                "'skip' leaves it as it is and imports the others)"
+            )
+        yield from _skip_session_op(reader, head, where)
+        tally.skipped.append(Skipped(where, f"session {sid} already exists"))
+        return
+    batch = Batch()
+    places: list[str] = []
+    first: int | None = None
+    start = 0  # turn_seq of the batch's first turn
+    count = written = 0
+    while True:
+        item = yield from reader.next_op()
+        if item is None:
+            raise ImportRejected(
+                f"line {reader.last}: the file ends inside session {sid} ({where}) before "
+                "its end line (a truncated export); nothing of that session was imported"
+            )
+        number, doc = item
+        at = f"line {number}"
+        kind = doc["kind"]
+        if kind == "turn":
+            seq = doc.get("turn_seq")
+            if type(seq) is not int or seq < 0 or seq > validate.MAX_INT64:
+                raise ImportRejected(f"{at}: turn_seq must be a non-negative int")
+            if first is None:
+                first = start = seq
+            elif seq != first + count:
+                raise ImportRejected(f"{at}: turn_seq {seq} where {first + count} was expected")
+            key = _field(_key, doc.get("idempotency_key"), at)
+            created = _instant(doc.get("created_at"), at, "created_at")
+            batch.add(ctx, doc.get("message"), at, key, doc.get("tokens"))
+            batch.times.append(created)
+            places.append(at)
+            count += 1
+            if len(batch) >= reader.batch:
+                yield from append_exact_op(ctx, sid, start, batch, places)
+                start += len(batch)
+                written += batch.bytes
+                bar.done(len(batch))
+                batch.clear()
+                places.clear()
+        elif kind == "end":
+            if doc.get("session_id") != str(sid) or doc.get("turns") != count:
+                raise ImportRejected(
+                    f"{at}: the end line does not close session {sid} with {count} turns"
+                )
+            yield from append_exact_op(ctx, sid, start, batch, places)
+            written += batch.bytes
+            bar.done(len(batch))
+            yield Tx.COMMIT
+            tally.sessions += 1
+            tally.turns += count
+            tally.bytes += written
+            return
+        else:
+            raise ImportRejected(f"{at}: a {kind!r:.40} line inside session {sid}")
+
+
+def import_jsonl(
+    store: Any,
+    source: Any,
+    *,
+    on_existing: str = "refuse",
+    batch_size: int = DEFAULT_BATCH,
+    progress: bool = False,
+) -> Op[ImportReport]:
+    """Import the sessions of a JSONL export (a path or a text stream; the format in
+    :mod:`shardstore.importers.jsonl`), each exactly as exported: ids, owners, metadata,
+    ``created_at``, turn_seqs, turn times and idempotency keys. ``batch_size`` turns per
+    statement; lines are read as they are needed.
+
+    A session already in this database (live or purged) is refused with
+    ``SessionExists`` (``on_existing="refuse"``, the default) or left as it is and listed
+    in the report's ``skipped`` (``"skip"``). Each session is one transaction: a bad line
+    (not JSON, NaN/Infinity, a wrong field, a turn_seq out of order, a time going back, a
+    message shardstore cannot store or over ``chunk_max_bytes``, a file ending before the
+    session's end line) raises ``ImportRejected`` naming the line, with nothing of that
+    session written; sessions before it stay, so a re-run with ``on_existing="skip"``
+    completes the import. ``progress`` draws a bar of turns on stderr."""
+    if on_existing not in ON_EXISTING:
+        raise InvalidInput(f"on_existing must be 'refuse' or 'skip', not {on_existing!r:.80}")
+    size = validate.count(batch_size, "batch_size", high=100_000)
+    show = validate.flag(progress, "progress")
+    if isinstance(source, io.BufferedIOBase | io.RawIOBase):
+        raise InvalidInput("source must be opened in text mode, not binary")
+    lines = _Lines(source, 2 * store._ctx.settings.chunk_max_bytes + _LINE_SLACK)
+    reader = _Reader(lines, size)
+    tally = Tally()
+    bar = Progress(show, "importing")
+    try:
+        yield Call(lines.open)
+        while True:
+            item = yield from reader.next_op()
+            if item is None:
+                break
+            number, doc = item
+            where = f"line {number}"
+            if doc["kind"] != "session":
+                raise ImportRejected(
+                    f"{where}: a {doc['kind']!r:.40} line outside a session "
+                    "(each session starts with its session line)"
+                )
+            head = _Head(doc, where)
+            yield from _session_op(store, reader, head, where, on_existing, tally, bar)
+    finally:
+        bar.close()
+        lines.close()
+    return tally.report()

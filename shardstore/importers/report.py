@@ -1,0 +1,119 @@
+"""What an import or an export did (the dataclasses the store methods return) and the
+progress bar they draw."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A source row, thread or session that was not imported, and why (``source`` names
+    it as the error would: ``"row session_id='a1'"``, ``"thread 't-1'"``, ``"line 12"``)."""
+
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """The outcome of one import run.
+
+    ``sessions``: sessions created or extended; ``turns`` and ``bytes``: turns appended and
+    their stored JSON size; ``unchanged``: sessions already complete (a re-run finds every
+    source element already imported); ``skipped``: what was left out, with the reason;
+    ``seconds``: the run's wall time."""
+
+    sessions: int
+    turns: int
+    bytes: int
+    unchanged: int
+    skipped: tuple[Skipped, ...]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as the CLI prints it with ``--json``."""
+        return {
+            "sessions": self.sessions,
+            "turns": self.turns,
+            "bytes": self.bytes,
+            "unchanged": self.unchanged,
+            "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    """The outcome of an export: sessions and turns written, bytes of JSONL text."""
+
+    sessions: int
+    turns: int
+    bytes: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as the CLI prints it with ``--json``."""
+        return {
+            "sessions": self.sessions,
+            "turns": self.turns,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts an import accumulates while it runs (one per run, never shared)."""
+
+    sessions: int = 0
+    turns: int = 0
+    bytes: int = 0
+    unchanged: int = 0
+    skipped: list[Skipped] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    def report(self) -> ImportReport:
+        """The frozen report of what was counted so far."""
+        return ImportReport(
+            self.sessions,
+            self.turns,
+            self.bytes,
+            self.unchanged,
+            tuple(self.skipped),
+            time.perf_counter() - self.started,
+        )
+
+
+class Progress:
+    """A tqdm bar of turns on stderr when ``show``; a no-op otherwise. The total grows as
+    sources announce their sizes."""
+
+    def __init__(self, show: bool, what: str) -> None:
+        self.bar: Any = None
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=None, unit="turn", desc=what, file=sys.stderr, dynamic_ncols=True, leave=False
+            )
+
+    def expect(self, turns: int) -> None:
+        """``turns`` more are coming."""
+        if self.bar is not None and turns > 0:
+            self.bar.total = (self.bar.total or 0) + turns
+            self.bar.refresh()
+
+    def done(self, turns: int) -> None:
+        """``turns`` more were written."""
+        if self.bar is not None and turns:
+            self.bar.update(turns)
+
+    def close(self) -> None:
+        """Remove the bar (idempotent)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

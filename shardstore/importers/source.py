@@ -1,0 +1,94 @@
+"""Connections to the database an import reads from (not the store's), and the errors
+they raise in shardstore's terms.
+
+Source reads run in :class:`~shardstore.core.steps.Call` steps on a sync psycopg
+connection: under :class:`~shardstore.AsyncStore` the driver runs them in a worker thread,
+so the event loop goes on while a batch is fetched."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from ..core import validate
+from ..core.executor import translate
+from ..errors import DatabaseUnavailable, ImportRejected, InvalidInput, ShardstoreError
+
+T = TypeVar("T")
+_BLOCK = re.compile(r"^-- name: (\w+)\n(.*?)(?=^-- name: |\Z)", re.S | re.M)
+
+
+@cache
+def _statements() -> dict[str, str]:
+    text = resources.files(__package__).joinpath("source.sql").read_text("utf-8")
+    found = {}
+    for name, body in _BLOCK.findall(text):
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        found[name] = "\n".join(lines).rstrip().rstrip(";")
+    return found
+
+
+def source_query(name: str) -> str:
+    """The SQL text of a statement sent to the source database (``source.sql``, parsed
+    as :func:`shardstore.sql.query` parses its files)."""
+    return _statements()[name]
+
+
+def source_error(exc: psycopg.Error, what: str) -> ShardstoreError:
+    """A source database error as a shardstore error naming ``what`` was being read: a
+    missing table or column, a column of the wrong type, a value that does not parse or a
+    missing privilege is ``ImportRejected``, an unreachable server
+    ``DatabaseUnavailable``, the rest as the store's own errors are translated."""
+    if isinstance(exc, psycopg.ProgrammingError | psycopg.DataError) and not isinstance(
+        exc, pgerrors.QueryCanceled
+    ):
+        # a missing table or column, a column that cannot be cast (42846), a value that
+        # does not parse as its type (class 22), a privilege the role lacks
+        return ImportRejected(f"source {what}: {exc.diag.message_primary or exc}")
+    translated = translate(exc)
+    if isinstance(translated, DatabaseUnavailable):
+        return DatabaseUnavailable(f"source database: {translated}")
+    return type(translated)(f"source {what}: {translated}")
+
+
+def guarded(what: str, fn: Callable[[], T]) -> T:
+    """``fn()`` with psycopg errors raised as :func:`source_error`."""
+    try:
+        return fn()
+    except psycopg.Error as exc:
+        raise source_error(exc, what) from exc
+
+
+def connect(dsn: Any, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A connection to the source; ``DatabaseUnavailable`` if it cannot be reached,
+    ``InvalidInput`` for a DSN that is not one."""
+    if not isinstance(dsn, str) or not dsn.strip():
+        raise InvalidInput("source_dsn must be a non-empty DSN string")
+    try:
+        return psycopg.connect(dsn, connect_timeout=10, **kwargs)
+    except psycopg.ProgrammingError as exc:  # an unparseable conninfo string
+        raise InvalidInput(f"source_dsn is not a valid DSN: {exc}") from None
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        raise DatabaseUnavailable(f"source database unavailable: {reason}") from exc
+
+
+def identifier(name: Any, what: str, *, qualified: bool = False) -> sql.Identifier:
+    """A table (``schema.table`` when ``qualified``) or column name, quoted: the name is
+    never spliced into SQL text, so a name shaped like SQL stays a name (that then does
+    not exist). Names with a NUL, empty parts or over 63 bytes are refused."""
+    validate.text(name, what)
+    parts = name.split(".") if qualified else [name]
+    if len(parts) > 2:
+        raise InvalidInput(f"{what} {name!r:.80} must be 'table' or 'schema.table'")
+    for part in parts:
+        if not part or len(part.encode("utf-8")) > 63:
+            raise InvalidInput(f"{what} {name!r:.80} is not a valid PostgreSQL name")
+    return sql.Identifier(*parts)

@@ -1,0 +1,167 @@
+"""The write side every importer shares: sessions opened for an import, messages checked
+and encoded one by one (so an error names the source element), and batches appended.
+
+Two append paths. :func:`append_op` is the ordinary one (``append_v1``, turns stamped at
+import time), for sources that keep no per-turn times (single-row tables, LangGraph).
+:func:`append_exact_op` keeps each turn's ``created_at`` and ``turn_seq``
+(``import_turns_v1``, migration 0015) for JSONL exports. Both apply the chunker's rules
+server-side, and both fold chunks they seal in the caller's transaction (an import runs a
+session in one transaction, which a background folder on another connection could not
+see)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import jsoncodec
+from ..core.context import Context
+from ..core.steps import Op, Q
+from ..errors import ImportRejected, InvalidInput
+from ..history import create_session_op, fold_sealed_op
+from ..sql import query
+
+
+@dataclass(slots=True)
+class Batch:
+    """Encoded messages waiting for one append statement."""
+
+    texts: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
+    times: list[datetime] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def bytes(self) -> int:
+        """The stored JSON size of the batch's messages."""
+        return sum(self.sizes)
+
+    def add(
+        self,
+        ctx: Context,
+        message: Any,
+        where: str,
+        key: str | None = None,
+        claimed: Any = None,
+    ) -> None:
+        """Check and encode ``message`` as an append would; ``ImportRejected`` naming
+        ``where`` for a message shardstore cannot store as it is. ``claimed``: the token
+        count an export recorded, kept when it is within 10% + 4 tokens of this store's own
+        count (the same tokenizer counts a few tokens apart once JSONB has reordered the
+        keys); anything else gets this store's count, so chunk budgets hold within their
+        token margin whatever a file claims."""
+        try:
+            text = jsoncodec.encode_message(message)
+        except InvalidInput as exc:
+            raise ImportRejected(f"{where}: {exc}") from None
+        size = len(text.encode("utf-8"))
+        limit = ctx.settings.chunk_max_bytes
+        if size > limit:
+            raise ImportRejected(
+                f"{where}: the message is {size} bytes as JSON; the per-turn cap is {limit} "
+                "bytes (chunk_max_bytes)"
+            )
+        self.texts.append(text)
+        self.sizes.append(size)
+        tokens = ctx.counter.count(text)
+        if type(claimed) is int and abs(claimed - tokens) <= tokens // 10 + 4:
+            tokens = max(claimed, 0)
+        self.tokens.append(tokens)
+        self.keys.append(key)
+
+    def clear(self) -> None:
+        """Empty the batch after it was appended."""
+        for column in (self.texts, self.tokens, self.sizes, self.keys, self.times):
+            column.clear()
+
+
+def open_session_op(
+    tenant_id: str,
+    subject_id: str | None,
+    session_id: uuid.UUID,
+    metadata: dict[str, Any],
+    created_at: datetime | None = None,
+) -> Op[tuple[int, bool]]:
+    """Create the session (or find it, with the same owners: ``SessionConflict`` /
+    ``SessionPurged`` otherwise); returns how many turns it holds already (where a re-run
+    resumes) and whether it existed. ``created_at`` is the source's creation time, set
+    while the session is empty."""
+    existed = (yield Q(query("session_owners"), (session_id,), fetch="one")) is not None
+    sid = yield from create_session_op(tenant_id, subject_id, None, session_id, metadata)
+    (turns,) = yield Q(query("import_session_turns"), (sid,), fetch="one")
+    if created_at is not None and turns == 0:
+        yield Q(query("import_session_created"), (created_at, sid), fetch="none")
+    return int(turns), existed
+
+
+def _chunking(ctx: Context) -> tuple[Any, ...]:
+    return (
+        ctx.settings.budget_tokens,
+        ctx.settings.chunk_max_bytes,
+        ctx.partition_interval.total_seconds(),
+        ctx.partition_origin,
+    )
+
+
+def _array(texts: Sequence[str]) -> str:
+    return "[" + ",".join(texts) + "]"
+
+
+def append_op(ctx: Context, sid: uuid.UUID, batch: Batch) -> Op[None]:
+    """Append the batch at the session's head (``append_v1``: one statement, stamped now)
+    and fold what it sealed, in the caller's transaction."""
+    if not batch:
+        return
+    params = (sid, _array(batch.texts), batch.tokens, batch.sizes, batch.keys, *_chunking(ctx))
+    rows = yield Q(query("append"), params, named=True)
+    if any(r["sealed"] for r in rows):
+        yield from fold_sealed_op(sid)
+
+
+_REFUSED = {
+    "seq": "turn_seq {seq} does not continue the session (it holds {have} turns)",
+    "time": "created_at {at} is earlier than the turn before it",
+    "future": "created_at {at} lies in the future (more than 5 minutes after the server's clock)",
+    "key": "idempotency key {key!r} is used by an earlier turn of the session",
+}
+
+
+def append_exact_op(
+    ctx: Context, sid: uuid.UUID, first_seq: int, batch: Batch, where: Sequence[str]
+) -> Op[None]:
+    """Append the batch keeping its turn_seqs (from ``first_seq``, gap-free), created_at
+    times and idempotency keys (``import_turns_v1``), and fold what it sealed.
+    ``ImportRejected`` naming ``where[i]`` of the turn the server refused; the caller's
+    transaction then rolls back."""
+    if not batch:
+        return
+    params = (
+        sid,
+        first_seq,
+        _array(batch.texts),
+        batch.tokens,
+        batch.sizes,
+        batch.keys,
+        batch.times,
+        *_chunking(ctx),
+    )
+    row = yield Q(query("import_turns"), params, fetch="one", named=True)
+    status, index = row["status"], row["index"]
+    if status != "ok":
+        (have,) = yield Q(query("import_session_turns"), (sid,), fetch="one")
+        text = _REFUSED[status].format(
+            seq=first_seq + index,
+            have=have,
+            at=batch.times[index].isoformat(),
+            key=batch.keys[index],
+        )
+        raise ImportRejected(f"{where[index]}: {text}")
+    if row["sealed"]:
+        yield from fold_sealed_op(sid)

@@ -1,0 +1,215 @@
+"""What the session adapters share: one framework session mapped onto one shardstore
+session, its four operations (read, append, pop, clear) and how they run on a
+:class:`~shardstore.Store` or an :class:`~shardstore.AsyncStore`.
+
+The operations are written once, as step-protocol operations composed of the stores' own
+(``append_turns``, ``history``, ``rewind``) and named statements, and run through the
+store's executor: the same code under both stores. A sync store runs them in a worker
+thread when a framework calls from asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+from .. import jsoncodec
+from .. import rewind as rewind_ops
+from ..aio import AsyncStore
+from ..checkpoints import _collect
+from ..core import validate
+from ..core.steps import Op, Q, Tx
+from ..errors import ConfigurationError, Conflict, InvalidInput, SessionConflict, SessionPurged
+from ..history import append_turns, create_session_op, history, prepare_turns, tail_op
+from ..models import Turn
+from ..sql import query
+from ..store import Store
+from .ids import external_metadata, external_session_id
+
+T = TypeVar("T")
+
+
+def check_store(store: Any, adapter: str) -> Store | AsyncStore:
+    """``store`` if it is a shardstore store; ``ConfigurationError`` otherwise."""
+    if not isinstance(store, Store | AsyncStore):
+        raise ConfigurationError(
+            f"{adapter} needs a shardstore.Store or shardstore.AsyncStore (from "
+            f"shardstore.connect() / connect_async()), not {type(store).__name__}"
+        )
+    return store
+
+
+class MappedSession:
+    """One framework session id in one tenant, as a shardstore session.
+
+    The id is mapped with :func:`~shardstore.integrations.ids.external_session_id`; the
+    session is created on the first write, with the framework and the original id in its
+    metadata, and is never created by a read. A session that exists under another tenant
+    (possible only when the framework id is itself a UUID) is refused with
+    ``SessionConflict``; a purged one with ``SessionPurged``. Its owner check costs one
+    statement, once per instance.
+    """
+
+    def __init__(
+        self,
+        framework: str,
+        adapter: str,
+        store: Any,
+        external_id: Any,
+        tenant_id: Any,
+        subject_id: Any = None,
+        agent_id: Any = None,
+    ) -> None:
+        self.store = check_store(store, adapter)
+        self.tenant_id = validate.text(tenant_id, "tenant_id")
+        self.subject_id = validate.optional_text(subject_id, "subject_id")
+        self.agent_id = validate.optional_text(agent_id, "agent_id")
+        if not isinstance(external_id, str):
+            raise InvalidInput(
+                f"a {framework} session id must be a string, not {type(external_id).__name__}"
+            )
+        validate.text(external_id, "session_id", limit=validate.MAX_KEY_CHARS)
+        self.external_id = external_id
+        self.framework = framework
+        self.adapter = adapter
+        self.session_id: uuid.UUID = external_session_id(framework, self.tenant_id, external_id)
+        self._known = False  # the session exists, is live and is this tenant's
+
+    # ------------------------------------------------------------ operations
+
+    def _resolve_op(self, create: bool) -> Op[bool]:
+        """Whether the session exists (checked once); created first when ``create``."""
+        if self._known:
+            return True
+        owners = yield Q(query("session_owners"), (self.session_id,), fetch="one", named=True)
+        if owners is None:
+            if not create:
+                return False
+            yield from create_session_op(
+                self.tenant_id,
+                self.subject_id,
+                self.agent_id,
+                self.session_id,
+                external_metadata(self.framework, self.external_id),
+            )
+        elif owners["purged"]:
+            raise SessionPurged(
+                f"{self.framework} session {self.external_id!r} (shardstore session "
+                f"{self.session_id}) was purged; its id cannot be used again"
+            )
+        elif owners["tenant_id"] != self.tenant_id:
+            raise SessionConflict(
+                f"session {self.session_id} belongs to another tenant, not {self.tenant_id!r}"
+            )
+        self._known = True
+        return True
+
+    def items_op(self, limit: int | None) -> Op[list[dict[str, Any]]]:
+        """The stored items oldest first: all of them, or exactly the ``limit`` newest
+        (no window rule applied: what was stored, as it was stored)."""
+        if limit is not None:
+            limit = validate.count(limit, "limit", low=0)
+        if limit == 0 or not (yield from self._resolve_op(create=False)):
+            return []
+        if limit is None:
+            turns: list[Turn] = yield from _collect(history(self.store, self.session_id))
+            return [t.message for t in turns]
+        rows = yield Q(query("tail"), (self.session_id, limit, None), named=True)
+        return [jsoncodec.loads(r["message"]) for r in reversed(rows)]
+
+    def window_op(self, n: int) -> Op[list[dict[str, Any]]]:
+        """The newest turns within ``n``, never opening on a tool result whose call was
+        cut off (:meth:`~shardstore.Store.tail`)."""
+        if not (yield from self._resolve_op(create=False)):
+            return []
+        turns = yield from tail_op(self.store._ctx, self.session_id, n)
+        return [t.message for t in turns]
+
+    def add_op(self, items: Sequence[dict[str, Any]]) -> Op[None]:
+        """Append ``items`` in order, atomically (one statement): all or none. Creates the
+        session first if it does not exist."""
+        if not items:
+            return
+        if not self._known:
+            # the whole batch is checked (shape, JSON, size) before the session is made:
+            # bad input writes nothing, not even the session; later appends check it
+            # themselves before their one statement
+            prepare_turns(self.store._ctx, items, [None] * len(items))
+        yield from self._resolve_op(create=True)
+        yield from append_turns(self.store, self.session_id, list(items))
+
+    def pop_op(self) -> Op[dict[str, Any] | None]:
+        """Remove the newest item and return it (None when there is none), in one
+        transaction holding the session row: no append or other pop can land between the
+        read and the rewind, so the item returned is exactly the one removed."""
+        if not (yield from self._resolve_op(create=False)):
+            return None
+        yield Tx.BEGIN
+        yield Q(query("adapter_lock_session"), (self.session_id,), fetch="one")
+        rows = yield Q(query("tail"), (self.session_id, 1, None), named=True)
+        if not rows:
+            yield Tx.COMMIT
+            return None
+        newest = rows[0]
+        removed = yield from rewind_ops.rewind(self.store, self.session_id, newest["turn_seq"])
+        if removed != 1:  # pragma: no cover - the lock rules it out
+            raise Conflict(f"the newest turn of session {self.session_id} moved; retry")
+        yield Tx.COMMIT
+        message: dict[str, Any] = jsoncodec.loads(newest["message"])
+        return message
+
+    def clear_op(self) -> Op[int]:
+        """Rewind the session to its first stored turn (0, or where a range purge cut it):
+        no items left, the session row kept for more. Returns how many turns went."""
+        if not (yield from self._resolve_op(create=False)):
+            return 0
+        row = yield Q(query("rewind"), (self.session_id, 0), fetch="one", named=True)
+        if row["status"] == "purged_below":  # a range purge removed the oldest turns
+            row = yield Q(query("rewind"), (self.session_id, row["first"]), fetch="one", named=True)
+        if row["status"] != "ok":  # pragma: no cover - 0 and the first kept turn are valid
+            raise InvalidInput(f"cannot clear session {self.session_id}: {row['status']}")
+        return int(row["removed"])
+
+    # ------------------------------------------------------------ running them
+
+    def run(self, op: Op[T]) -> T:
+        """Run ``op`` now (a sync store only: an AsyncStore needs the async methods)."""
+        if isinstance(self.store, AsyncStore):
+            op.close()
+            raise ConfigurationError(
+                f"{self.adapter} was given an AsyncStore: use its async methods, or give it "
+                "a sync Store (shardstore.connect())"
+            )
+        return self.store._run(op)
+
+    async def arun(self, op: Op[T]) -> T:
+        """Run ``op`` from asyncio: awaited on an AsyncStore, in a worker thread on a
+        Store."""
+        if isinstance(self.store, AsyncStore):
+            return await self.store._run(op)
+        return await asyncio.to_thread(self.store._run, op)
+
+    async def amutate(self, op: Op[T]) -> T:
+        """:meth:`arun` for a write: a cancelled caller still waits for the write's outcome
+        (stored or not) before the cancellation propagates, so it never stops knowing
+        whether it happened."""
+        return await finish_despite_cancel(self.arun(op))
+
+
+async def finish_despite_cancel(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` to its end even if the caller is cancelled meanwhile (once or
+    more); then re-raise the first cancellation, or return its result."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller sees
+        raise cancelled
+    return task.result()

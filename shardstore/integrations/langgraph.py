@@ -1,0 +1,894 @@
+"""A LangGraph checkpointer on shardstore: ``ShardstoreSaver(store, tenant_id=...)``.
+
+Storage grows linearly with the conversation. A LangGraph thread is one shardstore session
+(``integrations.ids.external_session_id("langgraph", tenant, thread_id)``, created on the
+first write with ``external_metadata`` in its metadata). The ``messages`` channel is the
+session's turns: each message is appended once, in order, as the graph adds it, and a
+checkpoint records only how many of the session's first turns it holds. Every other
+channel, the channel versions, ``versions_seen`` and the metadata are one row of
+``shardstore.checkpoints``; LangGraph's ids and namespaces and the pending writes are two
+small tables of the langgraph migration (registered: purges, retention and rewinds cover them).
+
+When a checkpoint's ``messages`` are not an append of the turns (time travel then a new
+branch, an edit, a ``RemoveMessage``), the checkpoint holds the turns they share with the
+session and the rest inline; a value that is not a list of messages, and a message that
+would not come back exactly from JSON (``message_to_dict``), is stored inline whole, with
+LangGraph's serializer. So every checkpoint comes back exactly as it was put.
+
+Sync methods need a :class:`shardstore.Store`; with one, the async methods run the same
+operations in a worker thread. Async methods on a :class:`shardstore.AsyncStore` await
+them; its sync methods then raise ``InvalidInput`` (an asyncio pool cannot be used from
+another thread). Each operation is written once, in the step protocol, for both.
+
+Known limits: a message object changed in place after it was stored (instead of returned
+as a new message with the same id) is not seen, as the saver compares the list's items by
+identity first; ``delete_for_runs`` and ``prune`` remove checkpoints and writes, not turns
+(purging the session, ``delete_thread``, removes everything).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import math
+import operator
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import fork as fork_ops
+from .. import history as history_ops
+from .. import jsoncodec
+from .. import purge as purge_ops
+from ..core.steps import Emit, Op, Q, Tx
+from ..errors import Conflict, InvalidInput, MissingDependency, SessionNotFound, SessionPurged
+from ..sql import query
+from .ids import external_metadata, external_session_id
+
+try:
+    from langchain_core.messages import (
+        BaseMessage,
+        convert_to_messages,
+        message_to_dict,
+        messages_from_dict,
+    )
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_serializable_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise MissingDependency(
+        "the LangGraph adapter needs langgraph: pip install 'shardstore[langgraph]'"
+    ) from exc
+
+__all__ = ["FRAMEWORK", "ShardstoreSaver"]
+
+FRAMEWORK = "langgraph"
+# fixed forever: names the shardstore checkpoint of (namespace, LangGraph id) and the
+# session a thread moves to after delete_thread
+_NAMESPACE = uuid.UUID("0c9b3f0e-6a51-5d3e-8f0c-6c616e676772")
+_SEP = "\x1f"
+_GENERATIONS = 8  # session ids tried per round trip when resolving a deleted thread
+_ATTEMPTS = 5  # puts retried when another writer moved the session meanwhile
+_MAX_INT = 2**63
+_STATE_VERSION = 1
+
+
+# ---------------------------------------------------------------- values
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """True when ``value`` survives JSON (jsoncodec) exactly: only dict with str keys, list,
+    str, bool, None, int of 64 bits and finite float."""
+    if depth > 200:
+        return False
+    t = type(value)
+    if value is None or t is str or t is bool:
+        return True
+    if t is int:
+        return bool(-_MAX_INT <= value < _MAX_INT)
+    if t is float:
+        return math.isfinite(value)
+    if t is list:
+        return all(_plain(v, depth + 1) for v in value)
+    if t is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _tuples_to_lists(value: Any) -> Any:
+    """Metadata as JSON has it: tuples become lists (LangGraph's own savers do the same)."""
+    if isinstance(value, tuple | list):
+        return [_tuples_to_lists(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _tuples_to_lists(v) for k, v in value.items()}
+    return value
+
+
+def _text(value: Any, what: str, *, empty: bool = False) -> str:
+    """A string the database can store (no NUL, no lone surrogate); empty only if allowed."""
+    if not isinstance(value, str) or (not value and not empty):
+        raise InvalidInput(
+            f"{what} must be a {'' if empty else 'non-empty '}string, not {value!r:.80}"
+        )
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must be valid Unicode (it holds a lone surrogate)") from None
+    return value
+
+
+def _configurable(config: Any) -> Mapping[str, Any]:
+    if not isinstance(config, Mapping):
+        raise InvalidInput(f"config must be a dict, not {type(config).__name__}")
+    conf = config.get("configurable")
+    if not isinstance(conf, Mapping):
+        raise InvalidInput("config needs a 'configurable' dict with a 'thread_id'")
+    return conf
+
+
+def _thread_id(value: Any) -> str:
+    if isinstance(value, uuid.UUID) or (type(value) is int):
+        value = str(value)
+    return _text(value, "thread_id")
+
+
+def _where(config: Any) -> tuple[str, str, str | None]:
+    """(thread_id, checkpoint_ns, checkpoint_id or None) of a config."""
+    conf = _configurable(config)
+    thread = _thread_id(conf.get("thread_id"))
+    ns = _text(conf.get("checkpoint_ns", ""), "checkpoint_ns", empty=True)
+    cid = conf.get("checkpoint_id")
+    return thread, ns, None if cid is None else _text(cid, "checkpoint_id")
+
+
+def _config(thread: str, ns: str, cid: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
+def shard_checkpoint_id(checkpoint_ns: str, checkpoint_id: str) -> uuid.UUID:
+    """The id of the shardstore checkpoint holding LangGraph checkpoint ``checkpoint_id`` of
+    namespace ``checkpoint_ns`` (deterministic: a repeated put overwrites it)."""
+    return uuid.uuid5(_NAMESPACE, checkpoint_ns + _SEP + checkpoint_id)
+
+
+def _next_generation(sid: uuid.UUID) -> uuid.UUID:
+    return uuid.uuid5(_NAMESPACE, f"next{_SEP}{sid}")
+
+
+def message_turn(message: Any, limit: int) -> dict[str, Any] | None:
+    """The turn that stores a LangChain message (``message_to_dict``), or None when it
+    would not come back exactly (a type ``messages_from_dict`` does not know, a value JSON
+    cannot hold, or over ``limit`` bytes): that message is then kept inline."""
+    if not isinstance(message, BaseMessage):
+        return None
+    try:
+        turn = message_to_dict(message)
+        text = jsoncodec.encode_message(turn)
+        if len(text.encode("utf-8")) > limit:
+            return None
+        back = messages_from_dict([jsoncodec.loads(text)])[0]
+    except Exception:  # any failure only means: keep it inline
+        return None
+    if type(back) is not type(message) or back != message:
+        return None
+    return turn
+
+
+def turn_message(turn: dict[str, Any]) -> BaseMessage:
+    """The LangChain message of a stored turn: one this saver wrote, or one appended by
+    other means in a format LangChain reads (``{"role": ..., "content": ...}``)."""
+    try:
+        return messages_from_dict([turn])[0]
+    except Exception:  # not a message_to_dict turn: LangChain's general conversion
+        return convert_to_messages([turn])[0]
+
+
+def _same_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items ``a`` and ``b`` share: by identity (the graph passes back the
+    very objects), else by equality."""
+    n = min(len(a), len(b))
+    if all(map(operator.is_, a, b)):  # map stops at the shorter: no copies
+        return n
+    for i in range(n):
+        if a[i] is not b[i] and a[i] != b[i]:
+            return i
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """A session's turns as last seen: the count, the last append's time, the first turn
+    still stored. Equal heads mean equal turns (appends change the time, rewinds the count
+    or the time, range purges the first turn)."""
+
+    turns: int
+    last_at: datetime | None
+    first: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Log:
+    """The saver's copy of a session's turns ``first .. first + len(messages)``, valid
+    while the session's head is ``head``. Replaced, never changed in place."""
+
+    head: _Head
+    messages: list[Any] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.head.first + len(self.messages) >= self.head.turns
+
+
+def _head(row: Mapping[str, Any]) -> _Head:
+    return _Head(int(row["turns"]), row["last_at"], int(row["first"]))
+
+
+def _collect(op: Op[Any]) -> Op[list[Any]]:
+    """Run a streaming operation inside this one; return what it emits, as a list."""
+    items: list[Any] = []
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(value) if error is None else op.throw(error)
+        except StopIteration:
+            return items
+        value, error = None, None
+        if isinstance(step, Emit):
+            items.extend(step.items)
+            continue
+        try:
+            value = yield step
+        except BaseException as exc:  # raised into the child, which may handle it
+            error = exc
+
+
+def _named(name: str, params: Any, fetch: Any = "all", **kw: Any) -> Q:
+    return Q(query(name), params, fetch=fetch, named=True, **kw)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a put stores for the messages: turns to append, the position, the rest inline."""
+
+    append: list[dict[str, Any]]
+    appended: list[Any]
+    ref: dict[str, Any] | None
+
+
+class ShardstoreSaver(BaseCheckpointSaver[int]):
+    """A LangGraph checkpointer (``BaseCheckpointSaver``) storing threads of ``tenant_id``
+    in a shardstore ``store`` (a :class:`shardstore.Store` for the sync methods, an
+    :class:`shardstore.AsyncStore` for the async ones; see the module docstring).
+
+    ``messages_channel`` names the channel kept as turns (``MessagesState``'s is
+    ``"messages"``). ``serde``: LangGraph's serializer for values that are not plain JSON
+    and for pending writes (default ``JsonPlusSerializer``). Guarantees: every checkpoint,
+    its metadata and its pending writes come back exactly as put; each message that round
+    trips through ``message_to_dict`` is stored once, as a turn; a put is one statement
+    (one round trip) when the graph only appended messages."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        tenant_id: str,
+        messages_channel: str = "messages",
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        from ..aio import AsyncStore
+        from ..store import Store
+
+        if not isinstance(store, Store | AsyncStore):
+            raise InvalidInput(
+                f"store must be a shardstore.Store or AsyncStore, not {type(store).__name__}"
+            )
+        self.store = store
+        self.tenant_id = _text(tenant_id, "tenant_id")
+        self.messages_channel = _text(messages_channel, "messages_channel")
+        self._async = isinstance(store, AsyncStore)
+        self._lock = threading.Lock()
+        self._threads: dict[str, uuid.UUID] = {}  # thread id -> its live session
+        self._logs: dict[uuid.UUID, _Log] = {}
+
+    # ------------------------------------------------------------ running
+
+    def _run(self, op: Op[Any]) -> Any:
+        if self._async:
+            raise InvalidInput(
+                "this ShardstoreSaver was made with an AsyncStore: use the async methods "
+                "(ainvoke, astream, aget_state...) or give it a shardstore.Store"
+            )
+        return self.store._run(op)
+
+    async def _arun(self, op: Op[Any]) -> Any:
+        if self._async:
+            return await self.store._run(op)
+        return await asyncio.to_thread(self.store._run, op)
+
+    # ------------------------------------------------------------ values
+
+    def _enc(self, value: Any) -> dict[str, Any]:
+        if _plain(value):
+            return {"j": value}
+        kind, blob = self.serde.dumps_typed(value)
+        return {"s": [kind, base64.b64encode(blob).decode("ascii")]}
+
+    def _dec(self, doc: Mapping[str, Any]) -> Any:
+        if "j" in doc:
+            return doc["j"]
+        kind, text = doc["s"]
+        return self.serde.loads_typed((kind, base64.b64decode(text)))
+
+    # ------------------------------------------------------------ sessions
+
+    def _forget(self, thread: str, sid: uuid.UUID | None = None) -> None:
+        with self._lock:
+            if sid is None or self._threads.get(thread) == sid:
+                self._threads.pop(thread, None)
+            if sid is not None:
+                self._logs.pop(sid, None)
+
+    def _resolve_op(self, thread: str) -> Op[tuple[uuid.UUID, bool]]:
+        """The session a thread maps to now and whether it exists: the mapped id
+        (``external_session_id``), or, once that session was purged (``delete_thread``),
+        the next id derived from it, so that a thread id can be used again."""
+        sid = external_session_id(FRAMEWORK, self.tenant_id, thread)
+        while True:
+            ids = [sid]
+            for _ in range(_GENERATIONS - 1):
+                ids.append(_next_generation(ids[-1]))
+            rows = yield _named("lg_sessions", (ids,))
+            purged = {r["session_id"]: r["purged"] for r in rows}
+            live = next((i for i in ids if i not in purged or not purged[i]), None)
+            if live is not None:
+                return live, live in purged
+            sid = _next_generation(ids[-1])
+
+    def _session_op(self, thread: str, *, create: bool) -> Op[uuid.UUID | None]:
+        """The live session of a thread, created (with ``external_metadata``) if it has
+        none and ``create``; None if it has none and not ``create``."""
+        known = self._threads.get(thread)
+        if known is not None:
+            return known
+        sid, exists = yield from self._resolve_op(thread)
+        if not exists:
+            if not create:
+                return None
+            yield from history_ops.create_session_op(
+                self.tenant_id, session_id=sid, metadata=external_metadata(FRAMEWORK, thread)
+            )
+        with self._lock:
+            self._threads[thread] = sid
+        return sid
+
+    def _head_op(self, sid: uuid.UUID) -> Op[_Head | None]:
+        row = yield _named("lg_head", (sid,), fetch="one")
+        if row is None or row["purged"]:
+            return None
+        return _head(row)
+
+    def _log_op(self, sid: uuid.UUID, head: _Head, upto: int) -> Op[_Log]:
+        """The saver's copy of turns ``head.first .. upto`` of a session whose head is
+        ``head``, read from the database as far as the copy lacks them."""
+        with self._lock:
+            log = self._logs.get(sid)
+        if log is None or log.head != head:
+            log = _Log(head, [])
+        have = head.first + len(log.messages)
+        upto = min(upto, head.turns)
+        if have < upto:
+            turns = yield from _collect(history_ops.history(self.store, sid, have, head.turns))
+            fresh = [turn_message(t.message) for t in turns]
+            log = _Log(head, log.messages + fresh)
+            with self._lock:
+                self._logs[sid] = log
+        return log
+
+    # ------------------------------------------------------------ put
+
+    def _plan(self, log: _Log, messages: Any) -> _Plan:
+        """What to store for this checkpoint's messages against the session's turns."""
+        channel = self.messages_channel
+        known = log.messages
+        shared = _same_prefix(messages, known) if isinstance(messages, list) else -1
+        # the shared items equal turns, which are messages: only the rest needs a look
+        if shared < 0 or not all(isinstance(m, BaseMessage) for m in messages[shared:]):
+            return _Plan([], [], {"c": channel, "v": self._enc(messages)})
+        append: list[dict[str, Any]] = []
+        appended: list[Any] = []
+        if shared == len(known):
+            limit = self.store.settings.chunk_max_bytes
+            for m in messages[shared:]:
+                turn = message_turn(m, limit)
+                if turn is None:
+                    break
+                append.append(turn)
+                appended.append(m)
+        held = shared + len(appended)
+        ref: dict[str, Any] = {"c": channel, "n": log.head.first + held}
+        if held < len(messages):
+            ref["t"] = self._enc(messages[held:])
+        return _Plan(append, appended, ref)
+
+    def _put_op(
+        self,
+        config: Any,
+        checkpoint: Any,
+        metadata: Any,
+        new_versions: Any,
+    ) -> Op[RunnableConfig]:
+        thread, ns, parent = _where(config)
+        if not isinstance(checkpoint, Mapping) or not isinstance(
+            checkpoint.get("channel_values"), Mapping
+        ):
+            raise InvalidInput("checkpoint must be a LangGraph Checkpoint (a dict)")
+        cid = _text(checkpoint.get("id"), "checkpoint id")
+        if not isinstance(metadata, Mapping):
+            raise InvalidInput(f"metadata must be a dict, not {type(metadata).__name__}")
+        meta = _tuples_to_lists(get_serializable_checkpoint_metadata(config, dict(metadata)))  # type: ignore[arg-type]
+        meta_text = jsoncodec.encode_json(meta, "metadata")
+        run_id = meta.get("run_id")
+        run_id = run_id if isinstance(run_id, str) and run_id and "\x00" not in run_id else None
+        values = dict(checkpoint["channel_values"])
+        messages = values.pop(self.messages_channel, _MISSING)
+        rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        base_state = {
+            "lg": _STATE_VERSION,
+            "cp": self._enc(rest),
+            "ch": {k: self._enc(v) for k, v in values.items()},
+        }
+        ctx = self.store._ctx
+        chunking = (
+            ctx.settings.budget_tokens,
+            ctx.settings.chunk_max_bytes,
+            ctx.partition_interval.total_seconds(),
+            ctx.partition_origin,
+        )
+        sid = yield from self._session_op(thread, create=True)
+        assert sid is not None
+        log: _Log | None = None
+        for _attempt in range(_ATTEMPTS):
+            with self._lock:
+                cached = self._logs.get(sid)
+            if log is None and cached is not None and cached.complete:
+                log = cached
+            if log is None:
+                head = yield from self._head_op(sid)
+                if head is None:  # purged meanwhile: the thread moves on
+                    self._forget(thread, sid)
+                    sid = yield from self._session_op(thread, create=True)
+                    assert sid is not None
+                    continue
+                log = yield from self._log_op(sid, head, head.turns)
+            state = dict(base_state)
+            plan = None
+            if messages is not _MISSING:
+                plan = self._plan(log, messages)
+                state["msg"] = plan.ref
+            state_text = history_ops.encode_state(state, "checkpoint", ctx.settings.chunk_max_bytes)
+            turns = [] if plan is None else plan.append
+            batch = history_ops.prepare_turns(ctx, turns, [None] * len(turns))
+            params = (
+                sid,
+                ns,
+                cid,
+                parent,
+                run_id,
+                shard_checkpoint_id(ns, cid),
+                log.head.turns,
+                log.head.last_at,
+                "[" + ",".join(batch.texts) + "]",
+                batch.tokens,
+                batch.sizes,
+                *chunking,
+                state_text,
+                meta_text,
+            )
+            try:
+                row = yield _named("lg_put", params, fetch="one")
+            except (SessionNotFound, SessionPurged):
+                self._forget(thread, sid)
+                log = None
+                sid = yield from self._session_op(thread, create=True)
+                assert sid is not None
+                continue
+            if row["status"] == "stale":
+                with self._lock:
+                    self._logs.pop(sid, None)
+                log = None
+                continue
+            head = _Head(int(row["turns"]), row["last_at"], log.head.first)
+            grown = _Log(head, log.messages + (plan.appended if plan is not None else []))
+            with self._lock:
+                current = self._logs.get(sid)
+                if current is None or current is log:
+                    self._logs[sid] = grown
+                else:  # another call of this saver replaced it meanwhile: read it again
+                    self._logs.pop(sid, None)
+            if row["sealed"]:
+                outcome = history_ops.AppendOutcome(sid, [], True)
+                yield from history_ops._after_append_op(self.store, outcome)
+            return _config(thread, ns, cid)
+        raise Conflict(
+            f"thread {thread!r}: the session kept changing under this put ({_ATTEMPTS} tries); "
+            "another writer is appending to it: retry"
+        )
+
+    def _put_writes_op(self, config: Any, writes: Any, task_id: Any, task_path: Any) -> Op[None]:
+        thread, ns, cid = _where(config)
+        if cid is None:
+            raise InvalidInput("put_writes needs a config with a checkpoint_id")
+        task = _text(task_id, "task_id")
+        path = _text(task_path, "task_path", empty=True)
+        if isinstance(writes, str | bytes) or not isinstance(writes, Sequence):
+            raise InvalidInput("writes must be a sequence of (channel, value) pairs")
+        idx, channels, kinds, blobs = [], [], [], []
+        for i, write in enumerate(writes):
+            if not isinstance(write, tuple | list) or len(write) != 2:
+                raise InvalidInput(f"write {i} must be a (channel, value) pair")
+            channel = _text(write[0], f"write {i}'s channel")
+            kind, blob = self.serde.dumps_typed(write[1])
+            idx.append(WRITES_IDX_MAP.get(channel, i))
+            channels.append(channel)
+            kinds.append(kind)
+            blobs.append(blob)
+        if not idx:
+            return None
+        sid = yield from self._session_op(thread, create=True)
+        params = (sid, ns, cid, task, path, idx, channels, kinds, blobs)
+        try:
+            yield Q(query("lg_put_writes"), params, fetch="one")
+        except (SessionNotFound, SessionPurged):
+            self._forget(thread, sid)
+            sid = yield from self._session_op(thread, create=True)
+            yield Q(query("lg_put_writes"), (sid, *params[1:]), fetch="one")
+        return None
+
+    # ------------------------------------------------------------ reads
+
+    def _tuples_op(
+        self, rows: Sequence[Mapping[str, Any]], threads: Mapping[uuid.UUID, str]
+    ) -> Op[list[CheckpointTuple]]:
+        """Checkpoint tuples of ``rows`` (inside the caller's snapshot): their writes in one
+        statement, their messages from the saver's copy of each session's turns."""
+        if not rows:
+            return []
+        keys = (
+            [r["session_id"] for r in rows],
+            [r["checkpoint_ns"] for r in rows],
+            [r["checkpoint_id"] for r in rows],
+        )
+        written = yield _named("lg_writes", keys)
+        writes: dict[tuple[Any, str, str], list[Any]] = {}
+        for w in written:
+            value = self.serde.loads_typed((w["value_type"], bytes(w["value"])))
+            writes.setdefault((w["session_id"], w["checkpoint_ns"], w["checkpoint_id"]), []).append(
+                (w["task_id"], w["channel"], value)
+            )
+        states = [jsoncodec.loads(r["state"]) for r in rows]
+        logs: dict[uuid.UUID, _Log] = {}
+        for row, state in zip(rows, states, strict=True):
+            ref = state.get("msg")
+            sid = row["session_id"]
+            if ref is None or "n" not in ref or sid in logs:
+                continue
+            head = yield from self._head_op(sid)
+            if head is None:
+                continue
+            upto = max(
+                s["msg"]["n"]
+                for r, s in zip(rows, states, strict=True)
+                if r["session_id"] == sid and "n" in s.get("msg", {})
+            )
+            logs[sid] = yield from self._log_op(sid, head, upto)
+        out = []
+        for row, state in zip(rows, states, strict=True):
+            sid, ns, cid = row["session_id"], row["checkpoint_ns"], row["checkpoint_id"]
+            rest = self._dec(state["cp"])
+            values = {k: self._dec(v) for k, v in state["ch"].items()}
+            ref = state.get("msg")
+            if ref is not None:
+                if "v" in ref:
+                    values[ref["c"]] = self._dec(ref["v"])
+                else:
+                    log = logs.get(sid)
+                    held: list[Any] = []
+                    if log is not None:
+                        held = log.messages[: max(0, ref["n"] - log.head.first)]
+                    if "t" in ref:
+                        held = held + self._dec(ref["t"])
+                    values[ref["c"]] = held
+            thread = threads[sid]
+            parent = row["parent_id"]
+            out.append(
+                CheckpointTuple(
+                    config=_config(thread, ns, cid),
+                    checkpoint={**rest, "channel_values": values},  # type: ignore[typeddict-item]
+                    metadata=jsoncodec.loads(row["metadata"]),
+                    parent_config=None if parent is None else _config(thread, ns, parent),
+                    pending_writes=writes.get((sid, ns, cid), []),
+                )
+            )
+        return out
+
+    def _get_op(self, config: Any) -> Op[CheckpointTuple | None]:
+        thread, ns, cid = _where(config)
+        sid = yield from self._session_op(thread, create=False)
+        if sid is None:
+            return None
+        yield Tx.BEGIN_SNAPSHOT
+        if cid is None:
+            row = yield _named("lg_newest", (sid, ns), fetch="one")
+        else:
+            row = yield _named("lg_get", (sid, ns, cid), fetch="one")
+        found = [] if row is None else (yield from self._tuples_op([row], {sid: thread}))
+        yield Tx.COMMIT
+        return found[0] if found else None
+
+    def _list_op(
+        self, config: Any, filter: Any, before: Any, limit: Any
+    ) -> Op[list[CheckpointTuple]]:
+        thread = None
+        ns = None
+        if config is not None:
+            conf = _configurable(config)
+            if conf.get("thread_id") is not None:
+                thread = _thread_id(conf["thread_id"])
+            if conf.get("checkpoint_ns") is not None:
+                ns = _text(conf["checkpoint_ns"], "checkpoint_ns", empty=True)
+        before_id = None
+        if before is not None:
+            before_id = _configurable(before).get("checkpoint_id")
+            before_id = None if before_id is None else _text(before_id, "before's checkpoint_id")
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidInput(f"limit must be an int >= 0, not {limit!r:.40}")
+        filter_text = None
+        if filter:
+            if not isinstance(filter, Mapping):
+                raise InvalidInput(f"filter must be a dict, not {type(filter).__name__}")
+            filter_text = jsoncodec.encode_json(_tuples_to_lists(dict(filter)), "filter")
+        sid = None
+        if thread is not None:
+            sid = yield from self._session_op(thread, create=False)
+            if sid is None:
+                return []
+        params = {
+            "tenant": self.tenant_id,
+            "sid": sid,
+            "ns": ns,
+            "before": before_id,
+            "filter": filter_text,
+            "limit": limit,
+        }
+        yield Tx.BEGIN_SNAPSHOT
+        rows = yield _named("lg_list", params, prepare=False)
+        threads: dict[uuid.UUID, str] = {}
+        for r in rows:
+            if thread is not None:
+                threads[r["session_id"]] = thread
+            else:
+                meta = jsoncodec.loads(r["session_metadata"])
+                threads[r["session_id"]] = str(meta.get("external_id", r["session_id"]))
+        found = yield from self._tuples_op(rows, threads)
+        yield Tx.COMMIT
+        return found
+
+    # ------------------------------------------------------------ deletes
+
+    def _delete_thread_op(self, thread_id: Any) -> Op[None]:
+        thread = _thread_id(thread_id)
+        sid = yield from self._session_op(thread, create=False)
+        if sid is None:
+            return None
+        with contextlib.suppress(SessionNotFound, SessionPurged):
+            yield from purge_ops.purge_session(self.store, sid)
+        self._forget(thread, sid)
+        return None
+
+    def _delete_rows_op(self, rows: Sequence[Mapping[str, Any]]) -> Op[int]:
+        if not rows:
+            return 0
+        keys = (
+            [r["session_id"] for r in rows],
+            [r["checkpoint_ns"] for r in rows],
+            [r["checkpoint_id"] for r in rows],
+        )
+        (done,) = yield Q(query("lg_delete"), keys, fetch="one")
+        return int(done)
+
+    def _delete_for_runs_op(self, run_ids: Any) -> Op[None]:
+        if isinstance(run_ids, str | bytes) or not isinstance(run_ids, Sequence):
+            raise InvalidInput("run_ids must be a sequence of run id strings")
+        ids = [_text(r, "run id") if not isinstance(r, uuid.UUID) else str(r) for r in run_ids]
+        if not ids:
+            return None
+        yield Tx.BEGIN
+        rows = yield _named("lg_runs", (ids, self.tenant_id))
+        yield from self._delete_rows_op(rows)
+        yield Tx.COMMIT
+        return None
+
+    def _prune_op(self, thread_ids: Any, strategy: Any) -> Op[None]:
+        if isinstance(thread_ids, str | bytes) or not isinstance(thread_ids, Sequence):
+            raise InvalidInput("thread_ids must be a sequence of thread ids")
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInput(f"strategy must be 'keep_latest' or 'delete', not {strategy!r:.40}")
+        threads = [_thread_id(t) for t in thread_ids]
+        if strategy == "delete":
+            for thread in threads:
+                yield from self._delete_thread_op(thread)
+            return None
+        sids = []
+        for thread in threads:
+            sid = yield from self._session_op(thread, create=False)
+            if sid is not None:
+                sids.append(sid)
+        if sids:
+            yield Tx.BEGIN
+            rows = yield _named("lg_not_latest", (sids,))
+            yield from self._delete_rows_op(rows)
+            yield Tx.COMMIT
+        return None
+
+    def _copy_thread_op(self, source: Any, target: Any) -> Op[None]:
+        src_thread, dst_thread = _thread_id(source), _thread_id(target)
+        if src_thread == dst_thread:
+            raise InvalidInput("copy_thread needs two different thread ids")
+        src = yield from self._session_op(src_thread, create=False)
+        if src is None:
+            return None
+        dst, exists = yield from self._resolve_op(dst_thread)
+        if exists:
+            raise InvalidInput(f"copy_thread: target thread {dst_thread!r} already exists")
+        # the copy shares the source's turns (one row, whatever their number) and gets a
+        # copy of its checkpoint rows, which stay valid: its turn positions are the same
+        yield Tx.BEGIN
+        yield from fork_ops.fork_op(
+            src, new_session_id=dst, metadata=external_metadata(FRAMEWORK, dst_thread)
+        )
+        yield Q(query("lg_copy"), (src, dst), fetch="one")
+        yield Tx.COMMIT
+        return None
+
+    # ------------------------------------------------------------ LangGraph's interface
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config`` (its ``checkpoint_id``), else the thread's
+        newest in its ``checkpoint_ns``; None if there is none. Read from one snapshot."""
+        return self._run(self._get_op(config))  # type: ignore[no-any-return]
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of the config's thread (all of this tenant's threads
+        for None) and namespace (all when the config names none), whose metadata contains
+        ``filter``, older than ``before``'s checkpoint, at most ``limit``."""
+        return iter(self._run(self._list_op(config, filter, before, limit)))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint (a repeated id overwrites it) and return its config; the
+        messages the graph added are appended to the session's turns in the same
+        statement."""
+        return self._run(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes for the config's checkpoint (a regular write seen
+        before for the same task and index is kept, a special one replaced)."""
+        self._run(self._put_writes_op(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Purge the thread's session: turns, checkpoints and writes (a shardstore purge,
+        leaving a tombstone); the thread id can be used again (a new session)."""
+        self._run(self._delete_thread_op(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete this tenant's checkpoints whose metadata ``run_id`` is one of
+        ``run_ids``, with their writes (the turns stay)."""
+        self._run(self._delete_for_runs_op(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, its writes and the turns of one thread to a new one
+        (``InvalidInput`` if the target already has history)."""
+        self._run(self._copy_thread_op(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep each namespace's newest checkpoint of these threads (and
+        its writes), delete the others; ``delete``: :meth:`delete_thread` each."""
+        self._run(self._prune_op(thread_ids, strategy))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """As :meth:`get_tuple`."""
+        return await self._arun(self._get_op(config))  # type: ignore[no-any-return]
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """As :meth:`list`."""
+        for item in await self._arun(self._list_op(config, filter, before, limit)):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """As :meth:`put`."""
+        return await self._arun(self._put_op(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """As :meth:`put_writes`."""
+        await self._arun(self._put_writes_op(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """As :meth:`delete_thread`."""
+        await self._arun(self._delete_thread_op(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """As :meth:`delete_for_runs`."""
+        await self._arun(self._delete_for_runs_op(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """As :meth:`copy_thread`."""
+        await self._arun(self._copy_thread_op(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """As :meth:`prune`."""
+        await self._arun(self._prune_op(thread_ids, strategy))
+
+    def session_id(self, thread_id: str) -> uuid.UUID | None:
+        """The shardstore session holding a thread now (None if it has none): read its
+        turns with ``store.history(...)``, purge it, etc. Sync stores only."""
+        return self._run(self._session_op(_thread_id(thread_id), create=False))  # type: ignore[no-any-return]
+
+
+class _Missing:
+    pass
+
+
+_MISSING: Any = _Missing()

@@ -1,0 +1,375 @@
+"""The session API on a Citus cluster (docs/scale-out.md): core, purge, search and RLS.
+
+Skipped unless ``SHARDSTORE_CITUS_DSN`` names a database on a Citus coordinator with the
+``citus`` (and ``vector``) extensions and at least one worker, whose user may create
+roles. The schema is migrated there and distributed with ``store.distribute()``; the
+tests then use fresh sessions (and tenants) of their own, so the database may be reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+import shardstore
+from shardstore import rls
+from shardstore.errors import ConfigurationError, SessionNotFound, SessionPurged
+
+from .embedders import HashEmbedder
+
+CITUS_DSN = os.environ.get("SHARDSTORE_CITUS_DSN")
+pytestmark = pytest.mark.skipif(not CITUS_DSN, reason="SHARDSTORE_CITUS_DSN is not set")
+
+SMALL = {"chunk_tokens": 300}
+WORDS = ["harbour", "violin", "laptop", "garden", "train", "bread"]
+
+
+def _msg(i: int, word: str = "") -> dict[str, Any]:
+    role = "user" if i % 2 == 0 else "assistant"
+    return {"role": role, "content": f"{word or WORDS[i % 6]} turn {i} " + "w " * 30}
+
+
+def _tenant() -> str:
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+def _one(dsn: str, sql: str, params: Any = None) -> Any:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(sql, params).fetchone()
+        assert row is not None
+        return row[0]
+
+
+@pytest.fixture(scope="module")
+def citus() -> Iterator[str]:
+    assert CITUS_DSN
+    store = shardstore.connect(CITUS_DSN)
+    try:
+        report = store.distribute()
+        assert report.citus_version is not None
+        assert report.workers >= 1
+        again = store.distribute()
+        assert not again.changed, again  # idempotent
+    finally:
+        store.close()
+    yield CITUS_DSN
+
+
+@pytest.fixture
+def store(citus: str) -> Iterator[shardstore.Store]:
+    s = shardstore.connect(citus, embedding_model=HashEmbedder(), **SMALL)
+    yield s
+    s.close()
+
+
+def test_every_session_table_is_distributed_and_colocated(citus: str) -> None:
+    with psycopg.connect(citus, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name::text, session_nullable FROM shardstore.table_registry"
+            " WHERE kind = 'session' AND table_name NOT IN"
+            " (SELECT r_table FROM shardstore.citus_kept_local_v1())"
+        ).fetchall()
+        kept = conn.execute("SELECT r_table::text FROM shardstore.citus_kept_local_v1()").fetchall()
+        assert kept == [("shardstore.artifact_refs",)]
+        for (table,) in kept:  # left on the coordinator: Citus holds no shard of it
+            assert conn.execute(
+                "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = %s::regclass", (table,)
+            ).fetchone() is None
+        sessions_group = conn.execute(
+            "SELECT colocationid FROM pg_dist_partition"
+            " WHERE logicalrelid = 'shardstore.sessions'::regclass"
+        ).fetchone()
+        assert sessions_group is not None
+        for table, by_tenant in tables:
+            row = conn.execute(
+                "SELECT partmethod, column_to_column_name(logicalrelid, partkey), colocationid"
+                " FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
+                (table,),
+            ).fetchone()
+            assert row is not None, f"{table} is not distributed"
+            assert row[0] == "h"
+            if by_tenant:
+                assert row[1] == "tenant_id"
+            else:
+                assert (row[1], row[2]) == ("session_id", sessions_group[0]), table
+        for table in ("shardstore.config", "shardstore.rls_role_tenants"):
+            (method,) = conn.execute(
+                "SELECT partmethod FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
+                (table,),
+            ).fetchone() or (None,)
+            assert method == "n", table
+
+
+def test_core_api_and_one_worker_per_session(store: shardstore.Store, citus: str) -> None:
+    tenant = _tenant()
+    sid = store.create_session(tenant, "subject", "agent")
+    for i in range(40):
+        result = store.append_turn(sid, _msg(i), idempotency_key=f"k{i}")
+        assert result.turn_seq == i
+    again = store.append_turn(sid, _msg(3), idempotency_key="k3")
+    assert again.duplicate and again.turn_seq == 3
+    batch = store.append_turns(sid, [_msg(40), _msg(41)])
+    assert [r.turn_seq for r in batch] == [40, 41]
+    store.drain_folds()
+    store.flush(sid)
+    tail = store.tail(sid, n=5)
+    assert [t.turn_seq for t in tail] == [37, 38, 39, 40, 41]
+    history = list(store.history(sid))
+    assert [t.turn_seq for t in history] == list(range(42))
+    assert history[7].message == _msg(7)
+    chunks = store.chunks(sid)
+    assert len(chunks) > 1 and sum(c.turn_count for c in chunks) == 42
+    assert all(c.partition and c.partition.startswith("agent_history_p") for c in chunks)
+    stats = store.stats()
+    assert stats.chunks >= len(chunks)
+    holding = {c.partition for c in chunks}
+    sizes = {p.name: p for p in stats.partitions}
+    assert all(sizes[name].rows > 0 and sizes[name].bytes > 0 for name in holding)
+    # rewind, checkpoints, runs and facts ride on the same session
+    assert store.rewind(sid, 40) == 2
+    cp = store.checkpoint(sid, {"step": 1})
+    assert store.restore(sid).checkpoint == cp
+    run = store.open_run(sid, framework="test", thread_key="t1")
+    assert store.get_run(run.run_id).status == "running"
+    store.remember(tenant, "subject", "color", "blue", source=(sid, 5))
+    assert [f.value for f in store.recall(tenant, "subject")] == ["blue"]
+    # colocation: the session's rows of every table live on one worker
+    with psycopg.connect(citus, autocommit=True) as conn:
+        nodes = {
+            conn.execute(
+                "SELECT nodename || ':' || nodeport FROM citus_shards"
+                " WHERE shardid = get_shard_id_for_distribution_column(%s, %s)",
+                (table, sid),
+            ).fetchone()
+            for table in (
+                "shardstore.sessions",
+                "shardstore.turn_buffer",
+                "shardstore.agent_history",
+                "shardstore.chunk_map",
+                "shardstore.checkpoints",
+            )
+        }
+    assert len(nodes) == 1, nodes
+
+
+def test_purge_session_range_and_subject(store: shardstore.Store, citus: str) -> None:
+    tenant = _tenant()
+    a = store.create_session(tenant, "alice", "agent")
+    b = store.create_session(tenant, "bob", "agent")
+    for sid in (a, b):
+        store.append_turns(sid, [_msg(i) for i in range(30)])
+        store.flush(sid)
+    store.remember(tenant, "alice", "pet", "cat", source=(a, 2))
+    store.drain_folds()
+    dry = store.purge_range(b, before_turn_seq=12, dry_run=True)
+    real = store.purge_range(b, before_turn_seq=12)
+    assert dry.tables == real.tables and real.cut_turn_seq == 12
+    assert [t.turn_seq for t in store.history(b)] == list(range(12, 30))
+    report = store.purge_subject(tenant, "alice")
+    assert report.tombstoned == 1
+    assert report.tables["shardstore.facts"].rows == 1
+    with pytest.raises(SessionPurged):
+        store.tail(a)
+    for table in (
+        "turn_buffer",
+        "agent_history",
+        "chunk_map",
+        "turn_keys",
+        "embed_queue",
+        "chunk_vectors",
+    ):
+        left = _one(citus, f"SELECT count(*) FROM shardstore.{table} WHERE session_id = %s", (a,))
+        assert left == 0, table
+    whole = store.purge_session(b)
+    assert whole.tombstoned == 1 and whole.tables["shardstore.agent_history"].rows > 0
+
+
+def test_search_by_session_and_tenant(store: shardstore.Store) -> None:
+    tenant = _tenant()
+    sid = store.create_session(tenant, "s", "agent")
+    other = store.create_session(_tenant(), "s", "agent")
+    for s in (sid, other):
+        store.append_turns(s, [_msg(i) for i in range(24)])
+        store.flush(s)
+    store.drain_folds()
+    assert store.embed() > 0
+    hits = store.search("violin violin", session_id=sid, k=3)
+    assert hits and all(h.session_id == sid for h in hits)
+    assert any("violin" in t.message["content"] for t in hits[0].turns)
+    wide = store.search("violin violin", tenant_id=tenant, k=3)
+    assert wide and {h.session_id for h in wide} == {sid}
+
+
+@pytest.fixture
+def tenant_role(citus: str) -> Iterator[tuple[str, str, str]]:
+    """A LOGIN role bound to a fresh tenant, RLS on; (dsn as that role, role, tenant)."""
+    role = f"ss_t_{uuid.uuid4().hex[:8]}"
+    tenant = _tenant()
+    with psycopg.connect(citus, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        rls.grant_tenant_role(admin, role, tenant=tenant)
+        rls.enable_rls(admin)
+    try:
+        yield make_conninfo(citus, user=role), role, tenant
+    finally:
+        with psycopg.connect(citus, autocommit=True) as admin:
+            rls.disable_rls(admin)
+            admin.execute("DELETE FROM shardstore.rls_role_tenants WHERE role_name = %s", (role,))
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')
+
+
+def test_rls_bound_role_sees_only_its_tenant(
+    store: shardstore.Store, tenant_role: tuple[str, str, str]
+) -> None:
+    dsn, _role, tenant = tenant_role
+    mine = store.create_session(tenant, "s", "agent")
+    theirs = store.create_session(_tenant(), "s", "agent")
+    for sid in (mine, theirs):
+        store.append_turns(sid, [_msg(i) for i in range(20)])
+        store.flush(sid)
+    store.drain_folds()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        seen = {r[0] for r in conn.execute("SELECT DISTINCT tenant_id FROM shardstore.sessions")}
+        assert seen == {tenant}
+        for table in ("turn_buffer", "agent_history", "chunk_map", "embed_queue"):
+            rows = conn.execute(
+                f"SELECT count(*) FROM shardstore.{table} WHERE session_id = %s", (theirs,)
+            ).fetchone()
+            assert rows == (0,), table
+        tenant_store = rls.connect_tenant(conn, **SMALL)
+        assert len(tenant_store.tail(mine, n=3)) == 3
+        assert tenant_store.append_turn(mine, _msg(20)).turn_seq == 20
+        with pytest.raises(SessionNotFound):
+            tenant_store.tail(theirs)
+        with pytest.raises(SessionNotFound):
+            tenant_store.append_turn(theirs, _msg(99))
+    assert [t.turn_seq for t in store.tail(theirs, n=1)] == [19]
+
+
+def test_rls_set_local_reaches_the_shards(
+    store: shardstore.Store, citus: str, tenant_role: tuple[str, str, str]
+) -> None:
+    tenant = _tenant()
+    sid = store.create_session(tenant, "s", "agent")
+    store.append_turns(sid, [_msg(i) for i in range(12)])
+    store.flush(sid)
+    free = f"ss_u_{uuid.uuid4().hex[:8]}"  # an unbound tenant role: the setting decides
+    with psycopg.connect(citus, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{free}" LOGIN')
+        rls.grant_tenant_role(admin, free)
+    try:
+        with psycopg.connect(make_conninfo(citus, user=free)) as conn:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL shardstore.tenant_id = '{tenant}'")
+                n = conn.execute(
+                    "SELECT count(*) FROM shardstore.agent_history WHERE session_id = %s", (sid,)
+                ).fetchone()
+                assert n is not None and n[0] > 0
+            # outside it, no tenant: nothing visible
+            n = conn.execute(
+                "SELECT count(*) FROM shardstore.agent_history WHERE session_id = %s", (sid,)
+            ).fetchone()
+            assert n == (0,)
+    finally:
+        with psycopg.connect(citus, autocommit=True) as admin:
+            admin.execute(f'DROP OWNED BY "{free}"')
+            admin.execute(f'DROP ROLE "{free}"')
+
+
+def test_maintenance_runs_on_the_coordinator(store: shardstore.Store) -> None:
+    sid = store.create_session(_tenant(), "s", "agent")
+    store.append_turns(sid, [_msg(i) for i in range(5)])
+    report = store.maintain(flush_idle="0 seconds", embed=False)
+    assert report.errors == [] and report.healthy
+    assert store.chunks(sid)[0].partition is not None
+
+
+def test_concurrent_retries_store_one_turn(store: shardstore.Store, citus: str) -> None:
+    """The fast path's unique-violation race (a delegated append_one_v1 on a worker) is
+    recovered as on one node: eight racing appends with one key store one turn."""
+    sid = store.create_session(_tenant(), "s", "agent")
+    store.append_turn(sid, _msg(0))
+    stores = [shardstore.connect(citus, **SMALL) for _ in range(8)]
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(
+                pool.map(lambda s: s.append_turn(sid, _msg(1), idempotency_key="same"), stores)
+            )
+    finally:
+        for s in stores:
+            s.close()
+    assert {r.turn_seq for r in results} == {1}
+    assert sum(not r.duplicate for r in results) == 1
+    assert store.session(sid).turn_count == 2
+
+
+def test_async_store_on_citus(citus: str) -> None:
+    async def go() -> list[int]:
+        astore = await shardstore.connect_async(citus, **SMALL)
+        try:
+            sid = await astore.create_session(_tenant(), "s", "agent")
+            await astore.append_turns(sid, [_msg(i) for i in range(6)])
+            return [t.turn_seq for t in await astore.tail(sid, n=3)]
+        finally:
+            await astore.close()
+
+    assert asyncio.run(go()) == [3, 4, 5]
+
+
+def test_distribute_refuses_an_undistributable_schema(store: shardstore.Store, citus: str) -> None:
+    """A registered table with a trigger: distribute names it and changes nothing."""
+    table = f"bad_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(citus, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE shardstore.{table} (session_id uuid NOT NULL, tenant_id text NOT NULL,"
+            " n int, PRIMARY KEY (session_id))"
+        )
+        conn.execute(
+            "SELECT shardstore.register_session_table_v1(%s, tenant_column => 'tenant_id')",
+            (f"shardstore.{table}",),
+        )
+        conn.execute(
+            f"CREATE TRIGGER t BEFORE INSERT ON shardstore.{table}"
+            " FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()"
+        )
+    try:
+        with pytest.raises(ConfigurationError, match=table):
+            store.distribute()
+        assert (
+            _one(
+                citus,
+                "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
+                (f"shardstore.{table}",),
+            )
+            == 0
+        )
+    finally:
+        with psycopg.connect(citus, autocommit=True) as conn:
+            conn.execute(
+                "DELETE FROM shardstore.table_registry WHERE table_name = %s::regclass",
+                (f"shardstore.{table}",),
+            )
+            conn.execute(f"DROP TABLE shardstore.{table}")
+
+
+def test_search_settings_reach_the_shards(citus: str) -> None:
+    """The tenant search's SET LOCAL settings are sent on to the workers' shard queries
+    (set_config() would stay on the coordinator)."""
+    sent: list[str] = []
+    with psycopg.connect(citus) as conn:
+        conn.add_notice_handler(lambda d: sent.append(d.message_primary or ""))
+        conn.execute("SET citus.log_remote_commands = on")
+        with conn.transaction():
+            conn.execute("SELECT shardstore.vec_search_settings_v1(77)")
+            conn.execute("SELECT count(*) FROM shardstore.chunk_vectors WHERE tenant_id = 'x'")
+    assert any("SET LOCAL hnsw.ef_search = 77" in s for s in sent), sent[:3]
+    assert any("SET LOCAL hnsw.iterative_scan = strict_order" in s for s in sent)

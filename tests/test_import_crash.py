@@ -1,0 +1,103 @@
+"""Importer crashes: ``shardstore import single-row`` and ``shardstore import jsonl`` run as
+subprocesses and are SIGKILLed mid-run, several times; after each kill every session is
+whole or absent (one transaction per session), and a re-run completes the import with no
+turn duplicated and none missing."""
+
+from __future__ import annotations
+
+import io
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shardstore
+
+from .test_import_single_row import chat, make_source, sid_of
+
+ROWS = 6
+TURNS = 1500
+KILLS = 5
+
+
+def _run(args: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "shardstore", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _kill_loop(args: list[str], check: Callable[[], int], seed: int) -> int:
+    """Start and SIGKILL the import KILLS times (after 1-4 s); check after each kill;
+    then run it to completion. Returns how many kills found a partial import."""
+    rng = random.Random(seed)
+    partial = 0
+    for _ in range(KILLS):
+        proc = _run(args)
+        time.sleep(rng.uniform(1.0, 4.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        done = check()
+        partial += 0 < done < ROWS
+    proc = _run(args)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()
+    assert check() == ROWS
+    return partial
+
+
+def _whole_or_absent(store: shardstore.Store, sessions: dict[Any, list[Any]]) -> int:
+    done = 0
+    for sid, expected in sessions.items():
+        try:
+            got = [t.message for t in store.history(sid)]
+        except shardstore.SessionNotFound:
+            continue
+        assert got == expected, f"session {sid}: {len(got)} of {len(expected)} turns"
+        done += 1
+    return done
+
+
+@pytest.mark.slow
+def test_kill_single_row_import(dsn: str, new_database: Callable[[], str]) -> None:
+    source = new_database()
+    rows = [(f"r{i}", chat(TURNS, f"-{i}")) for i in range(ROWS)]
+    make_source(source, rows)
+    sessions = {sid_of(name): msgs for name, msgs in rows}
+    args = ["--dsn", dsn, "import", "single-row", "--source-dsn", source, "--table",
+            "agent_sessions", "--id-column", "session_id", "--history-column",
+            "conversation_history", "--tenant", "acme", "--batch", "50", "--quiet"]
+    with shardstore.connect(dsn) as store:
+        partial = _kill_loop(args, lambda: _whole_or_absent(store, sessions), 11)
+        assert store.stats().turns == ROWS * TURNS
+    assert partial >= 1, "no kill landed between the first and the last session"
+
+
+@pytest.mark.slow
+def test_kill_jsonl_import(dsn: str, new_database: Callable[[], str], tmp_path: Path) -> None:
+    sessions: dict[Any, list[Any]] = {}
+    with shardstore.connect(new_database()) as a:
+        for i in range(ROWS):
+            sid = a.create_session("acme")
+            msgs = chat(TURNS, f"-{i}")
+            keys = [f"k{i}-{n}" for n in range(TURNS)]
+            for at in range(0, TURNS, 500):
+                a.append_turns(sid, msgs[at:at + 500], keys[at:at + 500])
+            sessions[sid] = msgs
+        out = io.StringIO()
+        a.export_sessions(list(sessions), out=out)
+    path = tmp_path / "export.jsonl"
+    path.write_text(out.getvalue(), "utf-8")
+    args = ["--dsn", dsn, "import", "jsonl", str(path), "--on-existing", "skip", "--batch",
+            "50", "--quiet"]
+    with shardstore.connect(dsn) as store:
+        partial = _kill_loop(args, lambda: _whole_or_absent(store, sessions), 12)
+        for i, sid in enumerate(sessions):  # keys came along, each once, in order
+            keys = [t.idempotency_key for t in store.history(sid)]
+            assert keys == [f"k{i}-{n}" for n in range(TURNS)]
+        assert store.stats().turns == ROWS * TURNS
+    assert partial >= 1, "no kill landed between the first and the last session"
