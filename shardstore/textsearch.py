@@ -92,7 +92,7 @@ def text_ranking_op(ctx: Context, scope: SearchScope, text: str, n: int) -> Op[l
     """The ``n`` best-matching turns of the scope for ``text``, best first (folded and
     buffered turns alike, a session's fork lineage included; ``session_id`` is the turn's
     owner). The work is bounded: at most :data:`TEXT_SAMPLE` windows plus
-    :data:`TEXT_CAP` per rare query lexeme are scored (``text_rank_v1``, migration 0015)."""
+    :data:`TEXT_CAP` per rare query lexeme are scored (``text_rank_v1``, migration 0019)."""
     params = _params(ctx, scope, "", n)
     params.update(q=text, sample=TEXT_SAMPLE, cap=TEXT_CAP)
     rows = yield Q(query("text_search"), params, prepare=False, named=True)

@@ -243,7 +243,7 @@ def test_context_is_the_rule_with_stored_missing_or_foreign_counts(
     all_equal()
     assert any(p.kind == "summary" for p in store.context(sid, 900).parts)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        # summaries written before migration 0015: counted at read time
+        # summaries written before migration 0019: counted at read time
         conn.execute(
             "UPDATE shardstore.chunk_summaries SET message_tokens = NULL WHERE chunk_seq % 2 = 0"
         )

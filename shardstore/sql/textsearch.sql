@@ -3,7 +3,7 @@
 -- The best-matching turns of a scope for a text query: every folded turn window (turn_text)
 -- and every buffered turn of the scope (indexed on the fly, as fold_v1 indexes them), a
 -- session's fork lineage included, scored by BM25 over a bounded candidate set (see
--- text_rank_v1 in migration 0015: a common lexeme adds candidates only from the scope's
+-- text_rank_v1 in migration 0019: a common lexeme adds candidates only from the scope's
 -- %(sample)s newest windows; rarer ones add every window holding them). At most %(n)s
 -- turns, best first, ties by position; session_id is the session whose row holds the turn.
 -- name: text_search

@@ -1,4 +1,4 @@
--- 0015: context assembly and text recall made fast, and text search through fork lineage
+-- 0019: context assembly and text recall made fast, and text search through fork lineage
 -- (docs/architecture.md "Context").
 --
 -- * chunk_summaries.message_tokens / counted_by: the tokens of the system message a context
@@ -310,8 +310,8 @@ BEGIN
        AND h.chunk_start = NEW.chunk_start
        AND (e.v->>'s')::bigint BETWEEN NEW.first_turn_seq AND NEW.last_turn_seq
     ON CONFLICT DO NOTHING;
-    INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start)
-    SELECT h.session_id, h.chunk_seq, h.chunk_start FROM shardstore.agent_history h
+    INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start, tenant_id)
+    SELECT h.session_id, h.chunk_seq, h.chunk_start, h.tenant_id FROM shardstore.agent_history h
      WHERE h.session_id = NEW.session_id AND h.chunk_seq = NEW.chunk_seq
        AND h.chunk_start = NEW.chunk_start
     ON CONFLICT DO NOTHING;
@@ -339,8 +339,8 @@ BEGIN
        AND t.turn_seq BETWEEN OLD.first_turn_seq AND OLD.last_turn_seq;
     DELETE FROM shardstore.chunk_summaries c
      WHERE c.session_id = OLD.session_id AND c.chunk_seq = OLD.chunk_seq;
-    INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start)
-    SELECT h.session_id, h.chunk_seq, h.chunk_start FROM shardstore.agent_history h
+    INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start, tenant_id)
+    SELECT h.session_id, h.chunk_seq, h.chunk_start, h.tenant_id FROM shardstore.agent_history h
      WHERE h.session_id = OLD.session_id AND h.chunk_seq = OLD.chunk_seq
        AND h.chunk_start = OLD.chunk_start
     ON CONFLICT DO NOTHING;
@@ -363,8 +363,27 @@ SELECT h.session_id, (e.v->>'s')::bigint, w.r_window, h.chunk_seq, s.tenant_id, 
        LATERAL shardstore.text_windows_v1(shardstore.text_config_v1(), e.v->'m') w
  WHERE (e.v->>'s')::bigint BETWEEN f.first_turn_seq AND f.last_turn_seq
 ON CONFLICT DO NOTHING;
-INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start)
-SELECT DISTINCT f.session_id, f.chunk_seq, f.chunk_start
+INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start, tenant_id)
+SELECT DISTINCT f.session_id, f.chunk_seq, f.chunk_start, f.tenant_id
   FROM shardstore.fork_copies f JOIN shardstore.sessions s ON s.session_id = f.session_id
  WHERE s.purged_at IS NULL
 ON CONFLICT DO NOTHING;
+
+-- On Citus fork_copies stays a coordinator table, as artifact_refs does (0017): the
+-- triggers above index and un-index copies for text search whichever path writes or
+-- deletes a copy record (copy-on-write, GDPR erase, rewinds and range purges of the
+-- holder), and Citus distributes no table with a trigger. Copy records are few (one per
+-- chunk copied by a copy-on-write), so the coordinator holds them at no cost.
+CREATE OR REPLACE FUNCTION shardstore.citus_kept_local_v1()
+RETURNS TABLE (r_table regclass, r_reason text)
+LANGUAGE sql
+STABLE
+AS $$
+    VALUES ('shardstore.artifact_refs'::regclass,
+            'its AFTER DELETE trigger artifact_refs_gone marks released artifacts the moment '
+            || 'any path (unref, purges, retention, rewind, the registry) deletes refs, and the '
+            || 'artifact tables it updates are coordinator tables too'),
+           ('shardstore.fork_copies'::regclass,
+            'its triggers (0019) index and un-index copy-on-write copies for text search '
+            || 'whichever path writes or deletes a copy record; copy records are few')
+$$;
