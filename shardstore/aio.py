@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-from . import assembly, base, facts, maintenance, purge, tracing
+from . import assembly, base, facts, maintenance, purge, textsearch, tracing
 from . import checkpoints as checkpoint_ops
 from . import distribute as distribute_ops
 from . import fork as fork_ops
@@ -90,6 +90,7 @@ class AsyncStore(base.StoreBase):
     context = amethod(assembly.context)
     summarize = amethod(summary_ops.summarize)
     summaries = amethod(summary_ops.summaries)
+    configure_text_search = amethod(textsearch.configure_text_search)
     put_artifact = amethod(artifact_ops.put_artifact)
     get_artifact = amethod(artifact_ops.get_artifact)
     open_artifact = areader(artifact_ops.open_artifact)

@@ -120,7 +120,7 @@ def search(
 
     ``mode``: ``"vector"`` (the default, above); ``"text"``: Postgres full-text search over
     every turn (folded turns through a GIN index, buffered turns too), in the database's
-    text search language (``english`` unless switched with ``text_configure_v1``); needs
+    text search language (``english`` unless switched with ``configure_text_search``); needs
     no embeddings extra and no embedding run; score: a BM25-style score of the best turn;
     ``"hybrid"``: the text and vector rankings of turns fused by reciprocal rank fusion
     (score: the fused score; only the text ranking while nothing was ever embedded). Text

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from . import assembly, base, facts, maintenance, purge, tracing
+from . import assembly, base, facts, maintenance, purge, textsearch, tracing
 from . import checkpoints as checkpoint_ops
 from . import distribute as distribute_ops
 from . import fork as fork_ops
@@ -92,6 +92,7 @@ class Store(base.StoreBase):
     context = method(assembly.context)
     summarize = method(summary_ops.summarize)
     summaries = method(summary_ops.summaries)
+    configure_text_search = method(textsearch.configure_text_search)
     put_artifact = method(artifact_ops.put_artifact)
     get_artifact = method(artifact_ops.get_artifact)
     open_artifact = reader(artifact_ops.open_artifact)

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import jsoncodec
 from .core.context import Context
-from .core.steps import Call, Op, Q, Tx
+from .core.steps import Call, Op, Q, StatementFailed, Tx
 from .embedding import model_safe, vector_literal
 from .errors import InvalidInput
 from .history import envelope_turn
@@ -252,3 +252,22 @@ def search_hybrid_op(
     fused = yield from hybrid_ranking_op(ctx, state, scope, text, vector)
     hits: list[SearchHit] = yield from hits_op(best_chunks(fused, scope.k), scope.session_id)
     return hits
+
+
+# undefined_object (no such configuration), invalid_text_representation, invalid_name
+_BAD_CONFIG = frozenset({"42704", "22P02", "42602"})
+
+
+def configure_text_search(store: Any, language: str) -> Op[int]:
+    """Switch the language of full-text search (a PostgreSQL text search configuration:
+    ``"english"``, the default, ``"german"``, ``"simple"``...) and rebuild every stored
+    turn's index in one transaction: searches see the old index until it commits, then the
+    new one; turns appended later are indexed in the new language. Returns the number of
+    text windows written. An unknown configuration raises ``InvalidInput`` and changes
+    nothing. Needs the schema owner's rights (tenant roles may not)."""
+    if not isinstance(language, str) or not language or "\x00" in language:
+        raise InvalidInput("language must be the name of a text search configuration")
+    row = yield Q(query("text_configure"), (language,), fetch="one", recover=_BAD_CONFIG)
+    if isinstance(row, StatementFailed):
+        raise InvalidInput(f"no text search configuration named {language!r}")
+    return int(row[0])

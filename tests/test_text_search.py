@@ -205,10 +205,30 @@ def test_language_switch_rebuilds(store: shardstore.Store, dsn: str) -> None:
     store.append_turns(sid, [say(0, "the runners were running quickly"), say(1)])
     store.flush(sid)
     assert seqs(store.search("run", session_id=sid, mode="text")) == [[0]]  # english stems
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT shardstore.text_configure_v1('simple')")
+    for bad in ["klingon", "", "x\x00y", 7, "english; DROP TABLE shardstore.sessions"]:
+        with pytest.raises(shardstore.InvalidInput):
+            store.configure_text_search(bad)  # type: ignore[arg-type]
+    assert seqs(store.search("run", session_id=sid, mode="text")) == [[0]]  # unchanged
+    assert store.configure_text_search("simple") >= 2  # both turns' windows rebuilt
     assert store.search("run", session_id=sid, mode="text") == []  # simple does not
     assert seqs(store.search("running", session_id=sid, mode="text")) == [[0]]
+    store.append_turn(sid, say(2, "jumping"))  # buffered, then folded: the new language
+    store.flush(sid)
+    assert seqs(store.search("jumping", session_id=sid, mode="text")) == [[2]]
+    assert store.search("jump", session_id=sid, mode="text") == []
+
+
+def test_language_switch_async(dsn: str) -> None:
+    async def go() -> int:
+        astore = await shardstore.connect_async(dsn)
+        try:
+            with pytest.raises(shardstore.InvalidInput):
+                await astore.configure_text_search("klingon")
+            return await astore.configure_text_search("simple")
+        finally:
+            await astore.close()
+
+    assert asyncio.run(go()) == 0  # an empty database: nothing to rebuild
 
 
 def test_async_parity(dsn: str) -> None:
