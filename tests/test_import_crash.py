@@ -1,5 +1,6 @@
 """Importer crashes: ``shardstore import single-row`` and ``shardstore import jsonl`` run as
-subprocesses and are SIGKILLed mid-run, several times; after each kill every session is
+subprocesses and are SIGKILLed mid-run (at random times, or just after a random number
+of sessions committed), several times; after each kill every session is
 whole or absent (one transaction per session), and a re-run completes the import with no
 turn duplicated and none missing."""
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import shardstore
@@ -31,14 +33,31 @@ def _run(args: list[str]) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _kill_loop(args: list[str], check: Callable[[], int], seed: int) -> int:
-    """Start and SIGKILL the import KILLS times (after 1-4 s); check after each kill;
-    then run it to completion. Returns how many kills found a partial import."""
+def _kill_loop(args: list[str], check: Callable[[], int], committed: Callable[[], int],
+               seed: int) -> int:
+    """Start and SIGKILL the import KILLS times; check after each kill; then run it to
+    completion. Returns how many kills found a partial import. Each kill comes at a
+    random time (1-4 s in) or, sooner, a random moment (0-0.3 s) after a random number of
+    sessions more than before were committed: imports are fast enough that a clock alone
+    may only ever kill finished runs."""
     rng = random.Random(seed)
     partial = 0
     for _ in range(KILLS):
+        before = committed()
+        target = rng.randint(before + 1, ROWS - 1) if before + 1 < ROWS else ROWS
         proc = _run(args)
-        time.sleep(rng.uniform(1.0, 4.0))
+        deadline = time.monotonic() + rng.uniform(1.0, 4.0)
+        # on a loaded machine the process may take longer than the deadline to start: then
+        # wait (up to 120 s) for its first session, so that the kill can land mid-run
+        hard_deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < hard_deadline:
+            now_done = committed()
+            if now_done >= target:
+                time.sleep(rng.uniform(0.0, 0.3))
+                break
+            if time.monotonic() >= deadline and now_done > before:
+                break
+            time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         done = check()
@@ -48,6 +67,18 @@ def _kill_loop(args: list[str], check: Callable[[], int], seed: int) -> int:
     assert proc.returncode == 0, err.decode()
     assert check() == ROWS
     return partial
+
+
+def _committed(dsn: str, sessions: dict[Any, list[Any]]) -> Callable[[], int]:
+    """How many of the sessions exist (each is created in its import's transaction)."""
+    ids = list(sessions)
+
+    def count() -> int:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM shardstore.sessions"
+                               " WHERE session_id = ANY(%s)", (ids,)).fetchone()
+            return int(row[0]) if row else 0
+    return count
 
 
 def _whole_or_absent(store: shardstore.Store, sessions: dict[Any, list[Any]]) -> int:
@@ -72,7 +103,8 @@ def test_kill_single_row_import(dsn: str, new_database: Callable[[], str]) -> No
             "agent_sessions", "--id-column", "session_id", "--history-column",
             "conversation_history", "--tenant", "acme", "--batch", "50", "--quiet"]
     with shardstore.connect(dsn) as store:
-        partial = _kill_loop(args, lambda: _whole_or_absent(store, sessions), 11)
+        partial = _kill_loop(args, lambda: _whole_or_absent(store, sessions),
+                             _committed(dsn, sessions), 11)
         assert store.stats().turns == ROWS * TURNS
     assert partial >= 1, "no kill landed between the first and the last session"
 
@@ -95,9 +127,10 @@ def test_kill_jsonl_import(dsn: str, new_database: Callable[[], str], tmp_path: 
     args = ["--dsn", dsn, "import", "jsonl", str(path), "--on-existing", "skip", "--batch",
             "50", "--quiet"]
     with shardstore.connect(dsn) as store:
-        partial = _kill_loop(args, lambda: _whole_or_absent(store, sessions), 12)
+        partial = _kill_loop(args, lambda: _whole_or_absent(store, sessions),
+                             _committed(dsn, sessions), 12)
         for i, sid in enumerate(sessions):  # keys came along, each once, in order
-            keys = [t.idempotency_key for t in store.history(sid)]
-            assert keys == [f"k{i}-{n}" for n in range(TURNS)]
+            got = [t.idempotency_key for t in store.history(sid)]
+            assert got == [f"k{i}-{n}" for n in range(TURNS)]
         assert store.stats().turns == ROWS * TURNS
     assert partial >= 1, "no kill landed between the first and the last session"
