@@ -132,7 +132,8 @@ def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_pat
         def body() -> None:
             embedded = 0
             while not stop.is_set():
-                embedded += worker.embed(batch_size=4)
+                # bounded, so the loop sees stop: embed() alone drains the whole queue
+                embedded += worker.embed(batch_size=4, limit=8)
                 time.sleep(0.02)
             counts[name] = embedded
 
