@@ -14,6 +14,10 @@ and the application scopes each connection to one tenant before handing it to th
 The policies (migration 0004) compare each row's tenant with
 ``shardstore.rls_tenant_v1()``: the tenant bound to the current role, if any
 (``grant_tenant_role(conn, role, tenant=...)``), else the ``shardstore.tenant_id`` setting.
+
+On Citus the setting must be ``SET LOCAL`` inside each transaction to reach the shards: a
+store from :func:`connect_tenant` on a distributed database binds its tenant that way in
+every transaction it runs (``shardstore/core/binding.py``, docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from typing import Any
 
 import psycopg
 
+from .aio import AsyncStore
 from .core import validate
-from .core.connector import Connector
+from .core.connector import AsyncConnector, Connector
 from .core.executor import translate
 from .core.steps import Op, Q
 from .errors import ConfigurationError, InvalidInput
@@ -38,6 +43,7 @@ from .tokens import TokenCounter, make_counter
 
 __all__ = [
     "connect_tenant",
+    "connect_tenant_async",
     "current_tenant",
     "disable_rls",
     "enable_rls",
@@ -130,19 +136,81 @@ def _schema_current_op() -> Op[None]:
         )
 
 
+def _binding_op(tenant: str | None, per_transaction: bool | None) -> Op[Q | None]:
+    """The statement that binds the store's tenant in each transaction, or None (the
+    connection's session-level setting, or the role's binding, decides as before)."""
+    setting, role_bound, distributed = yield Q(query("rls_store_binding"), fetch="one")
+    chosen = tenant if tenant is not None else setting
+    per = (bool(distributed) and not role_bound) if per_transaction is None else per_transaction
+    if not per:
+        if tenant is not None:  # what set_tenant() does: for the connection's lifetime
+            yield Q(query("rls_set_tenant"), (tenant,), fetch="one")
+        return None
+    if chosen is None:  # no tenant to bind: the store sees nothing, as before
+        return None
+    return Q(query("rls_bind_tenant"), (str(chosen),), fetch="none")
+
+
+def _tenant_args(tenant: Any, per_transaction: Any) -> tuple[str | None, bool | None]:
+    bound = None if tenant is None else _tenant(tenant)
+    per = None if per_transaction is None else validate.flag(per_transaction, "per_transaction")
+    return bound, per
+
+
 def connect_tenant(
-    conn: psycopg.Connection[Any], *, tokenizer: TokenCounter | str | None = None, **settings: Any
+    conn: psycopg.Connection[Any],
+    *,
+    tenant: str | None = None,
+    per_transaction: bool | None = None,
+    tokenizer: TokenCounter | str | None = None,
+    **settings: Any,
 ) -> Store:
     """A store on a tenant-scoped connection of a role without DDL rights.
 
     Like ``shardstore.connect(conn)``, but runs no migration and creates no partition (a
     tenant role may do neither; the owner migrates, ``shardstore maintain`` premakes): it
     checks that the schema is current and reads the partitioning. The store then sees and
-    writes only the tenant of ``conn`` (:func:`set_tenant` / :func:`tenant_connection`)."""
+    writes only the tenant of ``conn`` (:func:`set_tenant` / :func:`tenant_connection`), or
+    ``tenant`` when given.
+
+    ``per_transaction`` says how the tenant is bound. True: ``SET LOCAL
+    shardstore.tenant_id`` first in every transaction the store runs (a single statement
+    runs in a transaction of its own for it), so that on Citus every shard query sees the
+    tenant; the connection's own setting is left as it is. False: the session-level
+    setting decides (``tenant`` given: set for the connection's lifetime, as
+    :func:`set_tenant`). None (default): per transaction where the store is distributed
+    (Citus) and the role is not bound to a tenant, else the session-level setting (plain
+    PostgreSQL: nothing changes; a bound role's binding holds on every shard by itself).
+    The tenant is fixed when the store is made."""
     if not isinstance(conn, psycopg.Connection):
         raise ConfigurationError("connect_tenant() takes a psycopg.Connection")
+    bound, per = _tenant_args(tenant, per_transaction)
     config = Settings.from_kwargs(settings)
-    store = Store(Connector(conn, config), config, make_counter(tokenizer))
+    connector = Connector(conn, config)
+    store = Store(connector, config, make_counter(tokenizer))
+    connector.binding = store._run(_binding_op(bound, per))
     store._run(_schema_current_op())
     store._partitioning(*store._run(configure_op(config.partition_interval)))
+    return store
+
+
+async def connect_tenant_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    tenant: str | None = None,
+    per_transaction: bool | None = None,
+    tokenizer: TokenCounter | str | None = None,
+    **settings: Any,
+) -> AsyncStore:
+    """asyncio version of :func:`connect_tenant` (an ``AsyncConnection`` scoped to a tenant,
+    or ``tenant``), returning an :class:`~shardstore.AsyncStore`; the same binding rules."""
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise ConfigurationError("connect_tenant_async() takes a psycopg.AsyncConnection")
+    bound, per = _tenant_args(tenant, per_transaction)
+    config = Settings.from_kwargs(settings)
+    connector = await AsyncConnector.create(conn, config)
+    store = AsyncStore(connector, config, make_counter(tokenizer))
+    connector.binding = await store._run(_binding_op(bound, per))
+    await store._run(_schema_current_op())
+    store._partitioning(*(await store._run(configure_op(config.partition_interval))))
     return store

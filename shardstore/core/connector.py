@@ -187,6 +187,8 @@ class Connector:
     """Hands out connections. Owns (and closes) a pool only if it created it. A caller's
     connection runs one whole operation at a time."""
 
+    binding: Any = None  # a Q run first in every transaction (a tenant store: core/binding.py)
+
     def __init__(self, source: Any, settings: Settings) -> None:
         self._pool: ConnectionPool[Any] | None = None
         self._conn: psycopg.Connection[Any] | None = None
@@ -300,6 +302,8 @@ class Connector:
 
 class AsyncConnector:
     """The asyncio flavour of :class:`Connector` (same sources, async pool)."""
+
+    binding: Any = None  # as Connector.binding
 
     def __init__(self) -> None:
         self._pool: AsyncConnectionPool[Any] | None = None

@@ -18,3 +18,15 @@ SELECT set_config('shardstore.tenant_id', %s, false);
 
 -- name: rls_current_tenant
 SELECT shardstore.rls_tenant_v1();
+
+-- name: rls_store_binding
+-- what connect_tenant() needs to bind a store: the connection's tenant setting, whether the
+-- role is bound (the policies then read the binding, on the shards too), and whether the
+-- store is distributed (a session-level setting does not reach the shards there)
+SELECT nullif(current_setting('shardstore.tenant_id', true), ''),
+       EXISTS (SELECT 1 FROM shardstore.rls_role_tenants b WHERE b.role_name = current_user),
+       shardstore.is_distributed_v1('shardstore.sessions');
+
+-- name: rls_bind_tenant
+-- the tenant for the rest of this transaction (SET LOCAL: Citus sends it on to the shards)
+SELECT shardstore.rls_bind_tenant_v1(%s);
