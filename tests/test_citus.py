@@ -373,3 +373,91 @@ def test_search_settings_reach_the_shards(citus: str) -> None:
             conn.execute("SELECT count(*) FROM shardstore.chunk_vectors WHERE tenant_id = 'x'")
     assert any("SET LOCAL hnsw.ef_search = 77" in s for s in sent), sent[:3]
     assert any("SET LOCAL hnsw.iterative_scan = strict_order" in s for s in sent)
+
+
+@pytest.fixture
+def unbound_role(citus: str) -> Iterator[str]:
+    """A LOGIN tenant role bound to no tenant (the connection's setting decides), RLS on."""
+    role = f"ss_u_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(citus, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        rls.grant_tenant_role(admin, role)
+        rls.enable_rls(admin)
+    try:
+        yield make_conninfo(citus, user=role)
+    finally:
+        with psycopg.connect(citus, autocommit=True) as admin:
+            rls.disable_rls(admin)
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')
+
+
+def test_tenant_connection_store_is_scoped_on_every_shard(
+    store: shardstore.Store, citus: str, unbound_role: str
+) -> None:
+    """A store on a tenant connection (session-level SET of the tenant, an unbound role)
+    sees and changes its tenant's sessions on every shard, and nothing of another tenant's,
+    for reads, writes, search and purges. With the session-level setting alone the shards
+    saw no tenant: the store found not even its own sessions."""
+    tenant, other_tenant = _tenant(), _tenant()
+    mine: list[uuid.UUID] = []
+    workers: set[Any] = set()
+    with psycopg.connect(citus, autocommit=True) as conn:  # its sessions span the workers
+        while len(mine) < 4 or (len(workers) < 2 and len(mine) < 64):
+            sid = store.create_session(tenant, f"s{len(mine)}", "agent")
+            mine.append(sid)
+            workers.add(
+                conn.execute(
+                    "SELECT nodename, nodeport FROM citus_shards WHERE shardid ="
+                    " get_shard_id_for_distribution_column('shardstore.sessions', %s)",
+                    (sid,),
+                ).fetchone()
+            )
+    assert len(workers) > 1, workers
+    theirs = [store.create_session(other_tenant, f"s{i}", "agent") for i in range(4)]
+    for sid in mine + theirs:
+        store.append_turns(sid, [_msg(i) for i in range(16)])
+        store.flush(sid)
+    store.drain_folds()
+    assert store.embed() > 0
+    with rls.tenant_connection(unbound_role, tenant) as conn:
+        scoped = rls.connect_tenant(conn, embedding_model=HashEmbedder(), **SMALL)
+        for sid in mine:  # reads and writes of its own sessions, wherever they live
+            assert [t.turn_seq for t in scoped.tail(sid, n=2)] == [14, 15]
+            assert len(list(scoped.history(sid))) == 16
+            assert scoped.append_turn(sid, _msg(16), idempotency_key="k16").turn_seq == 16
+            assert [r.turn_seq for r in scoped.append_turns(sid, [_msg(17)])] == [17]
+            assert scoped.session(sid).tenant_id == tenant
+            assert sum(c.turn_count for c in scoped.chunks(sid)) == 18
+        fresh = scoped.create_session(tenant, "new", "agent")
+        assert scoped.append_turn(fresh, _msg(0)).turn_seq == 0
+        hits = scoped.search("violin violin", tenant_id=tenant, k=5)
+        assert hits and {h.session_id for h in hits} <= set(mine)
+        assert scoped.search("violin violin", session_id=mine[0], k=2)
+        # another tenant's sessions: not found, whatever the call
+        assert scoped.search("violin violin", tenant_id=other_tenant, k=5) == []
+        assert scoped.search("violin violin", session_id=theirs[0], k=5) == []
+        for sid in theirs:
+            with pytest.raises(SessionNotFound):
+                scoped.tail(sid)
+            with pytest.raises(SessionNotFound):
+                scoped.append_turn(sid, _msg(99))
+            with pytest.raises(SessionNotFound):
+                scoped.purge_session(sid)
+        assert scoped.purge_tenant(other_tenant).sessions_affected == 0
+        with pytest.raises(shardstore.ShardstoreError):
+            scoped.create_session(other_tenant, "x", "agent")
+        # purges of its own (a range purge and a rewind rewrite chunks under row security)
+        assert scoped.purge_range(mine[1], before_turn_seq=5).cut_turn_seq == 5
+        assert scoped.rewind(mine[0], 16) == 2
+        assert scoped.purge_session(mine[2]).tombstoned == 1
+        assert scoped.purge_subject(tenant, "s3").tombstoned == 1
+        # the binding is per transaction: the connection's own setting is as it was
+        assert rls.current_tenant(conn) == tenant
+    for sid in (mine[2], mine[3]):
+        with pytest.raises(SessionPurged):
+            store.tail(sid)
+    assert [t.turn_seq for t in store.history(mine[1])] == list(range(5, 18))
+    assert store.session(mine[0]).turn_count == 16
+    for sid in theirs:  # the other tenant untouched
+        assert store.session(sid).turn_count == 16

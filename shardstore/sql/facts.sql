@@ -36,19 +36,23 @@ SELECT shardstore.facts_purge_subject_v1(%s, %s, %s);
 -- name: facts_purge_tenant
 -- every fact of a tenant, sourced or not (purge_tenant runs it after the sessions, whose
 -- purges removed the sourced ones already); a dry run only counts, leaving out facts
--- sourced in live sessions (the dry runs of those sessions' purges counted them)
+-- sourced in live sessions (the dry runs of those sessions' purges counted them; a fact's
+-- source is a session of its tenant: an uncorrelated list of them, which Citus plans, facts
+-- and sessions being distributed apart). The size is taken of the returned rows: Citus
+-- allows no non-immutable function in RETURNING.
 WITH gone AS (
     DELETE FROM shardstore.facts f
      WHERE f.tenant_id = %(tenant)s AND NOT %(dry_run)s
-    RETURNING pg_column_size(f.*) AS sz
+    RETURNING f.*
 ), counted AS (
     SELECT pg_column_size(f.*) AS sz FROM shardstore.facts f
      WHERE f.tenant_id = %(tenant)s AND %(dry_run)s
-       AND NOT EXISTS (SELECT 1 FROM shardstore.sessions s
-                        WHERE s.session_id = f.source_session_id AND s.purged_at IS NULL)
+       AND (f.source_session_id IS NULL
+            OR f.source_session_id NOT IN (SELECT s.session_id FROM shardstore.sessions s
+                                            WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL))
 )
 SELECT count(*), coalesce(sum(sz), 0)::bigint
-  FROM (SELECT sz FROM gone UNION ALL SELECT sz FROM counted) AS both_ways;
+  FROM (SELECT pg_column_size(g.*) AS sz FROM gone g UNION ALL SELECT sz FROM counted) AS both_ways;
 
 -- name: fact_source_owner
 -- the session that stores a turn of a session's view: an ancestor for a turn a fork
