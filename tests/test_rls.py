@@ -5,6 +5,7 @@ as a non-superuser tenant role (SET ROLE on a superuser connection)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -196,10 +197,29 @@ def test_partitions_have_row_security_too(world: World) -> None:
     assert world.other in all_ids
 
 
-def test_store_api_is_scoped(world: World) -> None:
+def _scoped(w: World, per_transaction: bool, **settings: Any) -> tuple[Any, shardstore.Store]:
+    """A connection of the tenant role and a store on it scoped to acme: by the session-level
+    setting, or (per_transaction) by SET LOCAL in each transaction, the connection itself
+    set to no tenant at all."""
+    if not per_transaction:
+        conn = _tenant_conn(w, "acme")
+        return conn, rls.connect_tenant(conn, **settings)
+    conn = _tenant_conn(w, None)
+    return conn, rls.connect_tenant(conn, tenant="acme", per_transaction=True, **settings)
+
+
+def _unscoped_after(conn: psycopg.Connection[Any]) -> None:
+    """The per-transaction binding left nothing on the connection: no tenant, nothing seen."""
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert rls.current_tenant(conn) is None
+    assert conn.execute("SELECT count(*) FROM shardstore.sessions").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("per_transaction", [False, True], ids=["session", "per_transaction"])
+def test_store_api_is_scoped(world: World, per_transaction: bool) -> None:
     before = _snapshot(world.dsn)
-    with _tenant_conn(world, "acme") as conn:
-        store = rls.connect_tenant(conn)
+    conn, store = _scoped(world, per_transaction)
+    with conn:
         assert len(store.tail(world.acme, n=5)) == 5
         assert len(list(store.history(world.acme))) == 40
         assert store.session(world.acme).tenant_id == "acme"
@@ -235,6 +255,8 @@ def test_store_api_is_scoped(world: World) -> None:
         assert store.purge_subject("acme", "user:1").sessions_affected == 1
         with pytest.raises(shardstore.SessionPurged):
             store.tail(world.acme)
+        if per_transaction:
+            _unscoped_after(conn)
     # globex untouched by all of it
     assert world.owner.session(world.other).turn_count == 40
     assert len(list(world.owner.history(world.other))) == 40
@@ -285,7 +307,8 @@ def test_connect_works_for_a_role_without_ddl_rights(world: World) -> None:
         assert store.session(world.acme).tenant_id == "acme"
 
 
-def test_search_and_vectors_are_scoped(world: World) -> None:
+@pytest.mark.parametrize("per_transaction", [False, True], ids=["session", "per_transaction"])
+def test_search_and_vectors_are_scoped(world: World, per_transaction: bool) -> None:
     from tests.embedders import HashEmbedder
 
     owner = shardstore.connect(world.dsn, embedding_model=HashEmbedder())
@@ -293,13 +316,16 @@ def test_search_and_vectors_are_scoped(world: World) -> None:
         assert owner.embed() > 0
     finally:
         owner.close()
-    with _tenant_conn(world, "acme") as conn:
-        store = rls.connect_tenant(conn, embedding_model=HashEmbedder())
+    conn, store = _scoped(world, per_transaction, embedding_model=HashEmbedder())
+    with conn:
         mine = store.search("acme 7", tenant_id="acme", k=50)
         assert mine and {h.session_id for h in mine} == {world.acme}
         # another tenant's vectors are invisible, whatever the call names
         assert store.search("globex 7", tenant_id="globex", k=50) == []
         assert store.search("globex 7", session_id=world.other, k=50) == []
+        if per_transaction:  # the raw statements below run with the tenant set
+            _unscoped_after(conn)
+            rls.set_tenant(conn, "acme")
         rows = conn.execute("SELECT DISTINCT tenant_id FROM shardstore.chunk_vectors").fetchall()
         assert rows == [("acme",)]
         queued = conn.execute("SELECT DISTINCT session_id FROM shardstore.embed_queue").fetchall()
@@ -311,3 +337,95 @@ def test_search_and_vectors_are_scoped(world: World) -> None:
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql)
+
+
+def test_per_transaction_binding_is_transaction_local(world: World) -> None:
+    """The binding is SET LOCAL in each transaction the store runs: nothing stays on the
+    connection after a call (also after a failed one), a caller's transaction is bound for
+    its rest, and a connection outside autocommit is bound in every transaction it begins."""
+    with _tenant_conn(world, None) as conn:
+        store = rls.connect_tenant(conn, tenant="acme", per_transaction=True)
+        assert len(store.tail(world.acme, n=3)) == 3
+        _unscoped_after(conn)
+        with pytest.raises(shardstore.SessionNotFound):
+            store.append_turn(world.other, {"role": "user", "content": "x"})
+        _unscoped_after(conn)
+        with conn.transaction():  # the caller's transaction: bound from the call on
+            assert store.session(world.acme).turn_count == 40
+            assert rls.current_tenant(conn) == "acme"
+            ids = {r[0] for r in conn.execute("SELECT session_id FROM shardstore.sessions")}
+            assert ids == {world.acme}
+        _unscoped_after(conn)
+        # the connection's own setting is left alone and does not decide for the store
+        rls.set_tenant(conn, "globex")
+        assert len(store.tail(world.acme, n=2)) == 2
+        with pytest.raises(shardstore.SessionNotFound):
+            store.tail(world.other)
+        assert rls.current_tenant(conn) == "globex"
+    with psycopg.connect(world.dsn) as conn:  # not autocommit: each commit ends the binding
+        conn.execute(f'SET ROLE "{world.role}"')
+        conn.commit()
+        store = rls.connect_tenant(conn, tenant="acme", per_transaction=True)
+        conn.commit()
+        for n in (1, 2):
+            assert len(store.tail(world.acme, n=n)) == n
+            conn.commit()
+            assert rls.current_tenant(conn) is None
+
+
+def test_default_binding_on_plain_postgres_is_the_session_setting(world: World) -> None:
+    """Not distributed: connect_tenant() binds nothing per transaction (no statement added
+    to any call); tenant= sets the connection's tenant as set_tenant() does."""
+    with _tenant_conn(world, "acme") as conn:
+        store = rls.connect_tenant(conn)
+        assert store._connector.binding is None
+        assert store.session(world.acme).tenant_id == "acme"
+    with _tenant_conn(world, None) as conn:
+        store = rls.connect_tenant(conn, tenant="globex")
+        assert store._connector.binding is None
+        assert rls.current_tenant(conn) == "globex"
+        assert store.session(world.other).tenant_id == "globex"
+        with pytest.raises(shardstore.SessionNotFound):
+            store.session(world.acme)
+
+
+def test_connect_tenant_rejects_bad_bindings(world: World) -> None:
+    before = _snapshot(world.dsn)
+    with _tenant_conn(world, None) as conn:
+        for kwargs in (
+            {"tenant": ""},
+            {"tenant": 7},
+            {"tenant": "a\x00b"},
+            {"tenant": "acme", "per_transaction": "yes"},
+            {"tenant": "acme", "per_transaction": 1},
+        ):
+            with pytest.raises(shardstore.InvalidInput):
+                rls.connect_tenant(conn, **kwargs)
+        assert rls.current_tenant(conn) is None
+    with pytest.raises(shardstore.ConfigurationError):
+        rls.connect_tenant("not a connection")  # type: ignore[arg-type]
+    assert _snapshot(world.dsn) == before
+
+
+def test_async_tenant_store_per_transaction(world: World) -> None:
+    async def go() -> None:
+        conn = await psycopg.AsyncConnection.connect(world.dsn, autocommit=True)
+        try:
+            await conn.execute(f'SET ROLE "{world.role}"')
+            store = await rls.connect_tenant_async(conn, tenant="acme", per_transaction=True)
+            assert [t.turn_seq for t in await store.tail(world.acme, n=2)] == [38, 39]
+            assert (await store.append_turn(world.acme, {"role": "user"})).turn_seq == 40
+            with pytest.raises(shardstore.SessionNotFound):
+                await store.tail(world.other)
+            turns = [t async for t in store.history(world.acme)]
+            assert len(turns) == 41
+            cur = await conn.execute("SELECT count(*) FROM shardstore.sessions")
+            assert await cur.fetchone() == (0,)  # nothing left on the connection
+            with pytest.raises(shardstore.ConfigurationError):
+                await rls.connect_tenant_async(object())  # type: ignore[arg-type]
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+    assert world.owner.session(world.acme).turn_count == 41
+    assert world.owner.session(world.other).turn_count == 40
