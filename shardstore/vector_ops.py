@@ -155,9 +155,7 @@ def embed_batch_op(
     rows = yield Q(query("vec_claim_units"), (session_id, batch), prepare=False, named=True)
     ready = [r for r in rows if _ready(r, ranges)]
     # a buffered chunk whose partition is not made yet: made after this batch, embedded next
-    missing = sorted(
-        {r["chunk_start"] for r in rows if r["kind"] == "b" and not _ready(r, ranges)}
-    )
+    missing = sorted({r["chunk_start"] for r in rows if r["kind"] == "b" and not _ready(r, ranges)})
     if not ready:
         yield Tx.COMMIT
         yield from _make_partitions(missing)
