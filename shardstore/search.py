@@ -15,7 +15,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .core import validate
-from .core.steps import Op
+from .core.steps import Call, Op
 from .models import SearchHit
 from .textsearch import MODES, search_hybrid_op, search_text_op, text_query
 from .vector_ops import (
@@ -42,15 +42,20 @@ def embed(
     progress: bool = False,
     session_id: Any = None,
 ) -> Op[int]:
-    """Embed every chunk that has no vectors yet or changed since it was embedded
-    (folds, flushes and purges queue chunks automatically); returns how many chunks it
-    embedded. Each chunk is cut into model windows, one vector each.
+    """Embed every turn that has no vectors yet: buffered turns (the open chunk, sealed
+    chunks not folded yet) and the turns of queued chunks (folds, flushes and purges queue
+    chunks automatically); returns how many chunks (or buffered parts of chunks) it
+    embedded. Each turn is cut into model windows, one vector each, and is embedded once:
+    a turn embedded while buffered is not embedded again when its chunk is folded or
+    flushed, and after ``embed()`` returns every turn appended before it is searchable.
 
     Guarantees: several workers (threads, processes, machines) may run at once and never
-    embed the same chunk twice (queue rows are claimed FOR UPDATE SKIP LOCKED for the
-    length of a batch); a worker that dies leaves nothing locked and nothing half
-    written (each batch is one transaction); a chunk that changed while it was being
-    embedded is not written with stale vectors but stays queued. The queue is counted
+    write a turn's windows twice (queue rows are claimed FOR UPDATE SKIP LOCKED, buffered
+    sessions under an advisory lock, for the length of a batch); a worker that dies leaves
+    nothing locked and nothing half written (each batch is one transaction); a turn
+    erased or a chunk changed while it was being embedded is not written with stale
+    vectors (the chunk stays queued). This store's background folds are waited for first.
+    Pending work (queued chunks, buffered turns above each session's watermark) is counted
     first: with nothing queued it returns 0 at once, without loading (or needing) the
     model. Otherwise it needs the embedding model (``pip install
     'shardstore[embeddings]'``). ``session_id`` embeds only that session's chunks;
@@ -75,6 +80,9 @@ def embed_run(
     """:func:`embed` with already validated arguments, an optional time limit
     (``seconds``) and the whole outcome (:class:`~shardstore.vector_ops.EmbedRun`): what
     ``maintain`` runs for its embedding step. Not a store method."""
+    # this store's background folds first: a fold running while a batch stores the turns
+    # it moves would leave them to be embedded a second time from the folded chunk
+    yield Call(store.drain_folds, ())
     bar = _bar(progress)
     try:
         run: EmbedRun = yield from embed_run_op(

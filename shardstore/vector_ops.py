@@ -82,8 +82,9 @@ def configure_op(
 
 
 def queue_count_op(session_id: uuid.UUID | None = None) -> Op[int]:
-    """Chunks waiting to be embedded (of one session, when given)."""
-    row = yield Q(query("vec_queue_count"), (session_id, session_id), fetch="one")
+    """Units waiting to be embedded (of one session, when given): queued chunks and the
+    chunks of buffered turns at or above their session's watermark."""
+    row = yield Q(query("vec_pending_count"), {"session": session_id}, fetch="one")
     return int(row[0])
 
 
@@ -102,7 +103,9 @@ def chunk_windows(embedder: Embedder, chunk_text: str, window_tokens: int) -> li
 def _embed_rows(
     embedder: Embedder, window_tokens: int, rows: Sequence[Mapping[str, Any]]
 ) -> list[tuple[list[Window], list[str]]]:
-    """Windows and their vectors (pgvector text) for each claimed chunk; [] for a vanished one."""
+    """Windows and their vectors (pgvector text) for each claimed unit: the windows of the
+    turns it carries (those without vectors); [] for a vanished chunk or a watermark-only
+    unit. One model call for the whole batch."""
     plans = [
         [] if r["chunk_text"] is None else chunk_windows(embedder, r["chunk_text"], window_tokens)
         for r in rows
@@ -126,54 +129,76 @@ def in_ranges(at: datetime, ranges: Sequence[Sequence[datetime]]) -> bool:
     return any(lo <= at < hi for lo, hi in ranges)
 
 
+def _ready(row: Mapping[str, Any], ranges: Sequence[Sequence[datetime]]) -> bool:
+    """Whether a claimed unit can be stored now: it has nothing to write, or its chunk's
+    vector partition exists."""
+    start = row["chunk_start"]
+    return (
+        start is None
+        or not row["found"]
+        or row["chunk_text"] in (None, "[]")
+        or in_ranges(start, ranges)
+    )
+
+
 def embed_batch_op(
     embedder: Embedder, window_tokens: int, batch: int, session_id: uuid.UUID | None = None
 ) -> Op[EmbedBatch]:
-    """Embed up to ``batch`` queued chunks. The queue rows stay locked (FOR UPDATE SKIP
-    LOCKED) while the model runs, so concurrent workers never embed the same chunk; the
-    vectors are written only for chunks unchanged since they were read."""
+    """Embed up to ``batch`` units: queued chunks, then the chunks of buffered turns (the
+    open chunk and sealed, unfolded ones). Only turns without vectors are embedded, so a
+    turn embedded while buffered is not embedded again when its chunk is folded and
+    queued. Queued chunks stay locked (FOR UPDATE SKIP LOCKED) and buffered sessions under
+    a per-session advisory lock while the model runs, so concurrent workers never embed
+    the same turn; vectors are written only for turns still there (vec_store_v2)."""
     ranges = yield Q(query("vec_sync_partitions"), prepare=False)
     yield Tx.BEGIN
-    rows = yield Q(query("vec_claim"), (session_id, batch), prepare=False, named=True)
-    # a chunk outside every vector partition (created since the sync) waits for the next batch
-    ready = [r for r in rows if r["chunk_text"] is None or in_ranges(r["chunk_start"], ranges)]
+    rows = yield Q(query("vec_claim_units"), (session_id, batch), prepare=False, named=True)
+    ready = [r for r in rows if _ready(r, ranges)]
+    # a buffered chunk whose partition is not made yet: made after this batch, embedded next
+    missing = sorted({r["chunk_start"] for r in rows if r["kind"] == "b" and not _ready(r, ranges)})
     if not ready:
         yield Tx.COMMIT
+        yield from _make_partitions(missing)
         return EmbedBatch(len(rows), 0, len(rows))
     embedded = yield Call(_embed_rows, (embedder, window_tokens, ready))
     w_idx: list[int] = []
-    w_first: list[int] = []
-    w_last: list[int] = []
-    w_first_at: list[datetime] = []
-    w_last_at: list[datetime] = []
+    w_turn: list[int] = []
+    w_at: list[datetime] = []
     w_vec: list[str] = []
     for i, (plan, vecs) in enumerate(embedded, start=1):
         for window, vec in zip(plan, vecs, strict=True):
             w_idx.append(i)
-            w_first.append(window.first_seq)
-            w_last.append(window.last_seq)
-            w_first_at.append(window.first_at)
-            w_last_at.append(window.last_at)
+            w_turn.append(window.first_seq)
+            w_at.append(window.first_at)
             w_vec.append(vec)
     stored, left = yield Q(
-        query("vec_store"),
+        query("vec_store_units"),
         (
+            [r["kind"] for r in ready],
             [r["session_id"] for r in ready],
             [r["chunk_seq"] for r in ready],
             [r["chunk_start"] for r in ready],
             [-1 if r["first_turn_seq"] is None else r["first_turn_seq"] for r in ready],
             [-1 if r["turn_count"] is None else r["turn_count"] for r in ready],
+            [r["mark"] for r in ready],
             w_idx,
-            w_first,
-            w_last,
-            w_first_at,
-            w_last_at,
+            w_turn,
+            w_at,
             w_vec,
         ),
         fetch="one",
     )
     yield Tx.COMMIT
+    yield from _make_partitions(missing)
     return EmbedBatch(len(rows), int(stored), int(left) + len(rows) - len(ready))
+
+
+def _make_partitions(starts: Sequence[datetime]) -> Op[None]:
+    """Create the agent_history partitions of buffered chunks (as their fold would), so
+    that the next batch's partition sync gives them vector partitions."""
+    for start in starts:
+        yield Q(query("ensure_partition"), (start,))
+    return None
 
 
 # ------------------------------------------------------------------ search

