@@ -1,4 +1,4 @@
--- Embedding of buffered turns and of queued chunks, turn by turn (migration 0020).
+-- Embedding of buffered turns and of queued chunks, turn by turn (migration 0021).
 
 -- Work waiting for the embedding pass: queued chunks, plus the chunks of buffered turns at
 -- or above their session's watermark (of one session, when given). An upper bound: a

@@ -4,7 +4,7 @@
 SELECT model, dimension, window_tokens FROM shardstore.embedding_config;
 
 -- name: vec_configure
--- v2 (0020): a reset clears the buffered-turn watermarks too
+-- v2 (0021): a reset clears the buffered-turn watermarks too
 SELECT shardstore.vec_configure_v2(%s, %s, %s, %s)::text;
 
 -- name: vec_sync_partitions

@@ -1,4 +1,4 @@
--- 0020: buffered turns are embedded too (docs/architecture.md, "Search": "Buffered turns").
+-- 0021: buffered turns are embedded too (docs/architecture.md, "Search": "Buffered turns").
 --
 -- Until now only folded chunks were embedded (fold_v1 queues them in embed_queue), so a
 -- turn still in turn_buffer was not found by search. With one vector per turn a turn's
