@@ -715,9 +715,11 @@ def main() -> int:
                 lo, hi = bounds[k], bounds[k + 1]
                 cuts = [lo + (hi - lo) * i // args.jobs for i in range(args.jobs + 1)]
                 streams = [plan_lines(msgs, plan, a, b) for a, b in itertools.pairwise(cuts)]
-                segment(f"sessions {lo:,}–{hi - 1:,}", streams, (hi - lo) * args.turns)
-                if k == 0:
-                    segment("long session", [long_lines(msgs, plan)], long_turns)
+                what, turns = f"sessions {lo:,}–{hi - 1:,}", (hi - lo) * args.turns
+                if k == 0:  # the long session is one transaction: beside the first segment
+                    streams.append(long_lines(msgs, plan))
+                    what, turns = what + " + the long session", turns + long_turns
+                segment(what, streams, turns)
                 if k + 1 == half:
                     lifecycle(
                         results,
