@@ -657,6 +657,14 @@ def main() -> int:
             shardstore.connect(server.dsn, partition_interval=INTERVAL) as big,
             shardstore.connect(base_dsn, partition_interval=INTERVAL) as base,
         ):
+            # every past partition first, in short transactions of its own: an import runs a
+            # session in one transaction, and a partition it creates stays locked (its CREATE
+            # and ATTACH) until that commits, so two imports creating partitions in different
+            # orders deadlock (seen here: fold_sealed in two parallel import_jsonl calls).
+            # No store method creates partitions in the past (premake_partitions looks
+            # ahead), so this calls the partition function's named statement directly.
+            progress(f"creating {args.hours + 1} past partitions")
+            _premake_past(server.dsn, plan)
             # the baseline: two 100-session subjects (one purged at half load, one at the end)
             progress("baseline: importing two 100-session subjects")
             # within 2 hours: few partitions, so big / baseline spans both size and partitions
@@ -807,6 +815,14 @@ def main() -> int:
             )
     progress(f"done: {args.out}.md")
     return 0
+
+
+def _premake_past(dsn: str, plan: Plan) -> None:
+    """The partition of every hour of the plan's window (``ensure_partition_v1``, one
+    autocommitted statement each)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for h in range(plan.hours + 1):
+            conn.execute(query("ensure_partition"), (plan.start + timedelta(hours=h),))
 
 
 def _sibling(admin: str, dsn: str) -> str:
