@@ -47,7 +47,7 @@ from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
 from ..models import SessionInfo, Turn
 from ..sql import query
 from .report import ExportReport, ImportReport, Progress, Skipped, Tally
-from .writer import Batch, append_exact_op
+from .writer import Batch, Partitions, append_exact_op, premake_op
 
 FORMAT = "shardstore.jsonl"
 VERSION = 1
@@ -428,6 +428,7 @@ def _session_op(
     on_existing: str,
     tally: Tally,
     bar: Progress,
+    partitions: Partitions,
 ) -> Op[None]:
     """One session: created and filled in one transaction, or skipped / refused."""
     ctx = store._ctx
@@ -478,6 +479,7 @@ def _session_op(
             places.append(at)
             count += 1
             if len(batch) >= reader.batch:
+                yield from premake_op(store, partitions, batch.times)
                 yield from append_exact_op(ctx, sid, start, batch, places)
                 start += len(batch)
                 written += batch.bytes
@@ -489,6 +491,7 @@ def _session_op(
                 raise ImportRejected(
                     f"{at}: the end line does not close session {sid} with {count} turns"
                 )
+            yield from premake_op(store, partitions, batch.times)
             yield from append_exact_op(ctx, sid, start, batch, places)
             written += batch.bytes
             bar.done(len(batch))
@@ -532,6 +535,7 @@ def import_jsonl(
     reader = _Reader(lines, size)
     tally = Tally()
     bar = Progress(show, "importing")
+    partitions = Partitions()
     try:
         yield Call(lines.open)
         while True:
@@ -546,7 +550,7 @@ def import_jsonl(
                     "(each session starts with its session line)"
                 )
             head = _Head(doc, where)
-            yield from _session_op(store, reader, head, where, on_existing, tally, bar)
+            yield from _session_op(store, reader, head, where, on_existing, tally, bar, partitions)
     finally:
         bar.close()
         lines.close()

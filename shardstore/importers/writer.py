@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from partition_manager.plan import bounds_for
+
 from .. import jsoncodec
 from ..core.context import Context
-from ..core.steps import Op, Q
+from ..core.steps import Call, Op, Q
 from ..errors import ImportRejected, InvalidInput
-from ..history import create_session_op, fold_sealed_op
+from ..history import create_session_op, ensure_partitions_op, fold_sealed_op
 from ..sql import query
 
 
@@ -123,6 +125,33 @@ def append_op(ctx: Context, sid: uuid.UUID, batch: Batch) -> Op[None]:
     rows = yield Q(query("append"), params, named=True)
     if any(r["sealed"] for r in rows):
         yield from fold_sealed_op(sid)
+
+
+class Partitions:
+    """The partitions an import of past turns has made sure of, so that each is created
+    (if missing) once, outside the session's transaction (:func:`premake_op`)."""
+
+    def __init__(self) -> None:
+        self.known: set[datetime] = set()
+
+
+def premake_op(store: Any, partitions: Partitions, times: Sequence[datetime]) -> Op[None]:
+    """Make sure the partitions holding ``times`` exist, each created in a transaction of
+    its own on another connection of the store's pool, before the session's transaction
+    folds chunks into them. A partition created inside that transaction would stay locked
+    until it commits: its ATTACH holds agent_history's SHARE UPDATE EXCLUSIVE lock, which
+    every other partition creation needs (maintenance's premake, a live fold crossing into
+    a new partition, another import) and two imports creating partitions in different
+    orders deadlock (benchmarks/scale.py saw it). A store on a single connection has no
+    other connection: its folds create partitions in the transaction as before."""
+    if not store._connector.pooled:
+        return
+    ctx = store._ctx
+    lowers = {bounds_for(t, ctx.partition_interval, ctx.partition_origin).lower for t in times}
+    missing = sorted(lowers - partitions.known)
+    if missing:
+        yield Call(store._run, (ensure_partitions_op(missing),))
+        partitions.known.update(missing)
 
 
 _REFUSED = {

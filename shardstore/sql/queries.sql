@@ -129,9 +129,11 @@ SELECT h.chunk_seq, h.first_turn_seq, h.turn_count, h.token_count, h.byte_count,
  ORDER BY h.chunk_seq;
 
 -- name: stats_sessions
--- a fork's next_turn_seq counts the turns it inherits (0..fork_at), stored in its ancestors
+-- a fork's next_turn_seq counts the turns it inherits (0..fork_at), stored in its ancestors;
+-- a purged session (a tombstone) holds no turns
 SELECT count(*) FILTER (WHERE purged_at IS NULL) AS sessions,
-       coalesce(sum(next_turn_seq - coalesce(fork_at + 1, 0)), 0) AS turns
+       coalesce(sum(next_turn_seq - coalesce(fork_at + 1, 0)) FILTER (WHERE purged_at IS NULL),
+                0) AS turns
   FROM shardstore.sessions;
 
 -- name: stats_buffer
