@@ -66,7 +66,7 @@ def table_sizes(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[in
 
 
 def minus(a: dict[str, list[int]], b: dict[str, list[int]]) -> dict[str, list[int]]:
-    return {k: [x - y for x, y in zip(v, b.get(k, [0, 0, 0]))] for k, v in a.items()}
+    return {k: [x - y for x, y in zip(v, b.get(k, [0, 0, 0]), strict=False)] for k, v in a.items()}
 
 
 def vacuum(dsn: str) -> None:
@@ -74,9 +74,7 @@ def vacuum(dsn: str) -> None:
         c.execute("VACUUM")
 
 
-def build_shape(
-    dsn: str, corpus: Corpus, sessions: int, turns: int, batch: int
-) -> dict[str, Any]:
+def build_shape(dsn: str, corpus: Corpus, sessions: int, turns: int, batch: int) -> dict[str, Any]:
     """Build ``sessions`` x ``turns`` in shardstore and the floor; sizes after VACUUM."""
     store = shardstore.connect(dsn)
     with psycopg.connect(dsn, autocommit=True) as c:
@@ -99,12 +97,13 @@ def build_shape(
                 t0 = time.perf_counter()
                 store.append_turns(sid, [corpus.msgs[i] for i in idx])
                 t1 = time.perf_counter()
-                with fc.transaction(), fc.cursor() as cur:
-                    with cur.copy(
-                        "COPY floor.messages (session_id, seq, message) FROM STDIN"
-                    ) as cp:
-                        for k, i in enumerate(idx):
-                            cp.write_row((fsid, lo + k, corpus.texts[i]))
+                with (
+                    fc.transaction(),
+                    fc.cursor() as cur,
+                    cur.copy("COPY floor.messages (session_id, seq, message) FROM STDIN") as cp,
+                ):
+                    for k, i in enumerate(idx):
+                        cp.write_row((fsid, lo + k, corpus.texts[i]))
                 t_floor += time.perf_counter() - t1
                 t_ss += t1 - t0
             if sessions >= 100 and (s + 1) % (sessions // 10) == 0:
