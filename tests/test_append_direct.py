@@ -1,0 +1,214 @@
+"""A batch writes the chunks it starts and seals straight into agent_history (append_v1,
+docs/architecture.md "Disk"): what is stored afterwards is what the turn-by-turn path
+stores once its folds ran (chunks, chunk map, queues, text index, keys, buffer), and only
+the open chunk's turns touch turn_buffer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+import shardstore
+
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+]
+
+
+def _messages(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        words = " ".join(WORDS[(i * 7 + j + seed) % len(WORDS)] for j in range(5 + i % 13))
+        role = "user" if i % 2 == 0 else "assistant"
+        out.append({"role": role, "content": f"turn {i} {words} zz{i}q"})
+    return out
+
+
+def _stored(dsn: str, sid: Any) -> dict[str, Any]:
+    """Everything stored for a session, times left out (the two paths run at other times)."""
+    with psycopg.connect(dsn) as c:
+
+        def rows(sql: str) -> list[tuple[Any, ...]]:
+            return [tuple(r) for r in c.execute(sql, (sid,)).fetchall()]
+
+        chunks = rows(
+            "SELECT chunk_seq, first_turn_seq, turn_count, token_count, byte_count, tenant_id,"
+            " (SELECT jsonb_agg(e - 'at' ORDER BY (e->>'s')::bigint)"
+            "    FROM jsonb_array_elements(conversation_chunk) e),"
+            " chunk_start = (conversation_chunk->0->>'at')::timestamptz,"
+            " chunk_end = (conversation_chunk->-1->>'at')::timestamptz"
+            " FROM shardstore.agent_history WHERE session_id = %s ORDER BY chunk_seq"
+        )
+        return {
+            "chunks": chunks,
+            "chunk_map": rows(
+                "SELECT m.chunk_seq, m.first_turn_seq, m.tenant_id,"
+                " m.chunk_start = h.chunk_start FROM shardstore.chunk_map m"
+                " JOIN shardstore.agent_history h USING (session_id, chunk_seq)"
+                " WHERE m.session_id = %s ORDER BY 1"
+            ),
+            "embed_queue": rows(
+                "SELECT chunk_seq, tenant_id FROM shardstore.embed_queue"
+                " WHERE session_id = %s ORDER BY 1"
+            ),
+            "summary_queue": rows(
+                "SELECT chunk_seq, tenant_id FROM shardstore.summary_queue"
+                " WHERE session_id = %s ORDER BY 1"
+            ),
+            "turn_text": rows(
+                "SELECT turn_seq, window_no, chunk_seq, tenant_id, agent_id, tsv::text"
+                " FROM shardstore.turn_text WHERE session_id = %s ORDER BY 1, 2"
+            ),
+            "turn_buffer": rows(
+                "SELECT turn_seq, chunk_seq, tokens, bytes, idempotency_key, message::text,"
+                " tenant_id FROM shardstore.turn_buffer WHERE session_id = %s ORDER BY 1"
+            ),
+            "turn_keys": rows(
+                "SELECT idempotency_key, turn_seq, chunk_seq, tokens, tenant_id"
+                " FROM shardstore.turn_keys WHERE session_id = %s ORDER BY 2"
+            ),
+            "head": rows(
+                "SELECT next_turn_seq, open_chunk_seq, open_turns, open_tokens, open_bytes"
+                " FROM shardstore.sessions WHERE session_id = %s"
+            ),
+        }
+
+
+@pytest.mark.parametrize("prefix", ["none", "buffered", "flushed"])
+def test_a_batch_is_stored_as_the_turn_by_turn_path_stores_it(dsn: str, prefix: str) -> None:
+    """Sealed chunks of a 90-turn batch (chunk budget ~200 tokens, so many chunks; keys
+    on every third turn): the same chunks, envelopes, chunk map, embedding and summary
+    queue rows, text windows, keys, buffer rows and head as 90 single appends, folded."""
+    store = shardstore.connect(dsn, chunk_tokens=240)
+    try:
+        msgs = _messages(90)
+        keys = [f"k{i}" if i % 3 == 0 else None for i in range(90)]
+        head = 0 if prefix == "none" else 4
+        sids = []
+        for batched in (True, False):
+            sid = store.create_session("tenant-a", "subject", "agent-x")
+            for i in range(head):
+                store.append_turn(sid, msgs[i], keys[i])
+            if prefix == "flushed":
+                assert store.flush(sid) == head
+            if batched:
+                store.append_turns(sid, msgs[head:], keys[head:])
+            else:
+                for i in range(head, 90):
+                    store.append_turn(sid, msgs[i], keys[i])
+            sids.append(sid)
+        store.drain_folds()
+        batched_rows, single_rows = (_stored(dsn, s) for s in sids)
+        assert len(batched_rows["chunks"]) > 5  # the batch sealed many chunks
+        assert batched_rows == single_rows
+        assert [t.message for t in store.history(sids[0])] == msgs
+        assert all(row[-2] and row[-1] for row in batched_rows["chunks"])
+    finally:
+        store.close()
+
+
+def test_only_the_open_chunk_goes_through_the_buffer(dsn: str) -> None:
+    """In the batch's own transaction: turn_buffer gets exactly the open chunk's turns and
+    loses none; agent_history gets one row per sealed chunk."""
+    with psycopg.connect(dsn) as conn:
+        store = shardstore.connect(conn, chunk_tokens=240, background_fold=False)
+        sid = store.create_session("tenant-a", "subject", "agent-x")
+        conn.commit()
+        with conn.transaction():
+            results = store.append_turns(sid, _messages(120))
+            open_chunk = results[-1].chunk_seq
+            stats = {
+                name: (ins, dele)
+                for name, ins, dele in conn.execute(
+                    "SELECT relname, n_tup_ins, n_tup_del FROM pg_stat_xact_user_tables"
+                    " WHERE schemaname = 'shardstore'"
+                    " AND (relname = 'turn_buffer' OR relname LIKE 'agent_history_p%%')"
+                ).fetchall()
+            }
+        in_open = sum(1 for r in results if r.chunk_seq == open_chunk)
+        assert open_chunk > 3
+        assert stats["turn_buffer"] == (in_open, 0)
+        assert sum(ins for n, (ins, _) in stats.items() if n != "turn_buffer") == open_chunk
+        store.close()
+
+
+def test_a_rolled_back_batch_leaves_nothing(dsn: str) -> None:
+    """The direct chunks, their queue rows and text windows roll back with the batch."""
+    with psycopg.connect(dsn) as conn:
+        store = shardstore.connect(conn, chunk_tokens=240, background_fold=False)
+        sid = store.create_session("tenant-a", "subject", "agent-x")
+        conn.commit()
+        before = _stored(dsn, sid)
+        with pytest.raises(RuntimeError), conn.transaction():
+            store.append_turns(sid, _messages(60))
+            raise RuntimeError("the application fails after the append")
+        assert _stored(dsn, sid) == before
+        assert before["chunks"] == [] and before["turn_text"] == []
+        store.close()
+
+
+def test_keys_of_direct_chunks_are_recognised(dsn: str) -> None:
+    """A key inside a chunk written straight to agent_history is known afterwards: a retry
+    of the whole batch is all duplicates with the first results and stores nothing; a key
+    repeated inside one batch is a duplicate of its first turn there."""
+    store_small = shardstore.connect(dsn, chunk_tokens=240)
+    try:
+        sid = store_small.create_session("tenant-a", "subject", "agent-x")
+        msgs = _messages(50)
+        keys = [f"key-{i}" for i in range(50)]
+        first = store_small.append_turns(sid, msgs, keys)
+        store_small.drain_folds()
+        before = _stored(dsn, sid)
+        again = store_small.append_turns(sid, msgs, keys)
+        assert [r.duplicate for r in again] == [True] * 50
+        assert [(r.turn_seq, r.chunk_seq, r.tokens) for r in again] == [
+            (r.turn_seq, r.chunk_seq, r.tokens) for r in first
+        ]
+        assert _stored(dsn, sid) == before
+        sid2 = store_small.create_session("tenant-a", "subject", "agent-x")
+        twice = store_small.append_turns(sid2, [*msgs[:30], msgs[0]], [*keys[:30], keys[0]])
+        assert twice[-1].duplicate and twice[-1].turn_seq == twice[0].turn_seq
+        assert len(list(store_small.history(sid2))) == 30
+    finally:
+        store_small.close()
+
+
+def test_text_search_finds_turns_of_direct_chunks(dsn: str) -> None:
+    """A word only in an early turn of a big batch (its chunk written straight to
+    agent_history) is found by text search, at its turn."""
+    store = shardstore.connect(dsn, chunk_tokens=240)
+    try:
+        sid = store.create_session("tenant-a", "subject", "agent-x")
+        results = store.append_turns(sid, _messages(80))
+        assert results[3].chunk_seq < results[-1].chunk_seq
+        hits = store.search("zz3q", session_id=sid, mode="text", k=3)
+        assert hits and hits[0].chunk_seq == results[3].chunk_seq
+        assert 3 in [t.turn_seq for t in hits[0].turns]
+    finally:
+        store.close()
+
+
+def test_stored_text_vectors_carry_no_positions(store: shardstore.Store, dsn: str) -> None:
+    """turn_text holds stripped tsvectors (0022): the ranking reads only lexemes."""
+    sid = store.create_session("tenant-a", "subject", "agent-x")
+    store.append_turns(sid, _messages(5))
+    store.flush(sid)
+    with psycopg.connect(dsn) as c:
+        rows = c.execute(
+            "SELECT tsv::text, strip(tsv)::text FROM shardstore.turn_text WHERE session_id = %s",
+            (sid,),
+        ).fetchall()
+    assert len(rows) == 5 and all(a == b for a, b in rows)
