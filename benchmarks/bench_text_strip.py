@@ -1,4 +1,4 @@
-"""Text search latency and turn_text size: stripped tsvectors (0020) against tsvectors with
+"""Text search latency and turn_text size: stripped tsvectors (0022) against tsvectors with
 positions (0012-0019), in one database, interleaved.
 
 Builds one session of ``N`` turns (default 10,000) of the comparison corpus, then for 3
