@@ -236,6 +236,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--per-writer", type=int, default=100)
     p.add_argument("--sizes", default="100,10000,100000")
+    p.add_argument("--sizes700", default="100,10000", help="history lengths, ~700-token turns")
     p.add_argument("--quick", action="store_true", help="3 rounds, 100 calls, sizes 100,10000")
     p.add_argument("--only", default="append,words,writers,tail,tail700")
     p.add_argument("--json", help="write the raw rounds here")
@@ -334,7 +335,8 @@ def main() -> None:
                 continue
             corpus = Corpus(5000, words)
             cs = build(["floor", "ss"], corpus, f"ba_{part}_{uuid.uuid4().hex[:6]}")
-            res_t = tails(cs, sizes, a.rounds, a.calls)
+            wanted = sizes if words is None else [int(x) for x in a.sizes700.split(",")]
+            res_t = tails(cs, wanted, a.rounds, a.calls)
             close(cs)
             raw[part] = {str(s): v for s, v in res_t.items()}
             what = (
