@@ -46,9 +46,7 @@ def _model_tail(turns: list[Turn], n: int | None, max_tokens: int | None) -> lis
     return picked[::-1]
 
 
-def _built(
-    store: shardstore.Store, sizes: list[int], flush_at: int | None, cut: int | None
-) -> Any:
+def _built(store: shardstore.Store, sizes: list[int], flush_at: int | None, cut: int | None) -> Any:
     sid = store.create_session("speed")
     for i, size in enumerate(sizes):
         key = f"k{i}" if i % 3 == 0 else None
@@ -61,21 +59,19 @@ def _built(
     return sid
 
 
-@settings(
-    max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
-)
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(
-    sizes=st.lists(st.integers(1, 60), min_size=1, max_size=45),
+    sizes=st.lists(st.integers(1, 60), min_size=12, max_size=45),
     flush_at=st.none() | st.integers(0, 44),
     cut=st.none() | st.integers(1, 30),
     asks=st.lists(
-        st.tuples(st.none() | st.integers(1, 60), st.none() | st.integers(0, 900)),
+        st.tuples(st.none() | st.integers(1, 60), st.none() | st.integers(1, 900)),
         min_size=1,
         max_size=8,
     ),
 )
 def test_tail_matches_a_model_over_history(
-    make_store: MakeStore,
+    dsn: str,
     sizes: list[int],
     flush_at: int | None,
     cut: int | None,
@@ -84,13 +80,32 @@ def test_tail_matches_a_model_over_history(
     """Every Turn field of tail(n, max_tokens) equals the model's pick from history():
     chunks of ~120 tokens, so a tail spans several folded chunks, the buffered open chunk,
     a flushed part and (with ``cut``) the gap a range purge leaves."""
+    with shardstore.connect(dsn, chunk_tokens=150) as store:
+        sid = _built(store, sizes, flush_at, cut if cut is not None and cut < len(sizes) else None)
+        turns = list(store.history(sid))
+        for n, max_tokens in asks:
+            if n is None and max_tokens is None:
+                n = 20
+            got = store.tail(sid, n=n, max_tokens=max_tokens)
+            assert got == _model_tail(turns, n, max_tokens)
+
+
+def test_every_window_length_across_folded_chunks(make_store: MakeStore) -> None:
+    """tail(n) for every n from 1 past the session's length, and tail(max_tokens) for
+    every budget boundary, over folded, flushed and buffered chunks: each window ends at
+    the newest turn and is contiguous, whichever chunk it starts in."""
     store = make_store(chunk_tokens=150)
-    sid = _built(store, sizes, flush_at, cut if cut is not None and cut < len(sizes) else None)
+    sid = _built(store, [5 + (i * 7) % 40 for i in range(40)], flush_at=33, cut=None)
     turns = list(store.history(sid))
-    for n, max_tokens in asks:
-        if n is None and max_tokens is None:
-            n = 20
-        assert store.tail(sid, n=n, max_tokens=max_tokens) == _model_tail(turns, n, max_tokens)
+    assert len({t.chunk_seq for t in turns}) >= 6
+    for n in range(1, 43):
+        assert store.tail(sid, n=n) == _model_tail(turns, n, None)
+    total = 0
+    for turn in reversed(turns):
+        for budget in (total + turn.tokens - 1, total + turn.tokens):
+            assert store.tail(sid, max_tokens=budget) == _model_tail(turns, None, budget)
+            assert store.tail(sid, n=7, max_tokens=budget) == _model_tail(turns, 7, budget)
+        total += turn.tokens
 
 
 @contextmanager
