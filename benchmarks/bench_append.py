@@ -330,7 +330,7 @@ def main() -> None:
             for k in ("floor", "lc", "ss"):
                 lines.append(f"| {k} | {summary(res8[k])} | {ratio(res8[k], res8['lc'])} |")
             lines.append("")
-        for part, words in (("tail", None), ("tail700", 2800)):
+        for part, words in (("tail", None), ("tail700", 1560)):
             if part not in parts:
                 continue
             corpus = Corpus(5000, words)
