@@ -122,6 +122,12 @@ class _SyncIO:
     async def begin(self, snapshot: bool) -> None:
         conn = self._connection()
         fresh = conn.info.transaction_status == TransactionStatus.IDLE
+        if fresh and not snapshot and not conn.autocommit:
+            # a caller's connection between its transactions: begin the one its next
+            # statement would begin, so that this block is a savepoint in it and the
+            # caller's commit or rollback decides (a psycopg transaction block opened on
+            # an idle connection would commit by itself)
+            conn.execute("SELECT 1")
         tx = conn.transaction()
         tx.__enter__()
         self.stack.append(tx)
@@ -183,6 +189,8 @@ class _AsyncIO:
     async def begin(self, snapshot: bool) -> None:
         conn = await self._connection()
         fresh = conn.info.transaction_status == TransactionStatus.IDLE
+        if fresh and not snapshot and not conn.autocommit:
+            await conn.execute("SELECT 1")  # as in _SyncIO.begin
         tx = conn.transaction()
         await tx.__aenter__()
         self.stack.append(tx)

@@ -58,6 +58,11 @@ DELEGATED: tuple[tuple[str, str], ...] = (
         "p_session_id",
     ),
     ("shardstore.tail_v1(uuid, integer, bigint)", "p_session_id"),
+    (
+        "shardstore.append_one_v2(uuid, jsonb, integer, integer, text, bigint, bigint, interval,"
+        " timestamp with time zone)",
+        "p_session_id",
+    ),
 )
 """The hot calls delegated to the worker that holds their session (measured in
 docs/scale-out.md). Folds are not: a fold may create a partition, DDL a worker cannot run."""

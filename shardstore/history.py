@@ -267,15 +267,16 @@ def append_op(
         ctx.partition_origin,
     )
     if len(batch.texts) == 1:
-        # the common case in one statement; None when the general path must decide
+        # one statement whatever happens (append_one_v2: the fast path, else append_v1);
+        # a unique violation is a concurrent retry of the same key: rerun as a batch below
         first = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
-        fast = yield Q(
+        one = yield Q(
             query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION
         )
-        if fast is not None and not isinstance(fast, StatementFailed):
-            turn_seq, chunk_seq = fast  # append_one returns just these two
-            result = AppendResult(int(turn_seq), int(chunk_seq), batch.tokens[0], False)
-            return AppendOutcome(sid, [result], False)
+        if one is not None and not isinstance(one, StatementFailed):
+            turn_seq, chunk_seq, tokens, duplicate, sealed = one
+            result = AppendResult(int(turn_seq), int(chunk_seq), int(tokens), bool(duplicate))
+            return AppendOutcome(sid, [result], bool(sealed))
     texts = "[" + ",".join(batch.texts) + "]"
     params = (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking)
     rows = yield Q(query("append"), params, named=True)
@@ -305,7 +306,8 @@ def append_checkpoint_op(
     ctx: Context, session_id: Any, messages: Sequence[Any], keys: Sequence[Any], state: str
 ) -> Op[AppendOutcome]:
     """Append a batch and a checkpoint positioned at its last turn, in one statement
-    (``append_checkpoint_v1``): both commit or neither does. ``state`` is the encoded
+    (``append_checkpoint_v2`` for one turn, else ``append_checkpoint_v1``): both commit or
+    neither does. ``state`` is the encoded
     checkpoint state (:func:`encode_state`). A retried batch (its last turn a duplicate)
     stores no second checkpoint: the results carry the first one's id."""
     sid = validate.session_id(session_id)
@@ -323,13 +325,22 @@ def append_checkpoint_op(
     )
     tail = (uuid.uuid4(), state)
     rows: Any = None
-    if len(batch.texts) == 1:  # append_one_v1 inside, unless a concurrent retry collides
-        rows = yield Q(
-            query("append_checkpoint"),
-            (*head, *chunking, True, *tail),
-            named=True,
+    if len(batch.texts) == 1:
+        # append_checkpoint_v2: scalars in, one plain row out; a unique violation is a
+        # concurrent retry of the key, rerun below through append_checkpoint_v1's slow path
+        one = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
+        row = yield Q(
+            query("append_checkpoint_one"),
+            (sid, *one, ctx.settings.budget_tokens, *chunking, *tail),
+            fetch="one",
             recover=_UNIQUE_VIOLATION,
         )
+        if row is not None and not isinstance(row, StatementFailed):
+            turn_seq, chunk_seq, tokens, duplicate, sealed, checkpoint_id = row
+            result = AppendResult(
+                int(turn_seq), int(chunk_seq), int(tokens), bool(duplicate), checkpoint_id
+            )
+            return AppendOutcome(sid, [result], bool(sealed))
     if rows is None or isinstance(rows, StatementFailed):
         rows = yield Q(query("append_checkpoint"), (*head, *chunking, False, *tail), named=True)
     results = [record(AppendResult, r) for r in rows]

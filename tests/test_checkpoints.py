@@ -747,8 +747,9 @@ def test_server_killed_mid_checkpoint(server: CrashableServer) -> None:
 
             with holding(dsn, "LOCK TABLE shardstore.checkpoints IN EXCLUSIVE MODE"):
                 thread, errors = _blocked(write)
+                # one turn: append_checkpoint_v2 (0023)
                 wait_for_backend(
-                    dsn, "append_checkpoint_v1" if with_turn else "checkpoint_v1", waiting=True
+                    dsn, "append_checkpoint_v2" if with_turn else "checkpoint_v1", waiting=True
                 )
                 server.crash()
             thread.join(60)

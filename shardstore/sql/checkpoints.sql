@@ -51,3 +51,10 @@ SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
 -- name: checkpoints_keep
 SELECT r_sessions AS sessions, r_deleted AS deleted, r_last AS last
   FROM shardstore.checkpoints_keep_v1(%s, %s, %s);
+
+-- name: append_checkpoint_one
+-- one turn and its checkpoint (0023): a plain row, no arrays
+SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed, r_checkpoint_id
+  FROM shardstore.append_checkpoint_v2(%s, %s::jsonb, %s::integer, %s::integer, %s::text,
+                                       %s::bigint, %s::bigint, make_interval(secs => %s), %s,
+                                       %s, %s::jsonb);

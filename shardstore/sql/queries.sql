@@ -67,8 +67,9 @@ SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
                             make_interval(secs => %s), %s);
 
 -- name: append_one
-SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq
-  FROM shardstore.append_one_v1(%s, %s::jsonb, %s::integer, %s::integer, %s::text, %s::bigint,
+-- one turn: append_one_v1's fast path, else append_v1 in the same call (0023)
+SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed
+  FROM shardstore.append_one_v2(%s, %s::jsonb, %s::integer, %s::integer, %s::text, %s::bigint,
                                 %s::bigint, make_interval(secs => %s), %s);
 
 -- name: flush
