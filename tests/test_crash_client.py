@@ -133,7 +133,10 @@ def test_kill_writer_mid_fold(server: CrashableServer, tmp_path: Path, recover: 
             sessions=sessions,
             log=log,
             settings=settings,
-            max_batch=3,
+            # one turn per call: each call seals the chunk the previous turn left open, in
+            # the buffer, for fold_sealed_v1 (a batch writes the chunks it starts and seals
+            # straight to agent_history since the disk migration: no fold to hold there)
+            max_batch=1,
             start=_first_unacked(log),
         )
         proc = spawn_writer(cfg)
