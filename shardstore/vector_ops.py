@@ -299,19 +299,20 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         yield Tx.COMMIT
     if not best:
         return []
+    index = list(range(len(best)))
+    sessions = [r["session_id"] for r in best]
+    chunks = [r["chunk_seq"] for r in best]
+    lows = [max(0, int(r["first_turn_seq"]) - HIT_CONTEXT_TURNS) for r in best]
+    highs = [r["last_turn_seq"] for r in best]
     texts = yield Q(
         query("vec_hit_turns"),
-        (
-            list(range(len(best))),
-            [r["session_id"] for r in best],
-            [r["chunk_seq"] for r in best],
-            [r["chunk_start"] for r in best],
-            [max(0, int(r["first_turn_seq"]) - HIT_CONTEXT_TURNS) for r in best],
-            [r["last_turn_seq"] for r in best],
-        ),
+        (index, sessions, chunks, [r["chunk_start"] for r in best], lows, highs),
         prepare=False,
     )
-    turns_of = {i: text for i, text in texts}
+    buffered = yield Q(
+        query("vec_hit_buffer"), (index, sessions, chunks, lows, highs), prepare=False
+    )
+    turns_of = _hit_texts(texts, buffered)
     hits = []
     for i, row in enumerate(best):
         text = turns_of.get(i)
@@ -526,3 +527,18 @@ def _as_vector(value: Any) -> list[float]:
     if not all(math.isfinite(x) for x in vector):
         raise InvalidInput("the query vector holds a non-finite number")
     return vector
+
+
+def _hit_texts(folded: Any, buffered: Any) -> dict[int, str]:
+    """Each hit's turns as one JSON array text: its chunk's folded turns (an array per hit)
+    then the newer ones still in the buffer (one envelope per row), in turn order; a
+    chunk's folded part always precedes its buffered part."""
+    parts: dict[int, list[str]] = {}
+    for i, text in folded:
+        if text is not None:
+            inner = text.strip()[1:-1].strip()
+            if inner:
+                parts.setdefault(i, []).append(inner)
+    for i, _seq, envelope in sorted(buffered, key=lambda row: (row[0], row[1])):
+        parts.setdefault(i, []).append(envelope)
+    return {i: "[" + ",".join(items) + "]" for i, items in parts.items()}

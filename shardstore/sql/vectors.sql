@@ -24,26 +24,32 @@ SELECT (SELECT count(*) FROM shardstore.chunk_vectors),
 -- folded part from agent_history and, for a chunk still (partly) buffered, its turns in
 -- turn_buffer (one snapshot: a turn is in exactly one of them).
 -- name: vec_hit_turns
-SELECT x.i, (SELECT jsonb_agg(t.v ORDER BY (t.v->>'s')::bigint)
-               FROM (SELECT e.v
-                       FROM shardstore.agent_history h,
-                            jsonb_array_elements(h.conversation_chunk) AS e(v)
-                      WHERE h.session_id = x.session_id AND h.chunk_seq = x.chunk_seq
-                        AND h.chunk_start = x.chunk_start
-                        AND (e.v->>'s')::bigint BETWEEN x.lo AND x.hi
-                     UNION ALL
-                     SELECT CASE WHEN b.idempotency_key IS NULL
-                                 THEN jsonb_build_object('s', b.turn_seq, 't', b.tokens, 'b', b.bytes,
-                                                         'at', b.created_at, 'm', b.message)
-                                 ELSE jsonb_build_object('s', b.turn_seq, 't', b.tokens, 'b', b.bytes,
-                                                         'at', b.created_at, 'k', b.idempotency_key,
-                                                         'm', b.message)
-                            END
-                       FROM shardstore.turn_buffer b
-                      WHERE b.session_id = x.session_id AND b.chunk_seq = x.chunk_seq
-                        AND b.turn_seq BETWEEN x.lo AND x.hi) t)::text
+-- the hits' turns stored in chunks (one array per hit); vec_hit_buffer gives those still in
+-- the buffer. Two statements, each a join of the hit list with one table: Citus refused the
+-- one statement with a correlated UNION ALL over both ("complex joins are only supported
+-- when all distributed tables are co-located and joined on their distribution columns")
+SELECT x.i, (SELECT jsonb_agg(e.v ORDER BY e.ord)
+               FROM jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS e(v, ord)
+              WHERE (e.v->>'s')::bigint BETWEEN x.lo AND x.hi)::text
   FROM unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::timestamptz[], %s::bigint[], %s::bigint[])
-       AS x(i, session_id, chunk_seq, chunk_start, lo, hi);
+       AS x(i, session_id, chunk_seq, chunk_start, lo, hi)
+  JOIN shardstore.agent_history h
+    ON h.session_id = x.session_id AND h.chunk_seq = x.chunk_seq AND h.chunk_start = x.chunk_start;
+
+-- name: vec_hit_buffer
+-- a chunk's turns newer than its folded part are in the buffer: one envelope per row
+SELECT x.i, b.turn_seq,
+       (CASE WHEN b.idempotency_key IS NULL
+             THEN jsonb_build_object('s', b.turn_seq, 't', b.tokens, 'b', b.bytes,
+                                     'at', b.created_at, 'm', b.message)
+             ELSE jsonb_build_object('s', b.turn_seq, 't', b.tokens, 'b', b.bytes,
+                                     'at', b.created_at, 'k', b.idempotency_key, 'm', b.message)
+        END)::text
+  FROM unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::bigint[], %s::bigint[])
+       AS x(i, session_id, chunk_seq, lo, hi)
+  JOIN shardstore.turn_buffer b
+    ON b.session_id = x.session_id AND b.chunk_seq = x.chunk_seq
+   AND b.turn_seq BETWEEN x.lo AND x.hi;
 
 -- Session scope, exact: every window of the session is compared (the MATERIALIZED scan has
 -- no ORDER BY, so no HNSW index can stand in), then the best window of each chunk.
