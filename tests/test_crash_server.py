@@ -122,7 +122,9 @@ def test_server_crash_during_fold(server: CrashableServer, tmp_path: Path) -> No
         log=str(tmp_path / "writer.log"),
         stop_file=str(tmp_path / "stop"),
         settings=settings,
-        max_batch=3,
+        # one turn per call, so sealed chunks wait in the buffer for fold_sealed_v1 (a
+        # batch writes the chunks it starts and seals straight to agent_history since 0022)
+        max_batch=1,
     )
     proc = spawn_writer(cfg)
     try:
@@ -158,7 +160,7 @@ def test_server_crash_during_partition_creation(server: CrashableServer, tmp_pat
         log=str(tmp_path / "writer.log"),
         stop_file=str(tmp_path / "stop"),
         settings={"chunk_tokens": 200, "premake": 0},
-        max_batch=4,
+        max_batch=1,  # as above: partitions are then made by folds (and maintenance)
         sleep=0.002,
     )
     proc = spawn_writer(cfg)
