@@ -96,34 +96,6 @@ def pool_options(settings: Settings, name: str, check: Any) -> dict[str, Any]:
     }
 
 
-class LifoConnectionPool(ConnectionPool[Any]):
-    """psycopg_pool's pool, except that a checkout gets the connection returned last.
-
-    psycopg_pool hands out its idle connections in FIFO order, so one thread's consecutive
-    calls rotate over every idle connection: each call lands on a server backend that has
-    not run for a while (cold caches; on a small machine, a context switch). Measured with
-    9 idle connections, append_turn p50 1.79x a bare INSERT against 1.53x on one connection
-    (docs/architecture.md, "Write path"). Taking the newest instead keeps a lone caller on
-    one hot backend; the oldest idle connections stay at the other end, which is where the
-    pool's shrinking takes them from. Only the order changes (under the pool's own lock)."""
-
-    def _get_ready_connection(self, timeout: float | None) -> Any:
-        idle = getattr(self, "_pool", None)
-        if idle is not None and len(idle) > 1:
-            idle.rotate(1)  # the newest (right end) to the front, where the base pops
-        return super()._get_ready_connection(timeout)
-
-
-class LifoAsyncConnectionPool(AsyncConnectionPool[Any]):
-    """The asyncio flavour of :class:`LifoConnectionPool`."""
-
-    async def _get_ready_connection(self, timeout: float | None) -> Any:
-        idle = getattr(self, "_pool", None)
-        if idle is not None and len(idle) > 1:
-            idle.rotate(1)
-        return await super()._get_ready_connection(timeout)
-
-
 def _no_connection(exc: Exception) -> DatabaseUnavailable:
     return DatabaseUnavailable(f"no database connection available: {exc}")
 
@@ -239,7 +211,7 @@ class Connector:
             self.dsn = resolve_dsn(source)
             probe(self.dsn, settings.connect_timeout)
             options = pool_options(settings, "shardstore", check_stale)
-            self._pool = LifoConnectionPool(self.dsn, **options)
+            self._pool = ConnectionPool(self.dsn, **options)
             try:
                 self._pool.open(wait=True, timeout=settings.connect_timeout)
             except Exception as exc:
@@ -361,7 +333,7 @@ class AsyncConnector:
             self.dsn = dsn = await asyncio.to_thread(resolve_dsn, source)
             await aprobe(dsn, settings.connect_timeout)
             options = pool_options(settings, "shardstore-async", acheck_stale)
-            self._pool = LifoAsyncConnectionPool(dsn, **options)
+            self._pool = AsyncConnectionPool(dsn, **options)
             try:
                 await self._pool.open(wait=True, timeout=settings.connect_timeout)
             except Exception as exc:
