@@ -363,6 +363,7 @@ def test_call_run_maintenance(make_store: MakeStore, admin: psycopg.Connection[A
     time.sleep(3.3)
     store.append_turn(idle, {"role": "user", "content": "idle"})
     time.sleep(0.3)
+    called = time.monotonic()
     admin.execute(
         "CALL shardstore.run_maintenance(5, interval '2 seconds', interval '0.2 seconds',"
         " interval '200 milliseconds')"
@@ -376,8 +377,11 @@ def test_call_run_maintenance(make_store: MakeStore, admin: psycopg.Connection[A
     assert _standalone(admin) == []
     with pytest.raises(shardstore.SessionNotFound):
         store.session(old)
-    # the in-database run and the Python planner agree: nothing left to do
-    report = store.maintain(dry_run=True, premake=5, retention=timedelta(seconds=2))
+    # the in-database run and the Python planner agree: nothing left to do. The planner's
+    # retention is stretched by the time since the CALL began, so a partition that has only
+    # come of age since then (a loaded machine takes seconds here) is not counted against it.
+    since_call = timedelta(seconds=time.monotonic() - called + 0.5)
+    report = store.maintain(dry_run=True, premake=5, retention=timedelta(seconds=2) + since_call)
     assert report.plan is not None
     assert report.plan.finalize == () and report.plan.expire == ()
     assert len(report.plan.create) <= 1  # a second may have passed since the CALL
@@ -488,14 +492,20 @@ def test_async_maintain(dsn: str) -> None:
 
 @pytest.mark.slow
 def test_appends_under_load_never_fail_nor_wait_past_the_lock_timeout(
-    make_store: MakeStore,
+    make_store: MakeStore, dsn: str
 ) -> None:
     """Writers append (and fold inline, touching agent_history) on other threads while
     maintenance runs back to back: creating partitions, folding every session, detaching
-    and dropping expired partitions. No append fails; none waits longer than the lock
-    timeout plus slack for this small, busy VM."""
+    and dropping expired partitions. No append fails, and none waits for a lock longer than
+    maintenance's lock timeout plus slack: the writers' sessions carry that as their own
+    lock_timeout, so such a wait would fail the append. (Wall-clock latency is printed,
+    not asserted: a disk stall on a shared machine is not a lock wait.)"""
     lock_timeout = 0.2
     slack = 0.3
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        dbname = conn.info.dbname
+        waits_ms = int((lock_timeout + slack) * 1000)
+        conn.execute(f"ALTER DATABASE \"{dbname}\" SET lock_timeout = '{waits_ms}ms'")
     store = make_store(
         partition_interval=SECOND, premake=1, background_fold=False, pool_max_size=8,
         chunk_tokens=200,
@@ -555,7 +565,6 @@ def test_appends_under_load_never_fail_nor_wait_past_the_lock_timeout(
         f"p50 {latencies[len(latencies) // 2] * 1000:.2f} ms, "
         f"p99 {latencies[int(len(latencies) * 0.99)] * 1000:.2f} ms, max {worst * 1000:.1f} ms"
     )
-    assert worst < lock_timeout + slack, worst
     for r in reports:
         assert all("timed out" in e for e in r.errors), r.errors
 
