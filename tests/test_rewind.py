@@ -74,27 +74,34 @@ def count(dsn: str, sql: str, *params: Any) -> int:
     return int(row[0])
 
 
-def raw_append(store: shardstore.Store, dsn: str, sid: Any, messages: list[Any]) -> None:
+def raw_append(
+    store: shardstore.Store, dsn: str, sid: Any, messages: list[Any],
+    conn: psycopg.Connection[Any] | None = None,
+) -> None:
+    """append_v1 straight, no inline fold (on ``conn``, in its transaction, if given)."""
+    if conn is None:
+        with psycopg.connect(dsn, autocommit=True) as own:
+            raw_append(store, dsn, sid, messages, own)
+        return
     texts = [encode_message(m) for m in messages]
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        cfg = conn.execute(
-            "SELECT partition_interval, partition_origin FROM shardstore.config"
-        ).fetchone()
-        assert cfg is not None
-        conn.execute(
-            "SELECT * FROM shardstore.append_v1(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                sid,
-                "[" + ",".join(texts) + "]",
-                [store._ctx.counter.count(t) for t in texts],
-                [len(t.encode()) for t in texts],
-                [None] * len(texts),
-                store.settings.budget_tokens,
-                store.settings.chunk_max_bytes,
-                cfg[0],
-                cfg[1],
-            ),
-        )
+    cfg = conn.execute(
+        "SELECT partition_interval, partition_origin FROM shardstore.config"
+    ).fetchone()
+    assert cfg is not None
+    conn.execute(
+        "SELECT * FROM shardstore.append_v1(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            sid,
+            "[" + ",".join(texts) + "]",
+            [store._ctx.counter.count(t) for t in texts],
+            [len(t.encode()) for t in texts],
+            [None] * len(texts),
+            store.settings.budget_tokens,
+            store.settings.chunk_max_bytes,
+            cfg[0],
+            cfg[1],
+        ),
+    )
 
 
 def invariants(store: shardstore.Store, dsn: str, *sids: Any) -> None:
@@ -420,6 +427,45 @@ def test_concurrent_appends_folds_and_rewinds(make_store: StoreFactory, dsn: str
         assert key is not None and acked[key] == seq, key
     chunks = store.chunks(sid)
     assert [c.chunk_seq for c in chunks] == list(range(len(chunks)))
+
+
+def test_a_fold_meeting_a_rewind_waits_and_folds_what_it_left(dsn: str) -> None:
+    """A background fold (fold_sealed_v1) that starts while a rewind to 0 is uncommitted,
+    in a transaction that also refills chunk 0 and seals it, waits for that transaction and
+    then folds the NEW chunk 0 under its own start. (It used to read the session without a
+    lock: folding what it read earlier, it could move the new chunk's turns under the old
+    chunk's start, the race test_concurrent_appends_folds_and_rewinds caught about 1 run in
+    10.)"""
+    owner = shardstore.connect(dsn, **SMALL, background_fold=False)
+    sid = owner.create_session("acme")
+    for i in range(12):  # one turn per batch: a sealed chunk stays in the buffer
+        raw_append(owner, dsn, sid, [msg(i, extra=4)])
+    sealed_buffered = (
+        "SELECT count(*) FROM shardstore.turn_buffer b JOIN shardstore.sessions s USING"
+        " (session_id) WHERE b.session_id = %s AND b.chunk_seq < s.open_chunk_seq"
+    )
+    assert head(dsn, sid)[1] >= 1 and count(dsn, sealed_buffered, sid) > 0  # chunk 0 sealed
+    with psycopg.connect(dsn) as conn:
+        rewinder = shardstore.connect(conn, **SMALL, background_fold=False)
+        assert rewinder.rewind(sid, 0) == 12
+        refill = [msg(100 + i, extra=4) for i in range(12)]
+        for m in refill:
+            raw_append(owner, dsn, sid, [m], conn)
+        row = conn.execute(sealed_buffered, (sid,)).fetchone()
+        assert row is not None and row[0] > 0  # the new chunk 0 sealed, in the buffer
+        moved: list[int] = []
+        folder = threading.Thread(
+            target=lambda: moved.append(count(dsn, "SELECT shardstore.fold_sealed_v1(%s)", sid))
+        )
+        folder.start()
+        wait_for_backend(dsn, "fold_sealed_v1", waiting=True)
+        conn.commit()
+        folder.join(30)
+        rewinder.close()
+    assert moved == [row[0]]
+    invariants(owner, dsn, sid)
+    assert [t.message for t in owner.history(sid)] == refill
+    owner.close()
 
 
 # ---------------------------------------------------------------- asyncio, RLS, CLI
