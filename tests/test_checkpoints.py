@@ -691,7 +691,7 @@ def test_sigkilled_agent_resumes_from_restore(dsn: str, tmp_path: Path) -> None:
     with shardstore.connect(dsn) as store:
         sid = str(store.create_session("crash", "user:1"))
     started = time.monotonic()
-    run = run_kills(dsn, sid, tmp_path / "acks", WRITER_KILLS, seed=11, deadline=started + 75)
+    run = run_kills(dsn, sid, tmp_path / "acks", WRITER_KILLS, seed=11, deadline=started + 180)
     assert run.kills >= 100 and run.restores == run.kills
     with shardstore.connect(dsn) as store:
         steps = check(store, dsn, sid, run)
