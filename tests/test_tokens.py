@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import random
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 import shardstore
@@ -17,6 +21,65 @@ def test_cl100k_counts_offline() -> None:
     assert isinstance(counter, TiktokenCounter)
     assert counter.count("hello world") == 2
     assert counter.count("<|endoftext|>") > 1  # special-token text is counted as plain text
+
+
+# ---------------------------------------------------------------- the fast cl100k path
+
+_SPECIALS = [
+    "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|endofprompt|>"
+]
+_PIECES = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(
+        [" ", "  ", "\n", "\n\n", "\t", "\r\n", "\u00a0", "\u3000", "'s", "'ll", "n't", "123",
+         "4567", "é", "\u0301", "中文", "😀", "🇫🇷", '{"role": "user", "content": "', "\\u00e9",
+         *_SPECIALS]
+    ),
+)
+
+
+def _reference() -> Callable[[str], int]:
+    slow = TiktokenCounter("cl100k_base", fast=False)
+    assert slow._fast is None
+    return slow.count
+
+
+def test_the_fast_counter_is_the_default_where_rs_bpe_is_installed() -> None:
+    counter = make_counter(None)
+    assert isinstance(counter, TiktokenCounter) and counter._fast is not None
+    assert counter.name == TiktokenCounter("cl100k_base", fast=False).name == "cl100k_base"
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(_PIECES, max_size=30))
+def test_fast_and_tiktoken_counts_agree_on_any_text(parts: list[str]) -> None:
+    """Stored counts must not depend on which implementation counted them."""
+    text = "".join(parts)
+    assert make_counter(None).count(text) == _reference()(text)
+
+
+def test_texts_around_the_fast_limit_agree() -> None:
+    fast, slow = make_counter(None), _reference()
+    limit = TiktokenCounter.FAST_MAX_CHARS
+    for n in (limit - 1, limit, limit + 1):
+        text = ("ab cd 12 é " * limit)[:n]
+        assert fast.count(text) == slow(text)
+
+
+def test_fast_and_tiktoken_agree_on_large_and_odd_inputs() -> None:
+    rng = random.Random(5)
+    texts = [
+        base64.b64encode(rng.randbytes(1_500_000)).decode(),  # a tool output of ~2 MB
+        " ".join(rng.choice(["alpha", "beta", "x1", "42", "\n"]) for _ in range(200_000)),
+        " " * 100_000 + "x",
+        "7" * 500_000,
+        "a\ud800b \udfff",  # lone surrogates: the fast path refuses them, tiktoken counts them
+        "".join(_SPECIALS) * 50,
+        "",
+    ]
+    fast, slow = make_counter(None), _reference()
+    for text in texts:
+        assert fast.count(text) == slow(text), text[:40]
 
 
 def test_unknown_encoding_is_a_configuration_error() -> None:
