@@ -74,9 +74,14 @@ def vacuum(dsn: str) -> None:
         c.execute("VACUUM")
 
 
-def build_shape(dsn: str, corpus: Corpus, sessions: int, turns: int, batch: int) -> dict[str, Any]:
-    """Build ``sessions`` x ``turns`` in shardstore and the floor; sizes after VACUUM."""
+def build_shape(
+    dsn: str, corpus: Corpus, sessions: int, turns: int, batch: int, text: bool = True
+) -> dict[str, Any]:
+    """Build ``sessions`` x ``turns`` in shardstore and the floor; sizes after VACUUM.
+    ``text=False``: full-text indexing switched off first (``configure_text_search(None)``)."""
     store = shardstore.connect(dsn)
+    if not text:
+        store.configure_text_search(None)
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute(
             "CREATE SCHEMA floor; CREATE TABLE floor.messages (session_id uuid NOT NULL, "
@@ -136,6 +141,7 @@ def build_shape(dsn: str, corpus: Corpus, sessions: int, turns: int, batch: int)
         "build_s": t_ss,
         "floor_build_s": t_floor,
         "settings": settings,
+        "text_search": text,
     }
 
 
@@ -152,7 +158,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        shape = f"{r['sessions']:,} x {r['turns']:,}"
+        shape = f"{r['sessions']:,} x {r['turns']:,}" + ("" if r["text_search"] else ", text off")
         lines.append(
             f"| {shape} | {r['payload'] / 1e6:.1f} | {r['ss_per_byte']:.3f} | "
             f"{r['floor_per_byte']:.3f} | {r['ss_per_byte'] / r['floor_per_byte']:.2f} | "
@@ -161,7 +167,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     for r in results:
         lines += [
             "",
-            f"**{r['sessions']:,} x {r['turns']:,}: where the bytes go** (per payload byte)",
+            f"**{r['sessions']:,} x {r['turns']:,}{'' if r['text_search'] else ', text off'}:"
+            " where the bytes go** (per payload byte)",
             "",
             "| table | heap | indexes | TOAST | total |",
             "|---|---:|---:|---:|---:|",
@@ -184,6 +191,12 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=100, help="turns per small session")
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "disk"))
+    ap.add_argument(
+        "--text",
+        default="on",
+        choices=["on", "off", "both"],
+        help="full-text indexing on (the default), off (configure_text_search(None)), or both",
+    )
     args = ap.parse_args()
     corpus = Corpus(2000)
     shapes = [(1, int(n)) for n in args.sizes.split(",") if n]
@@ -191,13 +204,14 @@ def main() -> None:
         shapes.append((args.sessions, args.turns))
     results = []
     with bc.open_server(args.dsn, keep=False) as server:
-        for sessions, turns in shapes:
+        texts = {"on": [True], "off": [False], "both": [True, False]}[args.text]
+        for (sessions, turns), text in ((shape, t) for shape in shapes for t in texts):
             db = f"disk_{uuid.uuid4().hex[:8]}"
             with psycopg.connect(server.admin_dsn, autocommit=True) as c:
                 c.execute(f'CREATE DATABASE "{db}"')
             dsn = psycopg.conninfo.make_conninfo(server.admin_dsn, dbname=db)
             progress(f"{sessions:,} x {turns:,} turns")
-            r = build_shape(dsn, corpus, sessions, turns, min(args.batch, turns))
+            r = build_shape(dsn, corpus, sessions, turns, min(args.batch, turns), text)
             progress(
                 f"  shardstore {r['ss_per_byte']:.3f} / byte, floor {r['floor_per_byte']:.3f}"
                 f" ({r['build_s']:.1f} s)"

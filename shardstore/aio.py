@@ -91,6 +91,7 @@ class AsyncStore(base.StoreBase):
     summarize = amethod(summary_ops.summarize)
     summaries = amethod(summary_ops.summaries)
     configure_text_search = amethod(textsearch.configure_text_search)
+    text_search_language = amethod(textsearch.text_search_language)
     put_artifact = amethod(artifact_ops.put_artifact)
     get_artifact = amethod(artifact_ops.get_artifact)
     open_artifact = areader(artifact_ops.open_artifact)

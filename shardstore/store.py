@@ -93,6 +93,7 @@ class Store(base.StoreBase):
     summarize = method(summary_ops.summarize)
     summaries = method(summary_ops.summaries)
     configure_text_search = method(textsearch.configure_text_search)
+    text_search_language = method(textsearch.text_search_language)
     put_artifact = method(artifact_ops.put_artifact)
     get_artifact = method(artifact_ops.get_artifact)
     open_artifact = reader(artifact_ops.open_artifact)

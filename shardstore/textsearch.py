@@ -17,7 +17,7 @@ from . import jsoncodec
 from .core.context import Context
 from .core.steps import Call, Op, Q, StatementFailed, Tx
 from .embedding import model_safe, vector_literal
-from .errors import InvalidInput
+from .errors import ConfigurationError, InvalidInput
 from .history import envelope_turn
 from .models import SearchHit
 from .plans import HIT_CONTEXT_TURNS, whole_window
@@ -224,8 +224,14 @@ def hits_op(ranked: Sequence[Ranked], session_id: uuid.UUID | None) -> Op[list[S
 
 def search_text_op(ctx: Context, scope: SearchScope, text: str) -> Op[list[SearchHit]]:
     """The ``k`` chunks whose best turn matches ``text`` best (full-text), best first, each
-    with that turn; score: the turn's BM25-style score."""
+    with that turn; score: the turn's BM25-style score. Raises ``ConfigurationError`` when
+    text indexing is off for the database (so no hits are never mistaken for no matches)."""
     ranked = yield from text_ranking_op(ctx, scope, text, depth(scope.k))
+    if not ranked and (yield from text_language_op()) is None:
+        raise ConfigurationError(
+            "full-text search is off for this database: "
+            "store.configure_text_search('english') turns it on (and indexes what is stored)"
+        )
     hits: list[SearchHit] = yield from hits_op(best_chunks(ranked, scope.k), scope.session_id)
     return hits
 
@@ -258,16 +264,38 @@ def search_hybrid_op(
 _BAD_CONFIG = frozenset({"42704", "22P02", "42602"})
 
 
-def configure_text_search(store: Any, language: str) -> Op[int]:
+def configure_text_search(store: Any, language: str | None) -> Op[int]:
     """Switch the language of full-text search (a PostgreSQL text search configuration:
     ``"english"``, the default, ``"german"``, ``"simple"``...) and rebuild every stored
     turn's index in one transaction: searches see the old index until it commits, then the
     new one; turns appended later are indexed in the new language. Returns the number of
     text windows written. An unknown configuration raises ``InvalidInput`` and changes
-    nothing. Needs the schema owner's rights (tenant roles may not)."""
-    if not isinstance(language, str) or not language or "\x00" in language:
-        raise InvalidInput("language must be the name of a text search configuration")
+    nothing. Needs the schema owner's rights (tenant roles may not).
+
+    ``None`` switches text indexing off: every stored window is deleted (the disk goes
+    back; ``VACUUM`` returns it to the system), no turn is indexed afterwards,
+    ``search(mode="text")`` raises ``ConfigurationError``, and hybrid search and
+    ``context(recall=...)`` rank by vectors alone. A language turns it on again and indexes
+    every folded turn."""
+    if language is not None and (
+        not isinstance(language, str) or not language or "\x00" in language
+    ):
+        raise InvalidInput(
+            "language must be the name of a text search configuration, or None for off"
+        )
     row = yield Q(query("text_configure"), (language,), fetch="one", recover=_BAD_CONFIG)
     if isinstance(row, StatementFailed):
         raise InvalidInput(f"no text search configuration named {language!r}")
     return int(row[0])
+
+
+def text_language_op() -> Op[str | None]:
+    """The database's text search configuration, or None when text indexing is off."""
+    row = yield Q(query("text_config_get"), (), fetch="one")
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def text_search_language(store: Any) -> Op[str | None]:
+    """The text search configuration turns are indexed with (``"english"`` unless switched
+    with :meth:`configure_text_search`), or None when full-text indexing is off."""
+    return text_language_op()

@@ -282,3 +282,79 @@ def test_fuse_is_reciprocal_rank_fusion(data: Any) -> None:
     if a and b and a[0].first_turn_seq == b[0].first_turn_seq:
         assert fused[0].first_turn_seq == a[0].first_turn_seq  # first in both: first
     assert fuse([a, b]) == fused  # deterministic
+
+
+# ---------------------------------------------------------------- text indexing off
+
+
+def all_text_rows(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM shardstore.turn_text").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_text_indexing_off_writes_no_windows_and_on_again_reindexes(
+    make_store: Any, dsn: str, capsys: Any
+) -> None:
+    """configure_text_search(None): every window deleted, none written by folds, batches
+    or flushes afterwards; text search says it is off; hybrid ranks by vectors; switching
+    a language on again indexes every folded turn, old and new."""
+    store = make_store(chunk_tokens=300, embedding_model=HashEmbedder())
+    sid = store.create_session("t1")
+    turns = [say(i) for i in range(30)]
+    turns[4] = say(4, "the pump P-7781 tripped at noon")
+    store.append_turns(sid, turns)
+    store.drain_folds()
+    assert all_text_rows(dsn) > 0 and store.text_search_language() == "english"
+    assert store.configure_text_search(None) == 0
+    assert all_text_rows(dsn) == 0 and store.text_search_language() is None
+    later = [say(30 + i) for i in range(30)]
+    later[3] = say(33, "valve V-0412 replaced")
+    store.append_turns(sid, later)  # a batch writing sealed chunks straight to agent_history
+    store.append_turn(sid, say(60, "one turn more"))
+    store.flush(sid)
+    store.drain_folds()
+    assert all_text_rows(dsn) == 0
+    for scope in ({"session_id": sid}, {"tenant_id": "t1"}):
+        with pytest.raises(shardstore.ConfigurationError, match="text search is off"):
+            store.search("P-7781", mode="text", **scope)
+    assert store.embed() > 0
+    hybrid = store.search("pump P-7781 tripped", session_id=sid, mode="hybrid")
+    assert hybrid and 4 in seqs(hybrid)[0]  # ranked by vectors alone
+    view = store.context(sid, max_tokens=300, recall="pump P-7781 tripped")
+    assert any(p.kind == "recall" for p in view.parts)  # recall by vectors alone
+    assert main(["--dsn", dsn, "text-search"]) == 0
+    assert "text search: off" in capsys.readouterr().out
+    assert main(["--dsn", dsn, "text-search", "--language", "english", "--json"]) == 0
+    assert '"language": "english"' in capsys.readouterr().out
+    assert store.text_search_language() == "english" and all_text_rows(dsn) >= 61
+    assert seqs(store.search("P-7781", session_id=sid, mode="text"))[0] == [4]
+    assert seqs(store.search("V-0412", session_id=sid, mode="text"))[0] == [33]
+    assert main(["--dsn", dsn, "text-search", "--off"]) == 0
+    assert all_text_rows(dsn) == 0
+    assert main(["--dsn", dsn, "text-search", "--off", "--language", "simple"]) == 2
+    for bad in ["", "x\x00y", 7, "klingon"]:
+        with pytest.raises(shardstore.InvalidInput):
+            store.configure_text_search(bad)  # type: ignore[arg-type]
+    assert store.text_search_language() is None  # the refused calls changed nothing
+
+
+def test_text_indexing_off_async(dsn: str) -> None:
+    async def go() -> tuple[Any, ...]:
+        astore = await shardstore.connect_async(dsn)
+        try:
+            sid = await astore.create_session("t1")
+            await astore.append_turns(sid, [say(0, "gear G-17 noise")])
+            off = await astore.configure_text_search(None)
+            language = await astore.text_search_language()
+            with pytest.raises(shardstore.ConfigurationError):
+                await astore.search("G-17", session_id=sid, mode="text")
+            on = await astore.configure_text_search("simple")
+            hits = await astore.search("G-17", session_id=sid, mode="text")
+            return off, language, on, await astore.text_search_language(), seqs(hits)
+        finally:
+            await astore.close()
+
+    # the buffered turn is indexed on the fly: nothing to rebuild, yet it is found again
+    assert asyncio.run(go()) == (0, None, 0, "simple", [[0]])

@@ -143,6 +143,7 @@ COMMAND_MODULES = (
     "import_cmd",
     "export",
     "distribute",
+    "text_search",
 )
 
 
