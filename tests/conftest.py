@@ -96,3 +96,15 @@ def make_store(dsn: str) -> Iterator[Callable[..., shardstore.Store]]:
 @pytest.fixture
 def store(make_store: Callable[..., shardstore.Store]) -> shardstore.Store:
     return make_store()
+
+
+@pytest.fixture
+def tenant_role(dsn: str) -> Iterator[str]:
+    """A NOLOGIN role with the tenant grants and RLS on in this test's database."""
+    from .tenancy import drop_tenant_role, make_tenant_role
+
+    role = make_tenant_role(dsn)
+    try:
+        yield role
+    finally:
+        drop_tenant_role(dsn, role)

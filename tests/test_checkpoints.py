@@ -24,6 +24,7 @@ from shardstore import rls
 
 from .checkpoint_writer import check, run_kills
 from .faults import CrashableServer, holding, wait_for_backend
+from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
 HOSTILE = {
     "nul": "a\x00b",
@@ -476,15 +477,9 @@ def test_rls_scopes_checkpoints(dsn: str) -> None:
     globex = owner.create_session("globex")
     theirs = owner.checkpoint(globex, {"secret": "globex"})
     owner.append_turn(globex, user(0), checkpoint={"secret": "globex"})
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
+    role = make_tenant_role(dsn)
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'SET ROLE "{role}"')
-            rls.set_tenant(conn, "acme")
+        with as_tenant(dsn, role, "acme") as conn:
             tenant = rls.connect_tenant(conn)
             mine = tenant.checkpoint(acme, {"mine": True})
             r = tenant.append_turn(acme, user(0), checkpoint={"mine": 2})
@@ -513,10 +508,7 @@ def test_rls_scopes_checkpoints(dsn: str) -> None:
         assert owner.checkpoints(globex)[-1] == theirs and count_checkpoints(dsn, globex) == 2
     finally:
         owner.close()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            rls.disable_rls(admin)
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
+        drop_tenant_role(dsn, role)
 
 
 # ---------------------------------------------------------------- asyncio

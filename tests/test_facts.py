@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -349,17 +349,6 @@ def test_purge_before_and_retention_remove_sourced_facts(
 # ---------------------------------------------------------------- Row-Level Security
 
 
-@pytest.fixture
-def tenant_role(dsn: str) -> Iterator[str]:
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
-    yield role
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'DROP OWNED BY "{role}"')
-        admin.execute(f'DROP ROLE "{role}"')
 
 
 def test_rls_scopes_facts_to_the_tenant(

@@ -20,6 +20,7 @@ from shardstore import rls
 from shardstore.cli.app import main as cli_main
 
 from .embedders import HashEmbedder
+from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
 StoreFactory = Callable[..., shardstore.Store]
 SMALL: dict[str, Any] = {
@@ -415,15 +416,9 @@ def test_rls_tenant_cannot_fork_another_tenant(dsn: str) -> None:
     globex = owner.create_session("globex")
     for sid in (acme, globex):
         owner.append_turns(sid, [msg(i) for i in range(10)])
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
+    role = make_tenant_role(dsn)
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'SET ROLE "{role}"')
-            rls.set_tenant(conn, "acme")
+        with as_tenant(dsn, role, "acme") as conn:
             tenant = rls.connect_tenant(conn, chunk_tokens=60)
             with pytest.raises(shardstore.SessionNotFound):
                 tenant.fork(globex)
@@ -437,10 +432,7 @@ def test_rls_tenant_cannot_fork_another_tenant(dsn: str) -> None:
         assert count(dsn, "SELECT count(*) FROM shardstore.sessions") == 3
     finally:
         owner.close()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            rls.disable_rls(admin)
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
+        drop_tenant_role(dsn, role)
 
 
 def test_cli_fork(make_store: StoreFactory, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ import pytest
 import shardstore
 from shardstore import rls
 
+from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 from .test_purge_support import append_unfolded, converse, next_second, snapshot
 
 SMALL = {"chunk_tokens": 200, "partition_interval": timedelta(seconds=1)}
@@ -332,22 +333,12 @@ def test_in_database_maintenance_covers_a_registered_table(
 
 @pytest.fixture
 def tenant_role(dsn: str) -> Iterator[str]:
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
+    """A role without grants: each test grants and enables RLS in the order it checks."""
+    role = make_tenant_role(dsn, grant=False)
     try:
         yield role
     finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
-
-
-def _as_tenant(dsn: str, role: str, tenant: str) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute(f'SET ROLE "{role}"')
-    rls.set_tenant(conn, tenant)
-    return conn
+        drop_tenant_role(dsn, role)
 
 
 def _visible(conn: psycopg.Connection[Any], table: str) -> set[uuid.UUID]:
@@ -375,7 +366,7 @@ def test_rls_covers_a_registered_table(
         assert rls.rls_enabled(admin)
     for s in (acme, globex):
         _write(dsn, store, s)
-    with _as_tenant(dsn, tenant_role, "acme") as conn:
+    with as_tenant(dsn, tenant_role, "acme") as conn:
         for table in TEST_TABLES:
             assert _visible(conn, table) == {acme}, table
             cur = conn.execute(f"DELETE FROM {table} WHERE session_id = %s", (globex,))
@@ -407,5 +398,5 @@ def test_rls_covers_a_registered_table(
         assert set(TEST_TABLES) <= set(covered)
         assert "shardstore.test_chunk_notes_p20000101t000000" in covered
         assert not rls.rls_enabled(admin)
-    with _as_tenant(dsn, tenant_role, "acme") as conn:
+    with as_tenant(dsn, tenant_role, "acme") as conn:
         assert _visible(conn, FACTS) == {globex}

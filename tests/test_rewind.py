@@ -34,6 +34,7 @@ from .faults import (
     read_snapshot,
     wait_for_backend,
 )
+from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
 StoreFactory = Callable[..., shardstore.Store]
 SMALL: dict[str, Any] = {
@@ -499,15 +500,9 @@ def test_rls_tenant_cannot_rewind_another_tenant(dsn: str) -> None:
         owner.append_turns(sid, [msg(i, extra=4) for i in range(10)])
         owner.checkpoint(sid, {"at": 9})
         owner.flush(sid)
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
+    role = make_tenant_role(dsn)
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'SET ROLE "{role}"')
-            rls.set_tenant(conn, "acme")
+        with as_tenant(dsn, role, "acme") as conn:
             tenant = rls.connect_tenant(conn, chunk_tokens=60)
             with pytest.raises(shardstore.SessionNotFound):
                 tenant.rewind(globex, 2)
@@ -520,10 +515,7 @@ def test_rls_tenant_cannot_rewind_another_tenant(dsn: str) -> None:
         assert owner.checkpoints(acme) == []
     finally:
         owner.close()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            rls.disable_rls(admin)
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
+        drop_tenant_role(dsn, role)
 
 
 def test_cli_rewind(make_store: StoreFactory, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -40,6 +40,8 @@ import shardstore
 from shardstore import rls
 from shardstore.cli import main
 from shardstore.sql import query
+
+from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -383,26 +385,6 @@ def test_retention_removes_runs_with_their_sessions(
 # ---------------------------------------------------------------- row-level security
 
 
-@pytest.fixture
-def tenant_role(dsn: str) -> Iterator[str]:
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
-    try:
-        yield role
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
-
-
-def _as_tenant(dsn: str, role: str, tenant: str) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute(f'SET ROLE "{role}"')
-    rls.set_tenant(conn, tenant)
-    return conn
 
 
 def test_rls_scopes_runs_to_the_tenant(store: shardstore.Store, dsn: str) -> None:
@@ -411,15 +393,11 @@ def test_rls_scopes_runs_to_the_tenant(store: shardstore.Store, dsn: str) -> Non
     mine = store.open_run(acme, framework="f", thread_key="a")
     theirs = store.open_run(globex, framework="f", thread_key="g")
     store.mark_awaiting(theirs.run_id, {"x": 1})
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
+    role = make_tenant_role(dsn)
     try:
         before = _runs_digest(dsn)
         theirs = store.get_run(theirs.run_id)
-        with _as_tenant(dsn, role, "acme") as conn:
+        with as_tenant(dsn, role, "acme") as conn:
             assert {r[0] for r in conn.execute("SELECT run_id FROM shardstore.runs")} == {
                 mine.run_id
             }
@@ -468,9 +446,7 @@ def test_rls_scopes_runs_to_the_tenant(store: shardstore.Store, dsn: str) -> Non
             tstore.close()
         assert store.get_run(theirs.run_id) == theirs
     finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
+        drop_tenant_role(dsn, role)
 
 
 # ---------------------------------------------------------------- asyncio

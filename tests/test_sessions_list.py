@@ -20,6 +20,8 @@ from shardstore import rls
 from shardstore.cli import main
 from shardstore.sql import query
 
+from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
+
 
 def _make(store: shardstore.Store) -> list[uuid.UUID]:
     """Six sessions, oldest first: acme (subjects u1/u2, agents a/b) and globex."""
@@ -201,15 +203,9 @@ def test_async_store_lists_the_same(store: shardstore.Store, dsn: str) -> None:
 
 def test_tenant_store_under_rls_lists_only_its_tenant(store: shardstore.Store, dsn: str) -> None:
     ids = _make(store)
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
+    role = make_tenant_role(dsn)
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'SET ROLE "{role}"')
-            rls.set_tenant(conn, "acme")
+        with as_tenant(dsn, role, "acme") as conn:
             tenant_store = rls.connect_tenant(conn)
             assert [s.session_id for s in tenant_store.sessions()] == [
                 ids[4],
@@ -222,10 +218,7 @@ def test_tenant_store_under_rls_lists_only_its_tenant(store: shardstore.Store, d
             with pytest.raises(shardstore.SessionNotFound):  # another tenant's cursor
                 tenant_store.sessions(before=ids[5])
     finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            rls.disable_rls(admin)
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
+        drop_tenant_role(dsn, role)
 
 
 # ---------------------------------------------------------------- the command

@@ -20,6 +20,7 @@ from shardstore.cli.app import main
 from shardstore.textsearch import Ranked, fuse
 
 from .embedders import HashEmbedder
+from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
 FILLER = [
     "the weather in the harbour was grey and windy all morning",
@@ -154,15 +155,9 @@ def test_rls_isolates_text_search(dsn: str) -> None:
         owner.append_turns(sid, [say(0, f"secret code SC-77 of {who}"), say(1)])
         owner.flush(sid)
         owner.append_turn(sid, say(2, f"buffered secret BX-5 of {who}"))
-    role = f"ss_tenant_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
+    role = make_tenant_role(dsn)
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'SET ROLE "{role}"')
-            rls.set_tenant(conn, "acme")
+        with as_tenant(dsn, role, "acme") as conn:
             store = rls.connect_tenant(conn)
             for q in ("SC-77", "BX-5"):
                 mine = store.search(q, tenant_id="acme", mode="text")
@@ -176,10 +171,7 @@ def test_rls_isolates_text_search(dsn: str) -> None:
                 conn.execute("UPDATE shardstore.text_search_config SET config = 'simple'")
     finally:
         owner.close()
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            rls.disable_rls(admin)
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
+        drop_tenant_role(dsn, role)
 
 
 def test_hybrid_fuses_text_and_vectors(make_store: Any) -> None:
