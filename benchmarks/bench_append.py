@@ -242,6 +242,11 @@ def main() -> None:
     p.add_argument("--per-writer", type=int, default=100)
     p.add_argument("--sizes", default="100,10000,100000")
     p.add_argument("--sizes700", default="100,10000", help="history lengths, ~700-token turns")
+    p.add_argument(
+        "--text-off",
+        action="store_true",
+        help="switch full-text indexing off in the run's databases (configure_text_search(None))",
+    )
     p.add_argument("--quick", action="store_true", help="3 rounds, 100 calls, sizes 100,10000")
     p.add_argument("--only", default="append,words,writers,tail,tail700")
     p.add_argument("--json", help="write the raw rounds here")
@@ -269,6 +274,9 @@ def main() -> None:
             with psycopg.connect(srv.admin_dsn, autocommit=True) as c:
                 c.execute(f'CREATE DATABASE "{db}" TEMPLATE "{template}"')
             dsn = make_conninfo(srv.admin_dsn, dbname=db)
+            if a.text_off:  # full-text indexing off in this database (0026)
+                with shardstore.connect(dsn) as s:
+                    s.configure_text_search(None)
             cs = {k: make(k, dsn, corpus, counter) for k in kinds}
             for c in cs.values():
                 c.setup()
