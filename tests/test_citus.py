@@ -80,9 +80,12 @@ def test_every_session_table_is_distributed_and_colocated(citus: str) -> None:
         kept = conn.execute("SELECT r_table::text FROM shardstore.citus_kept_local_v1()").fetchall()
         assert sorted(kept) == [("shardstore.artifact_refs",), ("shardstore.fork_copies",)]
         for (table,) in kept:  # left on the coordinator: Citus holds no shard of it
-            assert conn.execute(
-                "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = %s::regclass", (table,)
-            ).fetchone() is None
+            assert (
+                conn.execute(
+                    "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = %s::regclass", (table,)
+                ).fetchone()
+                is None
+            )
         sessions_group = conn.execute(
             "SELECT colocationid FROM pg_dist_partition"
             " WHERE logicalrelid = 'shardstore.sessions'::regclass"
@@ -628,3 +631,32 @@ def test_every_public_method_tenant_bound(
     finally:
         closer.close()
     assert store.session(theirs).turn_count == 12
+
+
+@pytest.mark.parametrize("table", ["shardstore.artifact_refs", "shardstore.fork_copies"])
+def test_kept_local_tables_cannot_be_distributed(citus: str, table: str) -> None:
+    """Why ``artifact_refs`` and ``fork_copies`` stay on the coordinator: Citus refuses to
+    distribute a table with triggers, by its session or its tenant column alike (their
+    triggers do the reference and text-index bookkeeping; docs/scale-out.md). Tried in a
+    transaction that is rolled back: the table stays as it was."""
+    with psycopg.connect(citus) as conn:
+        for column in ("session_id", "tenant_id"):
+            with pytest.raises(psycopg.errors.InternalError_, match="because it has triggers"):
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT create_distributed_table(%s, %s, colocate_with => 'none')",
+                        (table, column),
+                    )
+        conn.rollback()
+        assert conn.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+            (table,),
+        ).fetchone() != (0,)
+    assert (
+        _one(
+            citus,
+            "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
+            (table,),
+        )
+        == 0
+    )
