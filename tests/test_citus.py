@@ -144,6 +144,12 @@ def test_core_api_and_one_worker_per_session(store: shardstore.Store, citus: str
     assert store.get_run(run.run_id).status == "running"
     store.remember(tenant, "subject", "color", "blue", source=(sid, 5))
     assert [f.value for f in store.recall(tenant, "subject")] == ["blue"]
+    # a turn with its checkpoint (append_checkpoint_v2), keyed: its repeat is the first
+    with_cp = store.append_turn(sid, _msg(40), idempotency_key="cp40", checkpoint={"at": 40})
+    assert with_cp.turn_seq == 40 and with_cp.checkpoint_id is not None
+    repeat = store.append_turn(sid, _msg(40), idempotency_key="cp40", checkpoint={"at": 40})
+    assert repeat.duplicate and repeat.checkpoint_id == with_cp.checkpoint_id
+    assert store.restore(sid).checkpoint.checkpoint_id == with_cp.checkpoint_id  # type: ignore[union-attr]
     # colocation: the session's rows of every table live on one worker
     with psycopg.connect(citus, autocommit=True) as conn:
         nodes = {
@@ -641,12 +647,12 @@ def test_kept_local_tables_cannot_be_distributed(citus: str, table: str) -> None
     transaction that is rolled back: the table stays as it was."""
     with psycopg.connect(citus) as conn:
         for column in ("session_id", "tenant_id"):
-            with pytest.raises(psycopg.errors.InternalError_, match="because it has triggers"):
-                with conn.transaction():
-                    conn.execute(
-                        "SELECT create_distributed_table(%s, %s, colocate_with => 'none')",
-                        (table, column),
-                    )
+            refused = pytest.raises(psycopg.errors.InternalError_, match="because it has triggers")
+            with refused, conn.transaction():
+                conn.execute(
+                    "SELECT create_distributed_table(%s, %s, colocate_with => 'none')",
+                    (table, column),
+                )
         conn.rollback()
         assert conn.execute(
             "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
