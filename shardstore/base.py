@@ -8,11 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 from .core.context import Context
-from .core.steps import Op
+from .core.steps import Op, Q
 from .history import configure_op
 from .maintenance import premake_op
 from .migrate import migrate_op
 from .settings import Settings
+from .sql import query
 from .tokens import TokenCounter
 from .vector_ops import VectorState, check_model_op
 
@@ -49,10 +50,30 @@ def setup_op(store: StoreBase) -> Op[None]:
     """Make the schema current, read (or record) the partitioning, premake partitions and
     check the embedding model against the one recorded in the database."""
     yield from migrate_op()
+    store._connector.binding = yield from connection_binding_op(store._connector.binding)
     interval, origin = yield from configure_op(store.settings.partition_interval)
     store._partitioning(interval, origin)
     yield from premake_op(store.settings.premake)
     yield from check_model_op(store.settings.embedding_model)
+
+
+def connection_binding_op(current: Q | None) -> Op[Q | None]:
+    """The per-transaction binding a store given a tenant-scoped source needs (a connection
+    or pool whose connections SET ``shardstore.tenant_id``, e.g. from
+    :func:`shardstore.rls.tenant_connection`): on a distributed store (Citus) whose role
+    is not bound to a tenant, the session-level setting stays on the coordinator and the
+    shards would see no tenant, so every transaction the store runs first re-states the
+    connection's own setting as ``SET LOCAL`` (core/binding.py), read from the connection
+    each time (the store follows the setting as on one node). None where the setting
+    reaches every node by itself: plain PostgreSQL, a bound role, or no tenant set (the
+    owner). ``current`` (a binding already chosen, :func:`shardstore.rls.connect_tenant`)
+    is kept."""
+    if current is not None:
+        return current
+    setting, role_bound, distributed = yield Q(query("rls_store_binding"), fetch="one")
+    if setting is None or role_bound or not distributed:
+        return None
+    return Q(query("rls_rebind_tenant"), fetch="none")
 
 
 def premake_partitions(store: Any, premake: int | None = None) -> Op[list[str]]:

@@ -80,9 +80,12 @@ def test_every_session_table_is_distributed_and_colocated(citus: str) -> None:
         kept = conn.execute("SELECT r_table::text FROM shardstore.citus_kept_local_v1()").fetchall()
         assert sorted(kept) == [("shardstore.artifact_refs",), ("shardstore.fork_copies",)]
         for (table,) in kept:  # left on the coordinator: Citus holds no shard of it
-            assert conn.execute(
-                "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = %s::regclass", (table,)
-            ).fetchone() is None
+            assert (
+                conn.execute(
+                    "SELECT 1 FROM pg_dist_partition WHERE logicalrelid = %s::regclass", (table,)
+                ).fetchone()
+                is None
+            )
         sessions_group = conn.execute(
             "SELECT colocationid FROM pg_dist_partition"
             " WHERE logicalrelid = 'shardstore.sessions'::regclass"
@@ -141,6 +144,12 @@ def test_core_api_and_one_worker_per_session(store: shardstore.Store, citus: str
     assert store.get_run(run.run_id).status == "running"
     store.remember(tenant, "subject", "color", "blue", source=(sid, 5))
     assert [f.value for f in store.recall(tenant, "subject")] == ["blue"]
+    # a turn with its checkpoint (append_checkpoint_v2), keyed: its repeat is the first
+    with_cp = store.append_turn(sid, _msg(40), idempotency_key="cp40", checkpoint={"at": 40})
+    assert with_cp.turn_seq == 40 and with_cp.checkpoint_id is not None
+    repeat = store.append_turn(sid, _msg(40), idempotency_key="cp40", checkpoint={"at": 40})
+    assert repeat.duplicate and repeat.checkpoint_id == with_cp.checkpoint_id
+    assert store.restore(sid).checkpoint.checkpoint_id == with_cp.checkpoint_id  # type: ignore[union-attr]
     # colocation: the session's rows of every table live on one worker
     with psycopg.connect(citus, autocommit=True) as conn:
         nodes = {
@@ -461,3 +470,199 @@ def test_tenant_connection_store_is_scoped_on_every_shard(
     assert store.session(mine[0]).turn_count == 16
     for sid in theirs:  # the other tenant untouched
         assert store.session(sid).turn_count == 16
+
+
+def _scoped_store(kind: str, role_dsn: str, tenant: str) -> tuple[Any, Any]:
+    """A tenant store of an unbound role, made the way ``kind`` names, and what to close."""
+    if kind == "pool":  # a store that owns its pool, every connection SETs the tenant
+        pooled = shardstore.connect(
+            make_conninfo(role_dsn, options=f"-c shardstore.tenant_id={tenant}"),
+            embedding_model=HashEmbedder(),
+            **SMALL,
+        )
+        return pooled, pooled
+    conn = psycopg.connect(role_dsn, autocommit=True)
+    rls.set_tenant(conn, tenant)
+    if kind == "connect_tenant":
+        return rls.connect_tenant(conn, embedding_model=HashEmbedder(), **SMALL), conn
+    return shardstore.connect(conn, embedding_model=HashEmbedder(), **SMALL), conn
+
+
+def _jsonl(text: str) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("kind", ["connect_tenant", "connect", "pool"])
+def test_every_public_method_tenant_bound(
+    store: shardstore.Store, citus: str, unbound_role: str, kind: str
+) -> None:
+    """Every public store method once on Citus through a store of an unbound tenant role
+    (RLS on; the tenant bound per transaction), made by ``rls.connect_tenant(conn)``, by
+    ``shardstore.connect(conn)`` on a tenant connection, and by ``shardstore.connect(dsn)``
+    whose connections SET the tenant: each works on its own tenant's sessions, and
+    another tenant's session is not found."""
+    import io
+
+    tenant, other_tenant = _tenant(), _tenant()
+    theirs = store.create_session(other_tenant, "alice", "agent")
+    store.append_turns(theirs, [_msg(i) for i in range(12)])
+    s, closer = _scoped_store(kind, unbound_role, tenant)
+    try:
+        if kind != "connect_tenant":
+            assert s._connector.binding is not None  # the tenant travels per transaction
+        sid = s.create_session(tenant, "alice", "agent")
+        assert s.session(sid).tenant_id == tenant
+        if kind != "connect_tenant":  # without the binding the shards see no tenant
+            saved, s._connector.binding = s._connector.binding, None
+            with pytest.raises(SessionNotFound):
+                s.session(sid)
+            s._connector.binding = saved
+        # append_turn: plain, with a key (and its repeat), with a checkpoint, with both
+        assert s.append_turn(sid, _msg(0)).turn_seq == 0
+        assert s.append_turn(sid, _msg(1), idempotency_key="k1").turn_seq == 1
+        assert s.append_turn(sid, _msg(1), idempotency_key="k1").duplicate
+        with_cp = s.append_turn(sid, _msg(2), checkpoint={"step": 2})
+        assert with_cp.turn_seq == 2 and with_cp.checkpoint_id is not None
+        keyed_cp = s.append_turn(sid, _msg(3), idempotency_key="k3", checkpoint={"step": 3})
+        again = s.append_turn(sid, _msg(3), idempotency_key="k3", checkpoint={"step": 3})
+        assert again.duplicate and again.checkpoint_id == keyed_cp.checkpoint_id
+        # append_turns: plain, with keys, with a checkpoint
+        assert [r.turn_seq for r in s.append_turns(sid, [_msg(4), _msg(5)])] == [4, 5]
+        keyed = s.append_turns(sid, [_msg(6), _msg(7)], idempotency_keys=["k6", "k7"])
+        assert [r.turn_seq for r in keyed] == [6, 7]
+        batch_cp = s.append_turns(sid, [_msg(i) for i in range(8, 30)], checkpoint={"n": 30})
+        assert batch_cp[-1].turn_seq == 29 and batch_cp[-1].checkpoint_id is not None
+        s.drain_folds()
+        assert s.flush(sid) >= 0
+        # reads
+        assert [t.turn_seq for t in s.tail(sid, n=3)] == [27, 28, 29]
+        assert s.tail_explained(sid, n=3).turns[-1].turn_seq == 29
+        assert [t.turn_seq for t in s.history(sid)] == list(range(30))
+        chunks = s.chunks(sid)
+        assert len(chunks) > 1 and sum(c.turn_count for c in chunks) == 30
+        assert [x.session_id for x in s.sessions(tenant_id=tenant)] == [sid]
+        assert s.stats().sessions == 1
+        # checkpoints
+        cp = s.checkpoint(sid, {"step": "x"}, idempotency_key="cpx")
+        assert s.restore(sid).checkpoint == cp
+        assert s.restore(sid, with_cp.checkpoint_id).checkpoint.turn_seq == 2  # type: ignore[union-attr]
+        assert len(s.checkpoints(sid)) == 4
+        # fork, then rewind the parent below the fork point: the fork keeps its history
+        child = s.fork(sid, at_turn_seq=20)
+        assert s.append_turn(child, _msg(21, "fork")).turn_seq == 21
+        assert s.rewind(sid, 10) == 20
+        assert [t.turn_seq for t in s.history(child)] == list(range(22))
+        assert [t.turn_seq for t in s.tail(sid, n=2)] == [8, 9]
+        assert s.append_turn(sid, _msg(10, "violin")).turn_seq == 10
+        # runs
+        run = s.open_run(sid, framework="test", thread_key="t1")
+        assert s.record_step(run.run_id, steps=2, usd_cost=0.5).steps == 2
+        assert s.mark_awaiting(run.run_id, {"ask": "ok?"}).status == "awaiting_human"
+        assert s.resume_run(run.run_id).status == "running"
+        assert [r.run_id for r in s.runs(tenant_id=tenant)] == [run.run_id]
+        assert s.close_run(run.run_id, "done").status == "done"
+        assert s.get_run(run.run_id).status == "done"
+        # facts
+        s.remember(tenant, "alice", "color", "blue", source=(sid, 5))
+        s.remember(tenant, "alice", "color", "green", source=(sid, 6))
+        assert [f.value for f in s.recall(tenant, "alice")] == ["green"]
+        assert len(s.fact_history(tenant, "alice", "color")) == 2
+        assert s.forget(tenant, "alice", "color") is not None
+        s.remember(tenant, "alice", "pet", "cat", source=(sid, 7))
+        # artifacts
+        ref = s.put_artifact(tenant, b"payload " * 100, content_type="text/plain")
+        assert s.get_artifact(tenant, ref.artifact_id) == b"payload " * 100
+        assert b"".join(s.open_artifact(tenant, ref.artifact_id)) == b"payload " * 100
+        s.ref_artifact(tenant, ref.artifact_id, "turn", f"{sid}:3")
+        s.ref_artifact(tenant, ref.artifact_id, "checkpoint", str(with_cp.checkpoint_id))
+        s.ref_artifact(tenant, ref.artifact_id, "business_output", "invoice-1")
+        assert s.unref_artifact(tenant, ref.artifact_id, "business_output", "invoice-1")
+        [info] = s.list_artifacts(tenant)
+        assert info.live_refs == 2
+        traced = s.attach_payload(
+            None, b"trace", name="p", content_type="text/plain", tenant_id=tenant
+        )
+        assert s.get_artifact(tenant, traced.artifact_id) == b"trace"
+        from datetime import timedelta
+
+        assert s.sweep_artifacts(grace=timedelta(0)).deleted == 0  # both referenced
+        assert s.get_artifact(tenant, ref.artifact_id) == b"payload " * 100
+        assert s.expand(s.tail(sid, n=2)) == s.tail(sid, n=2)
+        # embedding, search, summaries, context
+        assert s.embed() > 0
+        hits = s.search("violin violin", session_id=sid, k=3)
+        assert hits and {h.session_id for h in hits} == {sid}
+        assert {h.session_id for h in s.search("violin", tenant_id=tenant, k=5)} <= {sid, child}
+        assert s.summarize(lambda turns: f"{len(turns)} turns", session_id=sid) > 0
+        assert s.summaries(sid)
+        ctx = s.context(sid, 2000, recall="violin", facts_subject="alice")
+        assert ctx.messages and ctx.tokens <= 2000
+        # export, and an import of it under a new id
+        out = io.StringIO()
+        assert s.export_sessions([child], out=out).sessions == 1
+        lines = _jsonl(out.getvalue())
+        new_id = str(uuid.uuid4())
+        for line in lines:
+            if "session_id" in line:
+                line["session_id"] = new_id
+        import json
+
+        text = "\n".join(json.dumps(line) for line in lines) + "\n"
+        assert s.import_jsonl(io.StringIO(text)).sessions == 1
+        assert [t.turn_seq for t in s.history(new_id)] == list(range(22))
+        # maintenance as the tenant, purges of its own
+        # a tenant role's maintenance does the work; the run log is the operator's table
+        done = s.maintain(flush_idle="0 seconds", embed=False)
+        assert done.errors == ["logging the run: permission denied for table maintenance_runs"]
+        assert s.purge_range(sid, before_turn_seq=4).cut_turn_seq == 4
+        assert s.purge_session(new_id).tombstoned == 1
+        assert s.purge_subject(tenant, "alice").tombstoned == 2  # the session and its fork
+        with pytest.raises(SessionPurged):
+            s.tail(sid)
+        # another tenant's session: not found, nothing changed
+        for call in (
+            lambda: s.tail(theirs),
+            lambda: s.append_turn(theirs, _msg(99)),
+            lambda: s.checkpoint(theirs, {"x": 1}),
+            lambda: s.fork(theirs),
+            lambda: s.rewind(theirs, 1),
+            lambda: s.purge_session(theirs),
+        ):
+            with pytest.raises(SessionNotFound):
+                call()
+        assert s.purge_tenant(other_tenant).sessions_affected == 0
+        assert s.search("violin", tenant_id=other_tenant, k=5) == []
+    finally:
+        closer.close()
+    assert store.session(theirs).turn_count == 12
+
+
+@pytest.mark.parametrize("table", ["shardstore.artifact_refs", "shardstore.fork_copies"])
+def test_kept_local_tables_cannot_be_distributed(citus: str, table: str) -> None:
+    """Why ``artifact_refs`` and ``fork_copies`` stay on the coordinator: Citus refuses to
+    distribute a table with triggers, by its session or its tenant column alike (their
+    triggers do the reference and text-index bookkeeping; docs/scale-out.md). Tried in a
+    transaction that is rolled back: the table stays as it was."""
+    with psycopg.connect(citus) as conn:
+        for column in ("session_id", "tenant_id"):
+            refused = pytest.raises(psycopg.errors.InternalError_, match="because it has triggers")
+            with refused, conn.transaction():
+                conn.execute(
+                    "SELECT create_distributed_table(%s, %s, colocate_with => 'none')",
+                    (table, column),
+                )
+        conn.rollback()
+        assert conn.execute(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+            (table,),
+        ).fetchone() != (0,)
+    assert (
+        _one(
+            citus,
+            "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
+            (table,),
+        )
+        == 0
+    )

@@ -304,6 +304,7 @@ def test_disable_restores_full_access(world: World) -> None:
 def test_connect_works_for_a_role_without_ddl_rights(world: World) -> None:
     with _tenant_conn(world, "acme") as conn:
         store = shardstore.connect(conn)
+        assert store._connector.binding is None  # plain PostgreSQL: the setting holds
         assert store.session(world.acme).tenant_id == "acme"
 
 

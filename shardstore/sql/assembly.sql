@@ -11,12 +11,17 @@
 -- its first turn), then at most %(limit)s ending before it, an index range per lineage
 -- segment, cut where the stored message tokens (by the counter %(counter)s; others count 0)
 -- of the ones before a summary and its own pass %(bound)s (NULL: no cut). A fork reads its
--- ancestors' summaries of chunks it inherits whole (last turn within its bound).
+-- ancestors' summaries of chunks it inherits whole (last turn within its bound). Each
+-- segment's summaries are one call of ctx_summaries_v1 (0025: Citus plans no LATERAL
+-- subquery with a LIMIT over a CTE), and the session's row is read by ctx_head_v1: the
+-- statement then names no distributed table and on Citus runs on the coordinator, its
+-- functions' queries routed to the shard (pushed down whole, tail_v1 would query the
+-- cluster from a shard, which Citus refuses).
 -- name: ctx_read
 WITH s AS (
-    SELECT x.session_id, x.tenant_id, x.next_turn_seq, x.purged_at IS NOT NULL AS purged
-      FROM shardstore.sessions x
-     WHERE x.session_id = %(session)s
+    SELECT h.r_session_id AS session_id, h.r_tenant_id AS tenant_id,
+           h.r_next_turn_seq AS next_turn_seq, h.r_purged AS purged
+      FROM shardstore.ctx_head_v1(%(session)s) h
 ), t AS MATERIALIZED (
     SELECT r.* FROM s, LATERAL shardstore.tail_v1(s.session_id, NULL, %(fetch)s) r
      WHERE NOT s.purged
@@ -37,21 +42,14 @@ WITH s AS (
 ), inside AS (
     SELECT c.chunk_seq, c.first_turn_seq, c.last_turn_seq, c.summary, c.tokens, c.model,
            c.created_at, c.message_tokens, c.counted_by
-      FROM segs g, lo, LATERAL (
-          SELECT y.* FROM shardstore.chunk_summaries y
-           WHERE y.session_id = g.r_session_id AND y.chunk_seq >= greatest(g.r_chunk_lo, lo.chunk)
-             AND y.chunk_seq < g.chunk_hi AND y.last_turn_seq <= g.turn_hi
-             AND y.last_turn_seq >= lo.turn) c
+      FROM segs g, lo, LATERAL shardstore.ctx_summaries_v1(
+               g.r_session_id, greatest(g.r_chunk_lo, lo.chunk), g.chunk_hi, lo.turn, g.turn_hi,
+               NULL) c
 ), older AS (
-    SELECT c.* FROM segs g, lo, LATERAL (
-        SELECT y.chunk_seq, y.first_turn_seq, y.last_turn_seq, y.summary, y.tokens, y.model,
-               y.created_at, y.message_tokens, y.counted_by
-          FROM shardstore.chunk_summaries y
-         WHERE y.session_id = g.r_session_id AND y.chunk_seq >= g.r_chunk_lo
-           AND y.chunk_seq < least(g.chunk_hi, lo.chunk + 1) AND y.last_turn_seq <= g.turn_hi
-           AND y.last_turn_seq < coalesce(lo.turn, lo.turn_count)
-         ORDER BY y.chunk_seq DESC
-         LIMIT %(limit)s) c
+    SELECT c.* FROM segs g, lo, LATERAL shardstore.ctx_summaries_v1(
+               g.r_session_id, g.r_chunk_lo, least(g.chunk_hi, lo.chunk + 1),
+               -9223372036854775808, least(g.turn_hi, coalesce(lo.turn, lo.turn_count) - 1),
+               %(limit)s) c
      ORDER BY c.chunk_seq DESC
      LIMIT %(limit)s
 ), counted AS (

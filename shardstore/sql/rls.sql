@@ -30,3 +30,11 @@ SELECT nullif(current_setting('shardstore.tenant_id', true), ''),
 -- name: rls_bind_tenant
 -- the tenant for the rest of this transaction (SET LOCAL: Citus sends it on to the shards)
 SELECT shardstore.rls_bind_tenant_v1(%s);
+
+-- name: rls_rebind_tenant
+-- a store given a tenant-scoped connection (shardstore.connect(conn)) on Citus: the
+-- connection's own session-level tenant, SET LOCAL for this transaction so that it reaches
+-- the shards; without one nothing is bound (the store sees nothing, as the policies say)
+SELECT shardstore.rls_bind_tenant_v1(t)
+  FROM nullif(current_setting('shardstore.tenant_id', true), '') AS t
+ WHERE t IS NOT NULL;

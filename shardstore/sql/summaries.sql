@@ -9,24 +9,13 @@ SELECT count(*)
 -- Claims the oldest queued chunk no other worker holds that is sealed (before the session's
 -- open chunk) and wholly folded, skipping the chunks this pass already tried; the lock
 -- lasts until the worker's transaction ends (a worker that dies leaves nothing locked).
+-- Each candidate is locked on its own (summary_claim_v1, 0025: one shard at a time on Citus).
 -- name: summary_claim
-SELECT q.session_id, q.chunk_seq, q.chunk_start, h.first_turn_seq, h.turn_count, h.chunk_end,
-       h.conversation_chunk::text AS chunk_text
-  FROM (SELECT x.session_id, x.chunk_seq, x.chunk_start, x.queued_at
-          FROM shardstore.summary_queue x
-          JOIN shardstore.sessions s ON s.session_id = x.session_id
-         WHERE (%(session)s::uuid IS NULL OR x.session_id = %(session)s::uuid)
-           AND s.purged_at IS NULL AND x.chunk_seq < s.open_chunk_seq
-           AND NOT EXISTS (SELECT 1 FROM shardstore.turn_buffer b
-                            WHERE b.session_id = x.session_id AND b.chunk_seq = x.chunk_seq)
-           AND NOT EXISTS (SELECT 1 FROM unnest(%(tried_sessions)s::uuid[], %(tried_chunks)s::bigint[])
-                                         AS t(session_id, chunk_seq)
-                            WHERE t.session_id = x.session_id AND t.chunk_seq = x.chunk_seq)
-         ORDER BY x.queued_at, x.session_id, x.chunk_seq
-         LIMIT 1
-           FOR UPDATE OF x SKIP LOCKED) q
-  LEFT JOIN shardstore.agent_history h
-         ON h.session_id = q.session_id AND h.chunk_seq = q.chunk_seq AND h.chunk_start = q.chunk_start;
+SELECT r_session_id AS session_id, r_chunk_seq AS chunk_seq, r_chunk_start AS chunk_start,
+       r_first_turn_seq AS first_turn_seq, r_turn_count AS turn_count, r_chunk_end AS chunk_end,
+       r_chunk_text AS chunk_text
+  FROM shardstore.summary_claim_v1(%(session)s::uuid, %(tried_sessions)s::uuid[],
+                                   %(tried_chunks)s::bigint[]);
 
 -- summary_store_v1 plus the tokens of the summary's context message and the counter's name
 -- name: summary_store
