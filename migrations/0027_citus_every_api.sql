@@ -1,4 +1,4 @@
--- 0025: every public store method runs on Citus through a tenant store (docs/scale-out.md,
+-- 0027: every public store method runs on Citus through a tenant store (docs/scale-out.md,
 -- tests/test_citus.py::test_every_public_method_tenant_bound). What failed there, and how
 -- each function below differs from its previous body (only there):
 
