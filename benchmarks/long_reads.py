@@ -119,13 +119,11 @@ def main() -> int:
                                 got = list(store.history(sid, last[0].first_turn_seq))
                             else:
                                 last = run_sync(conn_src, old_chunks_op(sid, 10))
-                                got = [
-                                    t
-                                    for batch in stream_sync(
+                                got = list(
+                                    stream_sync(
                                         conn_src, old_history_op(store, sid, last[0].first_turn_seq)
                                     )
-                                    for t in batch
-                                ]
+                                )
                             times.append((time.perf_counter() - t0) * 1000)
                             assert got and got[-1].turn_seq == args.turns - 1
                         per[which] = statistics.median(times)
