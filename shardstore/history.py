@@ -594,6 +594,12 @@ def history(
     lo = validate.position(from_seq, "from_seq")
     hi = None if to_seq is None else validate.position(to_seq, "to_seq")
     expand = validate.flag(expand, "expand")
+    # one statement (history_range_v1) when the range lies in the newest HISTORY_BATCH
+    # folded chunks of a session that is not a fork: the common "read the recent past"
+    rows = yield _named("history_range", (sid, lo, hi, HISTORY_BATCH))
+    if not rows or rows[0]["kind"] not in _GENERAL_PATH:
+        yield from _emit_range_op(store, rows, lo, hi, expand)
+        return None
     yield Tx.BEGIN_SNAPSHOT
     head = yield from _head_op(sid, live=True)
     end = head["turn_count"] if hi is None else min(hi, head["turn_count"])
@@ -604,6 +610,40 @@ def history(
             if lo < seg_end:
                 yield from _history_segment_op(store, seg, lo, seg_end, expand)
     yield Tx.COMMIT
+    return None
+
+
+_GENERAL_PATH = frozenset({"fork", "long"})
+"""history_range_v1's marker rows: read the range the general way."""
+
+
+def _emit_range_op(
+    store: Any, rows: Sequence[Mapping[str, Any]], lo: int, hi: int | None, expand: bool
+) -> Op[None]:
+    """Emit history_range_v1's rows as :func:`_history_segment_op` emits a segment: chunk
+    by chunk in order, a chunk's folded turns (``lo <= turn_seq < hi``) before its
+    buffered ones."""
+    texts: dict[int, str] = {}
+    by_chunk: dict[int, list[Turn]] = {}
+    for row in rows:
+        if row["kind"] == "chunk":
+            texts[row["chunk_seq"]] = row["text"]
+        else:
+            by_chunk.setdefault(row["chunk_seq"], []).append(_turn(row))
+    for chunk_seq in sorted(texts.keys() | by_chunk.keys()):
+        text = texts.get(chunk_seq)
+        if text is not None:
+            turns = [
+                envelope_turn(e, chunk_seq)
+                for e in jsoncodec.loads_envelopes(text)
+                if lo <= e["s"] and (hi is None or e["s"] < hi)
+            ]
+            if turns:
+                yield Emit((yield from _expanded(store, turns, expand)))
+        buffered = by_chunk.get(chunk_seq)
+        if buffered:
+            buffered.sort(key=lambda t: t.turn_seq)
+            yield Emit((yield from _expanded(store, buffered, expand)))
     return None
 
 
@@ -654,6 +694,10 @@ def chunks(store: Any, session_id: uuid.UUID | str, last: int | None = None) -> 
     both: the parts are summed."""
     sid = validate.session_id(session_id)
     last = validate.optional_count(last, "last")
+    # one statement (chunk_list_v1) for a session that is not a fork
+    rows = yield _named("chunk_list", (sid, last))
+    if not rows or not rows[0]["fork"]:
+        return [record(Chunk, r) for r in rows]
     yield Tx.BEGIN_SNAPSHOT
     head = yield from _head_op(sid, live=True)
     open_seq, open_turns = head["open_chunk_seq"], head["open_turns"]
