@@ -1,4 +1,4 @@
-"""The newest chunks of a long session, and stats(), old path vs new (migration 0025).
+"""The newest chunks of a long session, and stats(), old path vs new (migration 0028).
 
     nice -n 10 python benchmarks/long_reads.py [--turns 100000] [--rounds 7] [--calls 30]
 
@@ -49,7 +49,7 @@ SELECT shardstore.maint_partition_name_v1(date_bin(c.partition_interval, h.chunk
 
 
 def old_chunks_op(sid: uuid.UUID, last: int) -> Any:
-    """chunks(last=) as before 0025 (history.chunks' general path)."""
+    """chunks(last=) as before 0028 (history.chunks' general path)."""
     yield Tx.BEGIN_SNAPSHOT
     head = yield from h._head_op(sid, live=True)
     open_seq, open_turns = head["open_chunk_seq"], head["open_turns"]
@@ -65,7 +65,7 @@ def old_chunks_op(sid: uuid.UUID, last: int) -> Any:
 
 
 def old_history_op(store: Any, sid: uuid.UUID, lo: int) -> Any:
-    """history(from_seq) as before 0025 (history.history's general path)."""
+    """history(from_seq) as before 0028 (history.history's general path)."""
     yield Tx.BEGIN_SNAPSHOT
     head = yield from h._head_op(sid, live=True)
     end = head["turn_count"]
@@ -144,7 +144,7 @@ def main() -> int:
                     res["s_ratio"].append(per["s_new"] / per["s_old"])
                     progress(f"round {r}: {per}")
             lines = [
-                "# Long-session reads and stats' row count, old path vs new (migration 0025)",
+                "# Long-session reads and stats' row count, old path vs new (migration 0028)",
                 "",
                 f"`nice -n 10 python benchmarks/long_reads.py --turns {args.turns}`: one "
                 f"{args.turns:,}-turn session + {args.sessions} x 100 turns, "

@@ -1,4 +1,4 @@
--- The newest chunks of a session in one statement each (migration 0025_long_reads):
+-- The newest chunks of a session in one statement each (migration 0028_long_reads):
 -- history.chunks() and history.history() try these first and fall back to their general
 -- multi-statement paths on a marker row (a fork; a history range over many chunks).
 

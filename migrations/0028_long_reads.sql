@@ -1,4 +1,4 @@
--- 0025: the newest chunks of a long session in one statement each (issue 14 goal 6).
+-- 0028: the newest chunks of a long session in one statement each (issue 14 goal 6).
 --
 -- chunks(last=N) took four statements in a snapshot transaction (session_get,
 -- chunk_map_since, buffer_chunks, chunk_meta) and history(from_seq) five (session_get,
