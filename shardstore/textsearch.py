@@ -28,6 +28,7 @@ from .vector_ops import (
     VectorState,
     _params,
     config_op,
+    hit_texts,
     prepare_op,
 )
 
@@ -188,18 +189,20 @@ def hits_op(ranked: Sequence[Ranked], session_id: uuid.UUID | None) -> Op[list[S
     inherited turn is the fork's (its chunk_seq is the same in the fork's view)."""
     if not ranked:
         return []
-    rows = yield Q(
-        query("text_hit_turns"),
-        (
-            list(range(len(ranked))),
-            [r.session_id for r in ranked],
-            [r.chunk_seq for r in ranked],
-            [max(0, r.first_turn_seq - HIT_CONTEXT_TURNS) for r in ranked],
-            [r.last_turn_seq for r in ranked],
-        ),
-        prepare=False,
+    params = (
+        list(range(len(ranked))),
+        [r.session_id for r in ranked],
+        [r.chunk_seq for r in ranked],
+        [max(0, r.first_turn_seq - HIT_CONTEXT_TURNS) for r in ranked],
+        [r.last_turn_seq for r in ranked],
     )
-    texts = {int(i): text for i, text in rows}
+    # one snapshot for both reads: a fold between them would move turns out of the buffer
+    # after the folded part was read, and the hit would lose them
+    yield Tx.BEGIN_SNAPSHOT
+    folded = yield Q(query("text_hit_folded"), params, prepare=False)
+    buffered = yield Q(query("vec_hit_buffer"), params, prepare=False)
+    yield Tx.COMMIT
+    texts = hit_texts(folded, buffered)
     hits = []
     for i, entry in enumerate(ranked):
         text = texts.get(i)

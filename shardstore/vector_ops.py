@@ -304,6 +304,9 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
     chunks = [r["chunk_seq"] for r in best]
     lows = [max(0, int(r["first_turn_seq"]) - HIT_CONTEXT_TURNS) for r in best]
     highs = [r["last_turn_seq"] for r in best]
+    # one snapshot for both reads: a fold between them would move turns out of the buffer
+    # after the folded part was read, and the hit would lose them
+    yield Tx.BEGIN_SNAPSHOT
     texts = yield Q(
         query("vec_hit_turns"),
         (index, sessions, chunks, [r["chunk_start"] for r in best], lows, highs),
@@ -312,7 +315,8 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
     buffered = yield Q(
         query("vec_hit_buffer"), (index, sessions, chunks, lows, highs), prepare=False
     )
-    turns_of = _hit_texts(texts, buffered)
+    yield Tx.COMMIT
+    turns_of = hit_texts(texts, buffered)
     hits = []
     for i, row in enumerate(best):
         text = turns_of.get(i)
@@ -529,7 +533,7 @@ def _as_vector(value: Any) -> list[float]:
     return vector
 
 
-def _hit_texts(folded: Any, buffered: Any) -> dict[int, str]:
+def hit_texts(folded: Any, buffered: Any) -> dict[int, str]:
     """Each hit's turns as one JSON array text: its chunk's folded turns (an array per hit)
     then the newer ones still in the buffer (one envelope per row), in turn order; a
     chunk's folded part always precedes its buffered part."""

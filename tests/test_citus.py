@@ -217,6 +217,31 @@ def test_search_by_session_and_tenant(store: shardstore.Store) -> None:
     assert wide and {h.session_id for h in wide} == {sid}
 
 
+def test_text_indexing_off_and_on_again(store: shardstore.Store, citus: str) -> None:
+    """configure_text_search(None) on Citus: the windows on every shard go, none are
+    written while it is off, and a language indexes every folded turn again."""
+    sid = store.create_session(_tenant(), "s", "agent")
+    store.append_turns(sid, [{"role": "user", "content": f"gear G-{i} noise"} for i in range(50)])
+    store.flush(sid)
+    def found() -> set[str]:
+        hits = store.search("G-7", session_id=sid, mode="text", k=10)
+        return {t.message["content"] for h in hits for t in h.turns}
+
+    assert "gear G-7 noise" in found()
+    try:
+        assert store.configure_text_search(None) == 0
+        store.append_turns(sid, [{"role": "user", "content": "more G-7"}] * 5)
+        store.flush(sid)
+        with psycopg.connect(citus) as conn:
+            assert conn.execute("SELECT count(*) FROM shardstore.turn_text").fetchone() == (0,)
+        with pytest.raises(shardstore.ConfigurationError):
+            store.search("G-7", session_id=sid, mode="text")
+    finally:
+        written = store.configure_text_search("english")
+    assert written >= 55 and store.text_search_language() == "english"
+    assert {"gear G-7 noise", "more G-7"} <= found()  # turns appended while off, indexed now
+
+
 @pytest.fixture
 def tenant_role(citus: str) -> Iterator[tuple[str, str, str]]:
     """A LOGIN role bound to a fresh tenant, RLS on; (dsn as that role, role, tenant)."""
