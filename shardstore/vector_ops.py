@@ -277,13 +277,40 @@ def ann_settings(
     return AnnSettings(ef, scan)
 
 
+def tenant_windows_op(
+    ctx: Context, scope: SearchScope, vector: str, limit: int
+) -> Op[list[Mapping[str, Any]]]:
+    """The ``limit`` nearest windows of a tenant (``scope.tenant_id``; agent, since and
+    until applied), nearest first. The tenant's vectors are in one hash leaf: when at most
+    ``vector_exact_rows`` of them lie in the time window, every one is compared (exact);
+    else the leaf's HNSW index is scanned (iterative, strict order) with ef_search and
+    max_scan_tuples scaled to the tenant's share of the leaf (:func:`ann_settings`)."""
+    params = _params(ctx, scope, vector, limit)
+    cap = ctx.settings.vector_exact_rows
+    if cap > 0:
+        (count,) = yield Q(
+            query("vec_tenant_rows"), {**params, "cap": cap + 1}, prepare=False, fetch="one"
+        )
+        if int(count) <= cap:
+            rows = yield Q(query("vec_search_tenant_exact"), params, prepare=False, named=True)
+            return list(rows)
+    leaf = yield Q(query("vec_tenant_leaf"), (scope.tenant_id,), fetch="one")
+    leaf_rows, share = (None, None) if leaf is None else leaf
+    ann = ann_settings(ctx.settings.hnsw_ef_search, limit, leaf_rows, share, cap + 1)
+    yield Tx.BEGIN
+    yield Q(
+        query("vec_search_settings"), (max(ann.ef_search, limit), ann.max_scan_tuples), fetch="one"
+    )
+    rows = yield Q(query("vec_search_ann"), params, prepare=False, named=True)
+    yield Tx.COMMIT
+    return list(rows)
+
+
 def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHit]]:
     """Nearest chunks to ``vector``, best window per chunk. Session scope: every window of
-    the session is compared (exact). Tenant scope: the tenant's vectors are in one hash
-    leaf; when at most ``vector_exact_rows`` of them lie in the time window, every one is
-    compared (exact); else the leaf's HNSW index is scanned (iterative, strict order) with
-    ef_search scaled to the tenant's share of the leaf (:func:`ann_settings`). Both tenant
-    paths ask for more windows until ``k`` distinct chunks are found or there are no more."""
+    the session is compared (exact). Tenant scope: :func:`tenant_windows_op` (exact for a
+    tenant with few vectors, else its leaf's HNSW index), asked for more windows until
+    ``k`` distinct chunks are found or the tenant has no more."""
     k = scope.k
     if scope.session_id is not None:
         rows = yield Q(
@@ -292,48 +319,12 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         best = list(rows)
     else:
         limit = min(MAX_CANDIDATES, max(ctx.settings.hnsw_ef_search, 4 * k))
-        cap = ctx.settings.vector_exact_rows
-        params = _params(ctx, scope, vector, limit)
-        exact = False
-        if cap > 0:
-            (count,) = yield Q(
-                query("vec_tenant_rows"), {**params, "cap": cap + 1}, prepare=False, fetch="one"
-            )
-            exact = int(count) <= cap
-        if exact:
-            while True:
-                rows = yield Q(
-                    query("vec_search_tenant_exact"),
-                    {**params, "n": limit},
-                    prepare=False,
-                    named=True,
-                )
-                best = best_per_chunk(rows, k)
-                if len(best) == k or len(rows) < limit:
-                    break
-                limit *= 4
-        else:
-            leaf = yield Q(query("vec_tenant_leaf"), (scope.tenant_id,), fetch="one")
-            leaf_rows, share = (None, None) if leaf is None else leaf
-            yield Tx.BEGIN
-            while True:
-                ann = ann_settings(ctx.settings.hnsw_ef_search, limit, leaf_rows, share, cap + 1)
-                yield Q(
-                    query("vec_search_settings"),
-                    (max(ann.ef_search, limit), ann.max_scan_tuples),
-                    fetch="one",
-                )
-                rows = yield Q(
-                    query("vec_search_ann"),
-                    {**params, "n": limit},
-                    prepare=False,
-                    named=True,
-                )
-                best = best_per_chunk(rows, k)
-                if len(best) == k or len(rows) < limit or limit >= MAX_CANDIDATES:
-                    break
-                limit = min(MAX_CANDIDATES, limit * 4)
-            yield Tx.COMMIT
+        while True:
+            windows = yield from tenant_windows_op(ctx, scope, vector, limit)
+            best = best_per_chunk(windows, k)
+            if len(best) == k or len(windows) < limit or limit >= MAX_CANDIDATES:
+                break
+            limit = min(MAX_CANDIDATES, limit * 4)
     if not best:
         return []
     index = list(range(len(best)))
