@@ -80,7 +80,11 @@ BEGIN
     CREATE INDEX chunk_vectors_tenant ON shardstore.chunk_vectors (tenant_id, chunk_start);
     -- the HNSW index exists once a model typed the column (vec_configure_v2)
     IF v_hnsw THEN
-        SET LOCAL maintenance_work_mem = '256MB';
+        -- a leaf's graph built past maintenance_work_mem goes on disk and slows down ~10x:
+        -- a leaf of 300,000 384-dimension windows needs ~400 MB (for this transaction only)
+        IF pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('1GB') THEN
+            SET LOCAL maintenance_work_mem = '1GB';
+        END IF;
         CREATE INDEX chunk_vectors_hnsw ON shardstore.chunk_vectors USING hnsw (embedding halfvec_cosine_ops);
     END IF;
     FOR g IN SELECT * FROM vl_grants LOOP
