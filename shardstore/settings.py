@@ -55,7 +55,7 @@ class Settings:
     connect_timeout: float = 30.0
     background_fold: bool = True
     embedding_model: Any = None
-    hnsw_ef_search: int = 100
+    hnsw_ef_search: int = 400
     vector_exact_rows: int = 20_000
 
     def __post_init__(self) -> None:
