@@ -250,10 +250,16 @@ def build_layout(admin_dsn: str, prefix: str, ds: Dataset, parts: int) -> Layout
             base = top - (parts - 1) * DAY
             store._run(ensure_partitions_op([base + i * DAY for i in range(parts)]))
             conn.execute("DROP INDEX shardstore.chunk_vectors_hnsw")
+            (strategy,) = conn.execute(
+                "SELECT partstrat FROM pg_partitioned_table"
+                " WHERE partrelid = 'shardstore.chunk_vectors'::regclass"
+            ).fetchone()
             got = conn.execute(
                 "SELECT count(*) FROM shardstore.vec_sync_partitions_v1()"
             ).fetchone()
-            if got[0] != parts:
+            # the range layout (before the vector_layout migration) has one vector partition
+            # per agent_history partition; the hash layout one range holding every chunk
+            if strategy == "r" and got[0] != parts:
                 raise RuntimeError(f"{got[0]} vector partitions, wanted {parts}")
             t0 = time.perf_counter()
             copy_vectors(conn, ds, base, parts)
@@ -410,7 +416,7 @@ def run_ann(conn: psycopg.Connection[Any], v: Variant, ds: Dataset, qi: int,
     them), plain tuples for EXPLAIN."""
     limit = v.limit
     with conn.transaction():
-        conn.execute(query("vec_search_settings"), (str(limit),))
+        conn.execute("SELECT shardstore.vec_search_settings_v1(%s)", (limit,))
         for name, value in v.settings:
             conn.execute("SELECT set_config(%s, %s, true)", (name, value))
         cur: Any = conn.cursor() if prefix else conn.cursor(row_factory=dict_row)

@@ -55,7 +55,8 @@ class Settings:
     connect_timeout: float = 30.0
     background_fold: bool = True
     embedding_model: Any = None
-    hnsw_ef_search: int = 100
+    hnsw_ef_search: int = 400
+    vector_exact_rows: int = 20_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunk_tokens, int) or self.chunk_tokens < 16:
@@ -103,6 +104,12 @@ class Settings:
             or not 1 <= self.hnsw_ef_search <= 1000
         ):
             raise ConfigurationError("hnsw_ef_search must be an int between 1 and 1000")
+        if (
+            isinstance(self.vector_exact_rows, bool)
+            or not isinstance(self.vector_exact_rows, int)
+            or not 0 <= self.vector_exact_rows <= 10_000_000
+        ):
+            raise ConfigurationError("vector_exact_rows must be an int between 0 and 10000000")
         if self.default_tail_turns < 1:
             raise ConfigurationError("default_tail_turns must be >= 1")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import jsoncodec
 from .core.context import Context
-from .core.steps import Call, Op, Q, StatementFailed, Tx
+from .core.steps import Call, Op, Q, StatementFailed
 from .embedding import model_safe, vector_literal
 from .errors import ConfigurationError, InvalidInput
 from .history import envelope_turn
@@ -30,6 +30,7 @@ from .vector_ops import (
     config_op,
     hit_texts,
     prepare_op,
+    tenant_windows_op,
 )
 
 MODES = ("vector", "text", "hybrid")
@@ -102,15 +103,13 @@ def text_ranking_op(ctx: Context, scope: SearchScope, text: str, n: int) -> Op[l
 
 def vector_ranking_op(ctx: Context, scope: SearchScope, vector: str, n: int) -> Op[list[Ranked]]:
     """The ``n`` nearest turn windows to ``vector`` (one per turn), best first: exact for a
-    session, each partition's HNSW index for a tenant (as :func:`vector_ops.search_op`)."""
+    session, :func:`vector_ops.tenant_windows_op` for a tenant (exact for a tenant with few
+    vectors, else its leaf's HNSW index)."""
     params = _params(ctx, scope, vector, n)
     if scope.session_id is not None:
         rows = yield Q(query("vec_windows_exact"), params, prepare=False, named=True)
     else:
-        yield Tx.BEGIN
-        yield Q(query("vec_search_settings"), (str(n),), fetch="none")
-        rows = yield Q(query("vec_search_ann"), params, prepare=False, named=True)
-        yield Tx.COMMIT
+        rows = yield from tenant_windows_op(ctx, scope, vector, n)
     best: list[Ranked] = []
     seen: set[tuple[uuid.UUID, int]] = set()
     for row in rows:  # a long turn has several windows: its best one ranks it

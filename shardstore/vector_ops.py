@@ -54,8 +54,8 @@ class EmbeddingConfig:
 
 @dataclass(frozen=True, slots=True)
 class EmbedBatch:
-    """What one worker batch did: chunks claimed, stored, and left queued (changed, busy or
-    outside a vector partition; embedded by a later batch)."""
+    """What one worker batch did: chunks claimed, stored, and left queued (changed or busy;
+    embedded by a later batch)."""
 
     claimed: int
     stored: int
@@ -124,23 +124,6 @@ def _embed_rows(
     return out
 
 
-def in_ranges(at: datetime, ranges: Sequence[Sequence[datetime]]) -> bool:
-    """Whether a chunk_start falls in one of the vector partitions' [lo, hi) ranges."""
-    return any(lo <= at < hi for lo, hi in ranges)
-
-
-def _ready(row: Mapping[str, Any], ranges: Sequence[Sequence[datetime]]) -> bool:
-    """Whether a claimed unit can be stored now: it has nothing to write, or its chunk's
-    vector partition exists."""
-    start = row["chunk_start"]
-    return (
-        start is None
-        or not row["found"]
-        or row["chunk_text"] in (None, "[]")
-        or in_ranges(start, ranges)
-    )
-
-
 def embed_batch_op(
     embedder: Embedder, window_tokens: int, batch: int, session_id: uuid.UUID | None = None
 ) -> Op[EmbedBatch]:
@@ -149,17 +132,14 @@ def embed_batch_op(
     turn embedded while buffered is not embedded again when its chunk is folded and
     queued. Queued chunks stay locked (FOR UPDATE SKIP LOCKED) and buffered sessions under
     a per-session advisory lock while the model runs, so concurrent workers never embed
-    the same turn; vectors are written only for turns still there (vec_store_v2)."""
-    ranges = yield Q(query("vec_sync_partitions"), prepare=False)
+    the same turn; vectors are written only for turns still there (vec_store_v2). Every
+    chunk has its vector partition (chunk_vectors is hashed by tenant), so nothing waits
+    for one to be made."""
     yield Tx.BEGIN
-    rows = yield Q(query("vec_claim_units"), (session_id, batch), prepare=False, named=True)
-    ready = [r for r in rows if _ready(r, ranges)]
-    # a buffered chunk whose partition is not made yet: made after this batch, embedded next
-    missing = sorted({r["chunk_start"] for r in rows if r["kind"] == "b" and not _ready(r, ranges)})
+    ready = yield Q(query("vec_claim_units"), (session_id, batch), prepare=False, named=True)
     if not ready:
         yield Tx.COMMIT
-        yield from _make_partitions(missing)
-        return EmbedBatch(len(rows), 0, len(rows))
+        return EmbedBatch(0, 0, 0)
     embedded = yield Call(_embed_rows, (embedder, window_tokens, ready))
     w_idx: list[int] = []
     w_turn: list[int] = []
@@ -189,16 +169,7 @@ def embed_batch_op(
         fetch="one",
     )
     yield Tx.COMMIT
-    yield from _make_partitions(missing)
-    return EmbedBatch(len(rows), int(stored), int(left) + len(rows) - len(ready))
-
-
-def _make_partitions(starts: Sequence[datetime]) -> Op[None]:
-    """Create the agent_history partitions of buffered chunks (as their fold would), so
-    that the next batch's partition sync gives them vector partitions."""
-    for start in starts:
-        yield Q(query("ensure_partition"), (start,))
-    return None
+    return EmbedBatch(len(ready), int(stored), int(left))
 
 
 # ------------------------------------------------------------------ search
@@ -270,11 +241,76 @@ def _params(ctx: Context, scope: SearchScope, vector: str, limit: int) -> dict[s
     }
 
 
+# pgvector's default hnsw.max_scan_tuples: an iterative scan ends after this many tuples
+DEFAULT_MAX_SCAN_TUPLES = 20_000
+MAX_SCAN_TUPLES = 2**31 - 1
+# shares below this are taken as this (ef_search and the scan are at their limits anyway)
+MIN_SHARE = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class AnnSettings:
+    """hnsw.ef_search and hnsw.max_scan_tuples of one tenant search through HNSW."""
+
+    ef_search: int
+    max_scan_tuples: int
+
+
+def ann_settings(
+    base_ef: int, limit: int, leaf_rows: float | None, share: float | None, min_rows: int
+) -> AnnSettings:
+    """Scale the HNSW scan to the tenant's share of its leaf. The scan's candidate list
+    holds rows of every tenant in the leaf, so a tenant owning ``share`` of it has about
+    ``ef_search * share`` of its own among them: ef_search is ``base_ef / share`` (at most
+    1000, pgvector's limit), and the iterative scan may read ``4 * limit / share`` tuples
+    (at least pgvector's default) before it gives up finding ``limit`` rows of the tenant.
+    ``share`` is the statistics' frequency of the tenant in its leaf; without one, the
+    tenant holds at least ``min_rows`` of ``leaf_rows`` (its counted rows), a lower bound;
+    without either, the unscaled defaults."""
+    if (share is None or not share > 0) and leaf_rows is not None and leaf_rows > 0:
+        share = min_rows / leaf_rows
+    if share is None or not share > 0:
+        return AnnSettings(max(base_ef, 1), DEFAULT_MAX_SCAN_TUPLES)
+    share = max(MIN_SHARE, min(1.0, share))
+    ef = min(MAX_CANDIDATES, math.ceil(base_ef / share))
+    scan = min(MAX_SCAN_TUPLES, max(DEFAULT_MAX_SCAN_TUPLES, math.ceil(4 * limit / share)))
+    return AnnSettings(ef, scan)
+
+
+def tenant_windows_op(
+    ctx: Context, scope: SearchScope, vector: str, limit: int
+) -> Op[list[Mapping[str, Any]]]:
+    """The ``limit`` nearest windows of a tenant (``scope.tenant_id``; agent, since and
+    until applied), nearest first. The tenant's vectors are in one hash leaf: when at most
+    ``vector_exact_rows`` of them lie in the time window, every one is compared (exact);
+    else the leaf's HNSW index is scanned (iterative, strict order) with ef_search and
+    max_scan_tuples scaled to the tenant's share of the leaf (:func:`ann_settings`)."""
+    params = _params(ctx, scope, vector, limit)
+    cap = ctx.settings.vector_exact_rows
+    if cap > 0:
+        (count,) = yield Q(
+            query("vec_tenant_rows"), {**params, "cap": cap + 1}, prepare=False, fetch="one"
+        )
+        if int(count) <= cap:
+            rows = yield Q(query("vec_search_tenant_exact"), params, prepare=False, named=True)
+            return list(rows)
+    leaf = yield Q(query("vec_tenant_leaf"), (scope.tenant_id,), fetch="one")
+    leaf_rows, share = (None, None) if leaf is None else leaf
+    ann = ann_settings(ctx.settings.hnsw_ef_search, limit, leaf_rows, share, cap + 1)
+    yield Tx.BEGIN
+    yield Q(
+        query("vec_search_settings"), (max(ann.ef_search, limit), ann.max_scan_tuples), fetch="one"
+    )
+    rows = yield Q(query("vec_search_ann"), params, prepare=False, named=True)
+    yield Tx.COMMIT
+    return list(rows)
+
+
 def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHit]]:
-    """Nearest chunks to ``vector``. Session scope: every window of the session is compared
-    (exact). Tenant scope: each partition's HNSW index with iterative scan in strict order,
-    merged by distance across partitions; more windows are asked for until ``k`` distinct
-    chunks are found or the tenant has no more."""
+    """Nearest chunks to ``vector``, best window per chunk. Session scope: every window of
+    the session is compared (exact). Tenant scope: :func:`tenant_windows_op` (exact for a
+    tenant with few vectors, else its leaf's HNSW index), asked for more windows until
+    ``k`` distinct chunks are found or the tenant has no more."""
     k = scope.k
     if scope.session_id is not None:
         rows = yield Q(
@@ -283,20 +319,12 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         best = list(rows)
     else:
         limit = min(MAX_CANDIDATES, max(ctx.settings.hnsw_ef_search, 4 * k))
-        yield Tx.BEGIN
         while True:
-            yield Q(query("vec_search_settings"), (limit,), fetch="one")
-            rows = yield Q(
-                query("vec_search_ann"),
-                _params(ctx, scope, vector, limit),
-                prepare=False,
-                named=True,
-            )
-            best = best_per_chunk(rows, k)
-            if len(best) == k or len(rows) < limit or limit >= MAX_CANDIDATES:
+            windows = yield from tenant_windows_op(ctx, scope, vector, limit)
+            best = best_per_chunk(windows, k)
+            if len(best) == k or len(windows) < limit or limit >= MAX_CANDIDATES:
                 break
             limit = min(MAX_CANDIDATES, limit * 4)
-        yield Tx.COMMIT
     if not best:
         return []
     index = list(range(len(best)))

@@ -7,6 +7,7 @@ import asyncio
 import math
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -215,7 +216,15 @@ def test_a_dead_worker_leaves_nothing_locked(make_store: StoreFactory, dsn: str)
     dying.commit()
     dying.execute(query("vec_claim_units"), (None, 1000)).fetchall()  # holds every queue row
     assert store.embed() == 0  # SKIP LOCKED: nothing to take while the other worker holds them
+    pid = dying.info.backend_pid
     dying.pgconn.finish()  # the worker dies without COMMIT or ROLLBACK
+    # the server ends the backend (and drops its locks) shortly after the client is gone
+    with psycopg.connect(dsn, autocommit=True) as watch:
+        for _ in range(200):
+            if watch.execute("SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)",
+                             (pid,)).fetchone() == (True,):
+                break
+            time.sleep(0.05)
     assert store.embed() == chunks
 
 

@@ -7,9 +7,6 @@ SELECT model, dimension, window_tokens FROM shardstore.embedding_config;
 -- v2 (0021): a reset clears the buffered-turn watermarks too
 SELECT shardstore.vec_configure_v2(%s, %s, %s, %s)::text;
 
--- name: vec_sync_partitions
-SELECT r_lo, r_hi FROM shardstore.vec_sync_partitions_v1();
-
 -- name: vec_requeue_all
 INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, tenant_id)
 SELECT h.session_id, h.chunk_seq, h.chunk_start, h.tenant_id FROM shardstore.agent_history h
@@ -81,10 +78,41 @@ SELECT r.session_id, r.chunk_seq, r.chunk_start, r.first_turn_seq, r.last_turn_s
 -- going until enough rows pass the filter; strict order keeps each partition's output
 -- sorted, so the MergeAppend across partitions merges them correctly.
 -- name: vec_search_settings
--- vec_search_settings_v1 uses SET LOCAL, which Citus sends on to the shards
-SELECT shardstore.vec_search_settings_v1(%s);
+-- vec_search_settings_v2 uses SET LOCAL, which Citus sends on to the shards
+SELECT shardstore.vec_search_settings_v2(%s, %s);
 
--- Tenant scope: nearest windows through each partition's HNSW index.
+-- A tenant's vectors in the search's time window, counted up to a cap: one range scan of
+-- chunk_vectors_tenant (index only, once VACUUM marked the pages visible) in the tenant's
+-- one leaf. An upper bound of the rows the search filters (agent and first/last_at are
+-- not in the index).
+-- name: vec_tenant_rows
+SELECT count(*) FROM (
+    SELECT 1 FROM shardstore.chunk_vectors v
+     WHERE v.tenant_id = %(tenant)s::text
+       AND v.chunk_start >= coalesce(%(since_floor)s::timestamptz, '-infinity')
+       AND v.chunk_start < coalesce(%(until)s::timestamptz, 'infinity')
+     LIMIT %(cap)s) x;
+
+-- the planner's statistics of the tenant's leaf (vec_tenant_leaf_v1)
+-- name: vec_tenant_leaf
+SELECT r_leaf_rows, r_share FROM shardstore.vec_tenant_leaf_v1(%s);
+
+-- Tenant scope, exact (a tenant with few vectors in the window): every window of the
+-- tenant is compared; the MATERIALIZED scan has no ORDER BY, so no HNSW index can stand in.
+-- name: vec_search_tenant_exact
+WITH w AS MATERIALIZED (
+    SELECT v.session_id, v.chunk_seq, v.chunk_start, v.first_turn_seq, v.last_turn_seq,
+           v.embedding <=> %(q)s::halfvec AS dist
+      FROM shardstore.chunk_vectors v
+     WHERE v.tenant_id = %(tenant)s::text
+       AND (%(agent)s::text IS NULL OR v.agent_id = %(agent)s::text)
+       AND v.chunk_start >= coalesce(%(since_floor)s::timestamptz, '-infinity')
+       AND v.chunk_start < coalesce(%(until)s::timestamptz, 'infinity')
+       AND v.last_at >= coalesce(%(since)s::timestamptz, '-infinity')
+       AND v.first_at < coalesce(%(until)s::timestamptz, 'infinity'))
+SELECT w.* FROM w ORDER BY w.dist, w.session_id, w.chunk_seq, w.first_turn_seq LIMIT %(n)s;
+
+-- Tenant scope: nearest windows through the HNSW index of the tenant's leaf.
 -- name: vec_search_ann
 SELECT v.session_id, v.chunk_seq, v.chunk_start, v.first_turn_seq, v.last_turn_seq,
        v.embedding <=> %(q)s::halfvec AS dist
