@@ -1,4 +1,4 @@
--- 0025: chunk_vectors partitioned by HASH (tenant_id) into 32 leaves instead of by RANGE
+-- 0030: chunk_vectors partitioned by HASH (tenant_id) into 32 leaves instead of by RANGE
 -- (chunk_start) like agent_history (docs/architecture.md, "Search", "Vector layout").
 --
 -- Why (benchmarks/results/search_scale_1m_v2.md): a tenant search ran one scan per
