@@ -15,7 +15,7 @@ from typing import Any
 
 from . import jsoncodec
 from .core.context import Context
-from .core.steps import Call, Op, Q, StatementFailed
+from .core.steps import Call, Op, Q, StatementFailed, Tx
 from .embedding import model_safe, vector_literal
 from .errors import ConfigurationError, InvalidInput
 from .history import envelope_turn
