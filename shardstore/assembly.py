@@ -30,13 +30,12 @@ from .sql import query
 from .summaries import ChunkSummary, summary_message
 from .textsearch import (
     best_chunks,
-    hits_op,
     hybrid_ranking_op,
     query_vector_op,
     text_query,
 )
 from .tokens import TokenCounter, make_counter
-from .vector_ops import MAX_K, search_scope
+from .vector_ops import MAX_K, hits_op, search_scope
 
 KINDS = ("summary", "recall", "facts", "recent")
 #: summaries read per context call at most (newest first)

@@ -10,25 +10,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from . import jsoncodec
 from .core.context import Context
-from .core.steps import Call, Op, Q, StatementFailed, Tx
+from .core.steps import Call, Op, Q, StatementFailed
 from .embedding import model_safe, vector_literal
 from .errors import ConfigurationError, InvalidInput
-from .history import envelope_turn
 from .models import SearchHit
-from .plans import HIT_CONTEXT_TURNS, whole_window
 from .sql import query
 from .vector_ops import (
     MAX_CANDIDATES,
+    Ranked,
     SearchScope,
     VectorState,
     _params,
     config_op,
-    hit_texts,
+    hits_op,
     prepare_op,
     tenant_windows_op,
 )
@@ -44,17 +41,6 @@ TEXT_SAMPLE = 1000
 #: a lexeme held by more folded windows than this (or estimated so from the sample) counts
 #: as common: its windows are not all scored, and its document frequency is estimated
 TEXT_CAP = 500
-
-
-@dataclass(frozen=True, slots=True)
-class Ranked:
-    """One turn window of a ranking: where it is and its score in that ranking."""
-
-    session_id: uuid.UUID
-    chunk_seq: int
-    first_turn_seq: int
-    last_turn_seq: int
-    score: float
 
 
 def text_query(value: Any) -> str:
@@ -178,50 +164,6 @@ def fuse(rankings: Sequence[Sequence[Ranked]], k: int = RRF_K) -> list[Ranked]:
             )
         )
     return out
-
-
-def hits_op(ranked: Sequence[Ranked], session_id: uuid.UUID | None) -> Op[list[SearchHit]]:
-    """Search hits for ranked turn windows: each with its window's turns, widened back over
-    tool results to their call and over an item to its reasoning item (within the chunk,
-    folded or buffered), as vector hits are. The turns are read from the window's owner;
-    with ``session_id`` (a session scope) the hits carry it, so a fork's hit on an
-    inherited turn is the fork's (its chunk_seq is the same in the fork's view)."""
-    if not ranked:
-        return []
-    params = (
-        list(range(len(ranked))),
-        [r.session_id for r in ranked],
-        [r.chunk_seq for r in ranked],
-        [max(0, r.first_turn_seq - HIT_CONTEXT_TURNS) for r in ranked],
-        [r.last_turn_seq for r in ranked],
-    )
-    # one snapshot for both reads: a fold between them would move turns out of the buffer
-    # after the folded part was read, and the hit would lose them
-    yield Tx.BEGIN_SNAPSHOT
-    folded = yield Q(query("text_hit_folded"), params, prepare=False)
-    buffered = yield Q(query("vec_hit_buffer"), params, prepare=False)
-    yield Tx.COMMIT
-    texts = hit_texts(folded, buffered)
-    hits = []
-    for i, entry in enumerate(ranked):
-        text = texts.get(i)
-        context = (
-            [envelope_turn(e, entry.chunk_seq) for e in jsoncodec.loads_envelopes(text)]
-            if text
-            else []
-        )
-        first = next(
-            (j for j, t in enumerate(context) if t.turn_seq >= entry.first_turn_seq), len(context)
-        )
-        hits.append(
-            SearchHit(
-                entry.session_id if session_id is None else session_id,
-                entry.chunk_seq,
-                entry.score,
-                whole_window(context, first),
-            )
-        )
-    return hits
 
 
 def search_text_op(ctx: Context, scope: SearchScope, text: str) -> Op[list[SearchHit]]:

@@ -241,6 +241,70 @@ def _params(ctx: Context, scope: SearchScope, vector: str, limit: int) -> dict[s
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One turn window of a ranking: where it is and its score in that ranking."""
+
+    session_id: uuid.UUID
+    chunk_seq: int
+    first_turn_seq: int
+    last_turn_seq: int
+    score: float
+
+
+def hits_op(
+    ranked: Sequence[Ranked],
+    session_id: uuid.UUID | None,
+    chunk_starts: Sequence[datetime] | None = None,
+) -> Op[list[SearchHit]]:
+    """Search hits for ranked turn windows (vector, text or fused): each with its window's
+    turns, widened back over tool results to their call and over an item to its reasoning
+    item (within the chunk, folded or buffered). The turns are read from the window's
+    owner, the chunk's row found by ``chunk_starts`` when the ranking knows them, else
+    through chunk_map; with ``session_id`` (a session scope) the hits carry it, so a
+    fork's hit on an inherited turn is the fork's (its chunk_seq is the same in the fork's
+    view)."""
+    if not ranked:
+        return []
+    index = list(range(len(ranked)))
+    sessions = [r.session_id for r in ranked]
+    chunks = [r.chunk_seq for r in ranked]
+    lows = [max(0, r.first_turn_seq - HIT_CONTEXT_TURNS) for r in ranked]
+    highs = [r.last_turn_seq for r in ranked]
+    # one snapshot for both reads: a fold between them would move turns out of the buffer
+    # after the folded part was read, and the hit would lose them
+    yield Tx.BEGIN_SNAPSHOT
+    if chunk_starts is None:
+        folded = yield Q(
+            query("text_hit_folded"), (index, sessions, chunks, lows, highs), prepare=False
+        )
+    else:
+        folded = yield Q(
+            query("vec_hit_turns"),
+            (index, sessions, chunks, list(chunk_starts), lows, highs),
+            prepare=False,
+        )
+    buffered = yield Q(
+        query("vec_hit_buffer"), (index, sessions, chunks, lows, highs), prepare=False
+    )
+    yield Tx.COMMIT
+    texts = hit_texts(folded, buffered)
+    hits = []
+    for i, entry in enumerate(ranked):
+        text = texts.get(i)
+        context = (
+            [envelope_turn(e, entry.chunk_seq) for e in jsoncodec.loads_envelopes(text)]
+            if text
+            else []
+        )
+        first = next(
+            (j for j, t in enumerate(context) if t.turn_seq >= entry.first_turn_seq), len(context)
+        )
+        owner = entry.session_id if session_id is None else session_id
+        hits.append(SearchHit(owner, entry.chunk_seq, entry.score, whole_window(context, first)))
+    return hits
+
+
 # pgvector's default hnsw.max_scan_tuples: an iterative scan ends after this many tuples
 DEFAULT_MAX_SCAN_TUPLES = 20_000
 MAX_SCAN_TUPLES = 2**31 - 1
@@ -277,26 +341,49 @@ def ann_settings(
     return AnnSettings(ef, scan)
 
 
-def tenant_windows_op(
-    ctx: Context, scope: SearchScope, vector: str, limit: int
-) -> Op[list[Mapping[str, Any]]]:
-    """The ``limit`` nearest windows of a tenant (``scope.tenant_id``; agent, since and
-    until applied), nearest first. The tenant's vectors are in one hash leaf: when at most
-    ``vector_exact_rows`` of them lie in the time window, every one is compared (exact);
-    else the leaf's HNSW index is scanned (iterative, strict order) with ef_search and
-    max_scan_tuples scaled to the tenant's share of the leaf (:func:`ann_settings`)."""
-    params = _params(ctx, scope, vector, limit)
+@dataclass(frozen=True, slots=True)
+class TenantPath:
+    """How a tenant search reads: ``exact`` (few vectors in the window), else HNSW with the
+    leaf's statistics (:func:`ann_settings`)."""
+
+    exact: bool
+    leaf_rows: float | None = None
+    share: float | None = None
+
+
+def tenant_path_op(ctx: Context, scope: SearchScope) -> Op[TenantPath]:
+    """Exact when at most ``vector_exact_rows`` of the tenant's vectors lie in the time
+    window (counted up to one past that), else HNSW with its leaf's statistics; read once
+    per search, whatever number of windows it then asks for."""
+    params = _params(ctx, scope, "", 0)
     cap = ctx.settings.vector_exact_rows
     if cap > 0:
         (count,) = yield Q(
             query("vec_tenant_rows"), {**params, "cap": cap + 1}, prepare=False, fetch="one"
         )
         if int(count) <= cap:
-            rows = yield Q(query("vec_search_tenant_exact"), params, prepare=False, named=True)
-            return list(rows)
+            return TenantPath(exact=True)
     leaf = yield Q(query("vec_tenant_leaf"), (scope.tenant_id,), fetch="one")
     leaf_rows, share = (None, None) if leaf is None else leaf
-    ann = ann_settings(ctx.settings.hnsw_ef_search, limit, leaf_rows, share, cap + 1)
+    return TenantPath(exact=False, leaf_rows=leaf_rows, share=share)
+
+
+def tenant_windows_op(
+    ctx: Context, scope: SearchScope, vector: str, limit: int, path: TenantPath | None = None
+) -> Op[list[Mapping[str, Any]]]:
+    """The ``limit`` nearest windows of a tenant (``scope.tenant_id``; agent, since and
+    until applied), nearest first. The tenant's vectors are in one hash leaf: on the exact
+    path (:func:`tenant_path_op`, read here unless ``path`` is given) every one is compared;
+    else the leaf's HNSW index is scanned (iterative, strict order) with ef_search and
+    max_scan_tuples scaled to the tenant's share of the leaf (:func:`ann_settings`)."""
+    if path is None:
+        path = yield from tenant_path_op(ctx, scope)
+    params = _params(ctx, scope, vector, limit)
+    if path.exact:
+        rows = yield Q(query("vec_search_tenant_exact"), params, prepare=False, named=True)
+        return list(rows)
+    cap = ctx.settings.vector_exact_rows
+    ann = ann_settings(ctx.settings.hnsw_ef_search, limit, path.leaf_rows, path.share, cap + 1)
     yield Tx.BEGIN
     yield Q(
         query("vec_search_settings"), (max(ann.ef_search, limit), ann.max_scan_tuples), fetch="one"
@@ -319,47 +406,26 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         best = list(rows)
     else:
         limit = min(MAX_CANDIDATES, max(ctx.settings.hnsw_ef_search, 4 * k))
+        path = yield from tenant_path_op(ctx, scope)
         while True:
-            windows = yield from tenant_windows_op(ctx, scope, vector, limit)
+            windows = yield from tenant_windows_op(ctx, scope, vector, limit, path)
             best = best_per_chunk(windows, k)
             if len(best) == k or len(windows) < limit or limit >= MAX_CANDIDATES:
                 break
             limit = min(MAX_CANDIDATES, limit * 4)
-    if not best:
-        return []
-    index = list(range(len(best)))
-    sessions = [r["session_id"] for r in best]
-    chunks = [r["chunk_seq"] for r in best]
-    lows = [max(0, int(r["first_turn_seq"]) - HIT_CONTEXT_TURNS) for r in best]
-    highs = [r["last_turn_seq"] for r in best]
-    # one snapshot for both reads: a fold between them would move turns out of the buffer
-    # after the folded part was read, and the hit would lose them
-    yield Tx.BEGIN_SNAPSHOT
-    texts = yield Q(
-        query("vec_hit_turns"),
-        (index, sessions, chunks, [r["chunk_start"] for r in best], lows, highs),
-        prepare=False,
-    )
-    buffered = yield Q(
-        query("vec_hit_buffer"), (index, sessions, chunks, lows, highs), prepare=False
-    )
-    yield Tx.COMMIT
-    turns_of = hit_texts(texts, buffered)
-    hits = []
-    for i, row in enumerate(best):
-        text = turns_of.get(i)
-        context = (
-            [envelope_turn(e, int(row["chunk_seq"])) for e in jsoncodec.loads_envelopes(text)]
-            if text
-            else []
+    ranked = [
+        Ranked(
+            r["session_id"],
+            int(r["chunk_seq"]),
+            int(r["first_turn_seq"]),
+            int(r["last_turn_seq"]),
+            1.0 - float(r["dist"]),
         )
-        lo = int(row["first_turn_seq"])
-        first = next((j for j, t in enumerate(context) if t.turn_seq >= lo), len(context))
-        turns = whole_window(context, first)
-        score = 1.0 - float(row["dist"])
-        # a fork's hit on an inherited turn is the fork's: chunk_seq is the same in its view
-        owner = row["session_id"] if scope.session_id is None else scope.session_id
-        hits.append(SearchHit(owner, int(row["chunk_seq"]), score, turns))
+        for r in best
+    ]
+    hits: list[SearchHit] = yield from hits_op(
+        ranked, scope.session_id, [r["chunk_start"] for r in best]
+    )
     return hits
 
 

@@ -13,22 +13,6 @@ SELECT r.r_session_id AS session_id, r.r_chunk_seq AS chunk_seq, r.r_turn_seq AS
                                %(since)s::timestamptz, %(until)s::timestamptz, %(q)s::text,
                                %(n)s::integer, %(sample)s::integer, %(cap)s::integer) r;
 
--- The folded turns lo..hi of each hit's chunk (one array per hit); the buffered ones come
--- from vec_hit_buffer, merged in vector_ops.hit_texts. Two statements, each a join of the
--- hit list with colocated tables on session_id: Citus refused one statement reading both
--- through a correlated UNION ALL ("complex joins are only supported when all distributed
--- tables are co-located and joined on their distribution columns"), as for vector hits.
--- name: text_hit_folded
-SELECT x.i, (SELECT jsonb_agg(e.v ORDER BY e.ord)
-               FROM jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS e(v, ord)
-              WHERE (e.v->>'s')::bigint BETWEEN x.lo AND x.hi)::text
-  FROM unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::bigint[], %s::bigint[])
-       AS x(i, session_id, chunk_seq, lo, hi)
-  JOIN shardstore.chunk_map cm ON cm.session_id = x.session_id AND cm.chunk_seq = x.chunk_seq
-  JOIN shardstore.agent_history h
-    ON h.session_id = cm.session_id AND h.chunk_seq = cm.chunk_seq
-   AND h.chunk_start = cm.chunk_start;
-
 -- Session scope, exact: the nearest windows themselves (not the best per chunk), for
 -- fusion with the text ranking (the MATERIALIZED scan keeps any HNSW index out); a fork's
 -- windows are its own and those of the turns it inherits, as in vec_search_exact.

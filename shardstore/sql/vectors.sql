@@ -33,6 +33,19 @@ SELECT x.i, (SELECT jsonb_agg(e.v ORDER BY e.ord)
   JOIN shardstore.agent_history h
     ON h.session_id = x.session_id AND h.chunk_seq = x.chunk_seq AND h.chunk_start = x.chunk_start;
 
+-- vec_hit_turns for rankings that do not know the chunk's start (text and fused ones,
+-- vector_ops.hits_op): the start is read from chunk_map, joined on session_id like the rest.
+-- name: text_hit_folded
+SELECT x.i, (SELECT jsonb_agg(e.v ORDER BY e.ord)
+               FROM jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS e(v, ord)
+              WHERE (e.v->>'s')::bigint BETWEEN x.lo AND x.hi)::text
+  FROM unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::bigint[], %s::bigint[])
+       AS x(i, session_id, chunk_seq, lo, hi)
+  JOIN shardstore.chunk_map cm ON cm.session_id = x.session_id AND cm.chunk_seq = x.chunk_seq
+  JOIN shardstore.agent_history h
+    ON h.session_id = cm.session_id AND h.chunk_seq = cm.chunk_seq
+   AND h.chunk_start = cm.chunk_start;
+
 -- name: vec_hit_buffer
 -- a chunk's turns newer than its folded part are in the buffer: one envelope per row
 SELECT x.i, b.turn_seq,
