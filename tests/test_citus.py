@@ -78,7 +78,7 @@ def test_every_session_table_is_distributed_and_colocated(citus: str) -> None:
             " (SELECT r_table FROM shardstore.citus_kept_local_v1())"
         ).fetchall()
         kept = conn.execute("SELECT r_table::text FROM shardstore.citus_kept_local_v1()").fetchall()
-        assert sorted(kept) == [("shardstore.artifact_refs",), ("shardstore.fork_copies",)]
+        assert sorted(kept) == [("shardstore.artifact_refs",)]
         for (table,) in kept:  # left on the coordinator: Citus holds no shard of it
             assert (
                 conn.execute(
@@ -223,6 +223,7 @@ def test_text_indexing_off_and_on_again(store: shardstore.Store, citus: str) -> 
     sid = store.create_session(_tenant(), "s", "agent")
     store.append_turns(sid, [{"role": "user", "content": f"gear G-{i} noise"} for i in range(50)])
     store.flush(sid)
+
     def found() -> set[str]:
         hits = store.search("G-7", session_id=sid, mode="text", k=10)
         return {t.message["content"] for h in hits for t in h.turns}
@@ -240,6 +241,34 @@ def test_text_indexing_off_and_on_again(store: shardstore.Store, citus: str) -> 
         written = store.configure_text_search("english")
     assert written >= 55 and store.text_search_language() == "english"
     assert {"gear G-7 noise", "more G-7"} <= found()  # turns appended while off, indexed now
+
+
+def test_fork_copies_are_indexed_and_erased_on_the_shards(
+    store: shardstore.Store, citus: str
+) -> None:
+    """fork_copies is distributed by session_id (no triggers since 0031): a copy-on-write
+    indexes the copied turns for text search on the fork's worker, and a GDPR purge of the
+    parent (fork_erase_v1, which finds copies by origin across shards) erases them there."""
+    tenant = _tenant()
+    parent = store.create_session(tenant, subject_id="bob")
+    store.append_turns(parent, [_msg(i, "xylophone" if i == 3 else "") for i in range(20)])
+    store.flush(parent)
+    child = store.fork(parent, at_turn_seq=19)
+    assert {
+        h.turns[-1].turn_seq for h in store.search("xylophone", session_id=child, mode="text")
+    } == {3}
+    store.rewind(parent, 2)  # copy-on-write: the child now holds copies of turns 2..19
+    records = "SELECT count(*) FROM shardstore.fork_copies WHERE session_id = %s"
+    assert _one(citus, records, (child,)) > 0
+    assert {
+        h.turns[-1].turn_seq for h in store.search("xylophone", session_id=child, mode="text")
+    } == {3}
+    copied = "SELECT count(*) FROM shardstore.turn_text WHERE session_id = %s AND turn_seq = 3"
+    assert _one(citus, copied, (child,)) == 1
+    store.purge_session(parent)
+    assert store.search("xylophone", session_id=child, mode="text") == []
+    assert _one(citus, copied, (child,)) == 0
+    assert _one(citus, records, (child,)) == 0
 
 
 @pytest.fixture
@@ -664,7 +693,7 @@ def test_every_public_method_tenant_bound(
     assert store.session(theirs).turn_count == 12
 
 
-@pytest.mark.parametrize("table", ["shardstore.artifact_refs", "shardstore.fork_copies"])
+@pytest.mark.parametrize("table", ["shardstore.artifact_refs"])
 def test_kept_local_tables_cannot_be_distributed(citus: str, table: str) -> None:
     """Why ``artifact_refs`` and ``fork_copies`` stay on the coordinator: Citus refuses to
     distribute a table with triggers, by its session or its tenant column alike (their
