@@ -417,3 +417,86 @@ def test_async_parity(dsn: str, kind: str, tmp_path: Path) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_append_with_a_checkpoint_references_its_state_artifacts(
+    astore: shardstore.Store, dsn: str
+) -> None:
+    """``append_turn(..., checkpoint=state)`` and ``append_turns`` reference the artifacts
+    the state names, as ``checkpoint()`` does: the object outlives a sweep with no grace
+    and the turn's removal, a retry adds no reference, a missing artifact writes nothing."""
+    sid = astore.create_session("t")
+    ref = astore.put_artifact("t", b"resume me", content_type="x/y", required_for_resume=True)
+    other = astore.put_artifact("t", b"and me", content_type="x/y")
+    result = astore.append_turn(
+        sid, {"role": "user", "content": "hi"}, "k1", checkpoint={"f": ref.to_json()}
+    )
+    again = astore.append_turn(
+        sid, {"role": "user", "content": "hi"}, "k1", checkpoint={"f": ref.to_json()}
+    )
+    assert again.duplicate and again.checkpoint_id == result.checkpoint_id
+    batch = astore.append_turns(
+        sid,
+        [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+        checkpoint={"files": [other.to_json(), ref.to_json()]},
+    )
+    with psycopg.connect(dsn) as conn:
+        refs = conn.execute(
+            "SELECT artifact_id, owner_id, required_for_resume FROM shardstore.artifact_refs"
+            " WHERE owner_type = 'checkpoint' ORDER BY owner_id, artifact_id"
+        ).fetchall()
+    assert sorted(refs) == sorted(
+        [
+            (ref.artifact_id, str(result.checkpoint_id), True),
+            (ref.artifact_id, str(batch[-1].checkpoint_id), True),
+            (other.artifact_id, str(batch[-1].checkpoint_id), False),
+        ]
+    )
+    assert astore.sweep_artifacts(grace=ZERO).deleted == 0
+    first = astore.restore(sid, result.checkpoint_id)
+    assert [a.artifact_id for a in first.artifacts] == [ref.artifact_id]
+    assert astore.get_artifact("t", ref.artifact_id) == b"resume me"
+    # a state naming an artifact the tenant does not have: no turn, no checkpoint
+    gone = astore.put_artifact("t", b"swept", content_type="x/y")
+    astore.sweep_artifacts(grace=ZERO)
+    before = (len(astore.tail(sid)), len(astore.checkpoints(sid)))
+    with pytest.raises(shardstore.ArtifactNotFound):
+        astore.append_turn(sid, {"role": "user", "content": "x"}, checkpoint={"g": gone.to_json()})
+    with pytest.raises(shardstore.ArtifactNotFound):
+        astore.append_turns(
+            sid, [{"role": "user", "content": "y"}], checkpoint={"g": gone.to_json()}
+        )
+    with pytest.raises(shardstore.InvalidInput):
+        astore.append_turn(
+            sid, {"role": "user", "content": "z"}, checkpoint={"g": {"$shardstore.artifact": 1}}
+        )
+    assert (len(astore.tail(sid)), len(astore.checkpoints(sid))) == before
+    check_invariant(astore, dsn)
+
+
+def test_offloaded_append_with_a_checkpoint_of_cards(make_store: Any, dsn: str) -> None:
+    """An offloaded append whose checkpoint state holds an earlier turn's card: the new
+    turn's artifact is referenced by its turn, the card's by the checkpoint; purging the
+    turns keeps the artifact the checkpoint names."""
+    store = make_store(offload_over=256)
+    sid = store.create_session("t")
+    store.append_turn(sid, {"role": "assistant", "content": None, "tool_calls": [{"id": "c0"}]})
+    store.append_turn(sid, {"role": "tool", "tool_call_id": "c0", "content": "first " * 100})
+    card = store.tail(sid)[-1].message["content"]
+    r = store.append_turn(
+        sid,
+        {"role": "tool", "tool_call_id": "c1", "content": "second " * 100},
+        checkpoint={"last": card},
+    )
+    restored = store.restore(sid, r.checkpoint_id)
+    assert [a.artifact_id for a in restored.artifacts] == [
+        uuid.UUID(card["$shardstore.artifact"]["artifact_id"])
+    ]
+    report = store.purge_range(sid, before_turn_seq=2)  # the card's turn; not the checkpoint
+    assert report.tables["shardstore.artifacts"].rows == 0
+    live = {str(a.ref.artifact_id): a.live_refs for a in store.list_artifacts("t")}
+    assert live[card["$shardstore.artifact"]["artifact_id"]] == 1  # the checkpoint's
+    assert store.get_artifact("t", restored.artifacts[0].artifact_id) == ("first " * 100).encode()
+    (left,) = store.history(sid, expand=True)  # turn 2 (tail() hides an orphan tool result)
+    assert left.message["content"] == "second " * 100
+    check_invariant(store, dsn)
