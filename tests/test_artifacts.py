@@ -57,6 +57,11 @@ def test_same_content_three_puts_three_checkpoints_stored_once(
     sid = astore.create_session("acme")
     cps = [astore.checkpoint(sid, {"step": i}, artifacts=[refs[i]]) for i in range(3)]
     assert len(stored_objects(astore, dsn)) == 1
+    sha = refs[0].sha256
+    key = f"acme/sha256/{sha[:2]}/{sha[2:4]}/{sha}"  # the issue's {tenant}/sha256/ab/cd/{hash}
+    assert refs[0].uri.endswith("/" + key)
+    if astore._artifacts.backend is not None:
+        assert stored_objects(astore, dsn) == [key]
     with psycopg.connect(dsn) as conn:
         (rows,) = conn.execute("SELECT count(*) FROM shardstore.artifacts").fetchone()  # type: ignore[misc]
         (nrefs,) = conn.execute("SELECT count(*) FROM shardstore.artifact_refs").fetchone()  # type: ignore[misc]
