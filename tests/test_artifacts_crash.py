@@ -143,6 +143,17 @@ def test_killed_writer_never_leaves_a_dangling_reference(
         # unreferenced uploads; the sweep takes them all
         for path in (tmp_path / "objects" / ".staging").glob("*.part"):
             os.utime(path, (time.time() - 7200, time.time() - 7200))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # claimed, never finished: kept for an hour whatever the grace (a dead client's
+            # PUT can still land); then the sweep takes the row and its object
+            claimed = "SELECT count(*) FROM shardstore.artifacts WHERE state = 'uploading'"
+            young = conn.execute(claimed).fetchone()
+            store.sweep_artifacts(grace=timedelta(0))
+            assert conn.execute(claimed).fetchone() == young
+            conn.execute(
+                "UPDATE shardstore.artifacts SET created_at = created_at - interval '2 hours'"
+                " WHERE state = 'uploading'"
+            )
         store.sweep_artifacts(grace=timedelta(0))
         with psycopg.connect(dsn) as conn:
             states = conn.execute("SELECT artifact_id, state FROM shardstore.artifacts").fetchall()
