@@ -121,28 +121,46 @@ def stored_once(dsn: str) -> list[str]:
 
 
 def append_p50(dsn: str, rounds: int) -> list[str]:
+    """append_turn of a 1 MB tool output with and without offload, interleaved: each round
+    times both (alternating which goes first), each on a fresh session (not timed)."""
     text = tool_output(2)
-    results = {}
-    for label, over in (("offloaded (offload_over=65536)", 65536), ("not offloaded", None)):
-        store = shardstore.connect(dsn, offload_over=over)
-        times = []
-        for i in range(rounds):
+    labels = ("offloaded (offload_over=65536)", "not offloaded")
+    stores = {
+        labels[0]: shardstore.connect(dsn, offload_over=65536),
+        labels[1]: shardstore.connect(dsn, offload_over=None),
+    }
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    ratios: list[float] = []
+    for i in range(rounds):
+        order = labels if i % 2 == 0 else labels[::-1]
+        took = {}
+        for label in order:
+            store = stores[label]
             sid = store.create_session("bench")
-            msg = {"role": "tool", "tool_call_id": "c", "content": text + str(i)}
+            msg = {"role": "tool", "tool_call_id": "c", "content": text + f"{label}{i}"}
             t0 = time.perf_counter()
             store.append_turn(sid, msg)
-            times.append(time.perf_counter() - t0)
+            took[label] = time.perf_counter() - t0
+            times[label].append(took[label])
+        ratios.append(took[labels[0]] / took[labels[1]])
+    for store in stores.values():
         store.close()
-        times.sort()
-        results[label] = (statistics.median(times) * 1000, times[0] * 1000, times[-1] * 1000)
+    rows = []
+    for label in labels:
+        t = [x * 1000 for x in sorted(times[label])]
+        rows.append(f"| {label} | {statistics.median(t):.2f} | {t[0]:.2f}–{t[-1]:.2f} |")
+    ratios.sort()
     return [
         "| append_turn of a 1 MB tool output | p50 ms | min–max ms |",
         "|---|---:|---:|",
-        *[f"| {k} | {p:.2f} | {lo:.2f}–{hi:.2f} |" for k, (p, lo, hi) in results.items()],
+        *rows,
+        "",
+        f"offloaded / not offloaded, per interleaved round ({rounds} rounds): median "
+        f"{statistics.median(ratios):.3f}x [{ratios[0]:.3f}–{ratios[-1]:.3f}]",
     ]
 
 
-def throughput(dsn: str) -> list[str]:
+def throughput(dsn: str, rounds: int = 5) -> list[str]:
     data = os.urandom(16 * MB)
     urls = ["postgres", "file://" + tempfile.mkdtemp(prefix="bench-artifacts-")]
     try:
@@ -152,29 +170,41 @@ def throughput(dsn: str) -> list[str]:
         urls.append(s3_url())
     except BaseException as exc:  # pytest.skip is a BaseException
         progress(f"no S3 server: {exc}")
-    lines = ["| backend | put MB/s | get MB/s |", "|---|---:|---:|"]
-    for url in urls:
-        store = shardstore.connect(dsn, artifacts=url)
-        puts, gets = [], []
-        for i in range(3):
-            blob = data[:-1] + bytes([i])
+    lines = [
+        "| backend | put MB/s p50 [min–max] | get MB/s p50 [min–max] |",
+        "|---|---:|---:|",
+    ]
+    stores = {url.split(":")[0]: shardstore.connect(dsn, artifacts=url) for url in urls}
+    puts: dict[str, list[float]] = {name: [] for name in stores}
+    gets: dict[str, list[float]] = {name: [] for name in stores}
+    for i in range(rounds):  # interleaved: each round puts and gets once per backend
+        for name, store in stores.items():
+            blob = data[:-2] + bytes([i % 256, len(name)])
             t0 = time.perf_counter()
             ref = store.put_artifact("bench", blob, content_type="application/octet-stream")
-            puts.append(time.perf_counter() - t0)
+            puts[name].append(16 / (time.perf_counter() - t0))
             t0 = time.perf_counter()
             assert len(store.get_artifact("bench", ref.artifact_id)) == len(blob)
-            gets.append(time.perf_counter() - t0)
+            gets[name].append(16 / (time.perf_counter() - t0))
+    for store in stores.values():
         store.close()
-        put_mbs = 16 / statistics.median(puts)
-        get_mbs = 16 / statistics.median(gets)
-        lines.append(f"| {url.split(':')[0]} | {put_mbs:.0f} | {get_mbs:.0f} |")
+
+    def cell(values: list[float]) -> str:
+        v = sorted(values)
+        return f"{statistics.median(v):.0f} [{v[0]:.0f}–{v[-1]:.0f}]"
+
+    for name in stores:
+        lines.append(f"| {name} | {cell(puts[name])} | {cell(gets[name])} |")
     return lines
 
 
 def tracing_cost() -> list[str]:
     n = 200_000
-    per = timeit.timeit(tracing.active, number=n) / n
-    return [f"tracing.active() with no tracer provider: {per * 1e9:.0f} ns per store call"]
+    runs = sorted(timeit.timeit(tracing.active, number=n) / n * 1e9 for _ in range(5))
+    return [
+        f"tracing.active() with no tracer provider, 5 runs of {n:,} calls: median "
+        f"{statistics.median(runs):.0f} ns per store call [{runs[0]:.0f}–{runs[-1]:.0f}]"
+    ]
 
 
 def main() -> None:

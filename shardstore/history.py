@@ -365,7 +365,12 @@ def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
 
 
 def _append_op(
-    store: Any, session_id: Any, messages: list[Any], keys: list[Any], state: str | None = None
+    store: Any,
+    session_id: Any,
+    messages: list[Any],
+    keys: list[Any],
+    state: str | None = None,
+    links: dict[uuid.UUID, bool] | None = None,
 ) -> Op[Any]:
     offload = store._artifacts
     if offload is not None and offload.offload_over is not None:
@@ -373,8 +378,16 @@ def _append_op(
 
         if offloading.needs_offload(messages, offload.offload_over):
             return (
-                yield from offloading.append_offloaded_op(store, session_id, messages, keys, state)
+                yield from offloading.append_offloaded_op(
+                    store, session_id, messages, keys, state, links
+                )
             )
+    if links:
+        from .artifacts import offload as offloading
+
+        return (
+            yield from offloading.append_linked_op(store, session_id, messages, keys, state, links)
+        )
     if state is None:
         outcome = yield from append_op(store._ctx, session_id, messages, keys)
     else:
@@ -387,6 +400,19 @@ def _state(store: Any, checkpoint: Any) -> str | None:
     if checkpoint is None:
         return None
     return encode_state(checkpoint, "checkpoint", store._ctx.settings.chunk_max_bytes)
+
+
+def _links(checkpoint: Any) -> dict[uuid.UUID, bool] | None:
+    """The artifacts a checkpoint state given to an append references (as for
+    ``checkpoint()``: ``ArtifactRef.to_json()`` values and offload cards); ``InvalidInput``
+    for a malformed one, before anything is written."""
+    if checkpoint is None:
+        return None
+    from .artifacts import links as artifact_links
+
+    if not artifact_links.has_marker(checkpoint):
+        return None
+    return artifact_links.wanted(checkpoint, None)
 
 
 def append_turn(
@@ -408,15 +434,21 @@ def append_turn(
     ``checkpoint``: a state dict; a checkpoint positioned at this turn is written in the
     same statement (the turn and the checkpoint commit together or not at all), and
     ``result.checkpoint_id`` names it. A repeat with the same key stores no second
-    checkpoint and returns the first one's id (None if the first append had none)."""
+    checkpoint and returns the first one's id (None if the first append had none).
+    Artifact references in the state (``ArtifactRef.to_json()``, offload cards) are
+    referenced by that checkpoint in the same transaction, as :meth:`checkpoint` does
+    (``ArtifactNotFound``, nothing written, for one this tenant does not have)."""
     state = _state(store, checkpoint)
+    links = _links(checkpoint)
     if validate.flag(retry, "retry"):
         validate.keys_for_retry([idempotency_key])
         results = yield from retrying(
-            lambda: _append_op(store, session_id, [message], [idempotency_key], state)
+            lambda: _append_op(store, session_id, [message], [idempotency_key], state, links)
         )
     else:
-        results = yield from _append_op(store, session_id, [message], [idempotency_key], state)
+        results = yield from _append_op(
+            store, session_id, [message], [idempotency_key], state, links
+        )
     return results[0]  # type: ignore[no-any-return]
 
 
@@ -434,14 +466,18 @@ def append_turns(
 
     ``checkpoint``: a state dict; one checkpoint positioned after the last turn commits
     with the batch, and every result's ``checkpoint_id`` names it. Its idempotency comes
-    from the last message's key, as for :meth:`append_turn`."""
+    from the last message's key, as for :meth:`append_turn`; its artifact references
+    too."""
     batch, keys = validate.batch(messages, idempotency_keys)
     state = _state(store, checkpoint)
+    links = _links(checkpoint)
     if validate.flag(retry, "retry"):
         validate.keys_for_retry(keys)
-        results = yield from retrying(lambda: _append_op(store, session_id, batch, keys, state))
+        results = yield from retrying(
+            lambda: _append_op(store, session_id, batch, keys, state, links)
+        )
     else:
-        results = yield from _append_op(store, session_id, batch, keys, state)
+        results = yield from _append_op(store, session_id, batch, keys, state, links)
     return results  # type: ignore[no-any-return]
 
 

@@ -57,6 +57,11 @@ def test_same_content_three_puts_three_checkpoints_stored_once(
     sid = astore.create_session("acme")
     cps = [astore.checkpoint(sid, {"step": i}, artifacts=[refs[i]]) for i in range(3)]
     assert len(stored_objects(astore, dsn)) == 1
+    sha = refs[0].sha256
+    key = f"acme/sha256/{sha[:2]}/{sha[2:4]}/{sha}"  # the issue's {tenant}/sha256/ab/cd/{hash}
+    assert refs[0].uri.endswith("/" + key)
+    if astore._artifacts.backend is not None:
+        assert stored_objects(astore, dsn) == [key]
     with psycopg.connect(dsn) as conn:
         (rows,) = conn.execute("SELECT count(*) FROM shardstore.artifacts").fetchone()  # type: ignore[misc]
         (nrefs,) = conn.execute("SELECT count(*) FROM shardstore.artifact_refs").fetchone()  # type: ignore[misc]
@@ -417,3 +422,134 @@ def test_async_parity(dsn: str, kind: str, tmp_path: Path) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_append_with_a_checkpoint_references_its_state_artifacts(
+    astore: shardstore.Store, dsn: str
+) -> None:
+    """``append_turn(..., checkpoint=state)`` and ``append_turns`` reference the artifacts
+    the state names, as ``checkpoint()`` does: the object outlives a sweep with no grace
+    and the turn's removal, a retry adds no reference, a missing artifact writes nothing."""
+    sid = astore.create_session("t")
+    ref = astore.put_artifact("t", b"resume me", content_type="x/y", required_for_resume=True)
+    other = astore.put_artifact("t", b"and me", content_type="x/y")
+    result = astore.append_turn(
+        sid, {"role": "user", "content": "hi"}, "k1", checkpoint={"f": ref.to_json()}
+    )
+    again = astore.append_turn(
+        sid, {"role": "user", "content": "hi"}, "k1", checkpoint={"f": ref.to_json()}
+    )
+    assert again.duplicate and again.checkpoint_id == result.checkpoint_id
+    batch = astore.append_turns(
+        sid,
+        [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+        checkpoint={"files": [other.to_json(), ref.to_json()]},
+    )
+    with psycopg.connect(dsn) as conn:
+        refs = conn.execute(
+            "SELECT artifact_id, owner_id, required_for_resume FROM shardstore.artifact_refs"
+            " WHERE owner_type = 'checkpoint' ORDER BY owner_id, artifact_id"
+        ).fetchall()
+    assert sorted(refs) == sorted(
+        [
+            (ref.artifact_id, str(result.checkpoint_id), True),
+            (ref.artifact_id, str(batch[-1].checkpoint_id), True),
+            (other.artifact_id, str(batch[-1].checkpoint_id), False),
+        ]
+    )
+    assert astore.sweep_artifacts(grace=ZERO).deleted == 0
+    first = astore.restore(sid, result.checkpoint_id)
+    assert [a.artifact_id for a in first.artifacts] == [ref.artifact_id]
+    assert astore.get_artifact("t", ref.artifact_id) == b"resume me"
+    # a state naming an artifact the tenant does not have: no turn, no checkpoint
+    gone = astore.put_artifact("t", b"swept", content_type="x/y")
+    astore.sweep_artifacts(grace=ZERO)
+    before = (len(astore.tail(sid)), len(astore.checkpoints(sid)))
+    with pytest.raises(shardstore.ArtifactNotFound):
+        astore.append_turn(sid, {"role": "user", "content": "x"}, checkpoint={"g": gone.to_json()})
+    with pytest.raises(shardstore.ArtifactNotFound):
+        astore.append_turns(
+            sid, [{"role": "user", "content": "y"}], checkpoint={"g": gone.to_json()}
+        )
+    with pytest.raises(shardstore.InvalidInput):
+        astore.append_turn(
+            sid, {"role": "user", "content": "z"}, checkpoint={"g": {"$shardstore.artifact": 1}}
+        )
+    assert (len(astore.tail(sid)), len(astore.checkpoints(sid))) == before
+    check_invariant(astore, dsn)
+
+
+def test_offloaded_append_with_a_checkpoint_of_cards(make_store: Any, dsn: str) -> None:
+    """An offloaded append whose checkpoint state holds an earlier turn's card: the new
+    turn's artifact is referenced by its turn, the card's by the checkpoint; purging the
+    turns keeps the artifact the checkpoint names."""
+    store = make_store(offload_over=256)
+    sid = store.create_session("t")
+    store.append_turn(sid, {"role": "assistant", "content": None, "tool_calls": [{"id": "c0"}]})
+    store.append_turn(sid, {"role": "tool", "tool_call_id": "c0", "content": "first " * 100})
+    card = store.tail(sid)[-1].message["content"]
+    r = store.append_turn(
+        sid,
+        {"role": "tool", "tool_call_id": "c1", "content": "second " * 100},
+        checkpoint={"last": card},
+    )
+    restored = store.restore(sid, r.checkpoint_id)
+    assert [a.artifact_id for a in restored.artifacts] == [
+        uuid.UUID(card["$shardstore.artifact"]["artifact_id"])
+    ]
+    report = store.purge_range(sid, before_turn_seq=2)  # the card's turn; not the checkpoint
+    assert report.tables["shardstore.artifacts"].rows == 0
+    live = {str(a.ref.artifact_id): a.live_refs for a in store.list_artifacts("t")}
+    assert live[card["$shardstore.artifact"]["artifact_id"]] == 1  # the checkpoint's
+    assert store.get_artifact("t", restored.artifacts[0].artifact_id) == ("first " * 100).encode()
+    (left,) = store.history(sid, expand=True)  # turn 2 (tail() hides an orphan tool result)
+    assert left.message["content"] == "second " * 100
+    check_invariant(store, dsn)
+
+
+class _Generated(io.RawIOBase):
+    """``total`` bytes made on the fly (never held whole), hashed as they are handed out."""
+
+    def __init__(self, total: int) -> None:
+        self.left = total
+        self.sha = __import__("hashlib").sha256()
+        self.block = os.urandom(1 << 16)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), len(self.block), self.left)
+        b[:n] = self.block[:n]
+        self.sha.update(self.block[:n])
+        self.left -= n
+        return n
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["postgres", "file"])
+def test_a_100_mb_object_streams_in_and_out(make_store: Any, tmp_path: Path, backend: str) -> None:
+    """100 MB put from a file object and read back through open_artifact: the bytes match
+    and Python never holds more than a few chunks (tracemalloc peak under 24 MB)."""
+    import hashlib
+    import tracemalloc
+
+    store = make_store(artifacts=backend_url(backend, tmp_path))
+    total = 100 << 20
+    src = _Generated(total)
+    tracemalloc.start()
+    try:
+        ref = store.put_artifact("big", src, content_type="application/octet-stream")
+        _, put_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        digest, size = hashlib.sha256(), 0
+        with store.open_artifact("big", ref.artifact_id) as stream:
+            while piece := stream.read(CHUNK):
+                digest.update(piece)
+                size += len(piece)
+        _, get_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert ref.size_bytes == size == total
+    assert ref.sha256 == src.sha.hexdigest() == digest.hexdigest()
+    assert put_peak < 24 << 20 and get_peak < 24 << 20, (put_peak, get_peak)

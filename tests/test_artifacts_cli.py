@@ -37,3 +37,24 @@ def test_cli_put_get_ls_sweep(
         assert json.loads(capsys.readouterr().out)["deleted"] == 1
         assert main([*base, "get", ref["artifact_id"], "--tenant", "acme"]) != 0
         capsys.readouterr()
+
+
+def test_cli_get_to_stdout_and_put_from_stdin(
+    store: shardstore.Store,
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    import io
+    import sys
+
+    data = bytes(range(256)) * 5000  # every byte value, ~1.2 MB
+    stdin = io.TextIOWrapper(io.BytesIO(data))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    base = ["--dsn", dsn, "artifacts"]
+    assert main([*base, "put", "-", "--tenant", "acme", "--json"]) == 0
+    ref = json.loads(capsysbinary.readouterr().out)
+    assert ref["size_bytes"] == len(data)
+    assert main([*base, "get", ref["artifact_id"], "--tenant", "acme"]) == 0
+    assert capsysbinary.readouterr().out == data
+    assert main([*base, "get", ref["artifact_id"], "--tenant", "other"]) != 0

@@ -1,11 +1,13 @@
 """A client SIGKILLed mid-upload and between upload and reference, many times, on each
 backend: no visible reference ever names a missing or partial object, every acknowledged
-reference's bytes are there, and the sweep collects every orphan (unfinished rows, staged
-files, objects without a row).
+reference's bytes are there, every acknowledged checkpoint restores with its required
+artifact (also after a sweep with no grace between kills), and the sweep collects every
+orphan (unfinished rows, staged files, objects without a row).
 
 Run as a script (``python -m tests.test_artifacts_crash DSN URL``) it is the writer: it puts
-random multi-chunk content and references it, printing ``ACK <artifact_id> <sha256>`` after
-each acknowledged reference."""
+random multi-chunk content and references it (half of the time from a checkpoint, with
+``required_for_resume``), printing ``CKPT <session> <checkpoint> <artifact> <sha256>`` after
+each acknowledged checkpoint and ``ACK <artifact_id> <sha256>`` after each reference."""
 
 from __future__ import annotations
 
@@ -35,16 +37,34 @@ ROOT = Path(__file__).resolve().parent.parent
 def _writer(dsn: str, url: str) -> None:
     store = shardstore.connect(dsn, artifacts=url, background_fold=False)
     rng = random.Random()
+    sid = store.create_session("crash")
     print("READY", flush=True)
     i = 0
     while True:
         size = rng.randrange(1, 3 * CHUNK)
         data = rng.randbytes(size) if rng.random() < 0.8 else b"repeat" * 1000
-        ref = store.put_artifact("crash", data, content_type="application/octet-stream")
+        required = rng.random() < 0.5
+        ref = store.put_artifact(
+            "crash", data, content_type="application/octet-stream", required_for_resume=required
+        )
         time.sleep(rng.random() * 0.03)  # widen the window between upload and reference
-        store.ref_artifact("crash", ref.artifact_id, "business_output", f"{os.getpid()}-{i}")
-        print(f"ACK {ref.artifact_id} {hashlib.sha256(data).hexdigest()}", flush=True)
+        sha = hashlib.sha256(data).hexdigest()
+        if required:  # a checkpoint that needs it to resume
+            cp = store.checkpoint(sid, {"step": i, "file": ref.to_json()})
+            print(f"CKPT {sid} {cp.checkpoint_id} {ref.artifact_id} {sha}", flush=True)
+        else:
+            store.ref_artifact("crash", ref.artifact_id, "business_output", f"{os.getpid()}-{i}")
+        print(f"ACK {ref.artifact_id} {sha}", flush=True)
         i += 1
+
+
+def _resumable(store: shardstore.Store, checkpoints: dict[uuid.UUID, tuple[Any, ...]]) -> None:
+    """Every acknowledged checkpoint restores, and finds its required artifact whole."""
+    for cid, (sid, aid, sha) in checkpoints.items():
+        restored = store.restore(sid, cid)
+        assert [a.artifact_id for a in restored.artifacts] == [aid]
+        assert restored.artifacts[0].required_for_resume
+        assert hashlib.sha256(store.get_artifact("crash", aid)).hexdigest() == sha
 
 
 def _live_backends(dsn: str) -> int:
@@ -56,8 +76,11 @@ def _live_backends(dsn: str) -> int:
     return int(n)
 
 
-def _kill_loop(dsn: str, url: str, kills: int, tmp_path: Path) -> dict[uuid.UUID, str]:
+def _kill_loop(
+    dsn: str, url: str, kills: int, tmp_path: Path
+) -> tuple[dict[uuid.UUID, str], dict[uuid.UUID, tuple[Any, ...]]]:
     acked: dict[uuid.UUID, str] = {}
+    checkpoints: dict[uuid.UUID, tuple[Any, ...]] = {}
     checker = shardstore.connect(dsn, artifacts=url)
     env = {**os.environ, "PGAPPNAME": "artifact-writer"}
     try:
@@ -83,16 +106,23 @@ def _kill_loop(dsn: str, url: str, kills: int, tmp_path: Path) -> dict[uuid.UUID
                 if line.startswith("ACK "):
                     _, aid, sha = line.split()
                     acked[uuid.UUID(aid)] = sha
+                elif line.startswith("CKPT "):
+                    _, sid, cid, aid, sha = line.split()
+                    checkpoints[uuid.UUID(cid)] = (uuid.UUID(sid), uuid.UUID(aid), sha)
             # what is visible while the dead client's transaction may still be open
             check_invariant(checker, dsn)
+            _resumable(checker, checkpoints)
             deadline = time.monotonic() + 30
             while _live_backends(dsn):
                 assert time.monotonic() < deadline, "the killed writer's backend lingers"
                 time.sleep(0.05)
+            # a sweep with no grace between kills: orphans go, referenced objects stay
+            checker.sweep_artifacts(grace=timedelta(0))
             check_invariant(checker, dsn)
+            _resumable(checker, checkpoints)
     finally:
         checker.close()
-    return acked
+    return acked, checkpoints
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
@@ -101,8 +131,9 @@ def test_killed_writer_never_leaves_a_dangling_reference(
     dsn: str, kind: str, kills: int, tmp_path: Path
 ) -> None:
     url = backend_url(kind, tmp_path)
-    acked = _kill_loop(dsn, url, kills, tmp_path)
+    acked, checkpoints = _kill_loop(dsn, url, kills, tmp_path)
     assert acked, "the writer acknowledged nothing: the kills came too early"
+    assert checkpoints, "no checkpoint was acknowledged"
     store = shardstore.connect(dsn, artifacts=url)
     try:
         for aid, sha in acked.items():
@@ -112,6 +143,17 @@ def test_killed_writer_never_leaves_a_dangling_reference(
         # unreferenced uploads; the sweep takes them all
         for path in (tmp_path / "objects" / ".staging").glob("*.part"):
             os.utime(path, (time.time() - 7200, time.time() - 7200))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # claimed, never finished: kept for an hour whatever the grace (a dead client's
+            # PUT can still land); then the sweep takes the row and its object
+            claimed = "SELECT count(*) FROM shardstore.artifacts WHERE state = 'uploading'"
+            young = conn.execute(claimed).fetchone()
+            store.sweep_artifacts(grace=timedelta(0))
+            assert conn.execute(claimed).fetchone() == young
+            conn.execute(
+                "UPDATE shardstore.artifacts SET created_at = created_at - interval '2 hours'"
+                " WHERE state = 'uploading'"
+            )
         store.sweep_artifacts(grace=timedelta(0))
         with psycopg.connect(dsn) as conn:
             states = conn.execute("SELECT artifact_id, state FROM shardstore.artifacts").fetchall()
@@ -125,6 +167,7 @@ def test_killed_writer_never_leaves_a_dangling_reference(
         assert set(acked) <= ready and len(ready - set(acked)) <= kills
         assert unreferenced == 0
         assert len(stored_objects(store, dsn)) == len(ready)
+        _resumable(store, checkpoints)
         if kind == "file":
             assert not list((tmp_path / "objects" / ".staging").iterdir())
             assert not [p for p in (tmp_path / "objects").rglob(".*.tmp")]

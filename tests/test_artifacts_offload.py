@@ -4,6 +4,7 @@ the original back exactly with expand; token accounting; what purges and crashes
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
@@ -241,3 +242,40 @@ def test_async_offload(dsn: str) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+class _SpyCounter:
+    """A token counter that records the length of every text it counts."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.name = real.name
+        self.lengths: list[int] = []
+
+    def count(self, text: str) -> int:
+        self.lengths.append(len(text))
+        return int(self.real.count(text))
+
+
+def test_the_offloaded_string_is_never_tokenized(make_store: Any) -> None:
+    """A 1 MB tool output appended with offload: the tokenizer sees only the card-sized
+    message (so the ~200 ms of counting 1 MB is not on the append path); the control store
+    without offload does count the whole string."""
+    page = "cleaned web page text, line after line\n" * 27_000  # ~1 MB
+    msg = {"role": "tool", "tool_call_id": "c1", "content": page}
+    lengths = {}
+    for over in (65536, None):
+        store = make_store(offload_over=over)
+        spy = _SpyCounter(store._ctx.counter)
+        store._ctx = dataclasses.replace(store._ctx, counter=spy)
+        sid = store.create_session("t")
+        result = store.append_turn(sid, msg)
+        assert spy.lengths, "the append counted nothing"
+        lengths[over] = max(spy.lengths)
+        if over is not None:
+            (stored,) = store.history(sid)
+            (c,) = _cards(stored.message)
+            assert result.tokens == stored.tokens < 1000  # the card's count
+            assert c[MARKER]["tokens"] == (len(page.encode()) + 3) // 4  # the estimate
+            assert [t.message for t in store.history(sid, expand=True)] == [msg]
+    assert lengths[65536] < 2048 < len(page) <= lengths[None]

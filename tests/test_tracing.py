@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -47,8 +49,10 @@ def test_every_operation_has_a_span_without_content(
     store.tail(sid, n=5)
     list(store.history(sid))
     store.checkpoint(sid, {"note": SECRET})
+    hits = store.search(SECRET, session_id=sid, mode="text")  # the query is content too
     store.put_artifact("acme", SECRET.encode() * 10, content_type="text/plain")
     store.maintain(embed=False)
+    store.purge_range(sid, before_turn_seq=1)
     store.purge_subject("acme", "u1")
     finished = spans.get_finished_spans()
     names = [s.name for s in finished]
@@ -59,8 +63,10 @@ def test_every_operation_has_a_span_without_content(
         "shardstore.tail",
         "shardstore.history",
         "shardstore.checkpoint",
+        "shardstore.search",
         "shardstore.put_artifact",
         "shardstore.maintain",
+        "shardstore.purge_range",
         "shardstore.purge_subject",
     ):
         assert expected in names, (expected, names)
@@ -72,6 +78,10 @@ def test_every_operation_has_a_span_without_content(
     tail = by_name["shardstore.tail"].attributes
     assert tail["shardstore.items"] == 2 and tail["shardstore.tokens"] > 0
     assert by_name["shardstore.history"].attributes["shardstore.items"] == 2
+    search = by_name["shardstore.search"].attributes
+    assert search["db.system"] == "postgresql" and search["shardstore.session_id"] == str(sid)
+    assert search["shardstore.items"] == len(hits) >= 1
+    assert by_name["shardstore.purge_subject"].attributes["shardstore.tenant_id"] == "acme"
     assert by_name["shardstore.put_artifact"].attributes["shardstore.size_bytes"] == 10 * len(
         SECRET
     )
@@ -115,12 +125,75 @@ def test_payload_expires_with_trajectory_retention(make_store: Any) -> None:
         store.get_artifact("t", ref.artifact_id)
 
 
-def test_no_provider_records_nothing(store: shardstore.Store) -> None:
+def test_no_provider_records_nothing(
+    store: shardstore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a tracer provider (none global, none given) a store call makes no span: the
+    span factory is never reached. Without the extra (opentelemetry not importable) the
+    same."""
     assert not tracing.active()
-    exporter = InMemorySpanExporter()
+    made: list[str] = []
+
+    def no_span(build: Any, args: Any, kwargs: Any) -> Any:
+        made.append(build.__name__)
+        raise AssertionError("a span was started without a tracer provider")
+
+    monkeypatch.setattr(tracing, "_span", no_span)
     sid = store.create_session("t")
     store.append_turn(sid, {"role": "user", "content": "x"})
-    assert exporter.get_finished_spans() == ()
+    assert len(store.tail(sid)) == 1 and len(list(store.history(sid))) == 1
+    # opentelemetry not installed: the import fails once, then one flag is checked
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    monkeypatch.setattr(tracing, "_api", None)
+    assert not tracing.active() and tracing._api is False
+    store.append_turn(sid, {"role": "user", "content": "y"})
+    assert len(store.tail(sid)) == 2
+    assert made == []
+    # the control: with a provider given, the same call does reach the span factory
+    monkeypatch.setattr(tracing, "_api", None)
+    monkeypatch.delitem(sys.modules, "opentelemetry")
+    tracing.use_provider(TracerProvider())
+    try:
+        with pytest.raises(AssertionError, match="without a tracer provider"):
+            store.tail(sid)
+    finally:
+        tracing.use_provider(None)
+    assert made == ["tail"]
+
+
+_GLOBAL_PROVIDER = """
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import shardstore
+from shardstore import tracing
+assert not tracing.active()
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+store = shardstore.connect(sys.argv[1])
+sid = store.create_session("t")
+store.append_turn(sid, {"role": "user", "content": "hi"})
+store.close()
+print(json.dumps([s.name for s in exporter.get_finished_spans()]))
+"""
+
+
+def test_global_tracer_provider_is_used(dsn: str) -> None:
+    """A provider set the usual way (``trace.set_tracer_provider``, once per process, so in
+    a child process) turns spans on without ``use_provider``."""
+    out = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_PROVIDER, dsn],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    names = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "shardstore.create_session" in names and "shardstore.append_turn" in names
 
 
 def test_hostile_payload_names(store: shardstore.Store) -> None:

@@ -30,7 +30,7 @@ from ..core.steps import Op, Q, Tx
 from ..models import Turn
 from ..sql import query
 from .config import config_of
-from .links import has_marker, ref_turns_op
+from .links import has_marker, ref_checkpoint_op, ref_turns_op
 from .model import MARKER, ArtifactRef
 from .ops import read_all_op, session_tenant_op
 from .source import source
@@ -122,15 +122,30 @@ def _put_text_op(config: Any, tenant: str, raw: bytes) -> Op[ArtifactRef]:
     return (yield from put_op(config, tenant, source(raw), CONTENT_TYPE, tokens))
 
 
+def _ref_new_checkpoint_op(
+    tenant: str, sid: uuid.UUID, results: Sequence[Any], links: dict[uuid.UUID, bool] | None
+) -> Op[None]:
+    """Reference a checkpoint state's artifacts from the checkpoint an append just wrote
+    (none when the append was a retry: the first one's references stand)."""
+    if not links or not results:
+        return
+    last = results[-1]
+    if last.duplicate or last.checkpoint_id is None:
+        return
+    yield from ref_checkpoint_op(tenant, sid, last.checkpoint_id, links)
+
+
 def append_offloaded_op(
     store: Any,
     session_id: Any,
     messages: list[Any],
     keys: list[Any],
     state: str | None,
+    links: dict[uuid.UUID, bool] | None = None,
 ) -> Op[Any]:
-    """An append whose big strings go to artifacts first; the append and the turns'
-    references commit together (see the module docstring)."""
+    """An append whose big strings go to artifacts first; the append, the turns'
+    references and those of its checkpoint (``links``: the artifacts its state names)
+    commit together (see the module docstring)."""
     from .. import history as history_ops  # history calls this module lazily
 
     sid = validate.session_id(session_id)
@@ -146,6 +161,35 @@ def append_offloaded_op(
         for aid in dict.fromkeys(mine)
     ]
     yield from ref_turns_op(tenant, sid, per_turn)
+    yield from _ref_new_checkpoint_op(tenant, sid, outcome.results, links)
+    yield Tx.COMMIT
+    yield from history_ops._after_append_op(store, outcome)
+    return outcome.results
+
+
+def append_linked_op(
+    store: Any,
+    session_id: Any,
+    messages: list[Any],
+    keys: list[Any],
+    state: str | None,
+    links: dict[uuid.UUID, bool],
+) -> Op[Any]:
+    """An append with a checkpoint whose state names artifacts (nothing to offload): the
+    turns, the checkpoint and its references commit together; a refused reference
+    (``ArtifactNotFound``) rolls the append back."""
+    from .. import history as history_ops  # history calls this module lazily
+
+    sid = validate.session_id(session_id)
+    yield Tx.BEGIN
+    tenant = yield from session_tenant_op(sid)
+    if state is None:
+        outcome = yield from history_ops.append_op(store._ctx, sid, messages, keys)
+    else:
+        outcome = yield from history_ops.append_checkpoint_op(
+            store._ctx, sid, messages, keys, state
+        )
+    yield from _ref_new_checkpoint_op(tenant, sid, outcome.results, links)
     yield Tx.COMMIT
     yield from history_ops._after_append_op(store, outcome)
     return outcome.results
