@@ -179,18 +179,32 @@ def attach_payload(
     name: str,
     content_type: str,
     tenant_id: str,
+    session_id: Any = None,
 ) -> Any:
     """Store ``data`` (as :meth:`put_artifact` takes it) as an artifact of ``tenant_id``
     owned by the span's trajectory (owner ``trajectory``, ``<trace_id>:<span_id>:<name>``),
     referenced until ``trajectory_retention`` (default 7 days) has passed, then swept; set
     ``shardstore.payload.<name>.uri`` / ``.sha256`` / ``.size_bytes`` / ``.content_type`` on
     ``span`` (a recording span; anything else just gets the artifact). Returns the
-    ArtifactRef."""
+    ArtifactRef.
+
+    ``session_id``: the session the span served (a live session of ``tenant_id``, else
+    ``SessionNotFound`` / ``SessionPurged`` and no reference). Its reference then goes with
+    the session: a purge of the session, its subject or its tenant removes it, and a GDPR
+    purge deletes the payload's bytes at once. Without it the payload is the tenant's and
+    lives until its retention passes."""
     from .artifacts.config import config_of
-    from .artifacts.ops import put_artifact, ref_op
+    from .artifacts.ops import put_artifact, ref_op, session_tenant_op
     from .core import validate
+    from .errors import SessionNotFound
 
     label = validate.text(name, "name", limit=64)
+    tenant = validate.text(tenant_id, "tenant_id")
+    session = validate.optional_session_id(session_id)
+    if session is not None and (yield from session_tenant_op(session)) != tenant:
+        # checked before the upload, so a wrong session stores nothing; the reference
+        # checks again under a lock (a purge in between refuses it)
+        raise SessionNotFound(f"session {session} does not exist in tenant {tenant!r:.80}")
     ref = yield from put_artifact(store, tenant_id, data, content_type=content_type)
     context = span.get_span_context() if hasattr(span, "get_span_context") else None
     trace_id = f"{context.trace_id:032x}" if context is not None else "0" * 32
@@ -198,7 +212,7 @@ def attach_payload(
     (now,) = yield from _now_op()
     expires = now + config_of(store).trajectory_retention
     owner = f"{trace_id}:{span_id}:{label}"
-    yield from ref_op(tenant_id, ref.artifact_id, "trajectory", owner, None, None, False, expires)
+    yield from ref_op(tenant, ref.artifact_id, "trajectory", owner, session, None, False, expires)
     if hasattr(span, "set_attribute"):
         prefix = f"shardstore.payload.{label}"
         span.set_attribute(f"{prefix}.uri", ref.uri)

@@ -247,10 +247,28 @@ def test_purge_subject_removes_refs_and_bytes_at_once(
     store.ref_artifact("t", mine.artifact_id, "turn", f"{victim}:0")
     store.checkpoint(victim, {"doc": mine.to_json(), "s": shared.to_json()})
     store.checkpoint(bystander, {"s": shared.to_json(), "k": keep.to_json()})
+    # a span's payload for the victim's session goes with it; the bystander's stays
+    traced = store.attach_payload(
+        None,
+        f"trace {marker}",
+        name="p",
+        content_type="text/plain",
+        tenant_id="t",
+        session_id=victim,
+    )
+    kept = store.attach_payload(
+        None,
+        "a bystander's trace",
+        name="p",
+        content_type="text/plain",
+        tenant_id="t",
+        session_id=bystander,
+    )
     report = store.purge_subject("t", "victim")
-    assert report.tables["shardstore.artifacts"].rows == 1
-    assert report.tables["shardstore.artifacts"].bytes == mine.size_bytes
-    assert report.tables["shardstore.artifact_refs"].rows == 3
+    assert report.tables["shardstore.artifacts"].rows == 2
+    assert report.tables["shardstore.artifacts"].bytes == mine.size_bytes + traced.size_bytes
+    assert report.tables["shardstore.artifact_refs"].rows == 4
+    assert store.get_artifact("t", kept.artifact_id) == b"a bystander's trace"
     rows = table_rows(dsn)
     hexed = marker.encode().hex()
     assert not [t for t, rs in rows.items() for r in rs if marker in r or hexed in r]

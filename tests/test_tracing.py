@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -203,6 +204,44 @@ def test_hostile_payload_names(store: shardstore.Store) -> None:
     assert store.list_artifacts("t") == []
 
 
+def test_payload_of_a_session_goes_with_its_purge(store: shardstore.Store, dsn: str) -> None:
+    sid = store.create_session("t", subject_id="u")
+    ref = store.attach_payload(
+        None, SECRET, name="p", content_type="text/plain", tenant_id="t", session_id=str(sid)
+    )
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT session_id, turn_seq FROM shardstore.artifact_refs WHERE artifact_id = %s",
+            (ref.artifact_id,),
+        ).fetchone()
+    assert row == (sid, None)
+    store.rewind(sid, 0)  # by turn: a trajectory reference has none, it stays
+    assert store.get_artifact("t", ref.artifact_id) == SECRET.encode()
+    report = store.purge_session(sid)
+    assert report.tables["shardstore.artifacts"].rows == 1  # released at once
+    with pytest.raises(shardstore.ArtifactNotFound):
+        store.get_artifact("t", ref.artifact_id)
+
+
+def test_payload_session_must_be_a_live_session_of_the_tenant(store: shardstore.Store) -> None:
+    theirs = store.create_session("other")
+    gone = store.create_session("t")
+    store.purge_session(gone)
+    cases: list[tuple[Any, type[Exception]]] = [
+        (uuid.uuid4(), shardstore.SessionNotFound),
+        (theirs, shardstore.SessionNotFound),
+        (gone, shardstore.SessionPurged),
+        ("not-a-uuid", shardstore.InvalidInput),
+        (12, shardstore.InvalidInput),
+    ]
+    for bad, error in cases:
+        with pytest.raises(error):
+            store.attach_payload(
+                None, b"x", name="n", content_type="x/y", tenant_id="t", session_id=bad
+            )
+    assert store.list_artifacts("t") == []  # checked before the upload: nothing stored
+
+
 def test_async_spans(dsn: str, spans: InMemorySpanExporter) -> None:
     async def main() -> None:
         store = await shardstore.connect_async(dsn)
@@ -212,6 +251,12 @@ def test_async_spans(dsn: str, spans: InMemorySpanExporter) -> None:
             got = [t async for t in store.history(sid)]
             assert len(got) == 1
             await store.attach_payload(None, b"x", name="n", content_type="x/y", tenant_id="t")
+            ref = await store.attach_payload(
+                None, b"y", name="n", content_type="x/y", tenant_id="t", session_id=sid
+            )
+            assert (await store.purge_session(sid)).tables["shardstore.artifacts"].rows == 1
+            with pytest.raises(shardstore.ArtifactNotFound):
+                await store.get_artifact("t", ref.artifact_id)
         finally:
             await store.close()
 
