@@ -6,6 +6,7 @@ whole, the newest turn's unit present when it fits alone, order, determinism."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -418,3 +419,13 @@ def test_cli_context(long_session: Any, capsys: Any) -> None:
     assert main(["--json", *args]) == 0
     assert '"tokens"' in capsys.readouterr().out
     assert main([*args[:-1], "0"]) == 2
+    fact = store.remember("t1", "user:1", "plan", "pro", source=(sid, 3))
+    assert main(["--json", *args, "--facts", "user:1", "--recall", "QX-4471"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    kinds = [m["kind"] for m in shown["messages"]]
+    assert "facts" in kinds and "recall" in kinds and shown["tokens"] <= 600
+    facts = shown["messages"][kinds.index("facts")]
+    assert facts["fact_ids"] == [str(fact.fact_id)] and "plan" in facts["message"]["content"]
+    assert main([*args, "--facts", "user:1"]) == 0
+    assert "1 facts" in capsys.readouterr().out
+    assert main([*args, "--facts", ""]) == 2  # an empty subject: refused, like the API
