@@ -24,6 +24,7 @@ from .embedding import message_text
 from .errors import SessionNotFound, SessionPurged
 from .facts import Fact
 from .facts import recall as facts_recall
+from .history import tail_op
 from .models import SearchHit, Turn
 from .plans import is_reasoning, is_tool_result, may_follow_reasoning, trim_tail
 from .sql import query
@@ -286,7 +287,7 @@ def context(
     recent turns. ``summaries=False`` leaves summaries out; without summaries (none
     stored, or no summarizer ever run) the context is recent turns, recall and facts.
     With your own ``tokenizer``, recent turns are fetched up to 4x the budget in the
-    store's tokens and counted with yours."""
+    store's tokens (and the newest turn's unit whatever its size) and counted with yours."""
     sid = validate.session_id(session_id)
     budget = validate.count(max_tokens, "max_tokens", high=validate.MAX_INT64)
     recent_min = (
@@ -310,9 +311,10 @@ def context(
     if wanted is not None:  # the query's embedding, before the snapshot (a model call)
         vector = yield from query_vector_op(store._vectors, wanted)
     fetch = min(validate.MAX_INT64, budget * CUSTOM_FETCH_FACTOR) if own else budget
-    # one statement reads the head, the window and the summaries (one snapshot); facts and
-    # recall are more statements, so they share a REPEATABLE READ snapshot with it
-    joined = subject is not None or wanted is not None
+    # one statement reads the head, the window and the summaries (one snapshot); facts,
+    # recall and (with your tokenizer) a re-read of the newest unit are more statements,
+    # so they share a REPEATABLE READ snapshot with it
+    joined = subject is not None or wanted is not None or own
     limit = min(MAX_SUMMARIES, budget // 8 + 1)
     if joined:
         yield Tx.BEGIN_SNAPSHOT
@@ -339,6 +341,10 @@ def context(
     if window and window[0].turn_seq > 0 and may_follow_reasoning(window[0].message):
         before = None if read["before"] is None else jsoncodec.loads(read["before"])
     candidates = trim_tail(window, before)
+    if own and not candidates and int(read["turn_count"]) > 0:
+        # the newest unit is over the fetch in the store's tokens, yet by your tokenizer
+        # it may fit alone: read it by turns so that the rule holds for your counts too
+        candidates = yield from newest_unit_op(ctx, sid, int(read["turn_count"]))
     groups = units(candidates)
     taken = first_units([sum(turn_tokens(t) for t in g) for g in groups], budget, recent_min)
     # what the recent part takes first: summaries and recall hits come from before it
@@ -372,6 +378,19 @@ def context(
         hits=hits,
         summary_tokens=summary_tokens,
     )
+
+
+def newest_unit_op(ctx: OpContext, sid: uuid.UUID, turn_count: int) -> Op[list[Turn]]:
+    """The newest turns by count, oldest first and trimmed (:func:`plans.trim_tail`), in
+    windows of 2, 4, 8... turns until one holds the newest turn's whole unit (the call its
+    results answer, the reasoning item before it) or the whole session: the newest unit
+    whatever its size in the store's tokens (empty only when no turn can open a window)."""
+    n = 2
+    while True:
+        turns = yield from tail_op(ctx, sid, n, None)
+        if turns or n >= turn_count:
+            return turns
+        n *= 2
 
 
 def decode_window(text: str | None) -> list[Turn]:

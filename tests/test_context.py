@@ -6,6 +6,7 @@ whole, the newest turn's unit present when it fits alone, order, determinism."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -60,11 +61,59 @@ def plain(i: int, size: int) -> list[dict[str, Any]]:
     return [{"role": "user" if i % 2 else "assistant", "content": f"turn {i} " + "w " * size}]
 
 
+def chat_parallel(i: int, size: int) -> list[dict[str, Any]]:
+    """One call message with two tool calls, then both results (the second one large)."""
+    calls = [
+        {"id": f"p{i}{j}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for j in range(2)
+    ]
+    return [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": f"p{i}0", "content": "first"},
+        {"role": "tool", "tool_call_id": f"p{i}1", "content": "w " * size},
+    ]
+
+
+def legacy_function_pair(i: int) -> list[dict[str, Any]]:
+    return [
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+        {"role": "function", "name": "f", "content": f"legacy {i}"},
+    ]
+
+
+def responses_reasoning_message(i: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "reasoning", "id": f"m{i}", "summary": []},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]},
+    ]
+
+
+def langchain_pair(i: int) -> list[dict[str, Any]]:
+    call = {"name": "f", "args": {}, "id": f"l{i}", "type": "tool_call"}
+    return [
+        {"type": "ai", "data": {"content": "", "tool_calls": [call]}},
+        {"type": "tool", "data": {"content": f"lc {i}", "tool_call_id": f"l{i}"}},
+    ]
+
+
+def seed_pair(i: int) -> list[dict[str, Any]]:
+    return [
+        {"role": "assistant", "content": "calling", "metadata": {"tool_calls": [f"s{i}"]}},
+        {"role": "observation", "content": "seen", "metadata": {"tool_call_id": f"s{i}"}},
+    ]
+
+
+SIZES = st.sampled_from([1, 5, 40, 300, 1200])
 BLOCK = st.one_of(
-    st.builds(plain, st.integers(0, 1000), st.sampled_from([1, 5, 40, 300, 1200])),
+    st.builds(plain, st.integers(0, 1000), SIZES),
     st.builds(chat_pair, st.integers(0, 1000)),
     st.builds(responses_triple, st.integers(0, 1000)),
     st.builds(anthropic_pair, st.integers(0, 1000)),
+    st.builds(chat_parallel, st.integers(0, 1000), SIZES),
+    st.builds(legacy_function_pair, st.integers(0, 1000)),
+    st.builds(responses_reasoning_message, st.integers(0, 1000)),
+    st.builds(langchain_pair, st.integers(0, 1000)),
+    st.builds(seed_pair, st.integers(0, 1000)),
 )
 
 
@@ -76,7 +125,15 @@ def unit_of_newest(history: list[Turn]) -> list[Turn]:
     return history[i:]
 
 
-def check(ctx: shardstore.Context, history: list[Turn], budget: int) -> None:
+def check(
+    ctx: shardstore.Context,
+    history: list[Turn],
+    budget: int,
+    size: Any = None,
+) -> None:
+    """The rules, ``size(turn)`` being a turn's tokens by the counter the context was
+    built with (default: the store's stored counts)."""
+    tokens_of = size or (lambda t: t.tokens)
     assert ctx.tokens <= budget
     assert ctx.tokens == sum(p.tokens for p in ctx.parts)
     assert len(ctx.messages) == len(ctx.parts)
@@ -97,8 +154,10 @@ def check(ctx: shardstore.Context, history: list[Turn], budget: int) -> None:
         else:
             assert message["role"] == "system"
     unit = unit_of_newest(history)
-    if sum(t.tokens for t in unit) <= budget and not is_tool_result(unit[0].message):
+    if sum(tokens_of(t) for t in unit) <= budget and not is_tool_result(unit[0].message):
         assert history[-1].turn_seq in recent
+        # the newest turn's unit is there whole: the call its results answer, its reasoning
+        assert recent[0] <= unit[0].turn_seq
 
 
 def reference(
@@ -157,6 +216,81 @@ def test_context_properties(
     assert list(store.history(sid)) == history  # the log is never changed
     if recall is None:  # one statement, stored summary counts: the same as the rule alone
         assert ctx == reference(store, sid, budget, recent_min)
+
+
+class Scaled:
+    """A tokenizer of your own: cl100k_base scaled (2x, 1/8x), or one token per message."""
+
+    def __init__(self, factor: float | None) -> None:
+        self.base = TiktokenCounter("cl100k_base")
+        self.factor = factor
+        self.name = f"scaled-{factor}"
+
+    def count(self, text: str) -> int:
+        if self.factor is None:
+            return 1
+        return max(1, int(self.base.count(text) * self.factor))
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    blocks=st.lists(BLOCK, min_size=1, max_size=12),
+    budget=st.integers(1, 3000),
+    factor=st.sampled_from([None, 0.125, 2.0]),
+    facts=st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 60)), max_size=6),
+    recall=st.sampled_from([None, "result"]),
+)
+def test_context_properties_own_tokenizer_and_facts(
+    store: shardstore.Store,
+    blocks: list[list[dict[str, Any]]],
+    budget: int,
+    factor: float | None,
+    facts: list[tuple[str, int]],
+    recall: str | None,
+) -> None:
+    """The same rules by a tokenizer passed in (one counting far fewer tokens than the
+    store's included, so the newest unit may be far over the budget in stored counts),
+    with facts in the budget too: every part counted by that tokenizer."""
+    sid = store.create_session("t1")
+    subject = f"user:{uuid.uuid4()}"
+    store.append_turns(sid, [m for block in blocks for m in block])
+    for key, words in facts:
+        store.remember("t1", subject, key, "v " * words, source=(sid, 0))
+    tokenizer = Scaled(factor)
+    count = assembly.message_counter(tokenizer)
+    history = list(store.history(sid))
+    ctx = store.context(sid, budget, facts_subject=subject, recall=recall, tokenizer=tokenizer)
+    check(ctx, history, budget, size=lambda t: count(t.message))
+    for message, part in zip(ctx.messages, ctx.parts, strict=True):
+        assert part.tokens == count(message)  # every part by the tokenizer passed
+    current = {f.fact_id for f in store.recall("t1", subject)}
+    for part in ctx.parts:
+        if part.kind == "facts":
+            assert part.fact_ids and set(part.fact_ids) <= current
+    again = store.context(sid, budget, facts_subject=subject, recall=recall, tokenizer=tokenizer)
+    assert again == ctx
+
+
+def test_own_tokenizer_newest_turn_over_the_store_fetch(store: shardstore.Store) -> None:
+    """A tokenizer counting far fewer tokens than the store's: the newest turn (and a
+    tool pair whose result is huge) is there when it fits by that tokenizer, though it is
+    far over the budget (and the 4x fetch) in the store's counts."""
+    one = Scaled(None)
+    sid = store.create_session("t1")
+    store.append_turns(sid, [*plain(0, 5), *plain(1, 3000)])
+    ctx = store.context(sid, 10, tokenizer=one)
+    assert [p.first_turn_seq for p in ctx.parts] == [0, 1] and ctx.tokens == 2
+    assert store.context(sid, 1, tokenizer=one).parts[0].first_turn_seq == 1
+    pair = store.create_session("t1")
+    store.append_turns(pair, [*plain(0, 5), *chat_parallel(1, 3000)])
+    ctx = store.context(pair, 3, tokenizer=one)
+    assert [p.first_turn_seq for p in ctx.parts] == [1, 2, 3]  # the call and both results
+    assert store.context(pair, 2, tokenizer=one).parts == []  # the unit does not fit: none
+    assert store.context(pair, 3).parts == []  # by the store's counts it does not fit
 
 
 @pytest.fixture
@@ -285,3 +419,13 @@ def test_cli_context(long_session: Any, capsys: Any) -> None:
     assert main(["--json", *args]) == 0
     assert '"tokens"' in capsys.readouterr().out
     assert main([*args[:-1], "0"]) == 2
+    fact = store.remember("t1", "user:1", "plan", "pro", source=(sid, 3))
+    assert main(["--json", *args, "--facts", "user:1", "--recall", "QX-4471"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    kinds = [m["kind"] for m in shown["messages"]]
+    assert "facts" in kinds and "recall" in kinds and shown["tokens"] <= 600
+    facts = shown["messages"][kinds.index("facts")]
+    assert facts["fact_ids"] == [str(fact.fact_id)] and "plan" in facts["message"]["content"]
+    assert main([*args, "--facts", "user:1"]) == 0
+    assert "1 facts" in capsys.readouterr().out
+    assert main([*args, "--facts", ""]) == 2  # an empty subject: refused, like the API

@@ -168,10 +168,17 @@ def reference(
     store: shardstore.Store, sid: Any, budget: int, recent_min: int, tokenizer: Any = None
 ) -> Any:
     """The context by the rule alone from public reads (every summary message counted; with
-    a tokenizer of one's own, every turn too, over a window of 4x the budget)."""
+    a tokenizer of one's own, every turn too, over a window of 4x the budget, or the
+    newest unit read by turns when that window holds none)."""
     count_message = assembly.message_counter(make_counter(tokenizer))
     own = tokenizer is not None
     window = store.tail(sid, max_tokens=budget * assembly.CUSTOM_FETCH_FACTOR if own else budget)
+    turn_count = store.session(sid).turn_count
+    n = 2
+    while own and not window and n < 2 * turn_count:
+        # the newest unit is over the fetch in stored counts: read by turns (2, 4, 8...)
+        window = store.tail(sid, n=n)
+        n *= 2
 
     def turn_tokens(t: Turn) -> int:
         return count_message(t.message) if own else t.tokens

@@ -151,6 +151,12 @@ def test_hostile_input_writes_nothing(make_store: Any, dsn: str) -> None:
     assert store.summaries(sid) == [] and queued(dsn, sid) == waiting
     with pytest.raises(shardstore.SessionNotFound):
         store.summaries(uuid.uuid4())
+    for bad_id in ("nope", 42, None):
+        with pytest.raises(shardstore.InvalidInput):
+            store.summaries(bad_id)  # type: ignore[arg-type]
+    # a session with nothing queued (an unknown one too, as embed()): 0, no model call
+    assert store.summarize(boom, session_id=uuid.uuid4()) == 0
+    assert store.summaries(sid) == [] and queued(dsn, sid) == waiting
     assert store.summarize(stub, session_id=sid, limit=1) == 1
 
 

