@@ -73,8 +73,7 @@ def range_search(conn: psycopg.Connection[Any]) -> Callable[[list[float], str], 
         seqs = [r["chunk_seq"] for r in best]
         lows = [max(0, int(r["first_turn_seq"]) - 2) for r in best]
         highs = [r["last_turn_seq"] for r in best]
-        conn.execute(query("vec_hit_turns"),
-                     (idx, sids, seqs, [r["chunk_start"] for r in best], lows, highs),
+        conn.execute(query("vec_hit_turns"), (idx, sids, seqs, lows, highs),
                      prepare=False).fetchall()
         conn.execute(query("vec_hit_buffer"), (idx, sids, seqs, lows, highs),
                      prepare=False).fetchall()

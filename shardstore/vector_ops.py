@@ -252,18 +252,13 @@ class Ranked:
     score: float
 
 
-def hits_op(
-    ranked: Sequence[Ranked],
-    session_id: uuid.UUID | None,
-    chunk_starts: Sequence[datetime] | None = None,
-) -> Op[list[SearchHit]]:
+def hits_op(ranked: Sequence[Ranked], session_id: uuid.UUID | None) -> Op[list[SearchHit]]:
     """Search hits for ranked turn windows (vector, text or fused): each with its window's
     turns, widened back over tool results to their call and over an item to its reasoning
     item (within the chunk, folded or buffered). The turns are read from the window's
-    owner, the chunk's row found by ``chunk_starts`` when the ranking knows them, else
-    through chunk_map; with ``session_id`` (a session scope) the hits carry it, so a
-    fork's hit on an inherited turn is the fork's (its chunk_seq is the same in the fork's
-    view)."""
+    owner, its chunk's row found through chunk_map (whatever start a vector row was stored
+    under); with ``session_id`` (a session scope) the hits carry it, so a fork's hit on an
+    inherited turn is the fork's (its chunk_seq is the same in the fork's view)."""
     if not ranked:
         return []
     index = list(range(len(ranked)))
@@ -274,16 +269,7 @@ def hits_op(
     # one snapshot for both reads: a fold between them would move turns out of the buffer
     # after the folded part was read, and the hit would lose them
     yield Tx.BEGIN_SNAPSHOT
-    if chunk_starts is None:
-        folded = yield Q(
-            query("text_hit_folded"), (index, sessions, chunks, lows, highs), prepare=False
-        )
-    else:
-        folded = yield Q(
-            query("vec_hit_turns"),
-            (index, sessions, chunks, list(chunk_starts), lows, highs),
-            prepare=False,
-        )
+    folded = yield Q(query("vec_hit_turns"), (index, sessions, chunks, lows, highs), prepare=False)
     buffered = yield Q(
         query("vec_hit_buffer"), (index, sessions, chunks, lows, highs), prepare=False
     )
@@ -423,9 +409,7 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         )
         for r in best
     ]
-    hits: list[SearchHit] = yield from hits_op(
-        ranked, scope.session_id, [r["chunk_start"] for r in best]
-    )
+    hits: list[SearchHit] = yield from hits_op(ranked, scope.session_id)
     return hits
 
 

@@ -171,6 +171,33 @@ def test_a_sealed_unfolded_chunk_is_embedded_under_its_fold_start(
     assert found(store, sid, messages[0]) == {0} and found(store, sid, messages[39]) == {39}
 
 
+def test_a_range_purge_before_the_fold_keeps_embedded_turns_searchable(
+    make_store: StoreFactory,
+) -> None:
+    """Turns embedded in the buffer carry the start their chunk was expected to fold with
+    (the first buffered turn's time); a range purge of that first turn makes the fold take
+    the next turn's time. The hits still find the turns before any other embed pass (a
+    hypothesis example found none), and the next pass embeds nothing again."""
+    embedder = HashEmbedder(window_tokens=8)
+    store = make_store(embedding_model=embedder, chunk_tokens=200)
+    sid = store.create_session("acme")
+    live = [msg(words(f"early{i}", 3)) for i in range(3)]
+    for m in live:
+        store.append_turns(sid, [m])
+    store.embed()
+    store.purge_range(sid, before_turn_seq=1)
+    store.append_turns(sid, [msg(words(f"long{i}", 20)) for i in range(2)])  # seals chunk 0
+    store.drain_folds()
+    assert store.chunks(sid)[0].first_turn_seq == 1  # folded, under turn 1's time
+    for seq in (1, 2):
+        assert found(store, sid, live[seq]) == {seq}
+    before = embedder.texts_embedded  # (searches embed their queries too)
+    store.embed()  # the two new turns only: turns 1 and 2 are not embedded again
+    assert embedder.texts_embedded - before == 2 * windows_of(embedder, [msg(words("x", 20))])
+    for seq in (1, 2):
+        assert found(store, sid, live[seq]) == {seq}
+
+
 def test_erasures_remove_buffered_vectors(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(embedding_model=HashEmbedder(), **SMALL)
     a = store.create_session("acme", subject_id="alice")

@@ -24,18 +24,12 @@ SELECT (SELECT count(*) FROM shardstore.chunk_vectors),
 -- the hits' turns stored in chunks (one array per hit); vec_hit_buffer gives those still in
 -- the buffer. Two statements, each a join of the hit list with one table: Citus refused the
 -- one statement with a correlated UNION ALL over both ("complex joins are only supported
--- when all distributed tables are co-located and joined on their distribution columns")
-SELECT x.i, (SELECT jsonb_agg(e.v ORDER BY e.ord)
-               FROM jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS e(v, ord)
-              WHERE (e.v->>'s')::bigint BETWEEN x.lo AND x.hi)::text
-  FROM unnest(%s::integer[], %s::uuid[], %s::bigint[], %s::timestamptz[], %s::bigint[], %s::bigint[])
-       AS x(i, session_id, chunk_seq, chunk_start, lo, hi)
-  JOIN shardstore.agent_history h
-    ON h.session_id = x.session_id AND h.chunk_seq = x.chunk_seq AND h.chunk_start = x.chunk_start;
-
--- vec_hit_turns for rankings that do not know the chunk's start (text and fused ones,
--- vector_ops.hits_op): the start is read from chunk_map, joined on session_id like the rest.
--- name: text_hit_folded
+-- when all distributed tables are co-located and joined on their distribution columns").
+-- The chunk's row is found through chunk_map, never by the start a vector row was stored
+-- under: a buffered turn's windows are stored under the start its chunk was expected to
+-- fold with, and a range purge or retention that removes the chunk's first buffered turns
+-- moves the fold to a later start (the embed pass moves the windows after; until then the
+-- hit must still find its turns). chunk_map joined on session_id like the rest.
 SELECT x.i, (SELECT jsonb_agg(e.v ORDER BY e.ord)
                FROM jsonb_array_elements(h.conversation_chunk) WITH ORDINALITY AS e(v, ord)
               WHERE (e.v->>'s')::bigint BETWEEN x.lo AND x.hi)::text
