@@ -122,18 +122,26 @@ def _leading_start(turns: Sequence[TurnT], start: int) -> int:
 
 def _orphan_at(turns: Sequence[TurnT], start: int) -> int | None:
     """The index of the first Responses result in ``turns[start:]`` whose call (by id) is
-    not in ``turns[start:]`` before it, None when every one has its call."""
+    known to be outside ``turns[start:]``, None when there is none. Known: its call is in
+    ``turns[:start]`` (cut off by this trim, or outside a hit's window), or the result is
+    in the window's leading run of call and result items (the window opened between
+    parallel calls) and no call before it in the window carries its id. A result further
+    on with an id no item carries is left alone (data without its call: not a cut)."""
+    cut = {c for c in map(responses_call_id, (t.message for t in turns[:start])) if c}
     calls: set[str] = set()
+    in_run = True
     for index in range(start, len(turns)):
         message = turns[index].message
         answered = responses_result_id(message)
         if answered is not None:
-            if answered not in calls:
+            if answered in cut or (in_run and answered not in calls):
                 return index
             continue
         call = responses_call_id(message)
         if call is not None:
             calls.add(call)
+        else:
+            in_run = False
     return None
 
 
@@ -144,11 +152,12 @@ def trim_tail(turns: Sequence[TurnT], before: Mapping[str, Any] | None = None) -
     after a Responses ``reasoning`` item that is outside the window (the reasoning item and
     the item that follows it are one unit, and the API refuses either alone); and, for the
     Responses API, whose parallel calls are separate items, everything up to and
-    including a ``*_call_output`` whose ``call_id`` names no call inside the window (a
-    window opening between two parallel calls), so that no result in the window lacks its
-    call. ``before`` is the message of the turn just before ``turns[0]`` (None: none, or
-    not looked up); a dropped turn is the predecessor of the next, so a run of results, or
-    a reasoning item and what follows it, is dropped whole. The result is a suffix of
+    including a ``*_call_output`` whose call the window cut off: one in the window's
+    leading run of call and output items whose ``call_id`` no call before it carries (the
+    window opened between two parallel calls), or one answering a call this trim
+    dropped. ``before`` is the message of the turn just before ``turns[0]`` (None: none,
+    or not looked up); a dropped turn is the predecessor of the next, so a run of results,
+    or a reasoning item and what follows it, is dropped whole. The result is a suffix of
     ``turns``."""
     count = len(turns)
     start = 1 if before is not None and count and is_reasoning(before) else 0

@@ -193,8 +193,8 @@ def test_a_window_between_parallel_responses_calls_drops_their_outputs() -> None
     swapped = responses_parallel(0, [1, 0], reasoning=False)  # c0, c1, out c1, out c0
     st_turns = turns_of([*swapped, {"role": "user", "content": "next"}])
     assert trim_tail(st_turns[1:]) == st_turns[4:]
-    # an output whose call_id no item carries is an orphan too; one without an id is
-    # paired by position only
+    # an output whose call no item carries is an orphan in the leading run of calls (the
+    # window cut there); further on it is data without its call, not a cut: kept
     stray = turns_of(
         [
             {"role": "user", "content": "q"},
@@ -202,7 +202,14 @@ def test_a_window_between_parallel_responses_calls_drops_their_outputs() -> None
             {"role": "user", "content": "after"},
         ]
     )
-    assert trim_tail(stray) == stray[2:]
+    assert trim_tail(stray) == stray
+    lead = turns_of([group[1], stray[1].message, convo[-1]])  # call c0, out "nowhere", user
+    assert trim_tail(lead) == lead[2:]
+    # an output after a plain message whose call this trim dropped is an orphan too
+    late = [*group[1:4], {"type": "message", "role": "assistant", "content": "m"}, group[4]]
+    late_turns = turns_of(late)  # c0, c1, out c0, message, out c1
+    assert trim_tail(late_turns) == late_turns
+    assert trim_tail(late_turns[1:]) == []  # a suffix: the message before out c1 goes too
     no_id = turns_of([{"role": "user", "content": "q"}, {"type": "function_call_output"}])
     assert trim_tail(no_id) == no_id
     # MCP approvals pair by approval_request_id
