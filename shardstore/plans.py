@@ -69,24 +69,104 @@ def may_follow_reasoning(message: Mapping[str, Any]) -> bool:
     return type(kind) is str and kind not in LANGCHAIN_TYPES and kind != "constructor"
 
 
-def trim_tail(turns: Sequence[TurnT], before: Mapping[str, Any] | None = None) -> list[TurnT]:
-    """Drop the leading turns a window must not start with (models reject such a
-    context): tool results (:func:`is_tool_result`), since a result is answered by a call
-    that precedes it, so a result at the window's start has lost its call; and an item
-    right after a Responses ``reasoning`` item that is outside the window (the reasoning
-    item and the item that follows it are one unit, and the API refuses either alone).
-    ``before`` is the message of the turn just before ``turns[0]`` (None: none, or not
-    looked up); a dropped turn is the predecessor of the next, so a run of results, or a
-    reasoning item and what follows it, is dropped whole."""
-    start = 0
+def responses_call_id(message: Mapping[str, Any]) -> str | None:
+    """The id a later Responses result names this item by: a ``*_call`` item's
+    ``call_id`` (``function_call``, ``computer_call``, ``custom_tool_call``,
+    ``local_shell_call``, ...) or an ``mcp_approval_request``'s ``id``; None for any other
+    message. Parallel calls are separate items in the Responses API, so a window can
+    start between two of them; this is what :func:`trim_tail` matches results against."""
+    if "role" in message:
+        return None
+    kind = message.get("type")
+    if type(kind) is not str:
+        return None
+    if kind.endswith("_call"):
+        ident = message.get("call_id")
+    elif kind == "mcp_approval_request":
+        ident = message.get("id")
+    else:
+        return None
+    return ident if type(ident) is str else None
+
+
+def responses_result_id(message: Mapping[str, Any]) -> str | None:
+    """The call a Responses result answers: a ``*_call_output`` item's ``call_id`` or an
+    ``mcp_approval_response``'s ``approval_request_id``; None for any other message (and
+    for a result without a string id: those are paired by position only)."""
+    if "role" in message:
+        return None
+    kind = message.get("type")
+    if type(kind) is not str:
+        return None
+    if kind.endswith("_call_output"):
+        ident = message.get("call_id")
+    elif kind == "mcp_approval_response":
+        ident = message.get("approval_request_id")
+    else:
+        return None
+    return ident if type(ident) is str else None
+
+
+def _leading_start(turns: Sequence[TurnT], start: int) -> int:
+    """The first index at or after ``start`` a window may begin at, by position: past
+    tool results and past an item whose ``reasoning`` predecessor is cut off (index
+    ``start - 1`` is outside the window, so a reasoning item there is cut off too)."""
     count = len(turns)
-    if before is not None and count and is_reasoning(before):
-        start = 1
     while start < count and (
         is_tool_result(turns[start].message)
         or (start > 0 and is_reasoning(turns[start - 1].message))
     ):
         start += 1
+    return start
+
+
+def _orphan_at(turns: Sequence[TurnT], start: int) -> int | None:
+    """The index of the first Responses result in ``turns[start:]`` whose call (by id) is
+    known to be outside ``turns[start:]``, None when there is none. Known: its call is in
+    ``turns[:start]`` (cut off by this trim, or outside a hit's window), or the result is
+    in the window's leading run of call and result items (the window opened between
+    parallel calls) and no call before it in the window carries its id. A result further
+    on with an id no item carries is left alone (data without its call: not a cut)."""
+    cut = {c for c in map(responses_call_id, (t.message for t in turns[:start])) if c}
+    calls: set[str] = set()
+    in_run = True
+    for index in range(start, len(turns)):
+        message = turns[index].message
+        answered = responses_result_id(message)
+        if answered is not None:
+            if answered in cut or (in_run and answered not in calls):
+                return index
+            continue
+        call = responses_call_id(message)
+        if call is not None:
+            calls.add(call)
+        else:
+            in_run = False
+    return None
+
+
+def trim_tail(turns: Sequence[TurnT], before: Mapping[str, Any] | None = None) -> list[TurnT]:
+    """Drop the leading turns a window must not start with (models reject such a
+    context): tool results (:func:`is_tool_result`), since a result is answered by a call
+    that precedes it, so a result at the window's start has lost its call; an item right
+    after a Responses ``reasoning`` item that is outside the window (the reasoning item and
+    the item that follows it are one unit, and the API refuses either alone); and, for the
+    Responses API, whose parallel calls are separate items, everything up to and
+    including a ``*_call_output`` whose call the window cut off: one in the window's
+    leading run of call and output items whose ``call_id`` no call before it carries (the
+    window opened between two parallel calls), or one answering a call this trim
+    dropped. ``before`` is the message of the turn just before ``turns[0]`` (None: none,
+    or not looked up); a dropped turn is the predecessor of the next, so a run of results,
+    or a reasoning item and what follows it, is dropped whole. The result is a suffix of
+    ``turns``."""
+    count = len(turns)
+    start = 1 if before is not None and count and is_reasoning(before) else 0
+    start = _leading_start(turns, start)
+    while start < count:
+        orphan = _orphan_at(turns, start)
+        if orphan is None:
+            break
+        start = _leading_start(turns, orphan + 1)
     return list(turns[start:]) if start else list(turns)
 
 
@@ -127,14 +207,19 @@ HIT_CONTEXT_TURNS = 32
 def whole_window(context: Sequence[TurnT], first: int) -> list[TurnT]:
     """A search hit's turns: ``context[first:]`` is the best-matching window, ``context``
     before it the turns fetched ahead of it (same chunk, oldest first). The window is
-    widened back over leading tool results to the call they answer, and over an item to
-    the ``reasoning`` item before it, so a hit shows the pair whole; what still has its
+    widened back over leading tool results to the call they answer, over an item to the
+    ``reasoning`` item before it, and over parallel Responses calls until every
+    ``*_call_output`` in it has its call, so a hit shows the pair whole; what still has its
     call (or reasoning item) outside ``context`` is dropped as :func:`trim_tail` does."""
     start = max(0, min(first, len(context)))
     while (
         start > 0
         and start < len(context)
-        and (is_tool_result(context[start].message) or is_reasoning(context[start - 1].message))
+        and (
+            is_tool_result(context[start].message)
+            or is_reasoning(context[start - 1].message)
+            or _orphan_at(context, start) is not None
+        )
     ):
         start -= 1
     return trim_tail(context[start:])

@@ -303,3 +303,20 @@ def test_cli(dsn: str, source: str, capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert doc["unchanged"] == 2 and doc["turns"] == 0 and len(doc["skipped"]) == 1
     assert main([*base[:-2], "--tenant", "x", "--tenant-column", "tenant"]) == 2  # usage
+
+
+def test_progress_bar_on_stderr_only_when_asked(
+    store: shardstore.Store, source: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """progress=True draws a tqdm bar of turns on stderr; progress=False draws nothing."""
+    make_source(source, [("a", chat(7)), ("b", chat(4))])
+    capfd.readouterr()
+    report = run_import(store, source, progress=True)
+    bar = capfd.readouterr().err
+    assert (report.sessions, report.turns) == (2, 11)
+    assert "turn" in bar and "11" in bar, bar
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("UPDATE agent_sessions SET conversation_history = %s WHERE session_id = 'b'",
+                     (json.dumps(chat(6)),))
+    assert run_import(store, source, progress=False).turns == 2
+    assert capfd.readouterr().err == ""

@@ -177,6 +177,66 @@ def test_whole_window_widens_back_to_the_call() -> None:
     assert whole_window(turns_of(chat_convo), 2) == turns_of(chat_convo)[1:]
 
 
+def test_a_window_between_parallel_responses_calls_drops_their_outputs() -> None:
+    """Responses parallel calls are separate items: a window opening at the second call
+    would hold the first call's output without its call (the API refuses it), so trim_tail
+    drops up to that output and the rest of the group's outputs with it."""
+    group = responses_parallel(0, [0, 1], reasoning=True)  # rs, c0, c1, out c0, out c1
+    convo = [{"role": "user", "content": "q"}, *group, {"role": "user", "content": "next"}]
+    turns = turns_of(convo)
+    assert trim_tail(turns) == turns
+    assert trim_tail(turns[1:]) == turns[1:]  # from the reasoning item: whole
+    assert trim_tail(turns[2:], before=convo[1]) == turns[6:]  # its reasoning cut off
+    assert trim_tail(turns[3:], before=convo[2]) == turns[6:]  # between the calls
+    assert trim_tail(turns[3:6], before=convo[2]) == []
+    # outputs in the other order: the orphan is the second output; still all dropped
+    swapped = responses_parallel(0, [1, 0], reasoning=False)  # c0, c1, out c1, out c0
+    st_turns = turns_of([*swapped, {"role": "user", "content": "next"}])
+    assert trim_tail(st_turns[1:]) == st_turns[4:]
+    # an output whose call no item carries is an orphan in the leading run of calls (the
+    # window cut there); further on it is data without its call, not a cut: kept
+    stray = turns_of(
+        [
+            {"role": "user", "content": "q"},
+            {"type": "function_call_output", "call_id": "nowhere", "output": "x"},
+            {"role": "user", "content": "after"},
+        ]
+    )
+    assert trim_tail(stray) == stray
+    lead = turns_of([group[1], stray[1].message, convo[-1]])  # call c0, out "nowhere", user
+    assert trim_tail(lead) == lead[2:]
+    # an output after a plain message whose call this trim dropped is an orphan too
+    late = [*group[1:4], {"type": "message", "role": "assistant", "content": "m"}, group[4]]
+    late_turns = turns_of(late)  # c0, c1, out c0, message, out c1
+    assert trim_tail(late_turns) == late_turns
+    assert trim_tail(late_turns[1:]) == []  # a suffix: the message before out c1 goes too
+    no_id = turns_of([{"role": "user", "content": "q"}, {"type": "function_call_output"}])
+    assert trim_tail(no_id) == no_id
+    # MCP approvals pair by approval_request_id
+    approval = turns_of(
+        [
+            {"type": "mcp_approval_request", "id": "a1", "name": "t", "arguments": "{}"},
+            {"type": "mcp_approval_request", "id": "a2", "name": "t", "arguments": "{}"},
+            {"type": "mcp_approval_response", "approval_request_id": "a1", "approve": True},
+            {"type": "mcp_approval_response", "approval_request_id": "a2", "approve": True},
+        ]
+    )
+    assert trim_tail(approval) == approval
+    assert trim_tail(approval[1:]) == []
+    # chat parallel calls are one message: a window cannot start between them
+    chat_turns = turns_of(chat_parallel(0, [1, 0]))
+    assert trim_tail(chat_turns) == chat_turns
+
+
+def test_whole_window_widens_back_over_parallel_calls() -> None:
+    group = responses_parallel(0, [0, 1, 2], reasoning=True)
+    turns = turns_of([{"role": "user", "content": "q"}, *group])
+    # a hit on the last output: back over the outputs and all three calls to the reasoning
+    assert whole_window(turns, len(turns) - 1) == turns[1:]
+    # the first call is outside the fetched context: nothing of the group is shown
+    assert whole_window(turns[3:], 3) == []
+
+
 def test_message_text_of_the_new_formats() -> None:
     assert (
         message_text({"type": "function_call", "name": "lookup", "arguments": '{"q": "refund"}'})
@@ -234,31 +294,89 @@ def test_each_format_round_trips(store: shardstore.Store, fmt: str) -> None:
 FORMAT_NAMES = sorted(FORMATS)
 
 
+def responses_parallel(i: int, outputs: list[int], reasoning: bool) -> list[Message]:
+    """Parallel Responses calls: separate ``function_call`` items (after an optional
+    ``reasoning`` item), then their outputs in the order ``outputs`` gives."""
+    head = [{"type": "reasoning", "id": f"prs{i}", "summary": []}] if reasoning else []
+    calls = [
+        {"type": "function_call", "call_id": f"p{i}.{j}", "name": "f", "arguments": "{}"}
+        for j in range(len(outputs))
+    ]
+    outs = [
+        {"type": "function_call_output", "call_id": f"p{i}.{j}", "output": f"out {i}.{j}"}
+        for j in outputs
+    ]
+    return [*head, *calls, *outs]
+
+
+def chat_parallel(i: int, outputs: list[int]) -> list[Message]:
+    """Parallel chat calls: one assistant message with several ``tool_calls``."""
+    calls = [
+        {"id": f"q{i}.{j}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for j in range(len(outputs))
+    ]
+    return [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": f"q{i}.{j}", "content": f"out {j}"} for j in outputs),
+    ]
+
+
 @st.composite
-def conversations(draw: st.DrawFn) -> list[Message]:
-    fmt_of = st.sampled_from(FORMAT_NAMES)
+def conversations(draw: st.DrawFn) -> tuple[list[Message], dict[int, int], set[int]]:
+    """A mixed conversation and its oracle, built with it (not derived by the rules under
+    test): ``answers`` maps each result's index to its call's index, ``reasoning`` holds
+    the indices of reasoning items (each belongs with the item after it)."""
+    fmt_of = st.sampled_from([*FORMAT_NAMES, "responses_parallel", "chat_parallel"])
     out: list[Message] = []
+    answers: dict[int, int] = {}
+    reasoning: set[int] = set()
     for i in range(draw(st.integers(1, 10))):
         fmt = draw(fmt_of)
-        if draw(st.booleans()):
-            out.append(PLAIN[fmt](i))
+        base = len(out)
+        if fmt in ("responses_parallel", "chat_parallel"):
+            k = draw(st.integers(2, 3))
+            order = draw(st.permutations(list(range(k))))
+            if fmt == "chat_parallel":
+                out.extend(chat_parallel(i, order))
+                answers.update({base + 1 + j: base for j in range(k)})
+            else:
+                head = int(draw(st.booleans()))
+                out.extend(responses_parallel(i, order, bool(head)))
+                if head:
+                    reasoning.add(base)
+                for j, call in enumerate(order):
+                    answers[base + head + k + j] = base + head + call
+        elif draw(st.booleans()):
+            out.append(PLAIN[fmt if fmt in PLAIN else "chat"](i))
         else:
             pair = FORMATS[fmt](i)
-            # parallel results: several results after one call
+            # repeated results: several results after one call
             out.extend(pair[:-1])
-            out.extend([pair[-1]] * draw(st.integers(1, 2)))
-    return out
+            call = len(out) - 1
+            for _ in range(draw(st.integers(1, 2))):
+                answers[len(out)] = call
+                out.append(pair[-1])
+            if fmt == "responses":
+                reasoning.add(base)
+    return out, answers, reasoning
 
 
-def assert_valid(window: list[Turn], full: list[Turn]) -> None:
+def assert_valid(
+    window: list[Turn], full: list[Turn], answers: dict[int, int], reasoning: set[int]
+) -> None:
+    """No result in ``window`` lacks its call (by the oracle), the window does not open
+    right after a reasoning item, and it is contiguous."""
     if not window:
         return
     first = window[0]
-    assert not is_tool_result(first.message), (first, window)
-    if first.turn_seq > 0:
-        assert not is_reasoning(full[first.turn_seq - 1].message), (first, window)
     seqs = [t.turn_seq for t in window]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    assert [t.message for t in window] == [t.message for t in full[seqs[0] : seqs[-1] + 1]]
+    for seq in seqs:
+        if seq in answers:
+            assert answers[seq] >= first.turn_seq, (seq, answers[seq], window)
+    assert first.turn_seq - 1 not in reasoning, (first, window)
+    assert not is_tool_result(first.message), (first, window)
 
 
 @settings(
@@ -266,14 +384,15 @@ def assert_valid(window: list[Turn], full: list[Turn]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(convo=conversations(), n=st.integers(1, 8), budget=st.integers(1, 60), data=st.data())
+@given(drawn=conversations(), n=st.integers(1, 8), budget=st.integers(1, 60), data=st.data())
 def test_no_window_starts_with_an_orphaned_result(
     make_store: Callable[..., shardstore.Store],
-    convo: list[Message],
+    drawn: tuple[list[Message], dict[int, int], set[int]],
     n: int,
     budget: int,
     data: st.DataObject,
 ) -> None:
+    convo, answers, reasoning = drawn
     store = _shared_store(make_store)
     sid = store.create_session("acme", session_id=uuid.uuid4())
     cut = data.draw(st.integers(1, len(convo)))
@@ -283,19 +402,23 @@ def test_no_window_starts_with_an_orphaned_result(
         store.append_turns(sid, convo[cut:])
     full = list(store.history(sid))
     assert [t.message for t in full] == convo
-    assert_valid(store.tail(sid, n=n), full)
-    assert_valid(store.tail(sid, max_tokens=budget), full)
+    oracle = (full, answers, reasoning)
+    assert_valid(store.tail(sid, n=n), *oracle)
+    assert_valid(store.tail(sid, max_tokens=budget), *oracle)
     explained = store.tail_explained(sid, n=n)
     assert explained.turns == store.tail(sid, n=n)
-    assert_valid(store.restore(sid, n=n).turns, full)
-    assert_valid(store.restore(sid, max_tokens=budget).turns, full)
+    assert_valid(store.restore(sid, n=n).turns, *oracle)
+    assert_valid(store.restore(sid, max_tokens=budget).turns, *oracle)
+    # every suffix of the whole history, through the pure rule the stores use
+    for start in range(len(full)):
+        assert_valid(trim_tail(full[start:], full[start - 1].message if start else None), *oracle)
     store.flush(sid)
     store.drain_folds()
     store.embed(session_id=sid)
     hits = store.search("out question ok hm f", session_id=sid, k=20)
     assert hits
     for hit in hits:
-        assert_valid(hit.turns, full)
+        assert_valid(hit.turns, *oracle)
 
 
 _STORES: dict[int, shardstore.Store] = {}
