@@ -26,7 +26,14 @@ from .facts import Fact
 from .facts import recall as facts_recall
 from .history import tail_op
 from .models import SearchHit, Turn
-from .plans import is_reasoning, is_tool_result, may_follow_reasoning, trim_tail
+from .plans import (
+    is_reasoning,
+    is_tool_result,
+    may_follow_reasoning,
+    responses_call_id,
+    responses_result_id,
+    trim_tail,
+)
 from .sql import query
 from .summaries import ChunkSummary, summary_message
 from .textsearch import (
@@ -87,13 +94,27 @@ def message_counter(counter: TokenCounter) -> Count:
 def units(turns: Sequence[Turn]) -> list[list[Turn]]:
     """Turns (oldest first, already trimmed) grouped into what must stay together: a tool
     result joins the unit of the turn before it (back to its call), and so does the item
-    after a ``reasoning`` item, in every format :mod:`shardstore.plans` knows."""
+    after a ``reasoning`` item, in every format :mod:`shardstore.plans` knows. A Responses
+    result whose call (by ``call_id``) is in an older unit merges every unit from that one
+    on: parallel calls are separate items, so ``[call c1][call c2, output c1, output c2]``
+    is one unit, never a newest unit holding ``output c1`` without its call."""
     out: list[list[Turn]] = []
+    call_unit: dict[str, int] = {}  # Responses call id -> index of the unit holding it
     for turn in turns:
         if out and (is_tool_result(turn.message) or is_reasoning(out[-1][-1].message)):
             out[-1].append(turn)
         else:
             out.append([turn])
+        answered = responses_result_id(turn.message)
+        home = call_unit.get(answered) if answered is not None else None
+        if home is not None and home < len(out) - 1:
+            merged = [t for unit in out[home:] for t in unit]
+            del out[home:]
+            out.append(merged)
+            call_unit = {c: min(i, home) for c, i in call_unit.items()}
+        call = responses_call_id(turn.message)
+        if call is not None:
+            call_unit[call] = len(out) - 1
     return out
 
 

@@ -18,7 +18,12 @@ import shardstore
 from shardstore import assembly
 from shardstore.cli.app import main
 from shardstore.models import Turn
-from shardstore.plans import is_reasoning, is_tool_result
+from shardstore.plans import (
+    is_reasoning,
+    is_tool_result,
+    responses_call_id,
+    responses_result_id,
+)
 from shardstore.tokens import TiktokenCounter, make_counter
 
 SMALL = {"chunk_tokens": 400}
@@ -74,6 +79,20 @@ def chat_parallel(i: int, size: int) -> list[dict[str, Any]]:
     ]
 
 
+def responses_parallel(i: int, size: int) -> list[dict[str, Any]]:
+    """Two parallel Responses calls (separate items), then both outputs (the first one
+    large): a unit boundary between the calls would orphan the first output."""
+    calls = [
+        {"type": "function_call", "call_id": f"q{i}{j}", "name": "g", "arguments": "{}"}
+        for j in range(2)
+    ]
+    return [
+        *calls,
+        {"type": "function_call_output", "call_id": f"q{i}0", "output": "w " * size},
+        {"type": "function_call_output", "call_id": f"q{i}1", "output": "second"},
+    ]
+
+
 def legacy_function_pair(i: int) -> list[dict[str, Any]]:
     return [
         {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
@@ -114,15 +133,25 @@ BLOCK = st.one_of(
     st.builds(responses_reasoning_message, st.integers(0, 1000)),
     st.builds(langchain_pair, st.integers(0, 1000)),
     st.builds(seed_pair, st.integers(0, 1000)),
+    st.builds(responses_parallel, st.integers(0, 1000), SIZES),
 )
 
 
 def unit_of_newest(history: list[Turn]) -> list[Turn]:
     """The newest turn with what it cannot be sent without (plans' pairing rules)."""
     i = len(history) - 1
-    while i > 0 and (is_tool_result(history[i].message) or is_reasoning(history[i - 1].message)):
-        i -= 1
-    return history[i:]
+    while True:
+        while i > 0 and (
+            is_tool_result(history[i].message) or is_reasoning(history[i - 1].message)
+        ):
+            i -= 1
+        # back to the call of every Responses output in it (parallel calls are items)
+        calls = {c: j for j, t in enumerate(history[:i]) if (c := responses_call_id(t.message))}
+        wanted = [calls.get(responses_result_id(t.message)) for t in history[i:]]
+        earliest = min((j for j in wanted if j is not None), default=i)
+        if earliest >= i:
+            return history[i:]
+        i = earliest
 
 
 def check(
@@ -148,6 +177,11 @@ def check(
         first = by_seq[recent[0]]
         assert not is_tool_result(first.message)
         assert recent[0] == 0 or not is_reasoning(by_seq[recent[0] - 1].message)
+        # no Responses output without its call (by call_id) when the call is in the history
+        calls = {c: t.turn_seq for t in history if (c := responses_call_id(t.message))}
+        for seq in recent:
+            call = calls.get(responses_result_id(by_seq[seq].message))
+            assert call is None or call >= recent[0], (seq, call)
     for message, part in zip(ctx.messages, ctx.parts, strict=True):
         if part.kind == "recent":
             assert message == by_seq[part.first_turn_seq].message
@@ -332,6 +366,34 @@ def test_degrades_without_summaries(long_session: Any) -> None:
     off = store.context(sid, 800, recall="QX-4471", summaries=False)
     assert "summary" not in {p.kind for p in off.parts}
     assert "summary" in {p.kind for p in store.context(sid, 800).parts}
+
+
+def test_parallel_responses_calls_stay_one_unit(store: shardstore.Store) -> None:
+    """[call c1][call c2, output c1, output c2]: a budget that holds the second group but
+    not both gets no recent part (the newest turn's unit does not fit), never output c1
+    without call c1; a budget that holds both gets all four."""
+    sid = store.create_session("acme")
+    store.append_turns(sid, [m for i in range(3) for m in plain(i, 5)])
+    store.append_turns(sid, responses_parallel(7, 300))
+    turns = store.tail(sid, n=4)
+    assert [t.message.get("type") for t in turns] == ["function_call"] * 2 + [
+        "function_call_output"
+    ] * 2
+    parted = sum(t.tokens for t in turns[1:])  # c2, o1, o2
+    ctx = store.context(sid, parted, summaries=False)
+    assert [p for p in ctx.parts if p.kind == "recent"] == []
+    whole = store.context(sid, parted + turns[0].tokens, summaries=False)
+    recent = [p.first_turn_seq for p in whole.parts if p.kind == "recent"]
+    assert recent[-4:] == [t.turn_seq for t in turns]
+    # the grouping itself: one unit, whatever the budget split would prefer
+    assert [[t.turn_seq for t in u] for u in assembly.units(turns)] == [[t.turn_seq for t in turns]]
+    reasoned = [
+        Turn(i, m, 1, turns[0].created_at, 0, None)
+        for i, m in enumerate(
+            [{"type": "reasoning", "id": "r", "summary": []}, *responses_parallel(8, 1)]
+        )
+    ]
+    assert len(assembly.units(reasoned)) == 1
 
 
 def test_custom_tokenizer_budget(long_session: Any) -> None:
