@@ -245,6 +245,7 @@ def test_declared_tables_match_the_migrated_schema(engine: sa.Engine) -> None:
         "shardstore.checkpoints",
         "shardstore.runs",
         "shardstore.facts",
+        "shardstore.turns",
     }
     inspector = sa.inspect(engine)
     for table in declared.tables.values():
@@ -257,6 +258,73 @@ def test_declared_tables_match_the_migrated_schema(engine: sa.Engine) -> None:
             assert ddl == found["type"].compile(dialect=engine.dialect), (table.name, column.name)
         pk = inspector.get_pk_constraint(table.name, schema="shardstore")["constrained_columns"]
         assert [c.name for c in table.primary_key] == pk, table.name
+
+
+def test_the_turns_view_is_what_history_holds(
+    engine: sa.Engine, dsn: str, tenant_role: str
+) -> None:
+    """shardstore.turns: every turn a session holds, folded or buffered, once, as
+    history() gives it (ordinary JSON); rewound, range-purged and purged turns gone; a
+    fork's inherited turns are its parent's rows; a tenant role sees its tenant's only."""
+    turns = metadata().tables["shardstore.turns"]
+    store = shardstore.connect(engine, chunk_tokens=200)
+    try:
+        sid = store.create_session("acme")
+        other = store.create_session("globex")
+        messages = [{"role": "user", "content": f"turn {i} " + "w " * (i % 40)} for i in range(60)]
+        store.append_turns(sid, messages[:40], idempotency_keys=[f"k{i}" for i in range(40)])
+        store.flush(sid)
+        store.drain_folds()
+        store.append_turns(sid, messages[40:])  # some buffered
+        store.append_turn(other, {"role": "user", "content": "not acme's"})
+        store.rewind(sid, 55)
+        store.purge_range(sid, before_turn_seq=3)
+        child = store.fork(sid, at_turn_seq=50)
+        store.append_turn(child, {"role": "user", "content": "the fork's own"})
+        store.append_turns(sid, messages[:3])  # 55..57, buffered (the chunk is far from full)
+
+        def view(session: uuid.UUID) -> list[tuple[Any, ...]]:
+            with engine.connect() as conn:
+                q = (
+                    sa.select(
+                        turns.c.turn_seq,
+                        turns.c.chunk_seq,
+                        turns.c.tokens,
+                        turns.c.idempotency_key,
+                        turns.c.created_at,
+                        turns.c.message,
+                    )
+                    .where(turns.c.session_id == session)
+                    .order_by(turns.c.turn_seq)
+                )
+                return [tuple(r) for r in conn.execute(q)]
+
+        expected = [
+            (t.turn_seq, t.chunk_seq, t.tokens, t.idempotency_key, t.created_at, t.message)
+            for t in store.history(sid)
+        ]
+        assert [e[0] for e in expected] == list(range(3, 58))
+        assert view(sid) == expected
+        assert any(e[3] for e in expected)  # keyed turns keep their keys
+        assert [r[0] for r in view(child)] == [51]  # its own; 0..50 are the parent's rows
+        with engine.connect() as conn:
+            buffered = conn.execute(
+                sa.text("SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = :s"),
+                {"s": sid},
+            ).scalar_one()
+        assert 0 < buffered < len(expected)  # both places are read
+        # a tenant role sees its tenant's turns only
+        with psycopg.connect(dsn) as conn:
+            conn.execute(f'SET ROLE "{tenant_role}"')
+            conn.execute("SELECT set_config('shardstore.tenant_id', 'globex', false)")
+            seen = conn.execute(
+                "SELECT session_id, message->>'content' FROM shardstore.turns"
+            ).fetchall()
+        assert seen == [(other, "not acme's")]
+        store.purge_session(other)
+        assert view(other) == []
+    finally:
+        store.close()
 
 
 def test_a_join_through_the_declared_tables(engine: sa.Engine, dsn: str) -> None:

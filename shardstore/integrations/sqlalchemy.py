@@ -128,6 +128,21 @@ def _build() -> MetaData:
         _at("valid_to", nullable=True),
         _at("recorded_at"),
     )
+    Table(
+        "turns",
+        meta,
+        # a view (migration 0034): one row per turn a session holds, folded or buffered;
+        # a fork's inherited turns are rows of the session holding them
+        Column("session_id", Uuid),
+        Column("tenant_id", Text),
+        Column("turn_seq", BigInteger),
+        Column("chunk_seq", BigInteger),
+        _at("created_at", nullable=True),
+        Column("tokens", Integer),
+        Column("idempotency_key", Text),
+        Column("message", JSONB),
+        comment="view: one row per stored turn; messages as stored (jsoncodec escapes)",
+    )
     return meta
 
 
@@ -135,13 +150,17 @@ def _build() -> MetaData:
 def metadata() -> MetaData:
     """A ``MetaData`` holding shardstore's public tables, declared (no round trip, typed
     columns), keyed ``"shardstore.sessions"``, ``"shardstore.checkpoints"``,
-    ``"shardstore.runs"`` and ``"shardstore.facts"``; a test holds them equal to the
-    migrated schema. The same object on every call.
+    ``"shardstore.runs"``, ``"shardstore.facts"`` and the view ``"shardstore.turns"`` (one
+    row per turn a session holds, folded or buffered: session_id, tenant_id, turn_seq,
+    chunk_seq, created_at, tokens, idempotency_key, message; a fork's inherited turns are
+    rows of the session holding them); a test holds them equal to the migrated schema.
+    The same object on every call.
 
     For reading only (``select``, joins with the application's tables): writes through
     them would bypass what shardstore's functions keep true (write heads, locks, tenants,
-    purges); write through the store. The conversation itself is in chunked tables whose
-    layout is not public: read turns with ``store.history`` / ``store.tail``. JSONB values
+    purges); write through the store. The chunked tables the turns are stored in are not
+    public: read turns with ``turns`` (filtered by session_id: every chunk it reads is
+    decoded) or ``store.history`` / ``store.tail`` (the fork lineage, originals). JSONB values
     are as shardstore stores them: ordinary JSON unchanged, but strings JSONB cannot hold
     (NUL, lone surrogates) and floats it would alter carry shardstore's escapes
     (:mod:`shardstore.jsoncodec`). Under Row-Level Security a tenant's connection sees
