@@ -186,6 +186,7 @@ def sessions(
     since: datetime | None = None,
     before: SessionInfo | uuid.UUID | str | None = None,
     limit: int | None = None,
+    external_id: str | None = None,
 ) -> Op[list[SessionInfo]]:
     """Live sessions matching every filter given, newest first (by ``created_at``, then
     ``session_id``), each with its turn count and last activity (``last_turn_at``); at most
@@ -195,13 +196,19 @@ def sessions(
     ``since``: only sessions created at or after this timezone-aware time. Paging is by
     keyset: pass the last SessionInfo of a page (or its session id) as ``before`` to get
     the sessions listed after it; sessions created meanwhile never shift a page. One range
-    scan of an index of migration 0010 when ``tenant_id`` is given."""
+    scan of an index of migration 0010 when ``tenant_id`` is given.
+
+    ``external_id``: only sessions an adapter or importer made for this framework id (a
+    LangGraph thread id, an Agents or LangChain session id: ``metadata["external_id"]``,
+    :mod:`shardstore.integrations.ids`); no index, so give ``tenant_id`` too on a big
+    database."""
     params: dict[str, Any] = {
         "tenant": validate.optional_text(tenant_id, "tenant_id"),
         "subject": validate.optional_text(subject_id, "subject_id"),
         "agent": validate.optional_text(agent_id, "agent_id"),
         "since": validate.optional_instant(since, "since"),
         "limit": validate.optional_count(limit, "limit"),
+        "external": validate.optional_text(external_id, "external_id"),
     }
     cursor = yield from _cursor_op(before)
     params["before_at"], params["before_id"] = cursor if cursor is not None else (None, None)

@@ -138,6 +138,7 @@ def test_listing_reads_the_indexes(store: shardstore.Store, dsn: str) -> None:
                 "subject": None,
                 "agent": None,
                 "since": None,
+                "external": None,
                 "before_at": datetime.now(UTC),
                 "before_id": uuid.uuid4(),
                 "limit": 10,
@@ -170,6 +171,9 @@ def test_listing_reads_the_indexes(store: shardstore.Store, dsn: str) -> None:
         ({"before": "not-a-uuid"}, "before"),
         ({"before": 12}, "before"),
         ({"before": ("2026-01-01", uuid.uuid4())}, "before"),
+        ({"external_id": ""}, "external_id"),
+        ({"external_id": 7}, "external_id"),
+        ({"external_id": "a\x00b"}, "external_id"),
     ],
 )
 def test_hostile_input_is_a_typed_error(
@@ -199,6 +203,36 @@ def test_async_store_lists_the_same(store: shardstore.Store, dsn: str) -> None:
     page, rest = asyncio.run(listing())
     assert page == [ids[4], ids[3]] and rest == [ids[1], ids[0]]
     assert [s.session_id for s in store.sessions(tenant_id="acme")] == page + rest
+
+
+def test_sessions_by_framework_id(store: shardstore.Store, dsn: str, capsys: Any) -> None:
+    """The session an adapter made for a framework id is found by it, in every tenant that
+    has one, by the API (sync and asyncio) and the CLI."""
+    from shardstore.integrations.ids import external_metadata, external_session_id
+
+    made = {}
+    for tenant in ("acme", "globex"):
+        sid = external_session_id("langgraph", tenant, "thread-1")
+        made[tenant] = store.create_session(
+            tenant, session_id=sid, metadata=external_metadata("langgraph", "thread-1")
+        )
+    store.create_session("acme", metadata=external_metadata("langgraph", "thread-2"))
+    store.create_session("acme")
+    assert {s.session_id for s in store.sessions(external_id="thread-1")} == set(made.values())
+    [one] = store.sessions(tenant_id="acme", external_id="thread-1")
+    assert one.session_id == made["acme"] and one.metadata["framework"] == "langgraph"
+    assert store.sessions(external_id="thread-9") == []
+
+    async def listing() -> list[uuid.UUID]:
+        astore = await shardstore.connect_async(dsn)
+        try:
+            return [s.session_id for s in await astore.sessions(external_id="thread-1")]
+        finally:
+            await astore.close()
+
+    assert set(asyncio.run(listing())) == set(made.values())
+    rc, out, _ = _cli(dsn, capsys, "sessions", "--external-id", "thread-1", "--json")
+    assert rc == 0 and {d["session_id"] for d in json.loads(out)} == {str(v) for v in made.values()}
 
 
 def test_tenant_store_under_rls_lists_only_its_tenant(store: shardstore.Store, dsn: str) -> None:

@@ -51,6 +51,7 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
    AND (%(subject)s::text IS NULL OR subject_id = %(subject)s::text)
    AND (%(agent)s::text IS NULL OR agent_id = %(agent)s::text)
    AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+   AND (%(external)s::text IS NULL OR metadata->>'external_id' = %(external)s::text)
    AND (%(before_at)s::timestamptz IS NULL
         OR (created_at, session_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
  ORDER BY created_at DESC, session_id DESC

@@ -68,6 +68,7 @@ def cmd_sessions(run: Runner) -> int:
             since=since,
             before=args.before,
             limit=limit,
+            external_id=args.external_id,
         )
     status = run.listing(found, "sessions", session_json, _sessions_table)
     if not run.json and len(found) == limit:
@@ -118,6 +119,12 @@ def register(commands: Commands) -> None:
     p.add_argument("--tenant", help="only this tenant's sessions")
     p.add_argument("--subject", help="only this subject's sessions")
     p.add_argument("--agent", help="only this agent's sessions")
+    p.add_argument(
+        "--external-id",
+        metavar="ID",
+        help="only the session an adapter or importer made for this framework id "
+        "(a LangGraph thread id, an Agents or LangChain session id)",
+    )
     p.add_argument(
         "--since",
         metavar="TIME",
