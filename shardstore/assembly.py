@@ -101,18 +101,21 @@ def units(turns: Sequence[Turn]) -> list[list[Turn]]:
     out: list[list[Turn]] = []
     call_unit: dict[str, int] = {}  # Responses call id -> index of the unit holding it
     for turn in turns:
-        if out and (is_tool_result(turn.message) or is_reasoning(out[-1][-1].message)):
+        message = turn.message
+        if out and (is_tool_result(message) or is_reasoning(out[-1][-1].message)):
             out[-1].append(turn)
         else:
             out.append([turn])
-        answered = responses_result_id(turn.message)
+        if "role" in message:  # not a Responses item: no call id to follow (the hot case)
+            continue
+        answered = responses_result_id(message)
         home = call_unit.get(answered) if answered is not None else None
         if home is not None and home < len(out) - 1:
             merged = [t for unit in out[home:] for t in unit]
             del out[home:]
             out.append(merged)
             call_unit = {c: min(i, home) for c, i in call_unit.items()}
-        call = responses_call_id(turn.message)
+        call = responses_call_id(message)
         if call is not None:
             call_unit[call] = len(out) - 1
     return out
