@@ -454,12 +454,24 @@ def _hook(
 
 
 def _releasing_op(
-    store: Any, dry_run: bool, tenant: str | None, purge: Op[PurgeReport]
+    store: Any,
+    dry_run: bool,
+    tenant: str | None,
+    purge: Op[PurgeReport],
+    session: uuid.UUID | None = None,
 ) -> Op[PurgeReport]:
     """Run a purge, then delete at once (every backend, no grace period) the artifacts it
     left without a live reference; ``shardstore.artifacts`` in the report counts them (rows:
-    artifacts, bytes: their size). A dry run removes no reference, so it reports 0 there."""
-    since = None if dry_run else (yield from artifact_sweep.purge_clock_op())
+    artifacts, bytes: their size). A dry run removes no reference, so it reports 0 there.
+    The artifacts looked at are ``tenant``'s (``session``'s tenant; neither: every
+    tenant's): settled before the purge, marked after it (``artifact_sweep.purge_clock_op``,
+    ``release_op``); those that lost their last live reference earlier keep their grace."""
+    if session is not None and not dry_run:
+        row = yield Q(query("artifact_session_tenant"), (session,), fetch="one")
+        if row is None:  # unknown session: the purge raises, nothing to release
+            return (yield from purge)
+        tenant = row[0]
+    since = None if dry_run else (yield from artifact_sweep.purge_clock_op(tenant))
     report = yield from purge
     released = TableRemoval()
     if since is not None:
@@ -526,7 +538,7 @@ def purge_session(
     acc = _Acc("session", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum)
     purge = _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum))
-    return (yield from _releasing_op(store, dry_run, None, purge))
+    return (yield from _releasing_op(store, dry_run, None, purge, sid))
 
 
 def _sessions_op(
@@ -627,7 +639,7 @@ def purge_range(
     acc = _Acc("range", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum)
     purge = _purge_op(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
-    return (yield from _releasing_op(store, dry_run, None, purge))
+    return (yield from _releasing_op(store, dry_run, None, purge, sid))
 
 
 def purge_before(

@@ -440,12 +440,13 @@ def unref_artifact(
     store: Any, tenant_id: str, artifact_id: uuid.UUID | str, owner_type: str, owner_id: str
 ) -> Op[bool]:
     """Remove one reference; True if it existed. An artifact left without a live reference
-    is deleted by a sweep after ``artifact_grace``."""
+    is marked in the same statement and deleted by a sweep after ``artifact_grace`` (counted
+    from this call)."""
     tenant = validate.text(tenant_id, "tenant_id")
     aid = _aid(artifact_id)
     kind, oid, _session, _turn = owner_args(owner_type, owner_id)
-    row = yield Q(query("artifact_unref"), (tenant, aid, kind, oid), fetch="one")
-    return row is not None
+    (existed,) = yield Q(query("artifact_unref"), (tenant, aid, kind, oid), fetch="one")
+    return bool(existed)
 
 
 def list_artifacts(

@@ -30,9 +30,8 @@ SELECT shardstore.artifact_ref_many_v1(%s, %s::uuid[], %s, %s::text[], %s, %s::b
                                        %s::boolean[]);
 
 -- name: artifact_unref
-DELETE FROM shardstore.artifact_refs r
- WHERE r.tenant_id = %s AND r.artifact_id = %s AND r.owner_type = %s AND r.owner_id = %s
-RETURNING 1;
+-- the reference removed, its artifact marked if that was its last live one (0032)
+SELECT shardstore.artifact_unref_v1(%s, %s, %s, %s);
 
 -- name: artifact_get
 SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.backend,
@@ -86,7 +85,8 @@ SELECT s.tenant_id, s.purged_at IS NOT NULL AS purged FROM shardstore.sessions s
  WHERE s.session_id = %s;
 
 -- name: artifacts_mark
-SELECT r_marked AS marked, r_cleared AS cleared FROM shardstore.artifacts_mark_v1(%s);
+-- one tenant's artifacts, or every tenant's (NULL)
+SELECT r_marked AS marked, r_cleared AS cleared FROM shardstore.artifacts_mark_v2(%s, %s);
 
 -- name: artifacts_sweep
 SELECT r_tenant AS tenant_id, r_artifact AS artifact_id, r_backend AS backend,
