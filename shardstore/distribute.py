@@ -10,8 +10,10 @@ colocated by ``session_id`` (docs/scale-out.md).
    shards);
 3. distributes every session table of the registry by its session column, colocated with
    ``sessions`` (a table whose session column may be NULL, ``facts``, by its tenant
-   column), partitions included; tables registered by later migrations are distributed by
-   the next run, and standalone partition tables waiting for archive too;
+   column, and with it the tenant-keyed global tables of ``citus_tenant_tables_v1()``:
+   ``artifacts``, ``artifact_chunks``), partitions included; tables registered by later
+   migrations are distributed by the next run, and standalone partition tables waiting for
+   archive too;
 4. propagates every shardstore function to the workers (so that what a shard query or a
    delegated call needs exists there) and, with ``delegate``, delegates the hot functions
    (:data:`DELEGATED`) by their session argument: their call runs on the worker holding the

@@ -323,11 +323,10 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
     yield Tx.BEGIN_SNAPSHOT
     row = yield from _row_op(tenant, artifact_id)
     if row["backend"] == "postgres":
-        (count,) = yield Q(query("artifact_chunk_count"), (row["upload_id"],), fetch="one")
+        chunks = (tenant, row["upload_id"])  # by tenant too: one shard on Citus
+        (count,) = yield Q(query("artifact_chunk_count"), chunks, fetch="one")
         for chunk_no in range(int(count)):
-            (data,) = yield Q(
-                query("artifact_chunk_get"), (row["upload_id"], chunk_no), fetch="one"
-            )
+            (data,) = yield Q(query("artifact_chunk_get"), (*chunks, chunk_no), fetch="one")
             piece = bytes(data)
             digest.update(piece)
             size += len(piece)

@@ -41,10 +41,11 @@ SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.bac
  WHERE a.tenant_id = %s AND a.artifact_id = %s;
 
 -- name: artifact_chunk_count
-SELECT count(*) FROM shardstore.artifact_chunks c WHERE c.upload_id = %s;
+SELECT count(*) FROM shardstore.artifact_chunks c WHERE c.tenant_id = %s AND c.upload_id = %s;
 
 -- name: artifact_chunk_get
-SELECT c.data FROM shardstore.artifact_chunks c WHERE c.upload_id = %s AND c.chunk_no = %s;
+SELECT c.data FROM shardstore.artifact_chunks c
+ WHERE c.tenant_id = %s AND c.upload_id = %s AND c.chunk_no = %s;
 
 -- name: artifact_list
 -- a tenant's artifacts, newest first, with how many live refs each has
@@ -53,7 +54,8 @@ SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.bac
        a.unreferenced_since,
        (SELECT count(*) FROM shardstore.artifact_refs r
          WHERE r.tenant_id = a.tenant_id AND r.artifact_id = a.artifact_id
-           AND shardstore.artifact_ref_live_v1(r)) AS live_refs
+           AND shardstore.artifact_ref_live_v2(r.owner_type, r.required_for_resume,
+                                               r.expires_at)) AS live_refs
   FROM shardstore.artifacts a
  WHERE a.tenant_id = %(tenant)s
    AND (%(state)s::text IS NULL OR a.state = %(state)s::text)
