@@ -183,9 +183,16 @@ def distribute_op(delegate: bool = True) -> Op[DistributeReport]:
     for (table,) in (yield Q(query("dist_reference_candidates"))):
         yield from _table_op(table, None, "none", done)
     # sessions first (a colocation group of its own), then the rest colocated with it;
-    # tenant-keyed tables (session column may be NULL) form a group of their own
+    # tenant-keyed tables (session column may be NULL) form a group of their own: the
+    # group of one distributed already (an upgraded store: facts before the artifact
+    # tables), else the first one's
+    tables = yield Q(query("dist_tables"))
     tenant_group = "none"
-    for table, column, by_tenant in (yield Q(query("dist_tables"))):
+    for table, _column, by_tenant in tables:
+        if by_tenant and (yield from _state_op(table)) is not None:
+            tenant_group = table
+            break
+    for table, column, by_tenant in tables:
         if table == "shardstore.sessions":
             colocate = "none"
         elif by_tenant:
