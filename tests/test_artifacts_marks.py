@@ -196,6 +196,8 @@ def test_purge_releases_at_once_but_earlier_releases_keep_their_grace(
 def test_purge_session_and_range_release_in_the_session_tenant(
     store: shardstore.Store, dsn: str
 ) -> None:
+    """A session purge marks the artifacts the session referenced (not the whole tenant's):
+    another tenant's unmarked artifact and an earlier release are left as they were."""
     sid = store.create_session("t")
     for i in range(3):
         store.append_turn(sid, {"role": "user", "content": f"turn {i}"})
@@ -205,10 +207,20 @@ def test_purge_session_and_range_release_in_the_session_tenant(
     theirs = _put(store, "u", "theirs")
     store.ref_artifact("u", theirs.artifact_id, "trajectory", "run")
     _sql(dsn, "DELETE FROM shardstore.artifact_refs WHERE tenant_id = 'u'")
+    earlier = _put(store, "t", "earlier")  # released before the purges: keeps its grace
+    store.ref_artifact("t", earlier.artifact_id, "trajectory", "run")
+    store.unref_artifact("t", earlier.artifact_id, "trajectory", "run")
     assert store.purge_range(sid, before_turn_seq=1).tables["shardstore.artifacts"].rows == 1
-    assert _ids(store, "t") == {last.artifact_id}
+    assert _ids(store, "t") == {last.artifact_id, earlier.artifact_id}
+    _sql(  # a stale mark on a referenced artifact does not keep it from the purge
+        dsn,
+        "UPDATE shardstore.artifacts SET unreferenced_since = '2000-01-01'"
+        " WHERE tenant_id = 't' AND artifact_id = %s",
+        (last.artifact_id,),
+    )
     assert store.purge_session(sid).tables["shardstore.artifacts"].rows == 1
-    assert _ids(store, "t") == set()
+    assert _ids(store, "t") == {earlier.artifact_id}
+    assert store.purge_session(sid).tables["shardstore.artifacts"].rows == 0  # idempotent
     assert _mark(dsn, "u", theirs.artifact_id) is None  # tenant u untouched by either
     with pytest.raises(shardstore.SessionNotFound):
         store.purge_session(uuid.uuid4())

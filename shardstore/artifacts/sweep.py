@@ -15,6 +15,7 @@ are removed when older than the grace (and than an hour)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -171,19 +172,35 @@ def sweep_artifacts(
 
 
 def purge_clock_op(tenant: str | None = None) -> Op[datetime]:
-    """Before a purge: the tenant's artifacts (``None``: every tenant's) settled — those
-    already without a live reference marked, stale marks of referenced ones cleared — then
-    the database clock, which the purge's release compares marks with. What an unref,
-    rewind or expiry released before the purge is thus marked before that clock and keeps
-    its grace; a referenced artifact carries no mark the purge could mistake for older."""
+    """Before a purge of a subject, a tenant or by time: the tenant's artifacts (``None``:
+    every tenant's) settled — those already without a live reference marked, stale marks
+    of referenced ones cleared — then the database clock, which the purge's release
+    compares marks with. What an unref, rewind or expiry released before the purge is thus
+    marked before that clock and keeps its grace; a referenced artifact carries no mark the
+    purge could mistake for older."""
     yield from mark_op(tenant)
+    return (yield from clock_op())
+
+
+def clock_op() -> Op[datetime]:
+    """The database clock (a purge's start)."""
     (now,) = yield Q(query("artifact_clock"), fetch="one")
     return now  # type: ignore[no-any-return]
 
 
-def release_op(store: Any, since: datetime, tenant: str | None = None) -> Op[SweepReport]:
-    """After a purge: mark the tenant's artifacts (``None``: every tenant's) the purge left
-    without a live reference (marks after ``since``), then delete now, in every backend,
-    those marked since the purge started, whatever the grace period."""
-    yield from mark_op(tenant)
+def release_op(
+    store: Any,
+    since: datetime,
+    tenant: str | None = None,
+    held: Sequence[uuid.UUID] | None = None,
+) -> Op[SweepReport]:
+    """After a purge: mark the artifacts it left without a live reference (marks after
+    ``since``) — ``held`` (ids of ``tenant``'s artifacts the purged refs named), or else
+    every artifact of ``tenant`` (``None``: of every tenant) — then delete now, in every
+    backend, those marked since the purge started, whatever the grace period."""
+    if held is None:
+        yield from mark_op(tenant)
+    else:
+        assert tenant is not None
+        yield Q(query("artifacts_released"), ([tenant] * len(held), list(held)), fetch="one")
     return (yield from sweep_op(config_of(store), timedelta(0), tenant=tenant, since=since))

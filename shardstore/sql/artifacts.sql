@@ -86,6 +86,14 @@ SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.bac
 SELECT s.tenant_id, s.purged_at IS NOT NULL AS purged FROM shardstore.sessions s
  WHERE s.session_id = %s;
 
+-- name: artifact_session_refs
+-- the artifacts a session's refs name (a session purge marks these after it, 0032)
+SELECT DISTINCT r.artifact_id FROM shardstore.artifact_refs r
+ WHERE r.tenant_id = %s AND r.session_id = %s;
+
+-- name: artifacts_released
+SELECT shardstore.artifacts_released_v1(%s::text[], %s::uuid[]);
+
 -- name: artifacts_mark
 -- one tenant's artifacts, or every tenant's (NULL)
 SELECT r_marked AS marked, r_cleared AS cleared FROM shardstore.artifacts_mark_v2(%s, %s);
