@@ -10,8 +10,10 @@ colocated by ``session_id`` (docs/scale-out.md).
    shards);
 3. distributes every session table of the registry by its session column, colocated with
    ``sessions`` (a table whose session column may be NULL, ``facts``, by its tenant
-   column), partitions included; tables registered by later migrations are distributed by
-   the next run, and standalone partition tables waiting for archive too;
+   column, and with it the tenant-keyed global tables of ``citus_tenant_tables_v1()``:
+   ``artifacts``, ``artifact_chunks``), partitions included; tables registered by later
+   migrations are distributed by the next run, and standalone partition tables waiting for
+   archive too;
 4. propagates every shardstore function to the workers (so that what a shard query or a
    delegated call needs exists there) and, with ``delegate``, delegates the hot functions
    (:data:`DELEGATED`) by their session argument: their call runs on the worker holding the
@@ -181,9 +183,16 @@ def distribute_op(delegate: bool = True) -> Op[DistributeReport]:
     for (table,) in (yield Q(query("dist_reference_candidates"))):
         yield from _table_op(table, None, "none", done)
     # sessions first (a colocation group of its own), then the rest colocated with it;
-    # tenant-keyed tables (session column may be NULL) form a group of their own
+    # tenant-keyed tables (session column may be NULL) form a group of their own: the
+    # group of one distributed already (an upgraded store: facts before the artifact
+    # tables), else the first one's
+    tables = yield Q(query("dist_tables"))
     tenant_group = "none"
-    for table, column, by_tenant in (yield Q(query("dist_tables"))):
+    for table, _column, by_tenant in tables:
+        if by_tenant and (yield from _state_op(table)) is not None:
+            tenant_group = table
+            break
+    for table, column, by_tenant in tables:
         if table == "shardstore.sessions":
             colocate = "none"
         elif by_tenant:

@@ -454,17 +454,42 @@ def _hook(
 
 
 def _releasing_op(
-    store: Any, dry_run: bool, tenant: str | None, purge: Op[PurgeReport]
+    store: Any,
+    dry_run: bool,
+    tenant: str | None,
+    purge: Op[PurgeReport],
+    session: uuid.UUID | None = None,
 ) -> Op[PurgeReport]:
     """Run a purge, then delete at once (every backend, no grace period) the artifacts it
     left without a live reference; ``shardstore.artifacts`` in the report counts them (rows:
-    artifacts, bytes: their size). A dry run removes no reference, so it reports 0 there."""
-    since = None if dry_run else (yield from artifact_sweep.purge_clock_op())
+    artifacts, bytes: their size). A dry run removes no reference, so it reports 0 there.
+
+    Which artifacts it marks released: with ``session`` (purge_session, purge_range), those
+    the session referenced (read before the purge; each marked after it unless a live
+    reference is left), so the cost does not grow with the tenant's artifacts; else
+    ``tenant``'s (neither: every tenant's), settled before the purge and marked after it
+    (``artifact_sweep.purge_clock_op``, ``release_op``). Either way, an artifact that lost
+    its last live reference before the purge keeps its grace."""
+    if dry_run:
+        report = yield from purge
+        return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: TableRemoval()})
+    held: list[uuid.UUID] | None = None
+    if session is not None:
+        row = yield Q(query("artifact_session_tenant"), (session,), fetch="one")
+        if row is None:  # unknown session: the purge raises, nothing to release
+            return (yield from purge)
+        tenant = row[0]
+        rows = yield Q(query("artifact_session_refs"), (tenant, session))
+        held = [r[0] for r in rows]
+        if not held:  # nothing of the session's to release
+            report = yield from purge
+            return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: TableRemoval()})
+        since = yield from artifact_sweep.clock_op()
+    else:
+        since = yield from artifact_sweep.purge_clock_op(tenant)
     report = yield from purge
-    released = TableRemoval()
-    if since is not None:
-        done = yield from artifact_sweep.release_op(store, since, tenant)
-        released = TableRemoval(done.deleted, 0, done.bytes_deleted)
+    done = yield from artifact_sweep.release_op(store, since, tenant, held)
+    released = TableRemoval(done.deleted, 0, done.bytes_deleted)
     return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: released})
 
 
@@ -526,7 +551,7 @@ def purge_session(
     acc = _Acc("session", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum)
     purge = _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum))
-    return (yield from _releasing_op(store, dry_run, None, purge))
+    return (yield from _releasing_op(store, dry_run, None, purge, sid))
 
 
 def _sessions_op(
@@ -627,7 +652,7 @@ def purge_range(
     acc = _Acc("range", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum)
     purge = _purge_op(acc, lambda: purge_range_op(acc, sid, seq, at, vacuum))
-    return (yield from _releasing_op(store, dry_run, None, purge))
+    return (yield from _releasing_op(store, dry_run, None, purge, sid))
 
 
 def purge_before(

@@ -78,7 +78,7 @@ def test_every_session_table_is_distributed_and_colocated(citus: str) -> None:
             " (SELECT r_table FROM shardstore.citus_kept_local_v1())"
         ).fetchall()
         kept = conn.execute("SELECT r_table::text FROM shardstore.citus_kept_local_v1()").fetchall()
-        assert sorted(kept) == [("shardstore.artifact_refs",)]
+        assert kept == []  # since 0036 the artifact tables are distributed too
         for (table,) in kept:  # left on the coordinator: Citus holds no shard of it
             assert (
                 conn.execute(
@@ -693,30 +693,179 @@ def test_every_public_method_tenant_bound(
     assert store.session(theirs).turn_count == 12
 
 
-@pytest.mark.parametrize("table", ["shardstore.artifact_refs"])
-def test_kept_local_tables_cannot_be_distributed(citus: str, table: str) -> None:
-    """Why ``artifact_refs`` and ``fork_copies`` stay on the coordinator: Citus refuses to
-    distribute a table with triggers, by its session or its tenant column alike (their
-    triggers do the reference and text-index bookkeeping; docs/scale-out.md). Tried in a
-    transaction that is rolled back: the table stays as it was."""
-    with psycopg.connect(citus) as conn:
-        for column in ("session_id", "tenant_id"):
-            refused = pytest.raises(psycopg.errors.InternalError_, match="because it has triggers")
-            with refused, conn.transaction():
-                conn.execute(
-                    "SELECT create_distributed_table(%s, %s, colocate_with => 'none')",
-                    (table, column),
-                )
-        conn.rollback()
-        assert conn.execute(
-            "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
-            (table,),
-        ).fetchone() != (0,)
+ARTIFACT_TABLES = ("shardstore.artifacts", "shardstore.artifact_chunks", "shardstore.artifact_refs")
+
+
+def test_artifact_tables_are_distributed_by_tenant_and_colocated(citus: str) -> None:
+    """``artifacts``, ``artifact_chunks`` and ``artifact_refs`` (coordinator tables until
+    0036; ``artifact_refs`` had a trigger until 0035) are hash-distributed by ``tenant_id``
+    in the colocation group of ``facts``, without triggers."""
+    with psycopg.connect(citus, autocommit=True) as conn:
+        rows = {
+            table: conn.execute(
+                "SELECT partmethod, column_to_column_name(logicalrelid, partkey), colocationid"
+                " FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
+                (table,),
+            ).fetchone()
+            for table in (*ARTIFACT_TABLES, "shardstore.facts")
+        }
+        assert all(r is not None and r[:2] == ("h", "tenant_id") for r in rows.values()), rows
+        assert len({r[2] for r in rows.values() if r is not None}) == 1, rows
+        for table in ARTIFACT_TABLES:
+            assert conn.execute(
+                "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+                (table,),
+            ).fetchone() == (0,)
+
+
+def _mark(citus: str, tenant: str, aid: uuid.UUID) -> Any:
+    return _one(
+        citus,
+        "SELECT unreferenced_since FROM shardstore.artifacts"
+        " WHERE tenant_id = %s AND artifact_id = %s",
+        (tenant, aid),
+    )
+
+
+def test_artifact_lifecycle_on_the_shards(store: shardstore.Store, citus: str) -> None:
+    """Put (several chunks), read, reference by turn, checkpoint and trajectory; every path
+    that removes refs marks on the shards (unref, keep_checkpoints, rewind), the sweep
+    deletes exactly what lost its refs, a purge releases at once while an earlier release
+    keeps its grace; one tenant's artifact rows, chunks and refs lie on one worker."""
+    from datetime import timedelta
+
+    tenant = _tenant()
+    sid = store.create_session(tenant, "victim", "agent")
+    store.append_turns(sid, [_msg(i) for i in range(6)])
+    big = os.urandom(2_500_000)  # three 1 MiB chunks
+    ref = store.put_artifact(tenant, big, content_type="application/octet-stream")
+    assert store.put_artifact(tenant, big, content_type="x/y").artifact_id == ref.artifact_id
+    assert store.get_artifact(tenant, ref.artifact_id) == big
+    assert b"".join(store.open_artifact(tenant, ref.artifact_id)) == big
+    parts = {
+        name: store.put_artifact(tenant, name.encode() * 100, content_type="text/plain")
+        for name in ("turn", "unref", "keep", "rewind", "purge", "earlier")
+    }
+    store.ref_artifact(tenant, ref.artifact_id, "turn", f"{sid}:0")
+    store.ref_artifact(tenant, parts["purge"].artifact_id, "turn", f"{sid}:1")
+    store.ref_artifact(tenant, parts["unref"].artifact_id, "trajectory", "run-1")
+    store.ref_artifact(tenant, parts["earlier"].artifact_id, "trajectory", "run-2")
+    old = store.checkpoint(sid, {"a": 1}, artifacts=[parts["keep"]])
+    store.checkpoint(sid, {"b": 2}, artifacts=[parts["turn"]])
+    store.append_turn(sid, _msg(6))  # after the checkpoints: a rewind to 6 keeps them
+    store.ref_artifact(tenant, parts["rewind"].artifact_id, "turn", f"{sid}:6")
+    assert {a.ref.artifact_id: a.live_refs for a in store.list_artifacts(tenant)}[
+        ref.artifact_id
+    ] == 1
+    # each path marks what it released
+    assert store.unref_artifact(tenant, parts["unref"].artifact_id, "trajectory", "run-1")
+    # (global: other sessions of this database lose their older checkpoints too)
+    assert store.maintain(keep_checkpoints=1, embed=False).checkpoints_removed >= 1
     assert (
         _one(
             citus,
-            "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
-            (table,),
+            "SELECT count(*) FROM shardstore.artifact_refs WHERE owner_id = %s",
+            (str(old.checkpoint_id),),
         )
         == 0
     )
+    assert store.rewind(sid, 6) == 1
+    for name in ("unref", "keep", "rewind"):
+        assert _mark(citus, tenant, parts[name].artifact_id) is not None, name
+    for name in ("turn", "purge", "earlier"):
+        assert _mark(citus, tenant, parts[name].artifact_id) is None, name
+    assert _mark(citus, tenant, ref.artifact_id) is None
+    dry = store.sweep_artifacts(grace=timedelta(0), dry_run=True)
+    assert {parts[n].artifact_id for n in ("unref", "keep", "rewind")} <= set(dry.deleted_ids)
+    swept = store.sweep_artifacts(grace=timedelta(0))
+    assert {parts[n].artifact_id for n in ("unref", "keep", "rewind")} <= set(swept.deleted_ids)
+    left = {a.ref.artifact_id for a in store.list_artifacts(tenant)}
+    assert left == {ref.artifact_id, *(parts[n].artifact_id for n in ("turn", "purge", "earlier"))}
+    # one worker holds the tenant's artifact rows, chunks and refs
+    with psycopg.connect(citus, autocommit=True) as conn:
+        nodes = {
+            conn.execute(
+                "SELECT nodename || ':' || nodeport FROM citus_shards"
+                " WHERE shardid = get_shard_id_for_distribution_column(%s, %s::text)",
+                (table, tenant),
+            ).fetchone()
+            for table in (*ARTIFACT_TABLES, "shardstore.facts")
+        }
+        assert len(nodes) == 1, nodes
+        (chunks,) = conn.execute(
+            "SELECT count(*) FROM shardstore.artifact_chunks WHERE tenant_id = %s", (tenant,)
+        ).fetchone() or (0,)
+        assert chunks == 3 + 3  # the big one; turn, purge, earlier: one each
+    assert [a.artifact_id for a in store.restore(sid).artifacts] == [parts["turn"].artifact_id]
+    # an offloaded append: the card's ref and the bytes on the tenant's worker, expanded back
+    offloading = shardstore.connect(citus, offload_over=1000, **SMALL)
+    try:
+        long = {"role": "user", "content": "pasted " * 400}
+        offloading.append_turn(sid, long)
+        [turn] = offloading.tail(sid, n=1)
+        assert turn.message != long
+        assert offloading.tail(sid, n=1, expand=True)[0].message == long
+    finally:
+        offloading.close()
+    # released before the purge: keeps its grace; the purge's own: deleted at once
+    store.unref_artifact(tenant, parts["earlier"].artifact_id, "trajectory", "run-2")
+    report = store.purge_subject(tenant, "victim")
+    assert report.tables["shardstore.artifacts"].rows == 4  # big, turn, purge, the offload
+    assert {a.ref.artifact_id for a in store.list_artifacts(tenant)} == {
+        parts["earlier"].artifact_id
+    }
+    assert store.sweep_artifacts(grace=timedelta(hours=1)).deleted == 0
+    assert parts["earlier"].artifact_id in store.sweep_artifacts(grace=timedelta(0)).deleted_ids
+    assert (
+        _one(
+            citus, "SELECT count(*) FROM shardstore.artifact_chunks WHERE tenant_id = %s", (tenant,)
+        )
+        == 0
+    )
+
+
+def test_artifact_sweep_racing_references_on_the_shards(store: shardstore.Store) -> None:
+    """Writers put and reference while a sweeper sweeps with no grace: every acknowledged
+    reference's artifact stays readable (the row-by-row sweep of 0036 on the cluster)."""
+    import threading
+    from datetime import timedelta
+
+    tenant = _tenant()
+    stop = threading.Event()
+    acked: list[tuple[uuid.UUID, bytes]] = []
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(25):
+                data = f"content {i % 5}".encode() * 40
+                ref = store.put_artifact(tenant, data, content_type="x/y")
+                try:
+                    store.ref_artifact(tenant, ref.artifact_id, "business_output", f"w{w}-{i}")
+                except shardstore.ArtifactNotFound:
+                    continue  # swept between put and ref: refused, never dangling
+                acked.append((ref.artifact_id, data))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def sweeper() -> None:
+        try:
+            while not stop.is_set():
+                store.sweep_artifacts(grace=timedelta(0))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(2)]
+    sweep = threading.Thread(target=sweeper)
+    sweep.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    stop.set()
+    sweep.join(60)
+    assert not errors, errors
+    assert acked
+    store.sweep_artifacts(grace=timedelta(0))
+    for aid, data in acked:
+        assert store.get_artifact(tenant, aid) == data

@@ -114,3 +114,35 @@ def _one_row(dsn: str, sql: str) -> tuple[Any, ...]:
         row = conn.execute(sql).fetchone()
         assert row is not None
         return tuple(row)
+
+
+def test_tenant_keyed_global_tables_are_checked_too(dsn: str) -> None:
+    """``artifacts`` and ``artifact_chunks`` (global tables distributed by tenant since
+    0036, ``citus_tenant_tables_v1()``) pass the checks, and an offender on them is found:
+    a unique key without ``tenant_id``, a trigger, a LANGUAGE sql function naming them."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        listed = conn.execute(
+            "SELECT r_table::text, r_column FROM shardstore.citus_tenant_tables_v1() ORDER BY 1"
+        ).fetchall()
+        assert listed == [
+            ("shardstore.artifact_chunks", "tenant_id"),
+            ("shardstore.artifacts", "tenant_id"),
+        ]
+        assert conn.execute("SELECT count(*) FROM shardstore.citus_kept_local_v1()").fetchone() == (
+            0,
+        )
+        conn.execute(
+            """
+            CREATE UNIQUE INDEX bad_chunk_key ON shardstore.artifact_chunks (upload_id, chunk_no);
+            CREATE FUNCTION shardstore.bad_artifact_count(p text) RETURNS bigint LANGUAGE sql
+                AS $$ SELECT count(*) FROM shardstore.artifacts WHERE tenant_id = p $$;
+            CREATE FUNCTION shardstore.bad_artifact_trigger() RETURNS trigger LANGUAGE plpgsql
+                AS $$ BEGIN RETURN NULL; END $$;
+            CREATE TRIGGER bad_artifact_trigger AFTER DELETE ON shardstore.artifacts
+                FOR EACH STATEMENT EXECUTE FUNCTION shardstore.bad_artifact_trigger();
+            """
+        )
+        found = distributability_problems(conn)
+    assert ("shardstore.artifact_chunks", "shardstore.bad_chunk_key") in found["keys"]
+    assert ("shardstore.bad_artifact_count(text)", "artifacts") in found["sql_functions"]
+    assert ("shardstore.artifacts", "bad_artifact_trigger") in found["triggers"]

@@ -323,11 +323,10 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
     yield Tx.BEGIN_SNAPSHOT
     row = yield from _row_op(tenant, artifact_id)
     if row["backend"] == "postgres":
-        (count,) = yield Q(query("artifact_chunk_count"), (row["upload_id"],), fetch="one")
+        chunks = (tenant, row["upload_id"])  # by tenant too: one shard on Citus
+        (count,) = yield Q(query("artifact_chunk_count"), chunks, fetch="one")
         for chunk_no in range(int(count)):
-            (data,) = yield Q(
-                query("artifact_chunk_get"), (row["upload_id"], chunk_no), fetch="one"
-            )
+            (data,) = yield Q(query("artifact_chunk_get"), (*chunks, chunk_no), fetch="one")
             piece = bytes(data)
             digest.update(piece)
             size += len(piece)
@@ -440,12 +439,13 @@ def unref_artifact(
     store: Any, tenant_id: str, artifact_id: uuid.UUID | str, owner_type: str, owner_id: str
 ) -> Op[bool]:
     """Remove one reference; True if it existed. An artifact left without a live reference
-    is deleted by a sweep after ``artifact_grace``."""
+    is marked in the same statement and deleted by a sweep after ``artifact_grace`` (counted
+    from this call)."""
     tenant = validate.text(tenant_id, "tenant_id")
     aid = _aid(artifact_id)
     kind, oid, _session, _turn = owner_args(owner_type, owner_id)
-    row = yield Q(query("artifact_unref"), (tenant, aid, kind, oid), fetch="one")
-    return row is not None
+    (existed,) = yield Q(query("artifact_unref"), (tenant, aid, kind, oid), fetch="one")
+    return bool(existed)
 
 
 def list_artifacts(

@@ -1,18 +1,21 @@
 """Delayed mark-and-sweep of artifacts (``maintain()``, ``shardstore artifacts sweep``) and
 the immediate release a GDPR purge makes.
 
-Mark: an artifact without a live reference gets ``unreferenced_since`` (references removed
-by unref, purges, retention or rewind mark it at once, by trigger); one that has a live
-reference again is cleared. Sweep: artifacts unreferenced for longer than the grace period,
-and uploads that never became ready or referenced, are deleted — postgres rows with their
-chunks in one statement; objects elsewhere by marking the row 'deleting', removing the object
-while holding the row, then the row. A sweep that dies leaves 'deleting' rows; the next one
-finishes them. Staged uploads of clients that died are removed when older than the grace
-(and than an hour)."""
+Mark: an artifact without a live reference gets ``unreferenced_since``; one that has a live
+reference again is cleared. The paths that remove references mark what they released
+themselves (migration 0035): unref, keep_checkpoints and rewind at once, a purge in its
+release step (below); retention leaves it to this mark phase (the grace then starts at the
+sweep that finds the artifact without a live reference). Sweep: artifacts unreferenced for
+longer than the grace period, and uploads that never became ready or referenced, are
+deleted — postgres rows with their chunks in one statement; objects elsewhere by marking
+the row 'deleting', removing the object while holding the row, then the row. A sweep that
+dies leaves 'deleting' rows; the next one finishes them. Staged uploads of clients that died
+are removed when older than the grace (and than an hour)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -59,6 +62,17 @@ class SweepReport:
             "staging_removed": self.staging_removed,
             "skipped": self.skipped,
         }
+
+
+def mark_op(tenant: str | None) -> Op[tuple[int, int]]:
+    """The mark phase for one tenant (``None``: every tenant): (marked, cleared)."""
+    marked = cleared = 0
+    while True:
+        row = yield Q(query("artifacts_mark"), (SWEEP_BATCH, tenant), fetch="one", named=True)
+        marked += int(row["marked"])
+        cleared += int(row["cleared"])
+        if int(row["marked"]) < SWEEP_BATCH:
+            return marked, cleared
 
 
 def _finish_deleting_op(config: ArtifactConfig, tenant: str | None) -> Op[tuple[int, int, int]]:
@@ -110,12 +124,7 @@ def sweep_op(
         )
     marked = cleared = 0
     if since is None:
-        while True:
-            row = yield Q(query("artifacts_mark"), (SWEEP_BATCH,), fetch="one", named=True)
-            marked += int(row["marked"])
-            cleared += int(row["cleared"])
-            if int(row["marked"]) < SWEEP_BATCH:
-                break
+        marked, cleared = yield from mark_op(tenant)
     deleted = size = 0
     ids: list[uuid.UUID] = []
     while True:
@@ -162,13 +171,36 @@ def sweep_artifacts(
     return (yield from sweep_op(config, grace, dry_run=dry_run))
 
 
-def purge_clock_op() -> Op[datetime]:
-    """The database clock when a purge starts (its refs are marked after it)."""
+def purge_clock_op(tenant: str | None = None) -> Op[datetime]:
+    """Before a purge of a subject, a tenant or by time: the tenant's artifacts (``None``:
+    every tenant's) settled — those already without a live reference marked, stale marks
+    of referenced ones cleared — then the database clock, which the purge's release
+    compares marks with. What an unref, rewind or expiry released before the purge is thus
+    marked before that clock and keeps its grace; a referenced artifact carries no mark the
+    purge could mistake for older."""
+    yield from mark_op(tenant)
+    return (yield from clock_op())
+
+
+def clock_op() -> Op[datetime]:
+    """The database clock (a purge's start)."""
     (now,) = yield Q(query("artifact_clock"), fetch="one")
     return now  # type: ignore[no-any-return]
 
 
-def release_op(store: Any, since: datetime, tenant: str | None = None) -> Op[SweepReport]:
-    """After a purge: delete now, in every backend, the artifacts it left without a live
-    reference (those marked since it started), whatever the grace period."""
+def release_op(
+    store: Any,
+    since: datetime,
+    tenant: str | None = None,
+    held: Sequence[uuid.UUID] | None = None,
+) -> Op[SweepReport]:
+    """After a purge: mark the artifacts it left without a live reference (marks after
+    ``since``) — ``held`` (ids of ``tenant``'s artifacts the purged refs named), or else
+    every artifact of ``tenant`` (``None``: of every tenant) — then delete now, in every
+    backend, those marked since the purge started, whatever the grace period."""
+    if held is None:
+        yield from mark_op(tenant)
+    else:
+        assert tenant is not None
+        yield Q(query("artifacts_released"), ([tenant] * len(held), list(held)), fetch="one")
     return (yield from sweep_op(config_of(store), timedelta(0), tenant=tenant, since=since))

@@ -30,9 +30,8 @@ SELECT shardstore.artifact_ref_many_v1(%s, %s::uuid[], %s, %s::text[], %s, %s::b
                                        %s::boolean[]);
 
 -- name: artifact_unref
-DELETE FROM shardstore.artifact_refs r
- WHERE r.tenant_id = %s AND r.artifact_id = %s AND r.owner_type = %s AND r.owner_id = %s
-RETURNING 1;
+-- the reference removed, its artifact marked if that was its last live one (0035)
+SELECT shardstore.artifact_unref_v1(%s, %s, %s, %s);
 
 -- name: artifact_get
 SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.backend,
@@ -42,10 +41,11 @@ SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.bac
  WHERE a.tenant_id = %s AND a.artifact_id = %s;
 
 -- name: artifact_chunk_count
-SELECT count(*) FROM shardstore.artifact_chunks c WHERE c.upload_id = %s;
+SELECT count(*) FROM shardstore.artifact_chunks c WHERE c.tenant_id = %s AND c.upload_id = %s;
 
 -- name: artifact_chunk_get
-SELECT c.data FROM shardstore.artifact_chunks c WHERE c.upload_id = %s AND c.chunk_no = %s;
+SELECT c.data FROM shardstore.artifact_chunks c
+ WHERE c.tenant_id = %s AND c.upload_id = %s AND c.chunk_no = %s;
 
 -- name: artifact_list
 -- a tenant's artifacts, newest first, with how many live refs each has
@@ -54,7 +54,8 @@ SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.bac
        a.unreferenced_since,
        (SELECT count(*) FROM shardstore.artifact_refs r
          WHERE r.tenant_id = a.tenant_id AND r.artifact_id = a.artifact_id
-           AND shardstore.artifact_ref_live_v1(r)) AS live_refs
+           AND shardstore.artifact_ref_live_v2(r.owner_type, r.required_for_resume,
+                                               r.expires_at)) AS live_refs
   FROM shardstore.artifacts a
  WHERE a.tenant_id = %(tenant)s
    AND (%(state)s::text IS NULL OR a.state = %(state)s::text)
@@ -85,8 +86,17 @@ SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.bac
 SELECT s.tenant_id, s.purged_at IS NOT NULL AS purged FROM shardstore.sessions s
  WHERE s.session_id = %s;
 
+-- name: artifact_session_refs
+-- the artifacts a session's refs name (a session purge marks these after it, 0035)
+SELECT DISTINCT r.artifact_id FROM shardstore.artifact_refs r
+ WHERE r.tenant_id = %s AND r.session_id = %s;
+
+-- name: artifacts_released
+SELECT shardstore.artifacts_released_v1(%s::text[], %s::uuid[]);
+
 -- name: artifacts_mark
-SELECT r_marked AS marked, r_cleared AS cleared FROM shardstore.artifacts_mark_v1(%s);
+-- one tenant's artifacts, or every tenant's (NULL)
+SELECT r_marked AS marked, r_cleared AS cleared FROM shardstore.artifacts_mark_v2(%s, %s);
 
 -- name: artifacts_sweep
 SELECT r_tenant AS tenant_id, r_artifact AS artifact_id, r_backend AS backend,

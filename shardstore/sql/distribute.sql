@@ -8,27 +8,36 @@
 SELECT extversion FROM pg_extension WHERE extname = 'citus';
 
 -- name: dist_tables
--- the registered session tables with the column each is distributed by, sessions first
-SELECT r.table_name::text AS table_name,
-       CASE WHEN r.session_nullable THEN r.tenant_column ELSE r.session_column END AS column_name,
-       r.session_nullable AS by_tenant
-  FROM shardstore.table_registry r
- WHERE r.kind = 'session'
-   AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
- ORDER BY r.table_name <> 'shardstore.sessions'::regclass, r.session_nullable, r.position,
-          r.table_name::text;
+-- the registered session tables with the column each is distributed by, sessions first,
+-- then the tenant-keyed global tables (citus_tenant_tables_v1: the artifact tables)
+SELECT x.rel::text AS table_name, x.col AS column_name, x.by_tenant
+  FROM (SELECT r.table_name AS rel,
+               CASE WHEN r.session_nullable THEN r.tenant_column ELSE r.session_column END AS col,
+               r.session_nullable AS by_tenant, 0 AS grp, r.position AS pos
+          FROM shardstore.table_registry r
+         WHERE r.kind = 'session'
+           AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
+        UNION ALL
+        SELECT t.r_table, t.r_column, true, 1, 0 FROM shardstore.citus_tenant_tables_v1() t) x
+ ORDER BY x.rel <> 'shardstore.sessions'::regclass, x.by_tenant, x.grp, x.pos, x.rel::text;
 
 -- name: dist_check_keys
--- unique keys (primary keys included) of a session table that lack its distribution column
-SELECT r.table_name::text, i.indexrelid::regclass::text
-  FROM shardstore.table_registry r
-  JOIN pg_index i ON i.indrelid = r.table_name AND i.indisunique
- WHERE r.kind = 'session'
-   AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
-   AND NOT EXISTS (
+-- unique keys (primary keys included) of a session table (or a tenant-keyed global table)
+-- that lack its distribution column
+WITH d AS (
+    SELECT r.table_name AS rel,
+           CASE WHEN r.session_nullable THEN r.tenant_column ELSE r.session_column END AS col
+      FROM shardstore.table_registry r
+     WHERE r.kind = 'session'
+       AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
+    UNION ALL
+    SELECT t.r_table, t.r_column FROM shardstore.citus_tenant_tables_v1() t)
+SELECT d.rel::text, i.indexrelid::regclass::text
+  FROM d
+  JOIN pg_index i ON i.indrelid = d.rel AND i.indisunique
+ WHERE NOT EXISTS (
            SELECT 1 FROM pg_attribute a
-            WHERE a.attrelid = r.table_name
-              AND a.attname = CASE WHEN r.session_nullable THEN r.tenant_column ELSE r.session_column END
+            WHERE a.attrelid = d.rel AND a.attname = d.col
               AND a.attnum = ANY (i.indkey::int2[]))
  ORDER BY 1, 2;
 
@@ -60,9 +69,12 @@ SELECT c.conrelid::regclass::text, c.conname::text, c.confrelid::regclass::text
 SELECT p.oid::regprocedure::text, t.relname::text
   FROM pg_proc p
   JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'sql'
-  JOIN shardstore.table_registry r ON r.kind = 'session'
-   AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
-  JOIN pg_class t ON t.oid = r.table_name
+  JOIN (SELECT r.table_name AS rel FROM shardstore.table_registry r
+         WHERE r.kind = 'session'
+           AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
+        UNION ALL
+        SELECT x.r_table FROM shardstore.citus_tenant_tables_v1() x) r ON true
+  JOIN pg_class t ON t.oid = r.rel
  WHERE p.pronamespace = 'shardstore'::regnamespace
    AND p.pronargs > 0
    AND coalesce(pg_get_function_sqlbody(p.oid), p.prosrc)
@@ -81,14 +93,18 @@ SELECT p.polrelid::regclass::text, p.polname::text
  ORDER BY 1, 2;
 
 -- name: dist_check_triggers
--- user triggers on session tables or their partitions (Citus refuses to distribute them)
+-- user triggers on session tables (tenant-keyed global tables too) or their partitions
+-- (Citus refuses to distribute them)
 SELECT g.tgrelid::regclass::text, g.tgname::text
   FROM pg_trigger g
-  JOIN shardstore.table_registry r ON r.kind = 'session'
-   AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
+  JOIN (SELECT r.table_name AS rel FROM shardstore.table_registry r
+         WHERE r.kind = 'session'
+           AND r.table_name NOT IN (SELECT k.r_table FROM shardstore.citus_kept_local_v1() k)
+        UNION ALL
+        SELECT x.r_table FROM shardstore.citus_tenant_tables_v1() x) r ON true
  WHERE NOT g.tgisinternal
-   AND (g.tgrelid = r.table_name
-        OR g.tgrelid IN (SELECT relid FROM pg_partition_tree(r.table_name)))
+   AND (g.tgrelid = r.rel
+        OR g.tgrelid IN (SELECT relid FROM pg_partition_tree(r.rel)))
  ORDER BY 1, 2;
 
 -- name: dist_standalone_tables
