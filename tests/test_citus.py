@@ -271,6 +271,31 @@ def test_fork_copies_are_indexed_and_erased_on_the_shards(
     assert _one(citus, records, (child,)) == 0
 
 
+def test_turns_view_and_session_payloads_on_the_shards(store: shardstore.Store, citus: str) -> None:
+    """shardstore.turns reads a session's folded and buffered turns from its worker, as
+    history() gives them; a span payload attached to the session goes with its subject's
+    purge (the artifact tables are distributed by tenant, the session by session_id)."""
+    tenant = _tenant()
+    sid = store.create_session(tenant, subject_id="u")
+    store.append_turns(sid, [_msg(i) for i in range(30)])
+    store.flush(sid)
+    store.append_turn(sid, _msg(30, "buffered"))
+    with psycopg.connect(citus) as conn:
+        rows = conn.execute(
+            "SELECT turn_seq, message FROM shardstore.turns WHERE session_id = %s"
+            " ORDER BY turn_seq",
+            (sid,),
+        ).fetchall()
+    assert rows == [(t.turn_seq, t.message) for t in store.history(sid)]
+    assert len(rows) == 31
+    ref = store.attach_payload(
+        None, b"trace", name="p", content_type="x/y", tenant_id=tenant, session_id=sid
+    )
+    assert store.purge_subject(tenant, "u").tables["shardstore.artifacts"].rows == 1
+    with pytest.raises(shardstore.ArtifactNotFound):
+        store.get_artifact(tenant, ref.artifact_id)
+
+
 @pytest.fixture
 def tenant_role(citus: str) -> Iterator[tuple[str, str, str]]:
     """A LOGIN role bound to a fresh tenant, RLS on; (dsn as that role, role, tenant)."""
