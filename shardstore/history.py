@@ -389,7 +389,7 @@ def _append_op(
                     store, session_id, messages, keys, state, links
                 )
             )
-    if links:
+    if links and state is not None:  # links come only with a checkpoint's state
         from .artifacts import offload as offloading
 
         return (

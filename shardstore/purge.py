@@ -470,26 +470,24 @@ def _releasing_op(
     ``tenant``'s (neither: every tenant's), settled before the purge and marked after it
     (``artifact_sweep.purge_clock_op``, ``release_op``). Either way, an artifact that lost
     its last live reference before the purge keeps its grace."""
-    if dry_run:
-        report = yield from purge
-        return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: TableRemoval()})
     held: list[uuid.UUID] | None = None
-    if session is not None:
+    if not dry_run and session is not None:
         row = yield Q(query("artifact_session_tenant"), (session,), fetch="one")
         if row is None:  # unknown session: the purge raises, nothing to release
             return (yield from purge)
         tenant = row[0]
-        rows = yield Q(query("artifact_session_refs"), (tenant, session))
-        held = [r[0] for r in rows]
-        if not held:  # nothing of the session's to release
-            report = yield from purge
-            return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: TableRemoval()})
-        since = yield from artifact_sweep.clock_op()
+        held = [r[0] for r in (yield Q(query("artifact_session_refs"), (tenant, session)))]
+    if dry_run or held == []:  # no reference removed, or none of the session's to release
+        report = yield from purge
+        released = TableRemoval()
     else:
-        since = yield from artifact_sweep.purge_clock_op(tenant)
-    report = yield from purge
-    done = yield from artifact_sweep.release_op(store, since, tenant, held)
-    released = TableRemoval(done.deleted, 0, done.bytes_deleted)
+        if held is None:
+            since = yield from artifact_sweep.purge_clock_op(tenant)
+        else:
+            since = yield from artifact_sweep.clock_op()
+        report = yield from purge
+        done = yield from artifact_sweep.release_op(store, since, tenant, held)
+        released = TableRemoval(done.deleted, 0, done.bytes_deleted)
     return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: released})
 
 

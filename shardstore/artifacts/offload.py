@@ -146,25 +146,9 @@ def append_offloaded_op(
     """An append whose big strings go to artifacts first; the append, the turns'
     references and those of its checkpoint (``links``: the artifacts its state names)
     commit together (see the module docstring)."""
-    from .. import history as history_ops  # history calls this module lazily
-
     sid = validate.session_id(session_id)
     tenant, stored, ids = yield from offload_messages_op(store, sid, messages)
-    yield Tx.BEGIN
-    if state is None:
-        outcome = yield from history_ops.append_op(store._ctx, sid, stored, keys)
-    else:
-        outcome = yield from history_ops.append_checkpoint_op(store._ctx, sid, stored, keys, state)
-    per_turn = [
-        (result.turn_seq, aid)
-        for result, mine in zip(outcome.results, ids, strict=True)
-        for aid in dict.fromkeys(mine)
-    ]
-    yield from ref_turns_op(tenant, sid, per_turn)
-    yield from _ref_new_checkpoint_op(tenant, sid, outcome.results, links)
-    yield Tx.COMMIT
-    yield from history_ops._after_append_op(store, outcome)
-    return outcome.results
+    return (yield from _append_with_refs_op(store, sid, tenant, stored, keys, state, ids, links))
 
 
 def append_linked_op(
@@ -172,23 +156,48 @@ def append_linked_op(
     session_id: Any,
     messages: list[Any],
     keys: list[Any],
-    state: str | None,
+    state: str,
     links: dict[uuid.UUID, bool],
 ) -> Op[Any]:
     """An append with a checkpoint whose state names artifacts (nothing to offload): the
     turns, the checkpoint and its references commit together; a refused reference
     (``ArtifactNotFound``) rolls the append back."""
+    sid = validate.session_id(session_id)
+    tenant = yield from session_tenant_op(sid)
+    no_ids: list[list[uuid.UUID]] = [[] for _ in messages]
+    return (
+        yield from _append_with_refs_op(store, sid, tenant, messages, keys, state, no_ids, links)
+    )
+
+
+def _append_with_refs_op(
+    store: Any,
+    sid: uuid.UUID,
+    tenant: str,
+    messages: list[Any],
+    keys: list[Any],
+    state: str | None,
+    ids: list[list[uuid.UUID]],
+    links: dict[uuid.UUID, bool] | None,
+) -> Op[Any]:
+    """One transaction: the append (with its checkpoint when ``state``), each turn's
+    references to the artifacts ``ids`` lists for its message, and the checkpoint's to
+    ``links``."""
     from .. import history as history_ops  # history calls this module lazily
 
-    sid = validate.session_id(session_id)
     yield Tx.BEGIN
-    tenant = yield from session_tenant_op(sid)
     if state is None:
         outcome = yield from history_ops.append_op(store._ctx, sid, messages, keys)
     else:
         outcome = yield from history_ops.append_checkpoint_op(
             store._ctx, sid, messages, keys, state
         )
+    per_turn = [
+        (result.turn_seq, aid)
+        for result, mine in zip(outcome.results, ids, strict=True)
+        for aid in dict.fromkeys(mine)
+    ]
+    yield from ref_turns_op(tenant, sid, per_turn)
     yield from _ref_new_checkpoint_op(tenant, sid, outcome.results, links)
     yield Tx.COMMIT
     yield from history_ops._after_append_op(store, outcome)
