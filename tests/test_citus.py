@@ -78,7 +78,7 @@ def test_every_session_table_is_distributed_and_colocated(citus: str) -> None:
             " (SELECT r_table FROM shardstore.citus_kept_local_v1())"
         ).fetchall()
         kept = conn.execute("SELECT r_table::text FROM shardstore.citus_kept_local_v1()").fetchall()
-        assert kept == []  # since 0036 the artifact tables are distributed too
+        assert kept == []  # since 0034 the artifact tables are distributed too
         for (table,) in kept:  # left on the coordinator: Citus holds no shard of it
             assert (
                 conn.execute(
@@ -723,7 +723,7 @@ ARTIFACT_TABLES = ("shardstore.artifacts", "shardstore.artifact_chunks", "shards
 
 def test_artifact_tables_are_distributed_by_tenant_and_colocated(citus: str) -> None:
     """``artifacts``, ``artifact_chunks`` and ``artifact_refs`` (coordinator tables until
-    0036; ``artifact_refs`` had a trigger until 0035) are hash-distributed by ``tenant_id``
+    0034; ``artifact_refs`` had a trigger until 0033) are hash-distributed by ``tenant_id``
     in the colocation group of ``facts``, without triggers."""
     with psycopg.connect(citus, autocommit=True) as conn:
         rows = {
@@ -851,7 +851,7 @@ def test_artifact_lifecycle_on_the_shards(store: shardstore.Store, citus: str) -
 
 def test_artifact_sweep_racing_references_on_the_shards(store: shardstore.Store) -> None:
     """Writers put and reference while a sweeper sweeps with no grace: every acknowledged
-    reference's artifact stays readable (the row-by-row sweep of 0036 on the cluster)."""
+    reference's artifact stays readable (the row-by-row sweep of 0034 on the cluster)."""
     import threading
     from datetime import timedelta
 

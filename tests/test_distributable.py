@@ -118,7 +118,7 @@ def _one_row(dsn: str, sql: str) -> tuple[Any, ...]:
 
 def test_tenant_keyed_global_tables_are_checked_too(dsn: str) -> None:
     """``artifacts`` and ``artifact_chunks`` (global tables distributed by tenant since
-    0036, ``citus_tenant_tables_v1()``) pass the checks, and an offender on them is found:
+    0034, ``citus_tenant_tables_v1()``) pass the checks, and an offender on them is found:
     a unique key without ``tenant_id``, a trigger, a LANGUAGE sql function naming them."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         listed = conn.execute(

@@ -3,7 +3,7 @@ the immediate release a GDPR purge makes.
 
 Mark: an artifact without a live reference gets ``unreferenced_since``; one that has a live
 reference again is cleared. The paths that remove references mark what they released
-themselves (migration 0035): unref, keep_checkpoints and rewind at once, a purge in its
+themselves (migration 0033): unref, keep_checkpoints and rewind at once, a purge in its
 release step (below); retention leaves it to this mark phase (the grace then starts at the
 sweep that finds the artifact without a live reference). Sweep: artifacts unreferenced for
 longer than the grace period, and uploads that never became ready or referenced, are

@@ -131,7 +131,7 @@ def _build() -> MetaData:
     Table(
         "turns",
         meta,
-        # a view (migration 0034): one row per turn a session holds, folded or buffered;
+        # a view (migration 0032): one row per turn a session holds, folded or buffered;
         # a fork's inherited turns are rows of the session holding them
         Column("session_id", Uuid),
         Column("tenant_id", Text),

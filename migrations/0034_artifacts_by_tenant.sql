@@ -1,7 +1,7 @@
--- 0036: the artifact tables distributed by tenant on Citus (issue 17). `artifacts`,
+-- 0034: the artifact tables distributed by tenant on Citus (issue 17). `artifacts`,
 -- `artifact_chunks` and `artifact_refs` go by tenant_id into the colocation group of the
 -- other tenant-keyed tables (facts): every statement about one tenant's artifacts runs on
--- one worker, and the sweep's snapshot argument (0014, 0035) holds there. What Citus
+-- one worker, and the sweep's snapshot argument (0014, 0033) holds there. What Citus
 -- refused in the artifact functions, and how each differs from its previous body:
 --   * statements reading chunks by upload_id alone (a scan of every shard): the tenant is
 --     named too, and artifact_chunks' key is (tenant_id, upload_id, chunk_no);
@@ -43,7 +43,7 @@ AS $$
     SELECT NULL::regclass, NULL::text WHERE false
 $$;
 
--- Whether a reference keeps its artifact alive now, from its columns (0035's rule): a
+-- Whether a reference keeps its artifact alive now, from its columns (0033's rule): a
 -- checkpoint's required-for-resume ref always, every ref until it expires.
 CREATE FUNCTION shardstore.artifact_ref_live_v2(p_owner_type text, p_required boolean,
                                                 p_expires timestamptz)
@@ -283,8 +283,15 @@ BEGIN
 END
 $$;
 
--- 0027's body with 0033's trajectory sessions (merged here); the reference's created_at from a
--- variable.
+-- 0027's body; the reference's created_at from a variable; and a trajectory reference may
+-- name the session its span served (attach_payload(..., session_id=...)), so that purging the
+-- session, its subject or its tenant removes it with the session's other rows and a GDPR
+-- purge deletes the payload's bytes at once (issue 13: after purge_subject no table and no
+-- backend object holds the subject's bytes). Such a reference has session_id and no turn_seq
+-- (the table's CHECK allows it: only turn and checkpoint references carry both); rewinds and
+-- range purges delete by turn and leave it; it still expires with trajectory_retention. The
+-- session must exist in the tenant and not be purged (locked FOR KEY SHARE, as a turn's
+-- reference locks it, so a purge waits for the reference or the reference sees the purge).
 CREATE OR REPLACE FUNCTION shardstore.artifact_ref_v1(
     p_tenant text, p_artifact uuid, p_owner_type text, p_owner_id text, p_session uuid,
     p_turn bigint, p_required boolean, p_expires timestamptz)
@@ -321,7 +328,7 @@ BEGIN
             RETURN 'purged';
         END IF;
     ELSIF p_owner_type = 'trajectory' AND v_session IS NOT NULL THEN
-        -- 0033's rule: a span payload of this session goes with the session's purges
+        -- a span payload of this session goes with the session's purges
         SELECT s.tenant_id, s.purged_at IS NOT NULL INTO v_tenant, v_purged
           FROM shardstore.sessions s WHERE s.session_id = v_session FOR KEY SHARE;
         IF NOT FOUND OR v_tenant <> p_tenant THEN
@@ -356,7 +363,7 @@ BEGIN
 END
 $$;
 
--- 0035's mark phase: candidates read without a lock (one query over every shard), each
+-- 0033's mark phase: candidates read without a lock (one query over every shard), each
 -- marked by artifacts_released_v1 (locked, checked again, the clock after the lock); marks
 -- of artifacts that have a live ref again cleared (a NULL never lets a sweep delete).
 CREATE OR REPLACE FUNCTION shardstore.artifacts_mark_v2(p_batch integer, p_tenant text)
@@ -398,8 +405,14 @@ $$;
 -- lock; each is then locked on its own (SKIP LOCKED: a row a reference or a put holds is
 -- left for the next sweep) with its conditions checked again in a snapshot taken after the
 -- lock, so a reference committed before is seen and one after it finds the row gone (or
--- 'deleting') and is refused — the argument at the top of 0014, row by row. An object
--- backend's row still 'uploading' waits an hour whatever the grace (0032's rule, merged here).
+-- 'deleting') and is refused — the argument at the top of 0014, row by row.
+-- An object backend's row still 'uploading' (its client claimed it, then died or is still
+-- sending) waits an hour whatever the grace: the client held the row's lock while it PUT the
+-- object; when it dies Postgres releases the lock at once, but a PUT whose body was already
+-- sent can still land on the S3 server afterwards, and a sweep that deleted the row (and the
+-- then-absent object) left that late object with no row, which no sweep lists (seen in
+-- tests/test_artifacts_crash.py with a sweep right after each kill, SeaweedFS). An hour is
+-- far beyond any PUT's timeout, the minimum age staged files get (sweep.py STAGING_MIN_AGE_S).
 CREATE OR REPLACE FUNCTION shardstore.artifacts_sweep_v1(
     p_grace interval, p_batch integer, p_tenant text, p_since timestamptz, p_dry_run boolean)
 RETURNS TABLE (r_tenant text, r_artifact uuid, r_backend text, r_key text, r_size bigint,

@@ -1,4 +1,4 @@
--- 0034: shardstore.turns, one row per stored turn, for reading with SQL (analytics, joins
+-- 0032: shardstore.turns, one row per stored turn, for reading with SQL (analytics, joins
 -- with an application's tables, shardstore.integrations.sqlalchemy.metadata()). A view over
 -- the two places a turn lives: the envelopes of agent_history's chunks and turn_buffer.
 -- security_invoker: the caller's privileges and the tables' row-level security apply, so a

@@ -1,4 +1,4 @@
--- 0035: artifact_refs without its trigger, and reference liveness decided by the reference
+-- 0033: artifact_refs without its trigger, and reference liveness decided by the reference
 -- row alone (issue 17: Citus distributes no table with a trigger, and cannot push a
 -- correlated subquery from a tenant-keyed table into `checkpoints`, keyed by session).
 --
