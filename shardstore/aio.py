@@ -42,7 +42,7 @@ class AsyncStore(base.StoreBase):
     ) -> None:
         super().__init__(connector, settings, counter)
         if connector.pooled and settings.background_fold:
-            self._folder = AsyncFolder(self._run)
+            self._folder = AsyncFolder(self._run, settings.default_tail_turns)
 
     async def _run(self, op: Op[T]) -> T:
         return await run_async(self._connector, op)

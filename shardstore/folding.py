@@ -5,6 +5,10 @@ An append that seals a chunk only marks it; the chunk's turns stay in the write 
 ``agent_history``. The store hands sealed sessions to one of these folders, so no append
 waits for a fold. If a process dies first, the chunk waits in the buffer for the next
 fold of that session, ``store.flush()`` or maintenance: nothing is lost either way.
+
+A fold leaves the newest sealed chunks holding the session's newest ``default_tail_turns``
+turns in the buffer (``keep_turns``, migration 0035): a default ``tail()`` then reads
+buffer rows only. They are folded by a later seal's fold, ``flush()`` or maintenance.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ log = logging.getLogger("shardstore.folding")
 class BackgroundFolder:
     """One worker thread folding sealed chunks, each session at most once in the queue."""
 
-    def __init__(self, run: Callable[[Op[int]], int]) -> None:
+    def __init__(self, run: Callable[[Op[int]], int], keep_turns: int) -> None:
         self._run = run
+        self._keep_turns = keep_turns
         self._queue: queue.Queue[uuid.UUID | None] = queue.Queue()
         self._queued: set[uuid.UUID] = set()
         self._lock = threading.Lock()
@@ -55,7 +60,7 @@ class BackgroundFolder:
                 with self._lock:
                     # a seal that arrives while this fold runs queues the session again
                     self._queued.discard(session_id)
-                self._run(fold_sealed_op(session_id))
+                self._run(fold_sealed_op(session_id, self._keep_turns))
             except ShardstoreError as exc:
                 log.warning("fold of session %s deferred: %s", session_id, exc)
             except Exception:  # never let the worker die; the chunk stays safely buffered
@@ -82,8 +87,9 @@ class BackgroundFolder:
 class AsyncFolder:
     """asyncio version: one task per sealed session, each session at most once in flight."""
 
-    def __init__(self, run: Callable[[Op[int]], Awaitable[int]]) -> None:
+    def __init__(self, run: Callable[[Op[int]], Awaitable[int]], keep_turns: int) -> None:
         self._run = run
+        self._keep_turns = keep_turns
         self._queued: set[uuid.UUID] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -99,7 +105,7 @@ class AsyncFolder:
     async def _fold(self, session_id: uuid.UUID) -> None:
         self._queued.discard(session_id)
         try:
-            await self._run(fold_sealed_op(session_id))
+            await self._run(fold_sealed_op(session_id, self._keep_turns))
         except ShardstoreError as exc:
             log.warning("fold of session %s deferred: %s", session_id, exc)
         except Exception:

@@ -354,9 +354,12 @@ def append_checkpoint_op(
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 
 
-def fold_sealed_op(session_id: uuid.UUID) -> Op[int]:
-    """Fold a session's sealed chunks from the buffer into agent_history."""
-    (moved,) = yield Q(query("fold_sealed"), (session_id,), fetch="one")
+def fold_sealed_op(session_id: uuid.UUID, keep_turns: int = 0) -> Op[int]:
+    """Fold a session's sealed chunks from the buffer into agent_history, except the newest
+    ones holding any of its newest ``keep_turns`` turns (0: every sealed chunk): those stay
+    buffered until a later fold, so that a tail of up to ``keep_turns`` turns reads buffer
+    rows only, never a compressed chunk (migration 0035). Returns the turns moved."""
+    (moved,) = yield Q(query("fold_sealed"), (session_id, keep_turns), fetch="one")
     return int(moved)
 
 
@@ -368,7 +371,7 @@ def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
     if store._folder is not None:
         yield Call(store._folder.submit, (outcome.session_id,), inline=True)
     else:
-        yield from fold_sealed_op(outcome.session_id)
+        yield from fold_sealed_op(outcome.session_id, store._ctx.settings.default_tail_turns)
 
 
 def _append_op(

@@ -44,7 +44,7 @@ class Store(base.StoreBase):
     def __init__(self, connector: Connector, settings: Settings, counter: TokenCounter) -> None:
         super().__init__(connector, settings, counter)
         if connector.pooled and settings.background_fold:
-            self._folder = BackgroundFolder(self._run)
+            self._folder = BackgroundFolder(self._run, settings.default_tail_turns)
 
     def _run(self, op: Op[T]) -> T:
         return run_sync(self._connector, op)

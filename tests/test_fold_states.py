@@ -73,17 +73,28 @@ def test_reads_agree_before_and_after_folding(
     assert [t.turn_seq for t in store.history(sid)] == list(range(42))
 
 
-def test_background_folds_empty_the_buffer(
+def test_background_folds_leave_only_the_newest_tail_in_the_buffer(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
-    store = make_store(chunk_tokens=100)
+    # chunks of a few turns each: the open one and the sealed ones holding any of the newest
+    # default_tail_turns turns stay buffered (0035); every older chunk is folded
+    store = make_store(chunk_tokens=100, default_tail_turns=5)
     sid = store.create_session("acme")
     for i in range(50):
         store.append_turn(sid, {"role": "user", "content": f"turn {i}"})
     store.drain_folds()
-    open_seq = store.chunks(sid)[-1].chunk_seq
-    assert _buffered_chunks(dsn, sid) == {open_seq}
+    chunks = store.chunks(sid)
+    assert len(chunks) > 6
+    kept, newer = set(), 0
+    for c in reversed(chunks):
+        if c.is_open or newer < 5:
+            kept.add(c.chunk_seq)
+        newer += c.turn_count
+    assert _buffered_chunks(dsn, sid) == kept
+    assert len(kept) < len(chunks)
     assert sum(c.turn_count for c in store.chunks(sid)) == 50
+    store.flush(sid)
+    assert _buffered_chunks(dsn, sid) == set()
 
 
 def test_history_across_many_batches_of_chunks(

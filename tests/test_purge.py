@@ -25,7 +25,9 @@ from .test_purge_support import (
     without,
 )
 
-SMALL = {"chunk_tokens": 200, "partition_interval": timedelta(seconds=1)}
+# default_tail_turns=1: a fold keeps no sealed chunk in the buffer (0035), so the chunks these
+# tests purge are in agent_history's partitions as soon as their folds ran
+SMALL = {"chunk_tokens": 200, "partition_interval": timedelta(seconds=1), "default_tail_turns": 1}
 CORE = [
     "shardstore.turn_buffer",
     AGENT_HISTORY,

@@ -77,7 +77,8 @@ SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed
 SELECT shardstore.flush_v1(%s);
 
 -- name: fold_sealed
-SELECT shardstore.fold_sealed_v1(%s);
+-- the sealed chunks, less the newest ones holding the session's newest keep_turns turns (0035)
+SELECT shardstore.fold_sealed_v2(%s, %s);
 
 -- name: tail
 SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
