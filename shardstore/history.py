@@ -552,10 +552,17 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
     max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
     if n is None and max_tokens is None:
         n = ctx.settings.default_tail_turns
-    rows = yield _named("tail", (sid, n, max_tokens))
-    turns = [_turn(r) for r in reversed(rows)]
+    (window,) = yield Q(query("tail_window"), (sid, n, max_tokens), fetch="one")
+    turns = _window_turns(window)
     before = yield from before_window_op(sid, turns)
     return trim_tail(turns, before)
+
+
+def _window_turns(text: str | None) -> list[Turn]:
+    """Turns from tail_window's JSON array of envelopes (NULL: no turns)."""
+    if text is None:
+        return []
+    return [envelope_turn(e, e["c"]) for e in jsoncodec.loads_envelopes(text)]
 
 
 def before_window_op(sid: uuid.UUID, turns: Sequence[Turn]) -> Op[dict[str, Any] | None]:

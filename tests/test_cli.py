@@ -257,7 +257,11 @@ def test_demo_stores_a_long_conversation(cli: Cli) -> None:
         assert after["first_turn_seq"] == before["last_turn_seq"] + 1
         assert after["chunk_seq"] == before["chunk_seq"] + 1
     assert all(not c["is_open"] for c in chunks[:-1])
-    assert all(c["partition"] for c in chunks if not c["is_open"])
+    # only chunks holding the newest default_tail_turns turns at the last seal stay buffered
+    newer = 0
+    for c in reversed(chunks[:-1]):
+        assert c["partition"] or newer < 20, c
+        newer += c["turn_count"]
     assert doc["tail"][-1]["turn_seq"] == 199
     assert doc["tail"][-1]["message"] == synthetic.messages(5, 200)[-1]
     assert doc["tokens_per_second"] > 0 and doc["append_latency_ms"]["p50"] > 0

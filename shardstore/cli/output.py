@@ -390,7 +390,9 @@ def _chunk_rows(chunks: Sequence[Chunk]) -> list[list[str]]:
             num(c.token_count),
             size(c.byte_count),
             when(c.chunk_start),
-            _short_partition(c.partition) or ("(write buffer)" if c.is_open else "-"),
+            # no partition: the chunk's turns are all still in the write buffer (the open
+            # chunk, or a sealed one a fold keeps for tail() or has not reached yet)
+            _short_partition(c.partition) or "(write buffer)",
             "open" if c.is_open else "sealed",
         ]
         for c in chunks

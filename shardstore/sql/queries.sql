@@ -85,6 +85,14 @@ SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
        r_created_at AS created_at, r_key AS idempotency_key, r_message::text AS message
   FROM shardstore.tail_v1(%s, %s, %s);
 
+-- name: tail_window
+-- tail's rows as one JSON array of envelopes, oldest first ({"s", "c", "t", "at", "k", "m"}):
+-- one text value to parse instead of a row and a JSON value per turn
+SELECT json_agg(json_build_object('s', t.r_turn_seq, 'c', t.r_chunk_seq, 't', t.r_tokens,
+                                  'at', t.r_created_at, 'k', t.r_key, 'm', t.r_message)
+                ORDER BY t.ordinality DESC)::text
+  FROM shardstore.tail_v1(%s, %s, %s) WITH ORDINALITY AS t;
+
 -- name: chunk_map_from
 SELECT chunk_seq, chunk_start FROM shardstore.chunk_map
  WHERE session_id = %s AND chunk_seq >= coalesce(
