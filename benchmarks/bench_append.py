@@ -15,7 +15,8 @@ ratios are taken pair by pair within a round (so a loaded machine moves both sid
 * **append, 8 writers**: turns/s of 8 threads, each with its own session and connection.
 * **tail(n=20)** against the floor's ``ORDER BY seq DESC LIMIT 20`` at several history
   lengths, with ~400-token and ~700-token turns (the open chunk holding 8 turns, as
-  compare.py aligns it).
+  compare.py aligns it); built in bulk (an imported history), or with ``--tail-fill N``
+  its newest N turns appended one call at a time (a history an agent wrote).
 
 Writes markdown to stdout (and ``--json`` the raw rounds).
 """
@@ -198,17 +199,23 @@ def writers8(cs: dict[str, cmp.Contender], rounds: int, per: int) -> dict[str, l
 
 
 def tails(
-    cs: dict[str, cmp.Contender], sizes: list[int], rounds: int, calls: int
+    cs: dict[str, cmp.Contender], sizes: list[int], rounds: int, calls: int, fill: int = 0
 ) -> dict[int, dict[str, list[float]]]:
+    """tail(n=20) p50 per round at each history length; the newest ``fill`` turns of each
+    session are appended one call at a time (as an agent writes them), the rest in bulk
+    (as an import writes them)."""
     corpus = next(iter(cs.values())).corpus
     res: dict[int, dict[str, list[float]]] = {}
     for size in sizes:
         ws = {k: c.writer() for k, c in cs.items()}
         sids = {}
+        bulk = size - min(fill, size)
         for k, c in cs.items():
             sids[k] = c.new_session(ws[k])
-            for lo in range(0, size, 500):
-                c.bulk(ws[k], sids[k], corpus.seq(lo, min(500, size - lo)))
+            for lo in range(0, bulk, 500):
+                c.bulk(ws[k], sids[k], corpus.seq(lo, min(500, bulk - lo)))
+            for i in corpus.seq(bulk, size - bulk):
+                ws[k].append(sids[k], ws[k].prepare(i))
             c.settle()
             counter = iter(range(size, size + 100_000))
             c.align(ws[k], sids[k], lambda counter=counter: next(counter) % corpus.n)
@@ -246,6 +253,12 @@ def main() -> None:
         "--text-off",
         action="store_true",
         help="switch full-text indexing off in the run's databases (configure_text_search(None))",
+    )
+    p.add_argument(
+        "--tail-fill",
+        type=int,
+        default=0,
+        help="append the newest N turns of each tail session one call at a time (0: bulk)",
     )
     p.add_argument("--quick", action="store_true", help="3 rounds, 100 calls, sizes 100,10000")
     p.add_argument("--only", default="append,words,writers,tail,tail700")
@@ -355,7 +368,7 @@ def main() -> None:
             corpus = Corpus(5000, words)
             cs = build(["floor", "ss"], corpus, f"ba_{part}_{uuid.uuid4().hex[:6]}")
             wanted = sizes if words is None else [int(x) for x in a.sizes700.split(",")]
-            res_t = tails(cs, wanted, a.rounds, a.calls)
+            res_t = tails(cs, wanted, a.rounds, a.calls, a.tail_fill)
             close(cs)
             raw[part] = {str(s): v for s, v in res_t.items()}
             what = (
@@ -364,7 +377,8 @@ def main() -> None:
                 else "~700-token random-word turns"
             )
             lines += [
-                f"## tail(n=20) vs `ORDER BY seq DESC LIMIT 20` ({what})",
+                f"## tail(n=20) vs `ORDER BY seq DESC LIMIT 20` ({what}"
+                + (f"; newest {a.tail_fill} turns appended one by one)" if a.tail_fill else ")"),
                 "",
                 "| turns | floor p50 ms | shardstore p50 ms | shardstore / floor |",
                 "|---|---|---|---|",

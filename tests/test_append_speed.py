@@ -1,14 +1,16 @@
-"""The fast append and tail paths of migration 0023 (issue 14).
+"""The fast append and tail paths of migration 0023 and the LIFO pool (issue 14).
 
 * tail_v1 reads a folded chunk's newest turns through one jsonpath slice: held to an
   in-memory model built from ``history()`` (an independent read path) for every n /
   max_tokens, across folded, flushed and buffered chunks, keyed turns and a purge gap;
 * a single-turn append is one statement even when it seals (append_one_v2), with and
   without a checkpoint (append_checkpoint_v2), its results those of the batch path;
+* the store's pool hands one caller the same connection call after call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -160,3 +162,55 @@ def test_a_sealing_append_is_one_statement(make_store: MakeStore) -> None:
     assert again == shardstore.models.AppendResult(
         results[29].turn_seq, results[29].chunk_seq, results[29].tokens, True
     )
+
+
+def test_a_lone_caller_keeps_one_connection(make_store: MakeStore) -> None:
+    """With several idle connections, consecutive calls of one thread land on the backend
+    used last (LIFO); concurrent callers still get connections of their own."""
+    store = make_store(pool_min_size=4, pool_max_size=4)
+    store._connector._pool.wait()
+
+    def pid() -> int:
+        def op() -> Any:
+            (value,) = yield Q("SELECT pg_backend_pid()", fetch="one")
+            return value
+
+        return store._run(op())  # type: ignore[no-any-return]
+
+    assert len({pid() for _ in range(12)}) == 1
+    seen: set[int] = set()
+    barrier = threading.Barrier(3)
+
+    def hold() -> None:
+        def op() -> Any:
+            (value,) = yield Q("SELECT pg_backend_pid() FROM pg_sleep(0.3)", fetch="one")
+            return value
+
+        barrier.wait()
+        seen.add(store._run(op()))
+
+    threads = [threading.Thread(target=hold) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 3
+
+
+def test_async_store_keeps_one_connection(new_database: Callable[[], str]) -> None:
+    """The asyncio pool is LIFO too."""
+
+    async def main() -> set[int]:
+        store = await shardstore.connect_async(new_database(), pool_min_size=3, pool_max_size=3)
+        try:
+            await store._connector._pool.wait()
+
+            def op() -> Any:
+                (value,) = yield Q("SELECT pg_backend_pid()", fetch="one")
+                return value
+
+            return {await store._run(op()) for _ in range(10)}
+        finally:
+            await store.close()
+
+    assert len(asyncio.run(main())) == 1
