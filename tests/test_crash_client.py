@@ -134,7 +134,7 @@ def test_kill_writer_mid_fold(server: CrashableServer, tmp_path: Path, recover: 
             log=log,
             settings=settings,
             # one turn per call: each call seals the chunk the previous turn left open, in
-            # the buffer, for fold_sealed_v1 (a batch writes the chunks it starts and seals
+            # the buffer, for fold_sealed_v2 (a batch writes the chunks it starts and seals
             # straight to agent_history since the disk migration: no fold to hold there)
             max_batch=1,
             start=_first_unacked(log),
@@ -142,10 +142,10 @@ def test_kill_writer_mid_fold(server: CrashableServer, tmp_path: Path, recover: 
         proc = spawn_writer(cfg)
         wait_for_acks(log, cfg.start + 3)
         with holding(dsn, "LOCK TABLE shardstore.chunk_map IN EXCLUSIVE MODE"):
-            wait_for_backend(dsn, "fold_sealed_v1", waiting=True)
+            wait_for_backend(dsn, "fold_sealed_v2", waiting=True)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-            _wait_gone(dsn, "fold_sealed_v1")  # cancelled: its client is gone
+            _wait_gone(dsn, "fold_sealed_v2")  # cancelled: its client is gone
         rep = check_database(dsn, Expected({"w": log}, budget))
         assert rep.sealed_buffered_chunks >= 1
         with shardstore.connect(dsn, **settings) as store:

@@ -122,7 +122,7 @@ def test_server_crash_during_fold(server: CrashableServer, tmp_path: Path) -> No
         log=str(tmp_path / "writer.log"),
         stop_file=str(tmp_path / "stop"),
         settings=settings,
-        # one turn per call, so sealed chunks wait in the buffer for fold_sealed_v1 (a
+        # one turn per call, so sealed chunks wait in the buffer for fold_sealed_v2 (a
         # batch writes the chunks it starts and seals straight to agent_history since 0022)
         max_batch=1,
     )
@@ -132,7 +132,7 @@ def test_server_crash_during_fold(server: CrashableServer, tmp_path: Path) -> No
         for _ in range(FOLD_CRASHES):
             wait_for_acks(cfg.log, len(read_log(cfg.log).acked) + 2, timeout=20)
             with holding(dsn, "LOCK TABLE shardstore.chunk_map IN EXCLUSIVE MODE"):
-                wait_for_backend(dsn, "fold_sealed_v1", waiting=True)
+                wait_for_backend(dsn, "fold_sealed_v2", waiting=True)
                 proc.send_signal(signal.SIGSTOP)  # no new fold before the check
                 try:
                     server.crash()
@@ -174,7 +174,7 @@ def test_server_crash_during_partition_creation(server: CrashableServer, tmp_pat
             with holding(dsn, "LOCK TABLE shardstore.agent_history IN SHARE UPDATE EXCLUSIVE MODE"):
                 if i % 2 == 0:
                     # (a) the next fold into a new second's partition blocks at ATTACH
-                    wait_for_backend(dsn, "fold_sealed_v1", waiting=True)
+                    wait_for_backend(dsn, "fold_sealed_v2", waiting=True)
                     fold_waits += 1
                 else:
                     # (b) maintenance premakes 3 partitions ahead; its ATTACH blocks
