@@ -39,7 +39,10 @@ class Chunk:
     """Metadata of one chunk of a session's history.
 
     ``is_open`` marks the newest chunk that still accepts turns (partly or wholly in the
-    write buffer); every other chunk is sealed in ``agent_history``.
+    write buffer); every other chunk is sealed and takes no more turns. ``partition`` names
+    the ``agent_history`` partition holding a chunk's folded turns; None while all its turns
+    are still in the write buffer (the open chunk, a sealed chunk whose fold has not run, or
+    one of the newest sealed chunks, which folds keep there for ``tail()``: migration 0035).
     """
 
     chunk_seq: int
