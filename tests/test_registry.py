@@ -19,7 +19,9 @@ from shardstore import rls
 from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 from .test_purge_support import append_unfolded, converse, next_second, snapshot
 
-SMALL = {"chunk_tokens": 200, "partition_interval": timedelta(seconds=1)}
+# default_tail_turns=1: folds keep no sealed chunk in the buffer (0035), so every sealed chunk
+# of these short conversations is in agent_history (and chunk_map) once the folds ran
+SMALL = {"chunk_tokens": 200, "partition_interval": timedelta(seconds=1), "default_tail_turns": 1}
 # the tables the tests register: turn-level with its own tenant column (a policy without
 # subquery), chunk-level partitioned like agent_history (a policy that looks the session
 # up), session-level
@@ -349,7 +351,7 @@ def _visible(conn: psycopg.Connection[Any], table: str) -> set[uuid.UUID]:
 def test_rls_covers_a_registered_table(
     make_store: Callable[..., shardstore.Store], dsn: str, tenant_role: str, order: str
 ) -> None:
-    store = make_store(chunk_tokens=200)
+    store = make_store(chunk_tokens=200, default_tail_turns=1)  # folded chunks: see SMALL
     acme = store.create_session("acme", "user:1")
     globex = store.create_session("globex", "user:1")
     for s, marker in ((acme, "ACME"), (globex, "GLOBEX")):
