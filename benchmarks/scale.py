@@ -329,7 +329,7 @@ def explain_all(dsn: str, store: Any, msgs: Messages, sid: Any) -> dict[str, Any
             "append",
             (sid, "[" + msg + "]", [tokens], [size], [None], budget, cap, secs, origin),
         ),
-        "tail": explain(dsn, "tail", (sid, 20, None)),
+        "tail": explain(dsn, "tail_window", (sid, 20, None)),
         "chunk_map_from": explain(dsn, "chunk_map_from", (sid, sid, head)),
         "chunk_texts": explain(
             dsn,

@@ -552,14 +552,16 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
     max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
     if n is None and max_tokens is None:
         n = ctx.settings.default_tail_turns
-    (window,) = yield Q(query("tail_window"), (sid, n, max_tokens), fetch="one")
-    turns = _window_turns(window)
+    turns = yield from window_op(sid, n, max_tokens)
     before = yield from before_window_op(sid, turns)
     return trim_tail(turns, before)
 
 
-def _window_turns(text: str | None) -> list[Turn]:
-    """Turns from tail_window's JSON array of envelopes (NULL: no turns)."""
+def window_op(sid: uuid.UUID, n: int | None, max_tokens: int | None) -> Op[list[Turn]]:
+    """tail_v1's window, oldest first, untrimmed: at most ``n`` turns and ``max_tokens``
+    tokens. One statement (``tail_window``: one JSON array of envelopes, parsed at once);
+    the one read of the newest turns that tail(), tail_explained() and the adapters share."""
+    (text,) = yield Q(query("tail_window"), (sid, n, max_tokens), fetch="one")
     if text is None:
         return []
     return [envelope_turn(e, e["c"]) for e in jsoncodec.loads_envelopes(text)]
@@ -619,13 +621,12 @@ def tail_explained(
     if n is None and max_tokens is None:
         n = store._ctx.settings.default_tail_turns
     yield Tx.BEGIN_SNAPSHOT
-    rows = yield _named("tail", (sid, n, max_tokens))
-    newest = [] if rows else (yield _named("tail", (sid, 1, None)))
-    window = [_turn(r) for r in reversed(rows)]
+    window = yield from window_op(sid, n, max_tokens)
+    newest = [] if window else (yield from window_op(sid, 1, None))
     before = yield from before_window_op(sid, window)
     yield Tx.COMMIT
     if newest:  # the session has turns, but not even its newest fits max_tokens
-        return TailWindow([], [_turn(newest[0])], HELD_OVER_MAX_TOKENS)
+        return TailWindow([], newest, HELD_OVER_MAX_TOKENS)
     return explain_tail(window, before)
 
 

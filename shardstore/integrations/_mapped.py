@@ -15,14 +15,20 @@ import uuid
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-from .. import jsoncodec
 from .. import rewind as rewind_ops
 from ..aio import AsyncStore
 from ..checkpoints import _collect
 from ..core import validate
 from ..core.steps import Op, Q, Tx
 from ..errors import ConfigurationError, Conflict, InvalidInput, SessionConflict, SessionPurged
-from ..history import append_turns, create_session_op, history, prepare_turns, tail_op
+from ..history import (
+    append_turns,
+    create_session_op,
+    history,
+    prepare_turns,
+    tail_op,
+    window_op,
+)
 from ..models import Turn
 from ..sql import query
 from ..store import Store
@@ -116,8 +122,8 @@ class MappedSession:
         if limit is None:
             turns: list[Turn] = yield from _collect(history(self.store, self.session_id))
             return [t.message for t in turns]
-        rows = yield Q(query("tail"), (self.session_id, limit, None), named=True)
-        return [jsoncodec.loads(r["message"]) for r in reversed(rows)]
+        newest = yield from window_op(self.session_id, limit, None)
+        return [t.message for t in newest]
 
     def window_op(self, n: int) -> Op[list[dict[str, Any]]]:
         """The newest turns within ``n``, never opening on a tool result whose call was
@@ -148,17 +154,16 @@ class MappedSession:
             return None
         yield Tx.BEGIN
         yield Q(query("adapter_lock_session"), (self.session_id,), fetch="one")
-        rows = yield Q(query("tail"), (self.session_id, 1, None), named=True)
-        if not rows:
+        window = yield from window_op(self.session_id, 1, None)
+        if not window:
             yield Tx.COMMIT
             return None
-        newest = rows[0]
-        removed = yield from rewind_ops.rewind(self.store, self.session_id, newest["turn_seq"])
+        newest = window[0]
+        removed = yield from rewind_ops.rewind(self.store, self.session_id, newest.turn_seq)
         if removed != 1:  # pragma: no cover - the lock rules it out
             raise Conflict(f"the newest turn of session {self.session_id} moved; retry")
         yield Tx.COMMIT
-        message: dict[str, Any] = jsoncodec.loads(newest["message"])
-        return message
+        return newest.message
 
     def clear_op(self) -> Op[int]:
         """Rewind the session to its first stored turn (0, or where a range purge cut it):

@@ -80,11 +80,6 @@ SELECT shardstore.flush_v1(%s);
 -- the sealed chunks, less the newest ones holding the session's newest keep_turns turns (0035)
 SELECT shardstore.fold_sealed_v2(%s, %s);
 
--- name: tail
-SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
-       r_created_at AS created_at, r_key AS idempotency_key, r_message::text AS message
-  FROM shardstore.tail_v1(%s, %s, %s);
-
 -- name: tail_window
 -- tail's rows as one JSON array of envelopes, oldest first ({"s", "c", "t", "at", "k", "m"}):
 -- one text value to parse instead of a row and a JSON value per turn
