@@ -4,10 +4,11 @@ and encoded one by one (so an error names the source element), and batches appen
 Two append paths. :func:`append_op` is the ordinary one (``append_v1``, turns stamped at
 import time), for sources that keep no per-turn times (single-row tables, LangGraph).
 :func:`append_exact_op` keeps each turn's ``created_at`` and ``turn_seq``
-(``import_turns_v1``, migration 0015) for JSONL exports. Both apply the chunker's rules
-server-side, and both fold chunks they seal in the caller's transaction (an import runs a
-session in one transaction, which a background folder on another connection could not
-see)."""
+(``import_turns_v2``, migrations 0015 and 0036) for JSONL exports. Both apply the chunker's
+rules server-side and write the chunks a batch starts and seals straight into agent_history;
+a chunk that was open before the batch and is sealed by it is folded in the caller's
+transaction (an import runs a session in one transaction, which a background folder on
+another connection could not see)."""
 
 from __future__ import annotations
 
@@ -166,7 +167,9 @@ def append_exact_op(
     ctx: Context, sid: uuid.UUID, first_seq: int, batch: Batch, where: Sequence[str]
 ) -> Op[None]:
     """Append the batch keeping its turn_seqs (from ``first_seq``, gap-free), created_at
-    times and idempotency keys (``import_turns_v1``), and fold what it sealed.
+    times and idempotency keys (``import_turns_v2``: the chunks the batch starts and seals
+    go straight to agent_history, the chunk it sealed that was open before it is folded in
+    the same statement; on Citus, ``import_turns_v1`` and a fold of what it sealed).
     ``ImportRejected`` naming ``where[i]`` of the turn the server refused; the caller's
     transaction then rolls back."""
     if not batch:

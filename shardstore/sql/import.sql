@@ -13,7 +13,7 @@ UPDATE shardstore.sessions SET created_at = %s WHERE session_id = %s AND next_tu
 
 -- name: import_turns
 SELECT r_status AS status, r_index AS index, r_sealed AS sealed
-  FROM shardstore.import_turns_v1(%s, %s, %s::jsonb, %s::integer[], %s::integer[], %s::text[],
+  FROM shardstore.import_turns_v2(%s, %s, %s::jsonb, %s::integer[], %s::integer[], %s::text[],
                                   %s::timestamptz[], %s, %s, make_interval(secs => %s), %s);
 
 -- name: import_session_turns
