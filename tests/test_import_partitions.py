@@ -8,6 +8,7 @@ EXCLUSIVE lock until the session committed, and two parallel imports deadlocked
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import uuid
 from collections.abc import Callable
@@ -172,3 +173,34 @@ def test_import_of_many_hours_lands_in_their_partitions(
     report = store.import_jsonl(Lines(_lines(sid)), batch_size=batch)
     assert report.turns == 10
     _check(dsn, store, sid)
+
+
+
+def test_an_import_over_many_premade_partitions_finds_each(
+    make_store: Callable[..., shardstore.Store],
+) -> None:
+    """5,000 turns 15 s apart (~21 one-hour partitions, each premade on another connection
+    of the pool while the import's transaction holds agent_history): every chunk lands.
+    Before 0036 ensure_partition_v1 found such a partition attached and returned, and the
+    insert failed with "no partition of relation agent_history found for row" (this
+    backend's partition descriptor was older than the attach; seen on every fresh run)."""
+    store = make_store(partition_interval=HOUR)
+    store.configure_text_search(None)  # not what is tested: 3x faster
+    sid = uuid.uuid4()
+    at = datetime.now(UTC) - timedelta(hours=23)
+    docs: list[dict[str, Any]] = [{
+        "kind": "session", "format": "shardstore.jsonl", "version": 1, "session_id": str(sid),
+        "tenant_id": "acme", "subject_id": None, "agent_id": None, "metadata": {},
+        "created_at": at.isoformat(),
+    }]
+    for i in range(5000):
+        docs.append({"kind": "turn", "turn_seq": i,
+                     "created_at": (at + timedelta(seconds=15 * i)).isoformat(),
+                     "idempotency_key": None, "message": {"role": "user", "content": f"m{i}"}})
+    docs.append({"kind": "end", "session_id": str(sid), "turns": 5000})
+    text = "".join(json.dumps(d) + "\n" for d in docs)
+    report = store.import_jsonl(io.StringIO(text), batch_size=500)
+    assert report.turns == 5000
+    chunks = store.chunks(sid)
+    assert sum(c.turn_count for c in chunks) == 5000
+    assert len({c.partition for c in chunks if c.partition}) >= 20
