@@ -16,7 +16,10 @@ with its primary key. Contenders, each one step less than the one before:
 * ``cte_full``: the fast path's CTE sent as plain SQL (head UPDATE with its checks, the
   idempotency-key CTE, the buffer INSERT);
 * ``cte_nokeyed``: without the idempotency-key CTE;
-* ``cte_bare``: the head UPDATE matching on session_id alone, and the buffer INSERT.
+* ``cte_bare``: the head UPDATE matching on session_id alone, and the buffer INSERT;
+* ``head_scratch`` and ``headless``, on scratch tables shaped like the floor's: a bare head
+  UPDATE of a small row plus the INSERT, and a head-less append that takes its seq from the
+  session's last row (what dropping the session head would leave).
 
 Budgets and the partition interval are set so that no call seals a chunk (the fast path
 always applies). Prints each round's p50s and, per contender, the median and range of its
@@ -121,6 +124,20 @@ END
 $f$"""
 
 
+_HEAD_SCRATCH = """WITH h AS (
+        UPDATE probe_heads SET next = next + 1, open_tokens = open_tokens + %(t)s,
+               open_bytes = open_bytes + %(b)s, last_at = statement_timestamp()
+         WHERE id = %(s)s RETURNING next - 1 AS seq)
+    INSERT INTO probe_head_rows SELECT %(s)s, h.seq, %(t)s, %(b)s, statement_timestamp(), %(m)s
+      FROM h RETURNING seq"""
+_HEADLESS = """INSERT INTO probe_headless
+    SELECT %(s)s, coalesce(l.seq + 1, 0), %(t)s, %(b)s, statement_timestamp(), %(m)s
+      FROM (SELECT 1) one
+      LEFT JOIN LATERAL (SELECT seq FROM probe_headless WHERE session_id = %(s)s
+                          ORDER BY seq DESC LIMIT 1) l ON true
+    RETURNING seq"""
+
+
 def _named(positional: str) -> str:
     """query('append_one') with named parameters (its nine %s, in order)."""
     names = iter(["s", "m", "t", "b", "k", "bt", "bb", "iv", "o"])
@@ -148,6 +165,8 @@ def main() -> None:
         "cte_full": _cte(_PARAMS, checks=True, keyed=True),
         "cte_nokeyed": _cte(_PARAMS, checks=True, keyed=False),
         "cte_bare": _cte(_PARAMS, checks=False, keyed=False),
+        "head_scratch": _HEAD_SCRATCH,
+        "headless": _HEADLESS,
     }
     with open_server(args.dsn, False) as server:
         sessions: dict[str, uuid.UUID] = {}
@@ -157,12 +176,21 @@ def main() -> None:
                 # the fast path needs an open chunk that holds a turn
                 store.append_turn(sessions[name], {"role": "user", "content": "hi"})
         with psycopg.connect(server.dsn, autocommit=True) as conn:
+            for table in ("probe_floor", "probe_head_rows", "probe_headless"):
+                conn.execute(
+                    f"CREATE TABLE {table} (session_id uuid, seq bigint, tokens int, bytes int, "
+                    "created_at timestamptz, message jsonb, PRIMARY KEY (session_id, seq))"
+                )
             conn.execute(
-                "CREATE TABLE probe_floor (session_id uuid, seq bigint, tokens int, bytes int, "
-                "created_at timestamptz, message jsonb, PRIMARY KEY (session_id, seq))"
+                "CREATE TABLE probe_heads (id uuid PRIMARY KEY, next bigint NOT NULL, "
+                "open_tokens bigint NOT NULL, open_bytes bigint NOT NULL, last_at timestamptz) "
+                "WITH (fillfactor = 70)"
+            )
+            conn.execute(
+                "INSERT INTO probe_heads VALUES (%s, 0, 0, 0, now())", (sessions["head_scratch"],)
             )
             body = _cte(_ARGS, checks=True, keyed=True, into=" INTO r_turn_seq, r_chunk_seq")
-            conn.execute(_ONE_LAYER.format(body=body).encode())
+            conn.execute(_ONE_LAYER.format(body=body))
         conns = {
             k: psycopg.connect(server.dsn, autocommit=True, prepare_threshold=0) for k in statements
         }
@@ -195,12 +223,9 @@ def main() -> None:
                     }
                     t0 = time.perf_counter()
                     cur = conns[name].execute(statements[name], params)
-                    if name != "floor":
-                        row = cur.fetchone()
-                        latencies[name].append(time.perf_counter() - t0)
-                        assert row is not None and row[0] is not None, (name, row)
-                    else:
-                        latencies[name].append(time.perf_counter() - t0)
+                    row = cur.fetchone() if cur.description else (True,)
+                    latencies[name].append(time.perf_counter() - t0)
+                    assert row is not None and row[0] is not None, (name, row)
                     seq[name] += 1
             for name in statements:
                 rounds[name].append(statistics.median(latencies[name]))
