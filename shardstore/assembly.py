@@ -25,7 +25,7 @@ from .errors import SessionNotFound, SessionPurged
 from .facts import Fact
 from .facts import recall as facts_recall
 from .history import tail_op
-from .models import SearchHit, Turn
+from .models import SearchHit, Turn, new_turn
 from .plans import (
     is_reasoning,
     is_tool_result,
@@ -422,16 +422,16 @@ def decode_window(text: str | None) -> list[Turn]:
     key, message]`` each, oldest first), decoded in one parse; escaped strings restored."""
     if text is None:
         return []
-    rows: list[list[Any]] = json.loads(text)
+    rows: list[list[Any]] = jsoncodec.parse(text)
     marked = jsoncodec.MARK in text
     return [
-        Turn(
-            turn_seq=r[0],
-            chunk_seq=r[1],
-            tokens=r[2],
-            created_at=datetime.fromisoformat(r[3]),
-            idempotency_key=r[4],
-            message=jsoncodec.decode_value(r[5]) if marked else r[5],
+        new_turn(
+            r[0],
+            jsoncodec.decode_value(r[5]) if marked else r[5],
+            r[2],
+            datetime.fromisoformat(r[3]),
+            r[1],
+            r[4],
         )
         for r in rows
     ]
@@ -447,7 +447,7 @@ def decode_summaries(
         return [], {}
     out: list[ChunkSummary] = []
     tokens: dict[int, int] = {}
-    for r in json.loads(text):
+    for r in jsoncodec.parse(text):
         if r[2] >= start:
             continue
         out.append(ChunkSummary(r[0], r[1], r[2], r[3], r[4], r[5], datetime.fromisoformat(r[6])))

@@ -29,7 +29,7 @@ from .errors import (
     SessionPurged,
     TurnTooLarge,
 )
-from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn
+from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn, new_turn
 from .plans import (
     HELD_OVER_MAX_TOKENS,
     TailWindow,
@@ -535,13 +535,13 @@ def _turn(row: Mapping[str, Any]) -> Turn:
 
 def envelope_turn(envelope: dict[str, Any], chunk_seq: int) -> Turn:
     """A Turn from one stored envelope {"s", "t", "at", "k"?, "m"} (already decoded)."""
-    return Turn(
-        turn_seq=envelope["s"],
-        chunk_seq=chunk_seq,
-        tokens=envelope["t"],
-        created_at=datetime.fromisoformat(envelope["at"]),
-        idempotency_key=envelope.get("k"),
-        message=envelope["m"],
+    return new_turn(
+        envelope["s"],
+        envelope["m"],
+        envelope["t"],
+        datetime.fromisoformat(envelope["at"]),
+        chunk_seq,
+        envelope.get("k"),
     )
 
 

@@ -14,6 +14,8 @@ import math
 import re
 from typing import Any
 
+import msgspec
+
 from .errors import InvalidMessage
 
 MARK = "\ue000"
@@ -28,6 +30,20 @@ _ESCAPED = re.compile(_ESC + "([0-9a-f]{4})")
 MAX_DEPTH = 256
 
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_fast_parse = msgspec.json.Decoder().decode
+
+
+def parse(data: bytes | bytearray | str) -> Any:
+    """The value of JSON text, the same as ``json.loads(data)`` gives (the same types and
+    values; integers of any size stay integers), parsed 2-2.5x faster by msgspec where it
+    can. msgspec refuses what JSONB never prints (lone surrogate escapes, numbers beyond a
+    float's range, nesting past ~1000 levels) and invalid JSON; those go to ``json.loads``,
+    which then gives its own value or error (orjson was not taken: it reads an integer
+    beyond 64 bits as a float)."""
+    try:
+        return _fast_parse(data)
+    except (msgspec.DecodeError, RecursionError):
+        return json.loads(data)
 
 
 def _float_needs_tag(value: float) -> bool:
@@ -172,7 +188,7 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     """JSON loader for psycopg: parses JSONB text and restores escaped strings."""
     if isinstance(data, memoryview):
         data = bytes(data)
-    value = json.loads(data)
+    value = parse(data)
     marked = (MARK in data) if isinstance(data, str) else (_MARK_BYTES in data)
     return _unescape_tree(value) if marked else value
 
@@ -191,7 +207,7 @@ def encode_json(value: Any, what: str) -> str:
 def loads_envelopes(data: str) -> list[dict[str, Any]]:
     """Parse a chunk's JSON text; restores escaped strings inside each envelope's message
     ("m") only, since the other fields were stored as-is."""
-    envelopes: list[dict[str, Any]] = json.loads(data)
+    envelopes: list[dict[str, Any]] = parse(data)
     if MARK in data:
         for envelope in envelopes:
             envelope["m"] = _unescape_tree(envelope["m"])
