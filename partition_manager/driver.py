@@ -268,6 +268,14 @@ class ProtocolError(RuntimeError):
     """An operation broke the step protocol (a bug in the operation, never bad input)."""
 
 
+def _translated(exc: psycopg.Error, translate: Translate) -> BaseException:
+    """The error an operation sees for a driver error (the driver error as its cause)."""
+    error = translate(exc)
+    if error is not exc:
+        error.__cause__ = exc
+    return error
+
+
 class _Resume:
     """Where :func:`run_sync`'s plain-statement loop stopped, for :func:`_drive` to go on
     from: the step the operation yielded and is waiting on, or an error to raise into it."""
@@ -329,9 +337,7 @@ async def _drive(
             except psycopg.Error as exc:
                 await _unwind(io, base)
                 await io.drop_if_broken()
-                error = translate(exc)
-                if error is not exc:
-                    error.__cause__ = exc
+                error = _translated(exc, translate)
             except (GeneratorExit, ProtocolError):
                 raise
             except _ChildFailed as failed:
@@ -472,10 +478,7 @@ def _plain_statements(io: _SyncIO, op: Op[Any], translate: Translate) -> _Done |
                     value = StatementFailed(exc.sqlstate or "")
                     continue
                 _finish(io.drop_if_broken())
-                error = translate(exc)
-                if error is not exc:
-                    error.__cause__ = exc
-                return _Resume(error=error)
+                return _Resume(error=_translated(exc, translate))
             except GeneratorExit:
                 raise
             except BaseException as exc:  # as _drive: raised into the operation
