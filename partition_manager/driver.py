@@ -277,8 +277,9 @@ def _translated(exc: psycopg.Error, translate: Translate) -> BaseException:
 
 
 class _Resume:
-    """Where :func:`run_sync`'s plain-statement loop stopped, for :func:`_drive` to go on
-    from: the step the operation yielded and is waiting on, or an error to raise into it."""
+    """Where the plain-statement loop (:func:`_plain_statements`) stopped, for :func:`_drive`
+    to go on from: the step the operation yielded and is waiting on, or an error to raise
+    into it."""
 
     __slots__ = ("error", "step")
 
@@ -291,7 +292,7 @@ async def _drive(
     io: IO, op: Op[Any], translate: Translate, resume: _Resume | None = None
 ) -> AsyncGenerator[Any, Any]:
     """Run ``op``: yields what it emits, and last a _Done with its result. With ``resume``,
-    ``op`` has already started (see :func:`run_sync`)."""
+    ``op`` has already started (see :func:`_plain_statements`)."""
     base = len(io.stack)
     value: Any = None
     error: BaseException | None = None if resume is None else resume.error
@@ -449,35 +450,36 @@ def _sync_items(
         _finish(io.close())
 
 
-def _plain_statements(io: _SyncIO, op: Op[Any], translate: Translate) -> _Done | _Resume:
+async def _plain_statements(io: IO, op: Op[Any], translate: Translate) -> _Done | _Resume:
     """Run ``op`` while it yields plain statements outside any transaction of its own.
 
     Most calls are one or two such statements (an append, a tail), and the general driver
-    (:func:`_run_tree` over :func:`_drive`: async generators run by :func:`_finish`) costs
-    ~15 us of CPU per call on top of psycopg's ~32 us for a one-row statement. This loop does
-    what :func:`_drive` does for those steps (a ``recover`` statement outside a transaction
-    needs no savepoint; an error is translated and raised into the operation). At the
-    first other step, or at an error, it hands over (``_Resume``) without running it; when
-    the operation ends here, the connection goes back here."""
+    (:func:`_run_tree` over :func:`_drive`: two layers of async generators) costs ~15 us of
+    CPU per call on top of psycopg's ~32 us for a one-row statement. This loop does what
+    :func:`_drive` does for those steps (a ``recover`` statement outside a transaction needs
+    no savepoint; an error is translated and raised into the operation). At the first other
+    step, or at an error, it hands over (``_Resume``) without running it; when the operation
+    ends here, the connection goes back here. One coroutine for both drivers: the sync one
+    runs it with :func:`_finish` (its I/O never suspends), the asyncio one awaits it."""
     value: Any = None
     try:
         while True:
             try:
                 step = op.send(value)
             except StopIteration as stop:
-                _finish(io.close())
+                await io.close()
                 return _Done(stop.value)
             if type(step) is not Q:
                 return _Resume(step=step)
-            if step.recover and _in_transaction(io._connection()):
+            if step.recover and await io.in_transaction():
                 return _Resume(step=step)  # it needs _statement's savepoint
             try:
-                value = _finish(io.execute(step))
+                value = await io.execute(step)
             except psycopg.Error as exc:
                 if exc.sqlstate in step.recover:
                     value = StatementFailed(exc.sqlstate or "")
                     continue
-                _finish(io.drop_if_broken())
+                await io.drop_if_broken()
                 return _Resume(error=_translated(exc, translate))
             except GeneratorExit:
                 raise
@@ -485,7 +487,7 @@ def _plain_statements(io: _SyncIO, op: Op[Any], translate: Translate) -> _Done |
                 return _Resume(error=exc)
     except BaseException:
         op.close()
-        _finish(io.close())
+        await io.close()
         raise
 
 
@@ -502,7 +504,7 @@ def run_sync(
 ) -> T:
     """Run an operation to completion on a sync source and return its result."""
     io = _sync_io(source)
-    resume = _plain_statements(io, op, translate)
+    resume = _finish(_plain_statements(io, op, translate))
     if isinstance(resume, _Done):
         return resume.value  # type: ignore[no-any-return]
     items = _sync_items(io, op, translate, resume)
@@ -527,8 +529,10 @@ def stream_sync(
         yield from item.items
 
 
-async def _async_items(io: _AsyncIO, op: Op[Any], translate: Translate) -> AsyncIterator[Any]:
-    tree = _run_tree(io, op, translate)
+async def _async_items(
+    io: _AsyncIO, op: Op[Any], translate: Translate, resume: _Resume | None = None
+) -> AsyncIterator[Any]:
+    tree = _run_tree(io, op, translate, resume)
     try:
         async for item in tree:
             yield item
@@ -543,7 +547,11 @@ async def run_async(
     translate: Translate = keep,
 ) -> T:
     """Run an operation to completion on an asyncio source and return its result."""
-    items = _async_items(_async_io(source), op, translate)
+    io = _async_io(source)
+    resume = await _plain_statements(io, op, translate)
+    if isinstance(resume, _Done):
+        return resume.value  # type: ignore[no-any-return]
+    items = _async_items(io, op, translate, resume)
     done: Any = None
     try:
         async for item in items:

@@ -1,8 +1,9 @@
-"""The step driver (partition_manager.driver): the sync driver's plain-statement loop
-(``_plain_statements``) and the general driver it hands over to give every operation the
-same outcome, and the asyncio driver the same again. Each case runs one operation through
-``run_sync`` on a pooled source, on a plain connection, and through ``run_async``; what the
-operation saw and returned is compared, and the pool must have every connection back."""
+"""The step driver (partition_manager.driver): the plain-statement loop
+(``_plain_statements``, shared by both drivers) and the general driver it hands over to give
+every operation the same outcome. Each case runs one operation through ``run_sync`` on a
+pooled source, on a plain connection, and through ``run_async`` on an asyncio pool; what the
+operation saw and returned is compared with what it must be, and every pool must have its
+connection back."""
 
 from __future__ import annotations
 
@@ -175,11 +176,18 @@ def test_sync_and_async_drivers_agree(dsn: str, case: str) -> None:
             dsn, min_size=1, max_size=1, kwargs=kwargs, open=False
         ) as apool:
             try:
-                return "ok", await run_async(AsyncPoolSource(apool), make(), translate)
+                got: tuple[str, Any] = (
+                    "ok",
+                    await run_async(AsyncPoolSource(apool), make(), translate),
+                )
             except Translated as exc:
-                return "Translated", exc.sqlstate
+                got = "Translated", exc.sqlstate
             except KeyError as exc:
-                return "KeyError", str(exc)
+                got = "KeyError", str(exc)
+            back = await apool.getconn(timeout=2)  # given back, and idle
+            assert back.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            await apool.putconn(back)
+            return got
 
     asynced = asyncio.run(on_async())
     assert pooled == direct == asynced == EXPECTED[case]
@@ -218,3 +226,25 @@ def test_a_broken_connection_is_not_given_back(dsn: str) -> None:
         kind, _ = outcome(lambda: run_sync(PoolSource(pool), killer(), translate))
         assert kind == "Translated"
         assert run_sync(PoolSource(pool), plain(), translate) == [1, 2]
+
+
+def test_a_broken_connection_is_not_given_back_async(dsn: str) -> None:
+    """The same on the asyncio driver."""
+
+    async def check() -> None:
+        async with AsyncConnectionPool(
+            dsn, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+        ) as apool:
+
+            def killer() -> Op[Any]:
+                (pid,) = yield Q("SELECT pg_backend_pid()", fetch="one")
+                with psycopg.connect(dsn, autocommit=True) as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                yield Q("SELECT 1", fetch="one")
+                return "never"
+
+            with pytest.raises(Translated):
+                await run_async(AsyncPoolSource(apool), killer(), translate)
+            assert await run_async(AsyncPoolSource(apool), plain(), translate) == [1, 2]
+
+    asyncio.run(check())
