@@ -39,6 +39,7 @@ from .plans import (
 )
 from .settings import DEFAULT_PARTITION_INTERVAL
 from .sql import query
+from .textindex import index_buffered_op
 
 HISTORY_BATCH = 16  # folded chunks fetched per round trip by history(): ~640 kB at 10k tokens
 _UNIQUE_VIOLATION = frozenset({"23505"})
@@ -358,8 +359,14 @@ def fold_sealed_op(session_id: uuid.UUID, keep_turns: int = 0) -> Op[int]:
     """Fold a session's sealed chunks from the buffer into agent_history, except the newest
     ones holding any of its newest ``keep_turns`` turns (0: every sealed chunk): those stay
     buffered until a later fold, so that a tail of up to ``keep_turns`` turns reads buffer
-    rows only, never a compressed chunk (migration 0035). Returns the turns moved."""
+    rows only, never a compressed chunk (migration 0035). Returns the turns moved.
+
+    With ``keep_turns``, the session's buffered turns that have no full-text windows get
+    them next (migration 0038; the kept chunks' turns, mostly), so that text search does not
+    index them again on every call while they wait."""
     (moved,) = yield Q(query("fold_sealed"), (session_id, keep_turns), fetch="one")
+    if keep_turns:
+        yield from index_buffered_op(session_id)
     return int(moved)
 
 

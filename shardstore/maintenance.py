@@ -46,6 +46,7 @@ from .errors import (
 )
 from .settings import parse_interval
 from .sql import query
+from .textindex import index_pending_op
 from .vector_ops import maintenance_backlog_op, queue_count_op
 
 DEFAULT_FLUSH_IDLE = timedelta(minutes=5)
@@ -171,6 +172,9 @@ class MaintenanceReport(PartitionRunReport):
     embedding_stopped: str | None = None
     # keep_checkpoints: checkpoints deleted (None: not asked)
     checkpoints_removed: int | None = None
+    # buffered turns given their full-text windows by the run (None: not run, dry run)
+    text_turns_indexed: int | None = None
+    text_sessions_indexed: int | None = None
     # the artifact sweep (dry run: what it would delete; None: not run)
     artifacts_deleted: int | None = None
     artifact_bytes_deleted: int | None = None
@@ -212,6 +216,14 @@ class MaintenanceReport(PartitionRunReport):
                     "'shardstore embed' takes them)",
                 )
             )
+        if self.text_turns_indexed is not None:
+            rows.append(
+                (
+                    "text indexed",
+                    f"{self.text_turns_indexed} buffered turns "
+                    f"({self.text_sessions_indexed or 0} sessions)",
+                )
+            )
         if self.checkpoints_removed is not None:
             rows.append(("checkpoints removed", str(self.checkpoints_removed)))
         if self.artifacts_deleted is not None:
@@ -247,6 +259,8 @@ class MaintenanceReport(PartitionRunReport):
             ),
             embedding_stopped=self.embedding_stopped,
             checkpoints_removed=self.checkpoints_removed,
+            text_turns_indexed=self.text_turns_indexed,
+            text_sessions_indexed=self.text_sessions_indexed,
             artifacts_deleted=self.artifacts_deleted,
             artifact_bytes_deleted=self.artifact_bytes_deleted,
         )
@@ -456,6 +470,11 @@ def maintain(
     ``keep_checkpoints``: keep only the newest N checkpoints of every session (after the
     partition work; ``report.checkpoints_removed``); None (the default) keeps them all.
 
+    Then the buffered turns of every session that still lack full-text windows get them
+    (``report.text_turns_indexed``, ``report.text_sessions_indexed``; nothing while text
+    indexing is off), so that text search reads them from the index instead of indexing
+    them at every call; what is appended during the run waits for the next one.
+
     Then the artifact sweep (:meth:`sweep_artifacts`): artifacts without a live reference
     for longer than ``artifact_grace`` (default: the store's, one day) are deleted
     (``report.artifacts_deleted``; a dry run counts what would go).
@@ -511,6 +530,10 @@ def maintain(
 
             removed = yield from keep_op(keep)
             report = dataclasses.replace(report, checkpoints_removed=removed)
+        sessions, turns = yield from index_pending_op()
+        report = dataclasses.replace(
+            report, text_turns_indexed=turns, text_sessions_indexed=sessions
+        )
         report = yield from _artifact_step(store, report, grace, False)
         if embed:
             report = yield from _embed_step(store, report, cap, budget, show)

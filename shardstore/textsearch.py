@@ -35,7 +35,7 @@ MODES = ("vector", "text", "hybrid")
 RRF_K = 60
 #: the longest text query accepted, in characters
 MAX_QUERY_CHARS = 10_000
-#: the scope's newest folded windows a text ranking samples: a scope no larger is scored
+#: the scope's newest indexed windows a text ranking samples: a scope no larger is scored
 #: exactly; in a larger one, a lexeme common in it gives candidates only from the sample
 TEXT_SAMPLE = 1000
 #: a lexeme held by more folded windows than this (or estimated so from the sample) counts

@@ -64,14 +64,15 @@ def test_folded_and_buffered_turns_are_found_without_embeddings(make_store: Any,
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM shardstore.chunk_vectors").fetchone()
         assert row == (0,)
-    # every folded turn is indexed once, none twice
+    # every folded turn is indexed once, none twice; a buffered turn is indexed by the pass
+    # after a seal's fold (0038; the chunks kept for tail()) or else on the fly, never twice
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT count(*), count(DISTINCT turn_seq) FROM shardstore.turn_text"
         ).fetchone()
         buffered_rows = conn.execute("SELECT count(*) FROM shardstore.turn_buffer").fetchone()
     assert row is not None and buffered_rows is not None
-    assert row[0] == row[1] and row[1] + buffered_rows[0] == 41
+    assert row[0] == row[1] and 41 - buffered_rows[0] <= row[1] < 41
     store.flush(sid)  # moves the buffered turn into turn_text: still found exactly once
     assert seqs(store.search("ZK-981", session_id=sid, mode="text")) == [[40]]
 

@@ -41,3 +41,12 @@ SELECT shardstore.text_configure_v1(%s::regconfig);
 
 -- name: text_config_get
 SELECT shardstore.text_config_v1()::text;
+
+-- The windows of a session's buffered turns that have none (migration 0038); the number of
+-- turns indexed.
+-- name: text_index_buffered
+SELECT shardstore.text_index_buffered_v1(%s);
+
+-- Up to %s sessions with buffered turns that have no windows, oldest turn first.
+-- name: text_unindexed_sessions
+SELECT r_session_id, r_turns FROM shardstore.text_unindexed_sessions_v1(%s);

@@ -1,0 +1,149 @@
+"""Tenant text search over many active sessions: buffered turns indexed on the fly against
+windows written ahead by the store (migration 0038), in one database.
+
+Builds one tenant of ``--sessions`` sessions (default 100) of ``--turns`` turns each (default
+30, appended one call at a time as agents write them: each session's newest turns stay
+buffered, the sealed chunks a fold keeps for ``tail()`` among them), then times
+``search(mode="text", tenant_id=...)`` for a few queries in four states of the same data:
+
+* ``as appended``: what the store leaves (the fold after each seal indexed the kept chunks);
+* ``none indexed``: every buffered turn's windows deleted again, what the store did before
+  0038 (every search indexes every buffered turn of the tenant);
+* ``after maintain``: ``maintain()``'s pass indexed the rest (open chunks included);
+* ``all folded``: every session flushed (every turn folded, the floor of this design).
+
+Each state: ``--rounds`` rounds, each query ``--calls`` times, the p50 per round; medians
+over rounds [min-max]. The rankings of the four states are compared too (they must agree:
+the tenant's windows stay under the ranking's exact-scope threshold only at small sizes, so
+this is reported, not asserted).
+
+    .venv/bin/python benchmarks/bench_text_buffered.py --sessions 100 --turns 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_core as bc
+from compare import Corpus
+
+import shardstore
+
+QUERIES = ("refund order status", "timeout error retry", "customer invoice")
+
+
+def timed(store: Any, tenant: str, rounds: int, calls: int) -> dict[str, list[float]]:
+    """Per query, the p50 (ms) of each round."""
+    out: dict[str, list[float]] = {q: [] for q in QUERIES}
+    for _ in range(rounds):
+        for q in QUERIES:
+            lat = []
+            for _ in range(calls):
+                t0 = time.perf_counter_ns()
+                store.search(q, tenant_id=tenant, mode="text", k=5)
+                lat.append(time.perf_counter_ns() - t0)
+            out[q].append(bc.pct(lat, 50) / 1e6)
+    return out
+
+
+def ranking(store: Any, tenant: str) -> list[list[tuple[Any, ...]]]:
+    return [
+        [
+            (h.session_id, h.chunk_seq, h.turns[0].turn_seq)
+            for h in store.search(q, tenant_id=tenant, mode="text", k=5)
+        ]
+        for q in QUERIES
+    ]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dsn")
+    p.add_argument("--sessions", type=int, default=100)
+    p.add_argument("--turns", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=5)
+    a = p.parse_args()
+    with bc.open_server(a.dsn, keep=False) as srv:
+        store = shardstore.connect(srv.dsn)
+        corpus = Corpus(a.sessions * a.turns + 1)
+        tenant = f"bench-{uuid.uuid4().hex[:6]}"
+        sids = [store.create_session(tenant, f"user:{i}", "agent") for i in range(a.sessions)]
+        t0 = time.perf_counter()
+        k = 0
+        for _ in range(a.turns):  # round robin: every session active at once
+            for sid in sids:
+                store.append_turn(sid, corpus.msgs[k % corpus.n])
+                k += 1
+        store.close()  # waits for the background folds
+        store = shardstore.connect(srv.dsn)
+        bc.progress(f"built {k} turns in {time.perf_counter() - t0:.1f} s")
+        with psycopg.connect(srv.dsn, autocommit=True) as c:
+
+            def census() -> str:
+                row = c.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM"
+                    " shardstore.turn_text t WHERE t.session_id = b.session_id"
+                    " AND t.turn_seq = b.turn_seq)) FROM shardstore.turn_buffer b"
+                ).fetchone()
+                assert row is not None
+                return f"{row[0]} buffered turns, {row[1]} without windows"
+
+            states: list[tuple[str, str, dict[str, list[float]], list[Any]]] = []
+
+            def measure(name: str) -> None:
+                c.execute("VACUUM ANALYZE shardstore.turn_text")
+                c.execute("VACUUM ANALYZE shardstore.turn_buffer")
+                seen = census()
+                got = timed(store, tenant, a.rounds, a.calls)
+                states.append((name, seen, got, ranking(store, tenant)))
+                bc.progress(
+                    f"{name}: {seen}; " + ", ".join(f"{bc.med(v):.1f}" for v in got.values())
+                )
+
+            measure("as appended")
+            c.execute(
+                "DELETE FROM shardstore.turn_text t USING shardstore.turn_buffer b"
+                " WHERE t.session_id = b.session_id AND t.turn_seq = b.turn_seq"
+            )
+            measure("none indexed (before 0038)")
+            report = store.maintain(embed=False)
+            bc.progress(f"maintain indexed {report.text_turns_indexed} turns")
+            measure("after maintain")
+            for sid in sids:
+                store.flush(sid)
+            measure("all folded")
+        store.close()
+    print("# Tenant text search over active sessions (migration 0038)\n")
+    print(
+        f"`python benchmarks/bench_text_buffered.py {' '.join(sys.argv[1:])}` at "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: one tenant, {a.sessions} "
+        f"sessions x {a.turns} turns appended one call at a time (round robin); "
+        f"search(mode='text', tenant_id=..., k=5), p50 of {a.calls} calls per query per round, "
+        f"medians over {a.rounds} rounds [min-max], ms.\n"
+    )
+    print("| state | buffer | " + " | ".join(f"`{q}`" for q in QUERIES) + " |")
+    print("|---|---|" + "---|" * len(QUERIES))
+    for name, seen, got, _ in states:
+        cells = [f"{bc.med(v):.1f} [{min(v):.1f}-{max(v):.1f}]" for v in got.values()]
+        print(f"| {name} | {seen} | " + " | ".join(cells) + " |")
+    same = all(s[3] == states[0][3] for s in states)
+    print(f"\nSame top-5 in every state: {'yes' if same else 'no'}.")
+    base = statistics.median(bc.med(v) for v in states[1][2].values())
+    for name, _, got, _ in states:
+        level = statistics.median(bc.med(v) for v in got.values())
+        print(f"- {name}: {level / base:.2f}x the on-the-fly state")
+
+
+if __name__ == "__main__":
+    main()
