@@ -59,7 +59,7 @@ def timed(store: Any, tenant: str, rounds: int, calls: int) -> dict[str, list[fl
 def ranking(store: Any, tenant: str) -> list[list[tuple[Any, ...]]]:
     return [
         [
-            (h.session_id, h.chunk_seq, h.turns[0].turn_seq)
+            (h.session_id, h.chunk_seq, [t.turn_seq for t in h.turns])
             for h in store.search(q, tenant_id=tenant, mode="text", k=5)
         ]
         for q in QUERIES
@@ -81,9 +81,10 @@ def main() -> None:
         sids = [store.create_session(tenant, f"user:{i}", "agent") for i in range(a.sessions)]
         t0 = time.perf_counter()
         k = 0
-        for _ in range(a.turns):  # round robin: every session active at once
-            for sid in sids:
-                store.append_turn(sid, corpus.msgs[k % corpus.n])
+        for j in range(a.turns):  # round robin: every session active at once
+            for i, sid in enumerate(sids):
+                # session i holds a stretch of the corpus, so tool results follow their calls
+                store.append_turn(sid, corpus.msgs[(i * a.turns + j) % corpus.n])
                 k += 1
         store.close()  # waits for the background folds
         store = shardstore.connect(srv.dsn)
