@@ -139,7 +139,11 @@ def main() -> None:
         cells = [f"{bc.med(v):.1f} [{min(v):.1f}-{max(v):.1f}]" for v in got.values()]
         print(f"| {name} | {seen} | " + " | ".join(cells) + " |")
     same = all(s[3] == states[0][3] for s in states)
-    print(f"\nSame top-5 in every state: {'yes' if same else 'no'}.")
+    print(f"\nSame top-5 in every state: {'yes' if same else 'no'}", end="")
+    if not same:
+        equal = [name for name, _, _, r in states if r == states[1][3]]
+        print(f" (the on-the-fly state's in: {', '.join(equal)})", end="")
+    print(".")
     base = statistics.median(bc.med(v) for v in states[1][2].values())
     for name, _, got, _ in states:
         level = statistics.median(bc.med(v) for v in got.values())
