@@ -122,8 +122,8 @@ def search(
     recall); otherwise ``tenant_id`` is required and the search uses each partition's
     HNSW index with iterative scanning, merged across partitions by distance. Results
     never include another tenant's chunks; ``agent_id`` narrows to one agent; ``since``
-    / ``until`` (timezone-aware) to windows with turns in that time range. Only folded
-    chunks that were embedded are found (``embed()``, ``shardstore embed`` or
+    / ``until`` (timezone-aware) to windows with turns in that time range. Only turns that
+    were embedded are found, folded or still buffered (``embed()``, ``shardstore embed`` or
     ``maintain``).
 
     ``mode``: ``"vector"`` (the default, above); ``"text"``: Postgres full-text search over
