@@ -26,7 +26,9 @@
 -- SHARE SKIP LOCKED: a row a fold is moving, or retention is deleting, is skipped (the fold
 -- indexes it; retention's row locks exclude the pass the same way), so the pass never
 -- writes windows for a turn that a committed statement removed, and never waits on a row
--- lock (no deadlock with a fold that deletes rows in another order).
+-- lock (no deadlock with a fold that deletes rows in another order). The rows are locked
+-- by a plain per-session SELECT ... FOR KEY SHARE SKIP LOCKED (a router query on Citus, as
+-- retention's), then read again for the insert.
 
 -- As in 0027, except that a buffered turn with windows in turn_text is not indexed on the fly.
 CREATE OR REPLACE FUNCTION shardstore.text_rank_v1(
@@ -365,7 +367,9 @@ DECLARE
     -- read here, not in the statement: on Citus a shard query may not read the reference table
     v_config regconfig := shardstore.text_config_v1();
     s        shardstore.sessions%ROWTYPE;
+    v_seqs   bigint[] := '{}';
     v_n      integer;
+    k        record;
 BEGIN
     IF v_config IS NULL THEN
         RETURN 0;  -- text indexing is off (0026)
@@ -374,20 +378,25 @@ BEGIN
     IF NOT FOUND OR s.purged_at IS NOT NULL THEN
         RETURN 0;
     END IF;
-    WITH todo AS (
-        SELECT b.session_id, b.turn_seq, b.chunk_seq, b.created_at, b.message
-          FROM shardstore.turn_buffer b
-         WHERE b.session_id = p_session_id
-           AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
-                            WHERE t.session_id = b.session_id AND t.turn_seq = b.turn_seq)
-           FOR KEY SHARE OF b SKIP LOCKED
-    ), texted AS (
+    -- the turns to index, locked (a plain router query per session, as retention's)
+    FOR k IN SELECT b.turn_seq FROM shardstore.turn_buffer b
+              WHERE b.session_id = p_session_id
+                AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
+                                 WHERE t.session_id = b.session_id AND t.turn_seq = b.turn_seq)
+                FOR KEY SHARE SKIP LOCKED LOOP
+        v_seqs := v_seqs || k.turn_seq;
+    END LOOP;
+    IF cardinality(v_seqs) = 0 THEN
+        RETURN 0;
+    END IF;
+    WITH texted AS (
         INSERT INTO shardstore.turn_text
                (session_id, turn_seq, window_no, chunk_seq, tenant_id, agent_id, created_at, tsv)
-        SELECT m.session_id, m.turn_seq, w.r_window, m.chunk_seq, s.tenant_id, s.agent_id,
-               m.created_at, w.r_tsv
-          FROM todo m,
-               LATERAL shardstore.text_windows_v1(v_config, m.message) w
+        SELECT b.session_id, b.turn_seq, w.r_window, b.chunk_seq, s.tenant_id, s.agent_id,
+               b.created_at, w.r_tsv
+          FROM shardstore.turn_buffer b,
+               LATERAL shardstore.text_windows_v1(v_config, b.message) w
+         WHERE b.session_id = p_session_id AND b.turn_seq = ANY (v_seqs)
         ON CONFLICT DO NOTHING
         RETURNING turn_seq
     )

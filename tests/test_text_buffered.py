@@ -303,7 +303,7 @@ def test_passes_racing_rewinds_purges_and_folds_leave_no_stray_window(
     rng = random.Random(1)
     made = 0
     try:
-        for step in range(60):
+        for step in range(100):
             for _ in range(rng.randint(1, 5)):
                 store.append_turn(sid, say(rng, made))
                 made += 1
