@@ -370,10 +370,25 @@ def fold_sealed_op(session_id: uuid.UUID, keep_turns: int = 0) -> Op[int]:
     return int(moved)
 
 
+TEXT_INDEX_EVERY = 16
+"""With a background folder, a session is handed to it every this many turns even without a
+seal, so that its open chunk's turns get their full-text windows (0038) off the append path
+and text search does not index them at every call; 0 turns that off."""
+
+
+def _indexing_due(results: Sequence[AppendResult]) -> bool:
+    every = TEXT_INDEX_EVERY
+    return every > 0 and any(not r.duplicate and r.turn_seq % every == every - 1 for r in results)
+
+
 def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
     """A sealed chunk goes to the store's background folder, or (on a caller's connection,
-    or with ``background_fold=False``) is folded now, in the same transaction."""
+    or with ``background_fold=False``) is folded now, in the same transaction. Every
+    :data:`TEXT_INDEX_EVERY` turns the background folder also gets the session without a
+    seal (its fold then only indexes the buffer for text search); inline, nothing."""
     if not outcome.sealed:
+        if store._folder is not None and _indexing_due(outcome.results):
+            yield Call(store._folder.submit, (outcome.session_id,), inline=True)
         return
     if store._folder is not None:
         yield Call(store._folder.submit, (outcome.session_id,), inline=True)

@@ -340,7 +340,8 @@ def test_a_pass_killed_midway_leaves_whole_sessions_and_the_next_run_finishes(
     were written by one statement, so every session is indexed wholly or not at all; the
     invariant holds; the next run indexes the rest, and nothing twice."""
     rng = random.Random(2)
-    store = make_store(chunk_tokens=100_000)  # nothing seals: every turn waits for the pass
+    # nothing seals and nothing folds in the background: every turn waits for the pass
+    store = make_store(chunk_tokens=100_000, background_fold=False)
     sids = [store.create_session("t1", f"user:{i}") for i in range(120)]
     for sid in sids:
         store.append_turns(sid, [say(rng, j) for j in range(25)])
@@ -373,3 +374,28 @@ def test_a_pass_killed_midway_leaves_whole_sessions_and_the_next_run_finishes(
     assert buffered_counts(dsn) == (buffered, buffered)
     # sessions of 25 turns are ranked exactly (the tenant's 3,000 are sampled)
     same_ranking_without_the_pass(dsn, None, sids[:3])
+
+
+def test_the_background_folder_indexes_open_chunks_every_16_turns(
+    make_store: Any, dsn: str
+) -> None:
+    """Without a seal, every TEXT_INDEX_EVERY-th turn hands the session to the background
+    folder, which indexes its buffer; inline folds add no such work to an append."""
+    from shardstore.history import TEXT_INDEX_EVERY
+
+    assert TEXT_INDEX_EVERY == 16
+    rng = random.Random(4)
+    store = make_store(chunk_tokens=100_000)  # nothing seals
+    sid = store.create_session("t1")
+    for i in range(40):
+        store.append_turn(sid, say(rng, i))
+    store.drain_folds()
+    buffered, indexed = buffered_counts(dsn, sid)
+    assert buffered == 40 and 32 <= indexed <= 40  # handed over at turns 15 and 31
+    inline = make_store(chunk_tokens=100_000, background_fold=False)
+    other = inline.create_session("t1")
+    for i in range(40):
+        inline.append_turn(other, say(rng, i))
+    assert buffered_counts(dsn, other) == (40, 0)
+    with psycopg.connect(dsn) as conn:
+        check_windows(conn)
