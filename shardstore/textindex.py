@@ -2,7 +2,8 @@
 
 Folded turns always have their windows in ``shardstore.turn_text`` (``fold_v1`` writes them
 as it folds). A buffered turn gets them from :func:`index_buffered_op`: the store runs it after
-each fold of a seal (the chunks a fold keeps buffered for ``tail()``), and ``maintain()`` runs
+each fold of a seal (the chunks a fold keeps buffered for ``tail()``) and, with background
+folds, every ``history.TEXT_INDEX_EVERY`` turns of a session; ``maintain()`` runs
 :func:`index_pending_op` over every session. Until then text search indexes the turn on the fly,
 so every turn is found either way. In a scope of at most ``TEXT_SAMPLE`` indexed windows the
 ranking is exact and does not depend on whether a pass ran; above that, common lexemes take

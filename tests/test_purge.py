@@ -482,6 +482,9 @@ def test_async_purge_matches_sync(new_database: Callable[[], str]) -> None:
                 await store.append_turn(sid, message("ASYNC", i), f"k{i}")
                 await store.append_turn(other, message("ASYNC", i), f"k{i}")
             await store.drain_folds()
+            # background folds index buffered turns for text search as they go (0038): index
+            # them all, so that both purges find the same turn_text rows
+            await store.maintain(embed=False)
             ranged = await store.purge_range(sid, before_turn_seq=11)
             seqs = [t.turn_seq async for t in store.history(sid)]
             subject = await store.purge_subject("acme", "user:1", progress=False)
@@ -502,6 +505,7 @@ def test_async_purge_matches_sync(new_database: Callable[[], str]) -> None:
                 store.append_turn(sid, message("ASYNC", i), f"k{i}")
                 store.append_turn(other, message("ASYNC", i), f"k{i}")
             store.drain_folds()
+            store.maintain(embed=False)  # as above
             ranged = store.purge_range(sid, before_turn_seq=11)
             seqs = [t.turn_seq for t in store.history(sid)]
             return ranged, store.purge_subject("acme", "user:1"), seqs
