@@ -39,7 +39,6 @@ from .plans import (
 )
 from .settings import DEFAULT_PARTITION_INTERVAL
 from .sql import query
-from .textindex import index_buffered_op
 
 HISTORY_BATCH = 16  # folded chunks fetched per round trip by history(): ~640 kB at 10k tokens
 _UNIQUE_VIOLATION = frozenset({"23505"})
@@ -362,11 +361,14 @@ def fold_sealed_op(session_id: uuid.UUID, keep_turns: int = 0) -> Op[int]:
     rows only, never a compressed chunk (migration 0035). Returns the turns moved.
 
     With ``keep_turns``, the session's buffered turns that have no full-text windows get
-    them next (migration 0038; the kept chunks' turns, mostly), so that text search does not
-    index them again on every call while they wait."""
-    (moved,) = yield Q(query("fold_sealed"), (session_id, keep_turns), fetch="one")
+    them in the same statement (migration 0038; the kept chunks' turns, mostly), so that text
+    search does not index them again on every call while they wait."""
     if keep_turns:
-        yield from index_buffered_op(session_id)
+        moved, _indexed = yield Q(
+            query("fold_sealed_indexed"), (session_id, keep_turns, session_id), fetch="one"
+        )
+    else:
+        (moved,) = yield Q(query("fold_sealed"), (session_id, keep_turns), fetch="one")
     return int(moved)
 
 

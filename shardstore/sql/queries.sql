@@ -80,6 +80,11 @@ SELECT shardstore.flush_v1(%s);
 -- the sealed chunks, less the newest ones holding the session's newest keep_turns turns (0035)
 SELECT shardstore.fold_sealed_v2(%s, %s);
 
+-- name: fold_sealed_indexed
+-- the same, and the windows of the session's buffered turns that have none (0038), in one
+-- round trip; either order gives the same rows (a fold does not index a turn twice)
+SELECT shardstore.fold_sealed_v2(%s, %s), shardstore.text_index_buffered_v1(%s);
+
 -- name: tail_window
 -- tail's rows as one JSON array of envelopes, oldest first ({"s", "c", "t", "at", "k", "m"}):
 -- one text value to parse instead of a row and a JSON value per turn
