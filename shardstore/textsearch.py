@@ -213,7 +213,9 @@ def configure_text_search(store: Any, language: str | None) -> Op[int]:
     """Switch the language of full-text search (a PostgreSQL text search configuration:
     ``"english"``, the default, ``"german"``, ``"simple"``...) and rebuild every stored
     turn's index in one transaction: searches see the old index until it commits, then the
-    new one; turns appended later are indexed in the new language. Returns the number of
+    new one; turns appended later are indexed in the new language. Folds, text passes and
+    imports that start meanwhile wait for the change and index in the new language (no
+    window of the old one survives it); searches do not wait. Returns the number of
     text windows written. An unknown configuration raises ``InvalidInput`` and changes
     nothing. Needs the schema owner's rights (tenant roles may not).
 

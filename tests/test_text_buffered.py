@@ -22,8 +22,10 @@ import uuid
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore.textindex import index_buffered_op
@@ -48,7 +50,7 @@ def check_windows(conn: psycopg.Connection[Any]) -> None:
         "WITH want AS (SELECT x.session_id, x.turn_seq, x.chunk_seq, x.created_at, w.r_window,"
         "                     w.r_tsv"
         "                FROM shardstore.turns x,"
-        "                     LATERAL shardstore.text_windows_v1(shardstore.text_config_v1(),"
+        "                     LATERAL shardstore.text_windows_v1(shardstore.text_config_read_v1(),"
         "                                                        x.message) w)"
         " SELECT count(*) FROM shardstore.turn_text t"
         "  WHERE NOT EXISTS (SELECT 1 FROM want w WHERE w.session_id = t.session_id"
@@ -60,8 +62,8 @@ def check_windows(conn: psycopg.Connection[Any]) -> None:
     unindexed = conn.execute(
         "SELECT count(*) FROM shardstore.agent_history h,"
         " jsonb_array_elements(h.conversation_chunk) e(v)"
-        " WHERE shardstore.text_config_v1() IS NOT NULL"
-        "   AND EXISTS (SELECT 1 FROM shardstore.text_windows_v1(shardstore.text_config_v1(),"
+        " WHERE shardstore.text_config_read_v1() IS NOT NULL"
+        "   AND EXISTS (SELECT 1 FROM shardstore.text_windows_v1(shardstore.text_config_read_v1(),"
         "                                                        e.v->'m'))"
         "   AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t WHERE"
         "                   t.session_id = h.session_id AND t.turn_seq = (e.v->>'s')::bigint)"
@@ -399,3 +401,83 @@ def test_the_background_folder_indexes_open_chunks_every_16_turns(
     assert buffered_counts(dsn, other) == (40, 0)
     with psycopg.connect(dsn) as conn:
         check_windows(conn)
+
+
+def _append_until_a_fold(store: Any, sid: uuid.UUID, rng: random.Random) -> None:
+    first = store.append_turn(sid, say(rng, 1000)).chunk_seq
+    for i in range(1001, 1200):
+        if store.append_turn(sid, say(rng, i)).chunk_seq != first:
+            return  # sealed: the inline fold of that seal ran in this call
+    raise AssertionError("no seal in 200 turns")
+
+
+@pytest.mark.parametrize("language", ["simple", None])
+@pytest.mark.parametrize("writer", ["fold", "pass"])
+def test_a_writer_during_a_language_change_waits_and_writes_the_new_language(
+    make_store: Any, dsn: str, writer: str, language: str | None
+) -> None:
+    """0039: a fold or a text pass that starts while a change of the configuration is open
+    waits for it, then writes windows of the new configuration (none when it switched text
+    indexing off); before, it wrote old-language windows the change never removed."""
+    rng = random.Random(11)
+    store = make_store(chunk_tokens=150, background_fold=False)  # folds inline, at the seal
+    sid = store.create_session("t1")
+    for i in range(30):
+        store.append_turn(sid, say(rng, i))
+    change = psycopg.connect(dsn)  # a transaction left open: the change is not committed yet
+    change.execute("SELECT shardstore.text_configure_v1(%s::regconfig)", (language,))
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            if writer == "fold":
+                _append_until_a_fold(store, sid, rng)
+            else:
+                store._run(index_buffered_op(sid))
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        assert not done.wait(1.0), "the writer went ahead of an open change of the language"
+    finally:
+        change.commit()
+        change.close()
+        thread.join(60)
+    assert not errors, errors
+    with psycopg.connect(dsn) as conn:
+        check_windows(conn)  # every window is what the new configuration makes of its turn
+        row = conn.execute("SELECT count(*) FROM shardstore.turn_text").fetchone()
+    assert row is not None and (row[0] > 0) == (language is not None)
+    assert store.text_search_language() == language
+
+
+def test_a_search_during_a_language_change_does_not_wait_for_it(make_store: Any, dsn: str) -> None:
+    """Readers never take the writers' lock (0039): a search while a change is open ranks
+    the old windows, as before; the change's own rows appear when it commits."""
+    rng = random.Random(13)
+    store = make_store(chunk_tokens=150, background_fold=False)
+    sid = store.create_session("t1")
+    for i in range(40):
+        store.append_turn(sid, say(rng, i))
+    before = [(h.chunk_seq, h.score) for h in store.search("QX-4471", session_id=sid, mode="text")]
+    assert before
+    # a second store whose statements give up after 2 s on any lock they wait for
+    impatient = shardstore.connect(make_conninfo(dsn, options="-c lock_timeout=2000"))
+    change = psycopg.connect(dsn)
+    try:
+        change.execute("SELECT shardstore.text_configure_v1('simple'::regconfig)")
+        during = [
+            (h.chunk_seq, h.score) for h in impatient.search("QX-4471", session_id=sid, mode="text")
+        ]
+        assert during == before
+        assert impatient.text_search_language() == "english"
+        change.commit()
+        assert impatient.text_search_language() == "simple"
+    finally:
+        change.close()
+        impatient.close()

@@ -41,7 +41,7 @@ SELECT w.session_id, w.chunk_seq, w.chunk_start, w.first_turn_seq, w.last_turn_s
 SELECT shardstore.text_configure_v1(%s::regconfig);
 
 -- name: text_config_get
-SELECT shardstore.text_config_v1()::text;
+SELECT shardstore.text_config_read_v1()::text;
 
 -- The windows of a session's buffered turns that have none (migration 0038); the number of
 -- turns indexed.
