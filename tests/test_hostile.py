@@ -828,6 +828,19 @@ def test_cli_parsing_never_crashes(
 # ---------------------------------------------------------------- bugs these tests found (fixed)
 
 
+def test_cli_append_of_json_nested_past_the_decoders_depth_is_a_usage_error(
+    loaded: tuple[shardstore.Store, uuid.UUID], dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by test_cli_parsing_never_crashes: a message of 5,000 nested brackets made
+    json.loads raise RecursionError, which the CLI printed as a traceback (exit 1)."""
+    _store, sid = loaded
+    before = db_state(dsn)
+    rc = cli_main(["--dsn", dsn, "append", str(sid), "[" * 5000 + "]" * 5000])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nested too deeply" in err and "Traceback" not in err, err
+    assert db_state(dsn) == before
+
+
 @pytest.mark.parametrize("keys", [5, {"a", "b"}, {"a": 1, "b": 2}], ids=["int", "set", "dict"])
 def test_idempotency_keys_must_be_a_sequence(
     loaded: tuple[shardstore.Store, uuid.UUID], dsn: str, keys: Any

@@ -131,3 +131,5 @@ def parse_json(text: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:  # the decoder recurses once per level of nesting
+        raise UsageError(f"{what} is nested too deeply to decode") from None
