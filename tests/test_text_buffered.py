@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import random
 import signal
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -412,18 +414,30 @@ def _append_until_a_fold(store: Any, sid: uuid.UUID, rng: random.Random) -> None
 
 
 @pytest.mark.parametrize("language", ["simple", None])
-@pytest.mark.parametrize("writer", ["fold", "pass"])
+@pytest.mark.parametrize("writer", ["fold", "pass", "import"])
 def test_a_writer_during_a_language_change_waits_and_writes_the_new_language(
-    make_store: Any, dsn: str, writer: str, language: str | None
+    make_store: Any,
+    dsn: str,
+    new_database: Callable[[], str],
+    writer: str,
+    language: str | None,
 ) -> None:
-    """0039: a fold or a text pass that starts while a change of the configuration is open
-    waits for it, then writes windows of the new configuration (none when it switched text
-    indexing off); before, it wrote old-language windows the change never removed."""
+    """0039: a fold, a text pass or an import that starts while a change of the
+    configuration is open waits for it, then writes windows of the new configuration (none
+    when it switched text indexing off); before, it wrote old-language windows the change
+    never removed."""
     rng = random.Random(11)
     store = make_store(chunk_tokens=150, background_fold=False)  # folds inline, at the seal
     sid = store.create_session("t1")
     for i in range(30):
         store.append_turn(sid, say(rng, i))
+    exported = io.StringIO()
+    if writer == "import":  # a session of another database, imported into this one
+        with shardstore.connect(new_database(), chunk_tokens=150) as source:
+            other = source.create_session("t1")
+            source.append_turns(other, [say(rng, i) for i in range(60)])
+            source.export_sessions([other], out=exported)
+        exported.seek(0)
     change = psycopg.connect(dsn)  # a transaction left open: the change is not committed yet
     change.execute("SELECT shardstore.text_configure_v1(%s::regconfig)", (language,))
     done = threading.Event()
@@ -433,8 +447,10 @@ def test_a_writer_during_a_language_change_waits_and_writes_the_new_language(
         try:
             if writer == "fold":
                 _append_until_a_fold(store, sid, rng)
-            else:
+            elif writer == "pass":
                 store._run(index_buffered_op(sid))
+            else:
+                assert store.import_jsonl(exported).sessions == 1
         except BaseException as e:  # reported below, in the test's thread
             errors.append(e)
         finally:
