@@ -159,7 +159,7 @@ def profile_append(
                 APPEND_SQL,
                 (
                     sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, bud, maxb,
-                    store._ctx.partition_interval.total_seconds(), store._ctx.partition_origin,
+                    store._ctx.partition_interval.total_seconds(), store._ctx.partition_origin, 0,
                 ),
             ).fetchall()
 
@@ -263,13 +263,13 @@ def profile_append(
             for label, sql, params in steps:
                 rows.setdefault(label, []).append(explain(raw, sql, params))
         # whole function, same session (no fold: huge budget)
-        rows.setdefault("SELECT * FROM append_v1(...) whole, no fold", []).append(
+        rows.setdefault("SELECT * FROM append_v2(...) whole, no fold", []).append(
             explain(
                 raw,
                 APPEND_SQL,
                 (
                     sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, 10**12, maxb,
-                    store._ctx.partition_interval.total_seconds(), store._ctx.partition_origin,
+                    store._ctx.partition_interval.total_seconds(), store._ctx.partition_origin, 0,
                 ),
             )
         )

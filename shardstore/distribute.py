@@ -59,6 +59,11 @@ DELEGATED: tuple[tuple[str, str], ...] = (
         " timestamp with time zone)",
         "p_session_id",
     ),
+    (
+        "shardstore.append_v2(uuid, jsonb, integer[], integer[], text[], bigint, bigint, interval,"
+        " timestamp with time zone, integer)",
+        "p_session_id",
+    ),
     ("shardstore.tail_v1(uuid, integer, bigint)", "p_session_id"),
     (
         "shardstore.append_one_v2(uuid, jsonb, integer, integer, text, bigint, bigint, interval,"

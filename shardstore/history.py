@@ -285,7 +285,10 @@ def append_op(
             result = AppendResult(int(turn_seq), int(chunk_seq), int(tokens), bool(duplicate))
             return AppendOutcome(sid, [result], bool(sealed))
     texts = "[" + ",".join(batch.texts) + "]"
-    params = (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking)
+    # the chunks holding the newest default_tail_turns turns stay buffered, as the fold after
+    # a seal leaves them (0040), so that a default tail() after a batch reads buffer rows
+    keep = ctx.settings.default_tail_turns
+    params = (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking, keep)
     rows = yield Q(query("append"), params, named=True)
     results = [record(AppendResult, r) for r in rows]
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))

@@ -123,16 +123,46 @@ def test_a_batch_is_stored_as_the_turn_by_turn_path_stores_it(dsn: str, prefix: 
         store.close()
 
 
-def test_only_the_open_chunk_goes_through_the_buffer(dsn: str) -> None:
-    """In the batch's own transaction: turn_buffer gets exactly the open chunk's turns and
-    loses none; agent_history gets one row per sealed chunk."""
+def _kept_from(chunks: list[int], keep: int) -> int:
+    """The model of the keep window (0035, 0040): given each turn's chunk, oldest first, the
+    first chunk that stays buffered. Going down from the newest sealed chunk, one is kept
+    while the turns newer than it (the open chunk's first) number fewer than ``keep``."""
+    open_chunk = chunks[-1]
+    newer = chunks.count(open_chunk)
+    upto = open_chunk
+    for c in sorted({c for c in chunks if c < open_chunk}, reverse=True):
+        if newer >= keep:
+            break
+        upto = c
+        newer += chunks.count(c)
+    return upto
+
+
+def _buffered(dsn: str, sid: Any) -> list[tuple[int, int]]:
+    with psycopg.connect(dsn) as c:
+        rows = c.execute(
+            "SELECT turn_seq, chunk_seq FROM shardstore.turn_buffer WHERE session_id = %s"
+            " ORDER BY turn_seq",
+            (sid,),
+        ).fetchall()
+    return [(int(a), int(b)) for a, b in rows]
+
+
+@pytest.mark.parametrize("keep", [1, 20, 45])
+def test_a_batch_buffers_the_open_chunk_and_the_chunks_a_tail_reads(
+    dsn: str, keep: int
+) -> None:
+    """In the batch's own transaction: turn_buffer gets exactly the turns of the open chunk
+    and of the sealed chunks holding the newest ``default_tail_turns`` turns (the keep window
+    a fold leaves, 0040), and loses none; agent_history gets one row per other chunk."""
     with psycopg.connect(dsn) as conn:
-        store = shardstore.connect(conn, chunk_tokens=240, background_fold=False)
+        store = shardstore.connect(
+            conn, chunk_tokens=240, background_fold=False, default_tail_turns=keep
+        )
         sid = store.create_session("tenant-a", "subject", "agent-x")
         conn.commit()
         with conn.transaction():
             results = store.append_turns(sid, _messages(120))
-            open_chunk = results[-1].chunk_seq
             stats = {
                 name: (ins, dele)
                 for name, ins, dele in conn.execute(
@@ -141,10 +171,46 @@ def test_only_the_open_chunk_goes_through_the_buffer(dsn: str) -> None:
                     " AND (relname = 'turn_buffer' OR relname LIKE 'agent_history_p%%')"
                 ).fetchall()
             }
-        in_open = sum(1 for r in results if r.chunk_seq == open_chunk)
-        assert open_chunk > 3
-        assert stats["turn_buffer"] == (in_open, 0)
-        assert sum(ins for n, (ins, _) in stats.items() if n != "turn_buffer") == open_chunk
+            (moved,) = conn.execute(
+                "SELECT shardstore.fold_sealed_v2(%s, %s)", (sid, keep)
+            ).fetchone() or (None,)
+        chunks = [r.chunk_seq for r in results]
+        upto = _kept_from(chunks, keep)
+        in_window = sum(1 for c in chunks if c >= upto)
+        assert chunks[-1] > 3 and upto > 0
+        assert in_window >= min(keep, 120)
+        assert stats["turn_buffer"] == (in_window, 0)
+        assert sum(ins for n, (ins, _) in stats.items() if n != "turn_buffer") == upto
+        assert moved == 0  # the fold after the batch finds nothing outside its window
+        assert _buffered(dsn, sid) == [(r.turn_seq, r.chunk_seq) for r in results[-in_window:]]
+        store.close()
+
+
+def test_a_tail_after_batches_reads_buffer_rows_and_kept_chunks_are_folded_later(
+    dsn: str,
+) -> None:
+    """With the background folder and default settings: after each of three batches of 100
+    turns the newest 20 turns are buffer rows, the buffer holds no sealed chunk outside the
+    window (an earlier batch's kept chunks were folded), and the history reads back whole."""
+    store = shardstore.connect(dsn, chunk_tokens=600)
+    try:
+        sid = store.create_session("tenant-a", "subject", "agent-x")
+        msgs = _messages(300)
+        for b in range(3):
+            results = store.append_turns(sid, msgs[b * 100 : (b + 1) * 100])
+            store.drain_folds()
+            chunks = [r.chunk_seq for r in results]
+            upto = _kept_from(chunks, 20)
+            assert chunks[-1] - chunks[0] >= 3 and upto > chunks[0]  # many chunks sealed
+            buffered = _buffered(dsn, sid)
+            assert [t for t, _ in buffered][-20:] == [r.turn_seq for r in results[-20:]]
+            assert min(c for _, c in buffered) == upto
+            newest = msgs[(b + 1) * 100 - 20 : (b + 1) * 100]
+            assert [t.message for t in store.tail(sid, n=20)] == newest
+        assert [t.message for t in store.history(sid)] == msgs
+        assert store.flush(sid) > 0 and _buffered(dsn, sid) == []
+        assert [t.message for t in store.history(sid)] == msgs
+    finally:
         store.close()
 
 

@@ -80,11 +80,11 @@ def test_kill_writer_mid_batch(server: CrashableServer, tmp_path: Path) -> None:
             pad=10,
         )
         proc = spawn_writer(cfg)
-        wait_for_backend(dsn, "append_v1")  # the first batch (a retry or a new one) is running
+        wait_for_backend(dsn, "append_v2")  # the first batch (a retry or a new one) is running
         time.sleep(rng.uniform(0.0, 0.4))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        _wait_gone(dsn, "append_v1")  # the server cancelled or finished the statement
+        _wait_gone(dsn, "append_v2")  # the server cancelled or finished the statement
         check_database(dsn, Expected({"w": log}, budget, pad=10))
         in_flight = _first_unacked(log)
         with shardstore.connect(dsn, **settings) as store:

@@ -36,9 +36,10 @@ def _message(i: int, size: int) -> dict[str, Any]:
 
 def _jsonl(sid: uuid.UUID, sizes: list[int], gaps: list[int], keyed: bool) -> str:
     """One session's export: turn i has ``sizes[i]`` words and comes ``gaps[i]`` minutes
-    after the turn before (the first ~30 hours ago), so chunks seal by tokens and by
-    partition."""
-    at = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - 30 * HOUR
+    after the turn before (the first 30 hours ago, or earlier if the gaps add up to more),
+    so chunks seal by tokens and by partition."""
+    span = timedelta(minutes=sum(gaps)) + HOUR  # the last turn an hour ago at the latest
+    at = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - max(30 * HOUR, span)
     docs: list[dict[str, Any]] = [{
         "kind": "session", "format": "shardstore.jsonl", "version": 1,
         "session_id": str(sid), "tenant_id": "acme", "subject_id": "user:1",
@@ -113,16 +114,47 @@ def two_databases(new_database: Callable[[], str]) -> Iterator[tuple[str, str]]:
 def _import_both(
     a: str, b: str, text: str, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``text`` imported into ``a`` by import_turns_v2 and into ``b`` by import_turns_v1
-    (the path before 0036: every turn buffered, then fold_sealed)."""
+    """``text`` imported into ``a`` by import_turns_v3 and into ``b`` by import_turns_v1
+    (the path before 0036: every turn buffered, then fold_sealed keeping nothing). In ``a``
+    the sealed chunks holding the newest default_tail_turns turns stay buffered (0040):
+    checked here against the keep window, then folded, so that both store the same rows."""
     with shardstore.connect(a, **SETTINGS) as store:
         store.import_jsonl(io.StringIO(text), batch_size=batch)
-    v1 = query("import_turns").replace("import_turns_v2", "import_turns_v1")
-    assert v1 != query("import_turns")
+        keep = store._ctx.settings.default_tail_turns
+    imported = [d["session_id"] for d in map(json.loads, text.splitlines()) if d["kind"] == "end"]
+    with psycopg.connect(a) as c:
+        for sid in imported:
+            _check_keep_window(a, sid, keep)
+            c.execute("SELECT shardstore.fold_sealed_v2(%s, 0)", (sid,))
+    # v1 takes no keep count: the query's last parameter is read and dropped
+    v1 = query("import_turns").replace("import_turns_v3", "import_turns_v1")
+    v1 = v1.replace("%s, %s)", "%s) CROSS JOIN (SELECT %s::integer) AS unused_keep")
+    assert v1.count("%s") == query("import_turns").count("%s") and "unused_keep" in v1
     with monkeypatch.context() as m:
         m.setattr(writer, "query", lambda name: v1 if name == "import_turns" else query(name))
         with shardstore.connect(b, **SETTINGS) as store:
             store.import_jsonl(io.StringIO(text), batch_size=batch)
+
+
+def _check_keep_window(dsn: str, sid: str, keep: int) -> None:
+    """After an import the buffer holds exactly what fold_sealed_v2(keep) leaves there: the
+    session's newest ``keep`` turns (all, if fewer) and no sealed chunk it would fold."""
+    with psycopg.connect(dsn) as c:
+        (total,) = c.execute(
+            "SELECT next_turn_seq FROM shardstore.sessions WHERE session_id = %s", (sid,)
+        ).fetchone() or (0,)
+        buffered = [
+            int(t) for (t,) in c.execute(
+                "SELECT turn_seq FROM shardstore.turn_buffer WHERE session_id = %s"
+                " ORDER BY turn_seq", (sid,)
+            )
+        ]
+        assert buffered[-keep:] == list(range(max(0, total - keep), total))
+        with c.transaction(force_rollback=True):
+            (moved,) = c.execute(
+                "SELECT shardstore.fold_sealed_v2(%s, %s)", (sid, keep)
+            ).fetchone() or (None,)
+        assert moved == 0
 
 
 @pytest.mark.parametrize("batch", [1, 7, 500])
@@ -179,18 +211,20 @@ def _buffer_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def test_only_the_open_chunk_goes_through_the_buffer(dsn: str) -> None:
+def test_a_batch_buffers_only_the_open_chunk_and_the_keep_window(dsn: str) -> None:
     """In the import statement's own transaction: turn_buffer gets only the turns of the
-    chunk left open and of the chunk open before the batch (which the statement folds, with
-    the rows an earlier batch left there); nothing is lost."""
+    chunk left open, of the sealed chunks holding the newest default_tail_turns turns (0040)
+    and of the chunk open before the batch; the statement folds what an earlier batch kept
+    there once the window moved on, and nothing is lost."""
     shardstore.connect(dsn, **SETTINGS).close()
     with psycopg.connect(dsn) as conn:
         store = shardstore.connect(conn, **SETTINGS)
+        keep = store._ctx.settings.default_tail_turns
         sid = store.create_session("acme", "user:1", "agent-x")
         conn.commit()
         start = datetime.now(UTC) - 3 * HOUR
         seq = before = 0
-        for _ in range(2):
+        for _ in range(3):
             batch = Batch()
             for _ in range(60):
                 batch.add(store._ctx, _message(seq, 30), f"turn {seq}")
@@ -202,25 +236,31 @@ def test_only_the_open_chunk_goes_through_the_buffer(dsn: str) -> None:
                 row = conn.execute(
                     query("import_turns"),
                     (sid, seq - 60, _array(batch.texts), batch.tokens, batch.sizes,
-                     batch.keys, batch.times, *_chunking(store._ctx)),
+                     batch.keys, batch.times, *_chunking(store._ctx), keep),
                 ).fetchone()
                 assert row is not None and row[0] == "ok" and row[2] is False
                 done = _buffer_counts(conn)
                 ins, dele = done[0] - ready[0], done[1] - ready[1]
-                (buffered,) = conn.execute(
-                    "SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = %s", (sid,)
-                ).fetchone() or (0,)
+                rows = conn.execute(
+                    "SELECT turn_seq, chunk_seq FROM shardstore.turn_buffer"
+                    " WHERE session_id = %s ORDER BY turn_seq", (sid,)
+                ).fetchall()
                 folded = conn.execute(
                     "SELECT count(*), sum(turn_count) FROM shardstore.agent_history"
                     " WHERE session_id = %s", (sid,)
                 ).fetchone()
                 assert folded is not None
-                assert 0 < buffered < 15  # the open chunk only
+                buffered = len(rows)
+                chunks = [c for _, c in rows]
+                assert [t for t, _ in rows] == list(range(seq - buffered, seq))
+                # the window: newest 20 turns; its oldest chunk is needed for them
+                assert buffered >= keep
+                assert buffered - chunks.count(chunks[0]) < keep
                 assert folded[1] + buffered == seq  # nothing lost
                 if seq == 60:
                     assert (ins, dele) == (buffered, 0)
-                else:  # the first batch's open chunk: continued, sealed and folded here
-                    assert before <= dele < 30 and ins < 30
+                else:  # the earlier window and open chunk: continued or folded here
+                    assert dele >= before
                     assert ins - dele == buffered - before
                 before = buffered
         store.close()

@@ -1,10 +1,10 @@
 """The write side every importer shares: sessions opened for an import, messages checked
 and encoded one by one (so an error names the source element), and batches appended.
 
-Two append paths. :func:`append_op` is the ordinary one (``append_v1``, turns stamped at
-import time), for sources that keep no per-turn times (single-row tables, LangGraph).
-:func:`append_exact_op` keeps each turn's ``created_at`` and ``turn_seq``
-(``import_turns_v2``, migrations 0015 and 0036) for JSONL exports. Both apply the chunker's
+Two append paths. :func:`append_op` is the ordinary one (``append_v2`` keeping nothing,
+turns stamped at import time), for sources that keep no per-turn times (single-row tables,
+LangGraph). :func:`append_exact_op` keeps each turn's ``created_at`` and ``turn_seq``
+(``import_turns_v3``, migrations 0015, 0036 and 0040) for JSONL exports. Both apply the chunker's
 rules server-side and write the chunks a batch starts and seals straight into agent_history;
 a chunk that was open before the batch and is sealed by it is folded in the caller's
 transaction (an import runs a session in one transaction, which a background folder on
@@ -118,11 +118,16 @@ def _array(texts: Sequence[str]) -> str:
 
 
 def append_op(ctx: Context, sid: uuid.UUID, batch: Batch) -> Op[None]:
-    """Append the batch at the session's head (``append_v1``: one statement, stamped now)
+    """Append the batch at the session's head (``append_v2``: one statement, stamped now)
     and fold what it sealed, in the caller's transaction."""
     if not batch:
         return
-    params = (sid, _array(batch.texts), batch.tokens, batch.sizes, batch.keys, *_chunking(ctx))
+    # keeping nothing: the fold below runs in the import's transaction, where a kept chunk's
+    # dead rows would be walked by every later fold of the session (0036)
+    keep = 0
+    params = (
+        sid, _array(batch.texts), batch.tokens, batch.sizes, batch.keys, *_chunking(ctx), keep
+    )
     rows = yield Q(query("append"), params, named=True)
     if any(r["sealed"] for r in rows):
         yield from fold_sealed_op(sid)
@@ -167,9 +172,12 @@ def append_exact_op(
     ctx: Context, sid: uuid.UUID, first_seq: int, batch: Batch, where: Sequence[str]
 ) -> Op[None]:
     """Append the batch keeping its turn_seqs (from ``first_seq``, gap-free), created_at
-    times and idempotency keys (``import_turns_v2``: the chunks the batch starts and seals
-    go straight to agent_history, the chunk it sealed that was open before it is folded in
-    the same statement; on Citus, ``import_turns_v1`` and a fold of what it sealed).
+    times and idempotency keys (``import_turns_v3``: the chunks the batch starts and seals
+    go straight to agent_history, except the newest ones holding the session's newest
+    ``default_tail_turns`` turns, which stay buffered as a fold leaves them, so that a tail
+    after the import reads buffer rows; the sealed chunks outside that window, such as the
+    one open before the batch, are folded in the same statement; on Citus,
+    ``import_turns_v1`` and a fold of what it sealed).
     ``ImportRejected`` naming ``where[i]`` of the turn the server refused; the caller's
     transaction then rolls back."""
     if not batch:
@@ -183,6 +191,7 @@ def append_exact_op(
         batch.keys,
         batch.times,
         *_chunking(ctx),
+        ctx.settings.default_tail_turns,
     )
     row = yield Q(query("import_turns"), params, fetch="one", named=True)
     status, index = row["status"], row["index"]

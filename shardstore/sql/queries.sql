@@ -62,10 +62,11 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
 SELECT created_at, session_id FROM shardstore.sessions WHERE session_id = %s;
 
 -- name: append
+-- a batch; sealed chunks holding the newest keep_turns turns stay buffered (0040)
 SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
        r_duplicate AS duplicate, r_sealed AS sealed
-  FROM shardstore.append_v1(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s,
-                            make_interval(secs => %s), %s);
+  FROM shardstore.append_v2(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s,
+                            make_interval(secs => %s), %s, %s);
 
 -- name: append_one
 -- one turn: append_one_v1's fast path, else append_v1 in the same call (0023)
