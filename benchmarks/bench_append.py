@@ -16,7 +16,9 @@ ratios are taken pair by pair within a round (so a loaded machine moves both sid
 * **tail(n=20)** against the floor's ``ORDER BY seq DESC LIMIT 20`` at several history
   lengths, with ~400-token and ~700-token turns (the open chunk holding 8 turns, as
   compare.py aligns it); built in bulk (an imported history), or with ``--tail-fill N``
-  its newest N turns appended one call at a time (a history an agent wrote).
+  its newest N turns appended one call at a time (a history an agent wrote); beside it the
+  same history with every bulk batch's sealed chunks folded at once, as before migration
+  0040 (a tail then reads the newest folded chunk).
 
 Writes markdown to stdout (and ``--json`` the raw rounds).
 """
@@ -30,6 +32,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,6 +44,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import shardstore
+import shardstore.history
 
 STATE = {"step": 3, "plan": ["search", "read", "answer"], "notes": "x" * 200}
 WORDS = [
@@ -87,6 +91,16 @@ class SSChunks(cmp.Shardstore):
         )
 
 
+class SSBulkFolded(cmp.Shardstore):
+    """shardstore as before migration 0040: after each bulk batch every sealed chunk is
+    folded, so a tail after it reads the newest folded chunk (the A/B of 0040's keep
+    window; the same rows as a batch wrote then)."""
+
+    def bulk(self, w: cmp.Writer, sid: Any, idx: Sequence[int]) -> None:
+        super().bulk(w, sid, idx)
+        self.store._run(shardstore.history.fold_sealed_op(sid, 0))
+
+
 class SSCheckpoint(cmp.Shardstore):
     """shardstore ``append_turn(..., checkpoint=state)``."""
 
@@ -105,6 +119,8 @@ def make(kind: str, dsn: str, corpus: Corpus, counter: Any) -> cmp.Contender:
         c: cmp.Contender = type("SS2000", (SSChunks,), {"settings": {"chunk_tokens": 2000}})(
             dsn, corpus, counter
         )
+    elif kind == "ss_bulk_folded":
+        c = SSBulkFolded(dsn, corpus, counter)
     elif kind == "ss_ckpt":
         c = SSCheckpoint(dsn, corpus, counter)
     elif kind == "ss_tiktoken":  # counting with tiktoken alone, as before rs-bpe
@@ -366,7 +382,9 @@ def main() -> None:
             if part not in parts:
                 continue
             corpus = Corpus(5000, words)
-            cs = build(["floor", "ss"], corpus, f"ba_{part}_{uuid.uuid4().hex[:6]}")
+            cs = build(
+                ["floor", "ss", "ss_bulk_folded"], corpus, f"ba_{part}_{uuid.uuid4().hex[:6]}"
+            )
             wanted = sizes if words is None else [int(x) for x in a.sizes700.split(",")]
             res_t = tails(cs, wanted, a.rounds, a.calls, a.tail_fill)
             close(cs)
@@ -380,13 +398,14 @@ def main() -> None:
                 f"## tail(n=20) vs `ORDER BY seq DESC LIMIT 20` ({what}"
                 + (f"; newest {a.tail_fill} turns appended one by one)" if a.tail_fill else ")"),
                 "",
-                "| turns | floor p50 ms | shardstore p50 ms | shardstore / floor |",
-                "|---|---|---|---|",
+                "| turns | floor p50 ms | shardstore p50 ms | shardstore / floor "
+                "| bulk batches folded whole (before 0040) / floor |",
+                "|---|---|---|---|---|",
             ]
             for s, v in res_t.items():
                 lines.append(
                     f"| {s:,} | {summary(v['floor'])} | {summary(v['ss'])} | "
-                    f"{ratio(v['ss'], v['floor'])} |"
+                    f"{ratio(v['ss'], v['floor'])} | {ratio(v['ss_bulk_folded'], v['floor'])} |"
                 )
             lines.append("")
     print("\n".join(lines))
