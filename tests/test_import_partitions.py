@@ -3,7 +3,10 @@ transaction: while the import is inside a session, other connections can still c
 partitions (maintenance's premake, a fold crossing into a new partition, another import).
 A partition created inside the import's transaction held agent_history's SHARE UPDATE
 EXCLUSIVE lock until the session committed, and two parallel imports deadlocked
-(benchmarks/scale.py)."""
+(benchmarks/scale.py).
+
+These imports keep one turn in the write buffer (``default_tail_turns=1``): with the default
+window of 20 a 10-turn session never folds, and no partition would be created at all (0040)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import pytest
 import shardstore
 
 HOUR = timedelta(hours=1)
+KEEP = {"default_tail_turns": 1}  # chunk 0 folds in the import (see the module's docstring)
 
 
 def _hour(back: int) -> datetime:
@@ -110,7 +114,7 @@ def _check(dsn: str, store: shardstore.Store, sid: uuid.UUID) -> None:
 def test_import_leaves_partition_creation_unblocked(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
-    store = make_store(partition_interval=HOUR)
+    store = make_store(partition_interval=HOUR, **KEEP)
     sid = uuid.uuid4()
     source = Probing(dsn, _lines(sid))
     report = store.import_jsonl(source, batch_size=4)
@@ -123,12 +127,12 @@ def test_import_leaves_partition_creation_unblocked(
 def test_import_leaves_partition_creation_unblocked_async(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
-    make_store(partition_interval=HOUR)  # records the interval
+    make_store(partition_interval=HOUR, **KEEP)  # records the interval
     sid = uuid.uuid4()
     source = Probing(dsn, _lines(sid))
 
     async def run() -> int:
-        store = await shardstore.connect_async(dsn, partition_interval=HOUR)
+        store = await shardstore.connect_async(dsn, partition_interval=HOUR, **KEEP)
         try:
             return (await store.import_jsonl(source, batch_size=4)).turns
         finally:
@@ -142,10 +146,10 @@ def test_import_leaves_partition_creation_unblocked_async(
 def test_a_store_on_one_connection_still_imports_past_turns(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
-    make_store(partition_interval=HOUR)
+    make_store(partition_interval=HOUR, **KEEP)
     sid = uuid.uuid4()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        store = shardstore.connect(conn)
+        store = shardstore.connect(conn, **KEEP)
         try:
             report = store.import_jsonl(Lines(_lines(sid)), batch_size=4)
         finally:
@@ -168,7 +172,7 @@ class Lines:
 def test_import_of_many_hours_lands_in_their_partitions(
     make_store: Callable[..., shardstore.Store], dsn: str, batch: int
 ) -> None:
-    store = make_store(partition_interval=HOUR)
+    store = make_store(partition_interval=HOUR, **KEEP)
     sid = uuid.uuid4()
     report = store.import_jsonl(Lines(_lines(sid)), batch_size=batch)
     assert report.turns == 10
@@ -184,7 +188,7 @@ def test_an_import_over_many_premade_partitions_finds_each(
     Before 0036 ensure_partition_v1 found such a partition attached and returned, and the
     insert failed with "no partition of relation agent_history found for row" (this
     backend's partition descriptor was older than the attach; seen on every fresh run)."""
-    store = make_store(partition_interval=HOUR)
+    store = make_store(partition_interval=HOUR, **KEEP)
     store.configure_text_search(None)  # not what is tested: 3x faster
     sid = uuid.uuid4()
     at = datetime.now(UTC) - timedelta(hours=23)

@@ -24,7 +24,10 @@ import shardstore
 from shardstore.cli.app import main
 from shardstore.models import Turn
 
-SMALL = {"chunk_tokens": 300}
+# default_tail_turns=1: every sealed chunk folds, and so is queued, at the append that seals
+# it (with the default window the chunks holding the newest 20 turns wait in the buffer
+# for a later fold: 0035 for turn-by-turn appends, 0040 for batches)
+SMALL = {"chunk_tokens": 300, "default_tail_turns": 1}
 
 
 def stub(turns: list[Turn]) -> str:
@@ -250,7 +253,8 @@ def test_worker_killed_mid_summary(make_store: Any, dsn: str, tmp_path: Path, ro
     assert ranges(store, sid) == chunk_ranges(sealed_chunks(store, sid))
 
 
-def test_cli_summarize_command(store: shardstore.Store, capsys: Any) -> None:
+def test_cli_summarize_command(make_store: Any, capsys: Any) -> None:
+    store = make_store(default_tail_turns=1)
     sid = store.create_session("t1")
     big = [{"role": "user", "content": f"turn {i} " + "word " * 300} for i in range(40)]
     store.append_turns(sid, big)

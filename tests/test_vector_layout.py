@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
 import shardstore
-from shardstore import migrate, rls
+from shardstore import migrate, rls, sql
 from shardstore.core.executor import run_sync
 from shardstore.errors import ConfigurationError
 from shardstore.vector_ops import (
@@ -309,6 +309,12 @@ def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
     full = migrate.all_migrations()
     cut = next(i for i, m in enumerate(full) if m.name == LAYOUT_MIGRATION)
     monkeypatch.setattr(migrate, "all_migrations", lambda: full[:cut])
+    # this code on that schema: a batch calls append_v1 there (append_v2, 0040, is later)
+    batch = sql.query("append").replace("append_v2(", "append_v1(").replace(
+        "%s), %s, %s)", "%s), %s) CROSS JOIN (SELECT %s::integer) AS unused_keep"
+    )
+    assert "append_v1(" in batch and "unused_keep" in batch
+    monkeypatch.setitem(sql._queries(), "append", batch)
     old = shardstore.connect(empty_dsn, embedding_model=HashEmbedder(), premake=3, **SMALL)
     role = f"ss_vl_{uuid.uuid4().hex[:8]}"
     reader = f"ss_vr_{uuid.uuid4().hex[:8]}"
