@@ -12,7 +12,10 @@ and its primary key, ``(session_id uuid, seq bigint, message jsonb)``, filled wi
 (TOAST-compressed like anything else). On disk is ``pg_total_relation_size`` of every
 table of the schema after ``VACUUM``, minus the empty schema's, per payload byte (the
 bytes of the messages' JSON text as appended). The background folds are drained before
-measuring, so what is left in ``turn_buffer`` is each session's open chunk.
+measuring, so what is left in ``turn_buffer`` is each session's open chunk and the sealed
+chunks holding its newest ``default_tail_turns`` turns (0040); ``--keep both`` builds each
+shape a second time with a batch's keep window off (every chunk a batch starts and seals
+written straight to ``agent_history``, as before 0040), in the same server.
 
 Run: ``nice -n 10 .venv/bin/python benchmarks/bench_disk.py`` (writes
 ``benchmarks/results/disk.md`` and ``disk.json``).
@@ -26,6 +29,8 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -36,6 +41,7 @@ import bench_core as bc
 from compare import Corpus
 
 import shardstore
+from shardstore import sql
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 progress = bc.progress
@@ -74,11 +80,41 @@ def vacuum(dsn: str) -> None:
         c.execute("VACUUM")
 
 
+@contextmanager
+def batch_keep(on: bool) -> Iterator[None]:
+    """Batches with the keep window (``on``, this version) or without it, as before 0040:
+    the batch statement is sent with a keep of 0 turns, which is what append_v1 was."""
+    queries = sql._queries()
+    shipped = queries["append"]
+    if not on:
+        head, _, tail = shipped.rpartition("%s)")
+        assert head and not tail.strip(), "the append statement no longer ends in the keep"
+        queries["append"] = head + "%s * 0)"
+    try:
+        yield
+    finally:
+        queries["append"] = shipped
+
+
 def build_shape(
-    dsn: str, corpus: Corpus, sessions: int, turns: int, batch: int, text: bool = True
+    dsn: str,
+    corpus: Corpus,
+    sessions: int,
+    turns: int,
+    batch: int,
+    text: bool = True,
+    keep: bool = True,
 ) -> dict[str, Any]:
     """Build ``sessions`` x ``turns`` in shardstore and the floor; sizes after VACUUM.
-    ``text=False``: full-text indexing switched off first (``configure_text_search(None)``)."""
+    ``text=False``: full-text indexing switched off first (``configure_text_search(None)``);
+    ``keep=False``: batches without 0040's keep window (:func:`batch_keep`)."""
+    with batch_keep(keep):
+        return _build_shape(dsn, corpus, sessions, turns, batch, text) | {"keep_window": keep}
+
+
+def _build_shape(
+    dsn: str, corpus: Corpus, sessions: int, turns: int, batch: int, text: bool
+) -> dict[str, Any]:
     store = shardstore.connect(dsn)
     if not text:
         store.configure_text_search(None)
@@ -145,6 +181,15 @@ def build_shape(
     }
 
 
+def label(r: dict[str, Any]) -> str:
+    """A shape's name, with what differs from the defaults."""
+    return (
+        f"{r['sessions']:,} x {r['turns']:,}"
+        + ("" if r["text_search"] else ", text off")
+        + ("" if r.get("keep_window", True) else ", keep window off (before 0040)")
+    )
+
+
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         "# Disk per payload byte",
@@ -158,7 +203,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        shape = f"{r['sessions']:,} x {r['turns']:,}" + ("" if r["text_search"] else ", text off")
+        shape = label(r)
         lines.append(
             f"| {shape} | {r['payload'] / 1e6:.1f} | {r['ss_per_byte']:.3f} | "
             f"{r['floor_per_byte']:.3f} | {r['ss_per_byte'] / r['floor_per_byte']:.2f} | "
@@ -167,8 +212,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     for r in results:
         lines += [
             "",
-            f"**{r['sessions']:,} x {r['turns']:,}{'' if r['text_search'] else ', text off'}:"
-            " where the bytes go** (per payload byte)",
+            f"**{label(r)}: where the bytes go** (per payload byte)",
             "",
             "| table | heap | indexes | TOAST | total |",
             "|---|---:|---:|---:|---:|",
@@ -197,6 +241,12 @@ def main() -> None:
         choices=["on", "off", "both"],
         help="full-text indexing on (the default), off (configure_text_search(None)), or both",
     )
+    ap.add_argument(
+        "--keep",
+        default="on",
+        choices=["on", "off", "both"],
+        help="a batch's keep window (0040): on (the default), off (as before 0040), or both",
+    )
     args = ap.parse_args()
     corpus = Corpus(2000)
     shapes = [(1, int(n)) for n in args.sizes.split(",") if n]
@@ -204,14 +254,17 @@ def main() -> None:
         shapes.append((args.sessions, args.turns))
     results = []
     with bc.open_server(args.dsn, keep=False) as server:
-        texts = {"on": [True], "off": [False], "both": [True, False]}[args.text]
-        for (sessions, turns), text in ((shape, t) for shape in shapes for t in texts):
+        choice = {"on": [True], "off": [False], "both": [True, False]}
+        runs = [
+            (shape, t, k) for shape in shapes for t in choice[args.text] for k in choice[args.keep]
+        ]
+        for (sessions, turns), text, keep in runs:
             db = f"disk_{uuid.uuid4().hex[:8]}"
             with psycopg.connect(server.admin_dsn, autocommit=True) as c:
                 c.execute(f'CREATE DATABASE "{db}"')
             dsn = psycopg.conninfo.make_conninfo(server.admin_dsn, dbname=db)
-            progress(f"{sessions:,} x {turns:,} turns")
-            r = build_shape(dsn, corpus, sessions, turns, min(args.batch, turns), text)
+            progress(f"{sessions:,} x {turns:,} turns, keep window {'on' if keep else 'off'}")
+            r = build_shape(dsn, corpus, sessions, turns, min(args.batch, turns), text, keep)
             progress(
                 f"  shardstore {r['ss_per_byte']:.3f} / byte, floor {r['floor_per_byte']:.3f}"
                 f" ({r['build_s']:.1f} s)"

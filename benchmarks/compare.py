@@ -817,6 +817,7 @@ class Bench:
         for r in range(a.rounds):
             sizes = a.sizes[r % len(a.sizes) :] + a.sizes[: r % len(a.sizes)]
             for size in sizes:
+                self.align_heads(size, sess)
                 for n in self.rotate(r):
                     if (n, size) in sess:
                         self.measure(n, g[n][size], sess[(n, size)])
@@ -904,16 +905,54 @@ class Bench:
         }
         return row, {"sid": sid, "turns": turns, "payload": payload, "next": head}
 
+    def align_heads(self, size: int, sess: dict[tuple[str, int], dict[str, Any]]) -> None:
+        """Untimed, before a round's reads at ``size``: every contender reads the same
+        newest messages. A contender whose appends a round's time budget cut short gets
+        the rest; shardstore's head is topped up to the same open-chunk fill at every size
+        (``Contender.align``), and the others get the same messages appended. (Before, only
+        shardstore was topped up, so its window held other messages, of other sizes, than
+        its peers': bench_append measured 0.7x to 2.4x at one size from that alone.)"""
+        states = {n: st for (n, k), st in sess.items() if k == size}
+        target = max((st["next"] for st in states.values()), default=0)
+        for n, st in states.items():
+            self._append_untimed(n, st, list(range(st["next"], target)))
+        if SS not in states:
+            return
+        st = states[SS]
+
+        def nxt() -> int:
+            st["next"] += 1
+            return st["next"] - 1
+
+        added = self.cs[SS].align(self.writers[SS], st["sid"], lambda: nxt() % self.corpus.n)
+        st["turns"] += len(added)
+        st["payload"] += self.corpus.payload(added)
+        for n, other in states.items():
+            if n != SS:
+                self._append_untimed(n, other, list(range(other["next"], st["next"])))
+
+    def _append_untimed(self, n: str, st: dict[str, Any], positions: list[int]) -> None:
+        """Append the corpus messages at ``positions`` (of the run's message sequence)."""
+        if not positions:
+            return
+        c, w = self.cs[n], self.writers[n]
+        idx = [p % self.corpus.n for p in positions]
+        for i in idx:
+            w.append(st["sid"], w.prepare(i))
+        c.settle()
+        st["next"] = positions[-1] + 1
+        st["turns"] += len(idx)
+        st["payload"] += self.corpus.payload(idx)
+
     def measure(self, n: str, row: dict[str, Any], st: dict[str, Any]) -> None:
+        """One round of a contender at one size: tails (its head aligned by
+        :meth:`align_heads`), then timed appends within the call budget."""
         a, c, w, sid = self.args, self.cs[n], self.writers[n], st["sid"]
 
         def nxt() -> int:
             st["next"] += 1
             return (st["next"] - 1) % self.corpus.n
 
-        added = c.align(w, sid, nxt)
-        st["turns"] += len(added)
-        st["payload"] += self.corpus.payload(added)
         lat = timed_calls(c, w, lambda: c.tail20(w, sid), a.tail_calls, a.call_budget)
         row["tail20"].append(pct(lat, 50))
         lat = timed_calls(c, w, lambda: c.tail_tokens(w, sid, 8000), a.tail_calls, a.call_budget)
