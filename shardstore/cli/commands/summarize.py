@@ -74,7 +74,10 @@ def cmd_summarize(run: Runner) -> int:
     elif done:
         run.line(f"summarized {done} chunk{'s' if done != 1 else ''}")
     else:
-        run.line("nothing to summarize: every sealed chunk has its summary")
+        run.line(
+            "nothing to summarize: every queued chunk has its summary (sealed chunks are"
+            " queued when they fold; a session's newest wait for 'shardstore maintain')"
+        )
     return 0
 
 
