@@ -42,6 +42,24 @@ from .sql import query
 
 HISTORY_BATCH = 16  # folded chunks fetched per round trip by history(): ~640 kB at 10k tokens
 _UNIQUE_VIOLATION = frozenset({"23505"})
+_DEADLOCK = "40P01"
+# how often a write statement chosen as a deadlock's victim is run again before the
+# Conflict reaches the caller (each rerun follows the other transaction's progress)
+_DEADLOCK_RERUNS = 3
+
+
+def rerun_on_deadlock(q: Q) -> Op[Any]:
+    """Run ``q``; when the server picks it as a deadlock's victim, run it again, at most
+    ``_DEADLOCK_RERUNS`` times, then let the ``Conflict`` through. Safe for one-statement
+    writes: the victim was rolled back whole (under a savepoint inside a caller's
+    transaction), so nothing of it was written, and the transaction it waited for has
+    gone on. Other failures in ``q.recover`` come back as ``StatementFailed`` as usual."""
+    guarded = dataclasses.replace(q, recover=q.recover | {_DEADLOCK})
+    for _ in range(_DEADLOCK_RERUNS):
+        got = yield guarded
+        if not (isinstance(got, StatementFailed) and got.sqlstate == _DEADLOCK):
+            return got
+    return (yield q)
 
 
 def _named(name: str, params: Any = None, fetch: Any = "all", **kw: Any) -> Q:
@@ -277,8 +295,8 @@ def append_op(
         # one statement whatever happens (append_one_v2: the fast path, else append_v1);
         # a unique violation is a concurrent retry of the same key: rerun as a batch below
         first = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
-        one = yield Q(
-            query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION
+        one = yield from rerun_on_deadlock(
+            Q(query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION)
         )
         if one is not None and not isinstance(one, StatementFailed):
             turn_seq, chunk_seq, tokens, duplicate, sealed = one
@@ -289,7 +307,7 @@ def append_op(
     # a seal leaves them (0040), so that a default tail() after a batch reads buffer rows
     keep = ctx.settings.default_tail_turns
     params = (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking, keep)
-    rows = yield Q(query("append"), params, named=True)
+    rows = yield from rerun_on_deadlock(Q(query("append"), params, named=True))
     results = [record(AppendResult, r) for r in rows]
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 
@@ -521,7 +539,8 @@ def append_turns(
 def flush(store: Any, session_id: uuid.UUID | str) -> Op[int]:
     """Fold a session's buffered turns into its open chunk in ``agent_history`` (the
     chunk stays open for more turns). Returns how many turns moved."""
-    (moved,) = yield Q(query("flush"), (validate.session_id(session_id),), fetch="one")
+    sid = validate.session_id(session_id)
+    (moved,) = yield from rerun_on_deadlock(Q(query("flush"), (sid,), fetch="one"))
     return int(moved)
 
 
