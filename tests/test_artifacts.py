@@ -403,7 +403,13 @@ def test_rls_scopes_artifacts_by_tenant(store: shardstore.Store, dsn: str) -> No
             assert tenant_store.get_artifact("globex", mine.artifact_id) == b"new"
             with pytest.raises(shardstore.AccessDenied):
                 tenant_store.put_artifact("acme", b"intrude", content_type="x/y")
+            # a sweep of every tenant through the tenant store marks and deletes its own
+            # loose artifacts only (0041: the functions name the bound tenant themselves)
+            assert tenant_store.sweep_artifacts(grace=ZERO).deleted == 2
+            assert tenant_store.list_artifacts("globex") == []
             tenant_store.close()
+        assert store.get_artifact("acme", ref.artifact_id) == b"acme bytes"
+        assert [a.tenant_id for a in store.list_artifacts("acme")] == ["acme"]
     finally:
         with psycopg.connect(dsn, autocommit=True) as owner:
             rls.disable_rls(owner)
