@@ -3,7 +3,11 @@ the victim statement was rolled back whole, so nothing of it was written, and th
 reruns it instead of raising ``Conflict`` at the caller. Each test builds a real deadlock
 with a transaction of its own (X) that holds what the store's statement needs and then
 waits for what that statement holds; the store's statement waited first, so its deadlock
-check (after ``deadlock_timeout``) finds the cycle and it is the victim. Sync and asyncio
+check finds the cycle and it is the victim. The order of the two checks is set, not left to
+timing: the store's connections check after 3 s (the cycle is closed by then, however loaded
+the machine), X's after a minute (in CI, with both at the default 1 s, X's wait once began
+after the store's only check and X was the victim). Setting ``deadlock_timeout`` needs a
+superuser; elsewhere the tests skip. Sync and asyncio
 stores run the same ops. (test_rewind's concurrency test met such a deadlock once in a full
 suite run: a writer's append_turn raised ``Conflict('deadlock detected')``.)"""
 
@@ -17,10 +21,24 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 import shardstore
 
 MODES = ["sync", "async"]
+STORE_CHECKS_AFTER = "3s"  # the store's deadlock check: its statement is the victim
+X_CHECKS_AFTER = "60s"
+
+
+def _holder(dsn: str) -> psycopg.Connection[Any]:
+    """X: a connection (its own transaction) whose deadlock check waits a minute."""
+    conn = psycopg.connect(dsn)
+    try:
+        conn.execute(f"SET deadlock_timeout = '{X_CHECKS_AFTER}'")
+    except psycopg.errors.InsufficientPrivilege:
+        conn.close()
+        pytest.skip("ordering the deadlock checks (deadlock_timeout) needs a superuser")
+    return conn
 
 
 def _deadlocks(dsn: str) -> int:
@@ -38,6 +56,7 @@ def _in_background(
     """Run ``call(store)`` on a thread, with a sync store or inside asyncio.run with an
     AsyncStore (``call`` returns an awaitable then); the outcome lands in the dict."""
     out: dict[str, Any] = {}
+    dsn = make_conninfo(dsn, options=f"-c deadlock_timeout={STORE_CHECKS_AFTER}")
 
     def sync() -> None:
         store = shardstore.connect(dsn)
@@ -92,7 +111,7 @@ def test_an_append_picked_as_a_deadlock_victim_is_run_again(
     sid = store.create_session("acme")
     store.append_turn(sid, {"role": "user", "content": "first"})
     before = _deadlocks(dsn)
-    with psycopg.connect(dsn) as x:
+    with _holder(dsn) as x:
         # X holds the key the batch will insert (uncommitted): the batch, holding the
         # session row, waits for X
         x.execute(
@@ -132,7 +151,7 @@ def test_a_flush_picked_as_a_deadlock_victim_is_run_again(
     sid = store.create_session("acme")
     store.append_turns(sid, [{"role": "user", "content": f"turn {i}"} for i in range(3)])
     before = _deadlocks(dsn)
-    with psycopg.connect(dsn) as x:
+    with _holder(dsn) as x:
         # X locks the buffered rows the flush's fold deletes: the flush, holding the
         # session row, waits for X
         x.execute("SELECT 1 FROM shardstore.turn_buffer WHERE session_id = %s FOR UPDATE", (sid,))
@@ -164,7 +183,7 @@ def test_a_write_still_deadlocking_after_its_reruns_raises_conflict(
     store = make_store()
     sid = store.create_session("acme")
     store.append_turn(sid, {"role": "user", "content": "first"})
-    with psycopg.connect(dsn) as x:
+    with _holder(dsn) as x:
         x.execute(
             "INSERT INTO shardstore.turn_keys (session_id, idempotency_key, turn_seq, chunk_seq,"
             " tokens, created_at, tenant_id) VALUES (%s, 'held', 99, 0, 1, now(), 'acme')",
