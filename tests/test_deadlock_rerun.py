@@ -6,8 +6,8 @@ waits for what that statement holds; the store's statement waited first, so its 
 check finds the cycle and it is the victim. The order of the two checks is set, not left to
 timing: the store's connections check after 3 s (the cycle is closed by then, however loaded
 the machine), X's after a minute (in CI, with both at the default 1 s on a loaded machine,
-X was the victim of both flush tests: probably its wait began after the store's one check). Setting ``deadlock_timeout`` needs a
-superuser; elsewhere the tests skip. Sync and asyncio
+X was the victim of both flush tests: probably its wait began after the store's one check).
+Setting ``deadlock_timeout`` needs a superuser; elsewhere the tests skip. Sync and asyncio
 stores run the same ops. (test_rewind's concurrency test met such a deadlock once in a full
 suite run: a writer's append_turn raised ``Conflict('deadlock detected')``.)"""
 
