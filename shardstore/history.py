@@ -357,11 +357,13 @@ def append_checkpoint_op(
         # append_checkpoint_v2: scalars in, one plain row out; a unique violation is a
         # concurrent retry of the key, rerun below through append_checkpoint_v1's slow path
         one = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
-        row = yield Q(
-            query("append_checkpoint_one"),
-            (sid, *one, ctx.settings.budget_tokens, *chunking, *tail),
-            fetch="one",
-            recover=_UNIQUE_VIOLATION,
+        row = yield from rerun_on_deadlock(
+            Q(
+                query("append_checkpoint_one"),
+                (sid, *one, ctx.settings.budget_tokens, *chunking, *tail),
+                fetch="one",
+                recover=_UNIQUE_VIOLATION,
+            )
         )
         if row is not None and not isinstance(row, StatementFailed):
             turn_seq, chunk_seq, tokens, duplicate, sealed, checkpoint_id = row
@@ -370,7 +372,9 @@ def append_checkpoint_op(
             )
             return AppendOutcome(sid, [result], bool(sealed))
     if rows is None or isinstance(rows, StatementFailed):
-        rows = yield Q(query("append_checkpoint"), (*head, *chunking, False, *tail), named=True)
+        rows = yield from rerun_on_deadlock(
+            Q(query("append_checkpoint"), (*head, *chunking, False, *tail), named=True)
+        )
     results = [record(AppendResult, r) for r in rows]
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 

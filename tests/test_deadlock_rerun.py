@@ -102,11 +102,17 @@ def _wait_until_blocked(dsn: str, pattern: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("size", [1, 2])
+@pytest.mark.parametrize("checkpoint", [None, {"step": 7}])
 def test_an_append_picked_as_a_deadlock_victim_is_run_again(
-    make_store: Callable[..., shardstore.Store], dsn: str, mode: str, size: int
+    make_store: Callable[..., shardstore.Store],
+    dsn: str,
+    mode: str,
+    size: int,
+    checkpoint: dict[str, Any] | None,
 ) -> None:
     """One turn (append_one_v2's fast path: the head update, then the key) and a batch
-    (append_v2: the session locked, then the keys)."""
+    (append_v2: the session locked, then the keys), each also with a checkpoint
+    (append_checkpoint_v2 / append_checkpoint_v1)."""
     store = make_store()
     sid = store.create_session("acme")
     store.append_turn(sid, {"role": "user", "content": "first"})
@@ -122,9 +128,17 @@ def test_an_append_picked_as_a_deadlock_victim_is_run_again(
         batch = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}][-size:]
         keys = [None, "held"][-size:]
         thread, out = _in_background(
-            mode, dsn, lambda s: s.append_turns(sid, batch, idempotency_keys=keys)
+            mode,
+            dsn,
+            lambda s: s.append_turns(sid, batch, idempotency_keys=keys, checkpoint=checkpoint),
         )
-        _wait_until_blocked(dsn, "%append_one_v2%" if size == 1 else "%append_v2%")
+        statement = {
+            (1, False): "append_one_v2",
+            (2, False): "append_v2",
+            (1, True): "append_checkpoint_v2",
+            (2, True): "append_checkpoint_v1",
+        }[size, checkpoint is not None]
+        _wait_until_blocked(dsn, f"%{statement}%")
         # ... and X waits for the session row: a cycle, found by the batch's check
         x.execute("SELECT 1 FROM shardstore.sessions WHERE session_id = %s FOR UPDATE", (sid,))
         x.rollback()  # the key goes; the rerun goes on
@@ -138,6 +152,11 @@ def test_an_append_picked_as_a_deadlock_victim_is_run_again(
     turns = list(store.history(sid))
     assert [t.message["content"] for t in turns] == ["first", *(m["content"] for m in batch)]
     assert [t.idempotency_key for t in turns] == [None, *keys]
+    if checkpoint is not None:  # the checkpoint committed with the turns, once
+        restored = store.restore(sid)
+        assert restored.checkpoint is not None
+        assert (restored.checkpoint.state, restored.checkpoint.turn_seq) == (checkpoint, size)
+        assert {r.checkpoint_id for r in out["value"]} == {restored.checkpoint.checkpoint_id}
     # the key is the append's now: a retry is a duplicate
     again = store.append_turn(sid, {"role": "assistant", "content": "b"}, idempotency_key="held")
     assert again.duplicate and again.turn_seq == size
