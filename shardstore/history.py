@@ -18,7 +18,7 @@ from typing import Any
 from . import jsoncodec
 from .core import validate
 from .core.context import Context
-from .core.retry import retrying
+from .core.retry import rerun_on_deadlock, retrying
 from .core.rows import record
 from .core.steps import Call, Emit, Op, Q, StatementFailed, Tx
 from .errors import (
@@ -42,26 +42,6 @@ from .sql import query
 
 HISTORY_BATCH = 16  # folded chunks fetched per round trip by history(): ~640 kB at 10k tokens
 _UNIQUE_VIOLATION = frozenset({"23505"})
-_DEADLOCK = "40P01"
-# how often a write statement chosen as a deadlock's victim is run again before the
-# Conflict reaches the caller (each rerun follows the other transaction's progress)
-_DEADLOCK_RERUNS = 3
-
-
-def rerun_on_deadlock(q: Q) -> Op[Any]:
-    """Run ``q``; when the server picks it as a deadlock's victim, run it again, at most
-    ``_DEADLOCK_RERUNS`` times, then let the ``Conflict`` through. Safe for one-statement
-    writes: the victim was rolled back whole (under a savepoint inside a caller's
-    transaction), so nothing of it was written, and the transaction it waited for has
-    gone on. Other failures in ``q.recover`` come back as ``StatementFailed`` as usual."""
-    guarded = dataclasses.replace(q, recover=q.recover | {_DEADLOCK})
-    for _ in range(_DEADLOCK_RERUNS):
-        got = yield guarded
-        if not (isinstance(got, StatementFailed) and got.sqlstate == _DEADLOCK):
-            return got
-    return (yield q)
-
-
 def _named(name: str, params: Any = None, fetch: Any = "all", **kw: Any) -> Q:
     return Q(query(name), params, fetch=fetch, named=True, **kw)
 

@@ -1,4 +1,4 @@
-"""A write the server picks as a deadlock's victim is run again (history.rerun_on_deadlock):
+"""A write the server picks as a deadlock's victim is run again (core.retry.rerun_on_deadlock):
 the victim statement was rolled back whole, so nothing of it was written, and the store
 reruns it instead of raising ``Conflict`` at the caller. Each test builds a real deadlock
 with a transaction of its own (X) that holds what the store's statement needs and then
@@ -196,9 +196,9 @@ def test_a_write_still_deadlocking_after_its_reruns_raises_conflict(
 ) -> None:
     """With no reruns left the victim's Conflict reaches the caller, and nothing of the
     batch was written."""
-    from shardstore import history
+    from shardstore.core import retry
 
-    monkeypatch.setattr(history, "_DEADLOCK_RERUNS", 0)
+    monkeypatch.setattr(retry, "_DEADLOCK_RERUNS", 0)
     store = make_store()
     sid = store.create_session("acme")
     store.append_turn(sid, {"role": "user", "content": "first"})

@@ -1,5 +1,7 @@
 """The retry policy, as an operation: repeat an operation while it fails with a retryable
-error (:attr:`~shardstore.errors.ShardstoreError.retryable`), with exponential backoff.
+error (:attr:`~shardstore.errors.ShardstoreError.retryable`), with exponential backoff; and
+:func:`rerun_on_deadlock`, the store's own rerun of a one-statement write picked as a
+deadlock's victim.
 
 Safe for appends that carry idempotency keys (a repeat of an append that did commit returns
 the first result with ``duplicate=True``) and for reads. An append without a key may have
@@ -10,17 +12,37 @@ by the driver, so the next attempt runs on a fresh one.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import ShardstoreError
-from .steps import Op, Sleep, Try
+from .steps import Op, Q, Sleep, StatementFailed, Try
 
 T = TypeVar("T")
 
 FIRST_DELAY = 0.01
 MAX_DELAY = 0.5
+
+_DEADLOCK = "40P01"
+# how often a write statement chosen as a deadlock's victim is run again before the
+# Conflict reaches the caller (each rerun follows the other transaction's progress)
+_DEADLOCK_RERUNS = 3
+
+
+def rerun_on_deadlock(q: Q) -> Op[Any]:
+    """Run ``q``; when the server picks it as a deadlock's victim, run it again, at most
+    ``_DEADLOCK_RERUNS`` times, then let the ``Conflict`` through. Safe for one-statement
+    writes: the victim was rolled back whole (under a savepoint inside a caller's
+    transaction), so nothing of it was written, and the transaction it waited for has
+    gone on. Other failures in ``q.recover`` come back as ``StatementFailed`` as usual."""
+    guarded = dataclasses.replace(q, recover=q.recover | {_DEADLOCK})
+    for _ in range(_DEADLOCK_RERUNS):
+        got = yield guarded
+        if not (isinstance(got, StatementFailed) and got.sqlstate == _DEADLOCK):
+            return got
+    return (yield q)
 
 
 def retrying(
