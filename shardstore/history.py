@@ -12,7 +12,7 @@ import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import jsoncodec
@@ -42,6 +42,9 @@ from .sql import query
 
 HISTORY_BATCH = 16  # folded chunks fetched per round trip by history(): ~640 kB at 10k tokens
 _UNIQUE_VIOLATION = frozenset({"23505"})
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # tail_window sends times as microseconds since it
+
+
 def _named(name: str, params: Any = None, fetch: Any = "all", **kw: Any) -> Q:
     return Q(query(name), params, fetch=fetch, named=True, **kw)
 
@@ -594,7 +597,12 @@ def window_op(sid: uuid.UUID, n: int | None, max_tokens: int | None) -> Op[list[
     (text,) = yield Q(query("tail_window"), (sid, n, max_tokens), fetch="one")
     if text is None:
         return []
-    return [envelope_turn(e, e["c"]) for e in jsoncodec.loads_envelopes(text)]
+    items = jsoncodec.loads_window(text)
+    items.reverse()  # newest first as tail_v1 returns them; the window is oldest first
+    return [
+        new_turn(seq, message, tokens, _EPOCH + timedelta(microseconds=us), chunk_seq, key)
+        for seq, chunk_seq, tokens, us, key, message in items
+    ]
 
 
 def before_window_op(sid: uuid.UUID, turns: Sequence[Turn]) -> Op[dict[str, Any] | None]:

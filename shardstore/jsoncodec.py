@@ -204,6 +204,17 @@ def encode_json(value: Any, what: str) -> str:
     return _encode(value, needs_escape, what)
 
 
+def loads_window(data: str) -> list[list[Any]]:
+    """Parse ``tail_window``'s JSON text (items ``[turn_seq, chunk_seq, tokens,
+    created_at_us, key, message]``); restores escaped strings inside each item's message
+    only, since the other fields were stored as-is."""
+    items: list[list[Any]] = parse(data)
+    if MARK in data:
+        for item in items:
+            item[5] = _unescape_tree(item[5])
+    return items
+
+
 def loads_envelopes(data: str) -> list[dict[str, Any]]:
     """Parse a chunk's JSON text; restores escaped strings inside each envelope's message
     ("m") only, since the other fields were stored as-is."""

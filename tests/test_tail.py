@@ -80,3 +80,65 @@ def test_tail_reaches_back_across_sealed_chunks(make_store: object) -> None:
     assert [t.turn_seq for t in turns] == list(range(15, 60))
     assert [t.message["content"] for t in turns] == [f"message number {i}" for i in range(15, 60)]
     assert store.tail(sid) == turns[-20:]  # default: 20 turns
+
+
+def test_tail_gives_each_turns_stored_time_key_and_message_exactly(dsn: str) -> None:
+    """tail_window sends times as microseconds since 1970 and keys through to_json: the
+    window's turns equal history()'s (times as instants, to the microsecond, whatever the
+    connection's TimeZone), buffered and folded alike, with keys that need JSON escaping."""
+    import io
+    import json
+    import uuid
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from psycopg.conninfo import make_conninfo
+
+    store = shardstore.connect(
+        make_conninfo(dsn, options="-c TimeZone=Asia/Kolkata"),
+        chunk_tokens=60,
+        default_tail_turns=3,
+    )
+    try:
+        sid = str(uuid.uuid4())
+        start = datetime(2001, 2, 3, 4, 5, 6, 789012, tzinfo=timezone(timedelta(hours=-7)))
+        times = [start + timedelta(seconds=i, microseconds=7 * i) for i in range(30)]
+        keys = [None if i % 3 else f'k"{i}\\\n\u00e9\u2028x' for i in range(30)]
+        head = {
+            "kind": "session",
+            "format": "shardstore.jsonl",
+            "version": 1,
+            "session_id": sid,
+            "tenant_id": "acme",
+            "subject_id": None,
+            "agent_id": None,
+            "metadata": {},
+            "created_at": start.isoformat(),
+        }
+        lines = (
+            [head]
+            + [
+                {
+                    "kind": "turn",
+                    "turn_seq": i,
+                    "created_at": t.isoformat(),
+                    "idempotency_key": keys[i],
+                    "tokens": 9,
+                    "message": {"role": "user", "content": f'turn {i} \u2603 "q" \\ \ue000'},
+                }
+                for i, t in enumerate(times)
+            ]
+            + [{"kind": "end", "session_id": sid, "turns": 30}]
+        )
+        store.import_jsonl(io.StringIO("".join(json.dumps(d) + "\n" for d in lines)))
+        for i in range(3):  # and a few buffered turns appended now
+            store.append_turn(sid, {"role": "assistant", "content": f"reply {i}"}, f"r\t{i}")
+        window = store.tail(sid, n=100)
+        assert window == list(store.history(sid))
+        assert len(window) == 33 and len(store.chunks(sid)) > 3
+        assert [t.created_at for t in window[:30]] == times
+        assert [t.idempotency_key for t in window] == keys + [f"r\t{i}" for i in range(3)]
+        assert window[0].message["content"] == 'turn 0 \u2603 "q" \\ \ue000'
+        assert all(t.created_at.utcoffset() == timedelta(0) for t in window)
+        assert abs(window[-1].created_at - datetime.now(UTC)) < timedelta(minutes=5)
+    finally:
+        store.close()
