@@ -1052,6 +1052,50 @@ def report(b: Bench, env: list[list[str]], total_s: float) -> tuple[str, list[li
         "≤ 1.3×",
         r_app <= 1.3,
     )
+    # issue 14's goals, each against its peer or floor of the same round
+    if LC in ap1:
+        rs = ratio_rounds(ap1[SS], ap1[LC], "p50")
+        target(
+            "append p50 / langchain-postgres p50 (1 writer)",
+            med(rs),
+            spread(rs, f_x),
+            "≤ 1.0×",
+            med(rs) <= 1.0,
+        )
+    rs = ratio_rounds(ap1[SS], ap1[FLOOR], "p99")
+    target(
+        "append p99 / bare INSERT p99 (1 writer)", med(rs), spread(rs, f_x), "≤ 3×", med(rs) <= 3
+    )
+    if LC in ap8:
+        rs = ratio_rounds(ap8[SS], ap8[LC], "tps")
+        target(
+            f"turns/s with {a.writers} writers / langchain-postgres",
+            med(rs),
+            spread(rs, f_x),
+            "≥ 1.0×",
+            med(rs) >= 1.0,
+        )
+    for s in sizes:
+        if not (g[SS][s].get("reached") and g[FLOOR][s].get("reached")):
+            continue
+        rs = [x / y for x, y in zip(g[SS][s]["tail20"], g[FLOOR][s]["tail20"], strict=False) if y]
+        target(
+            f"tail(20) p50 / floor `ORDER BY seq DESC LIMIT 20` p50 @{s:,}",
+            med(rs),
+            spread(rs, f_x),
+            "≤ 2×",
+            med(rs) <= 2,
+        )
+    for s in sizes:
+        if s < 1000 or not (g[SS][s].get("reached") and g[FLOOR][s].get("reached")):
+            continue
+        target(
+            f"on-disk bytes / payload byte @{s:,}, text search on (the default)",
+            g[SS][s]["disk"],
+            f"{f_x(g[SS][s]['disk'])} (floor {f_x(g[FLOOR][s]['disk'])})",
+            "≤ the floor",
+            g[SS][s]["disk"] <= g[FLOOR][s]["disk"],
+        )
     wal = med(ap1[SS]["wal"])
     target(
         "WAL bytes / payload byte (appends)", wal, spread(ap1[SS]["wal"], f_x), "≤ 2.5", wal <= 2.5
