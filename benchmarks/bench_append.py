@@ -114,6 +114,18 @@ class SSCheckpoint(cmp.Shardstore):
         return W(self)
 
 
+class QuarterBytes:
+    """Not a real counter: ``len(text) // 4``, about cl100k_base's count on English but
+    neither exact nor a bound. The ``ss_nocount`` contender uses it to show what an append
+    would cost if exact counting were taken off its path (issue 14's first lever): the
+    ceiling of what deferring the count could buy, not a configuration to run."""
+
+    name = "quarter-bytes"
+
+    def count(self, text: str) -> int:
+        return len(text) // 4
+
+
 def make(kind: str, dsn: str, corpus: Corpus, counter: Any) -> cmp.Contender:
     if kind == "ss2000":
         c: cmp.Contender = type("SS2000", (SSChunks,), {"settings": {"chunk_tokens": 2000}})(
@@ -126,6 +138,10 @@ def make(kind: str, dsn: str, corpus: Corpus, counter: Any) -> cmp.Contender:
     elif kind == "ss_tiktoken":  # counting with tiktoken alone, as before rs-bpe
         slow = shardstore.TiktokenCounter("cl100k_base", fast=False)
         c = type("SSTiktoken", (SSChunks,), {"settings": {"tokenizer": slow}})(
+            dsn, corpus, counter
+        )
+    elif kind == "ss_nocount":  # the count taken off the path (a probe, not exact)
+        c = type("SSNoCount", (SSChunks,), {"settings": {"tokenizer": QuarterBytes()}})(
             dsn, corpus, counter
         )
     else:
@@ -332,7 +348,7 @@ def main() -> None:
                 continue
             corpus = Corpus(5000, words)
             cs = build(
-                ["floor", "lc", "ss", "ss2000", "ss_ckpt", "ss_tiktoken"],
+                ["floor", "lc", "ss", "ss2000", "ss_ckpt", "ss_tiktoken", "ss_nocount"],
                 corpus,
                 f"ba_{part}_{uuid.uuid4().hex[:6]}",
             )
@@ -357,6 +373,7 @@ def main() -> None:
                 ("ss2000", "shardstore chunk_tokens=2000"),
                 ("ss_ckpt", "shardstore checkpoint=state"),
                 ("ss_tiktoken", "shardstore counting with tiktoken only"),
+                ("ss_nocount", "shardstore with no exact count (`len // 4`; a probe)"),
             ):
                 v = res[k]
                 lines.append(
@@ -372,11 +389,16 @@ def main() -> None:
                 "defaults (rs-bpe counting) / tiktoken-only counting p50: "
                 + ratio(res["ss"]["p50"], res["ss_tiktoken"]["p50"]),
                 "",
+                "no exact count (`len // 4`) / defaults p50: "
+                + ratio(res["ss_nocount"]["p50"], res["ss"]["p50"]),
+                "",
             ]
         if "writers" in parts:
             corpus = Corpus(5000)
             cs = build(
-                ["floor", "lc", "ss", "ss_tiktoken"], corpus, f"ba_w_{uuid.uuid4().hex[:6]}"
+                ["floor", "lc", "ss", "ss_tiktoken", "ss_nocount"],
+                corpus,
+                f"ba_w_{uuid.uuid4().hex[:6]}",
             )
             res8 = writers8(cs, a.rounds, a.per_writer)
             close(cs)
@@ -387,7 +409,7 @@ def main() -> None:
                 "| contender | turns/s | / langchain |",
                 "|---|---|---|",
             ]
-            for k in ("floor", "lc", "ss", "ss_tiktoken"):
+            for k in ("floor", "lc", "ss", "ss_tiktoken", "ss_nocount"):
                 lines.append(f"| {k} | {summary(res8[k])} | {ratio(res8[k], res8['lc'])} |")
             lines.append("")
         for part, words in (("tail", None), ("tail700", 1560)):
