@@ -126,6 +126,28 @@ class QuarterBytes:
         return len(text) // 4
 
 
+class RsBpe:
+    """rs-bpe's exact cl100k_base count, the store's fast counter before splintr-rs (the
+    ``ss_rsbpe`` contender: the A/B of that change; texts over 16,384 characters and lone
+    surrogates go to tiktoken, as the store's counter does)."""
+
+    name = "cl100k_base"
+
+    def __init__(self) -> None:
+        from rs_bpe.bpe import openai
+
+        self._fast = openai.cl100k_base()
+        self._slow = shardstore.TiktokenCounter("cl100k_base", fast=False)
+
+    def count(self, text: str) -> int:
+        if len(text) <= shardstore.TiktokenCounter.FAST_MAX_CHARS:
+            try:
+                return int(self._fast.count(text))
+            except UnicodeEncodeError:
+                pass
+        return self._slow.count(text)
+
+
 def make(kind: str, dsn: str, corpus: Corpus, counter: Any) -> cmp.Contender:
     if kind == "ss2000":
         c: cmp.Contender = type("SS2000", (SSChunks,), {"settings": {"chunk_tokens": 2000}})(
@@ -135,11 +157,11 @@ def make(kind: str, dsn: str, corpus: Corpus, counter: Any) -> cmp.Contender:
         c = SSBulkFolded(dsn, corpus, counter)
     elif kind == "ss_ckpt":
         c = SSCheckpoint(dsn, corpus, counter)
-    elif kind == "ss_tiktoken":  # counting with tiktoken alone, as before rs-bpe
+    elif kind == "ss_tiktoken":  # counting with tiktoken alone, as before rs-bpe and splintr
         slow = shardstore.TiktokenCounter("cl100k_base", fast=False)
-        c = type("SSTiktoken", (SSChunks,), {"settings": {"tokenizer": slow}})(
-            dsn, corpus, counter
-        )
+        c = type("SSTiktoken", (SSChunks,), {"settings": {"tokenizer": slow}})(dsn, corpus, counter)
+    elif kind == "ss_rsbpe":  # counting with rs-bpe, as before splintr-rs
+        c = type("SSRsBpe", (SSChunks,), {"settings": {"tokenizer": RsBpe()}})(dsn, corpus, counter)
     elif kind == "ss_nocount":  # the count taken off the path (a probe, not exact)
         c = type("SSNoCount", (SSChunks,), {"settings": {"tokenizer": QuarterBytes()}})(
             dsn, corpus, counter
@@ -348,7 +370,7 @@ def main() -> None:
                 continue
             corpus = Corpus(5000, words)
             cs = build(
-                ["floor", "lc", "ss", "ss2000", "ss_ckpt", "ss_tiktoken", "ss_nocount"],
+                ["floor", "lc", "ss", "ss2000", "ss_ckpt", "ss_tiktoken", "ss_rsbpe", "ss_nocount"],
                 corpus,
                 f"ba_{part}_{uuid.uuid4().hex[:6]}",
             )
@@ -373,6 +395,7 @@ def main() -> None:
                 ("ss2000", "shardstore chunk_tokens=2000"),
                 ("ss_ckpt", "shardstore checkpoint=state"),
                 ("ss_tiktoken", "shardstore counting with tiktoken only"),
+                ("ss_rsbpe", "shardstore counting with rs-bpe (before splintr)"),
                 ("ss_nocount", "shardstore with no exact count (`len // 4`; a probe)"),
             ):
                 v = res[k]
@@ -386,8 +409,11 @@ def main() -> None:
                 "checkpoint=state / bare shardstore p50: "
                 + ratio(res["ss_ckpt"]["p50"], res["ss"]["p50"]),
                 "",
-                "defaults (rs-bpe counting) / tiktoken-only counting p50: "
+                "defaults (splintr counting) / tiktoken-only counting p50: "
                 + ratio(res["ss"]["p50"], res["ss_tiktoken"]["p50"]),
+                "",
+                "defaults (splintr counting) / rs-bpe counting p50: "
+                + ratio(res["ss"]["p50"], res["ss_rsbpe"]["p50"]),
                 "",
                 "no exact count (`len // 4`) / defaults p50: "
                 + ratio(res["ss_nocount"]["p50"], res["ss"]["p50"]),
@@ -396,7 +422,7 @@ def main() -> None:
         if "writers" in parts:
             corpus = Corpus(5000)
             cs = build(
-                ["floor", "lc", "ss", "ss_tiktoken", "ss_nocount"],
+                ["floor", "lc", "ss", "ss_rsbpe", "ss_nocount"],
                 corpus,
                 f"ba_w_{uuid.uuid4().hex[:6]}",
             )
@@ -409,7 +435,7 @@ def main() -> None:
                 "| contender | turns/s | / langchain |",
                 "|---|---|---|",
             ]
-            for k in ("floor", "lc", "ss", "ss_tiktoken", "ss_nocount"):
+            for k in ("floor", "lc", "ss", "ss_rsbpe", "ss_nocount"):
                 lines.append(f"| {k} | {summary(res8[k])} | {ratio(res8[k], res8['lc'])} |")
             lines.append("")
         for part, words in (("tail", None), ("tail700", 1560)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 import shardstore
-from shardstore.tokens import HFTokenizerCounter, TiktokenCounter, make_counter
+from shardstore.demo import synthetic
+from shardstore.jsoncodec import encode_message
+from shardstore.tokens import HFTokenizerCounter, TiktokenCounter, _SplintrCl100k, make_counter
 
 
 def test_cl100k_counts_offline() -> None:
@@ -44,10 +47,32 @@ def _reference() -> Callable[[str], int]:
     return slow.count
 
 
-def test_the_fast_counter_is_the_default_where_rs_bpe_is_installed() -> None:
+def test_the_fast_counter_is_the_default_where_splintr_is_installed() -> None:
     counter = make_counter(None)
-    assert isinstance(counter, TiktokenCounter) and counter._fast is not None
+    assert isinstance(counter, TiktokenCounter) and isinstance(counter._fast, _SplintrCl100k)
     assert counter.name == TiktokenCounter("cl100k_base", fast=False).name == "cl100k_base"
+    assert make_counter(None)._fast is counter._fast  # one per process: its cache is shared
+
+
+def test_fast_counts_do_not_depend_on_the_piece_cache() -> None:
+    """splintr caches split pieces: a text counted cold, warm, after other texts filled the
+    cache, and from several threads at once gets tiktoken's count every time."""
+    fast, slow = make_counter(None), _reference()
+    messages = [encode_message(m) for m in synthetic.messages(11, 600)]
+    expected = [slow(t) for t in messages]
+    assert [fast.count(t) for t in messages] == expected  # cold, then ...
+    assert [fast.count(t) for t in reversed(messages)] == expected[::-1]  # ... warm
+    results: dict[int, list[int]] = {}
+
+    def count_all(k: int) -> None:
+        results[k] = [fast.count(t) for t in messages[k::4]]
+
+    threads = [threading.Thread(target=count_all, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(results[k] == expected[k::4] for k in range(4))
 
 
 @settings(max_examples=400, deadline=None)
