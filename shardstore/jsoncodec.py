@@ -29,6 +29,11 @@ _BIG_FLOAT = 1e16
 _ESCAPED = re.compile(_ESC + "([0-9a-f]{4})")
 MAX_DEPTH = 256
 
+# Encoding runs after _check, so the value holds only JSON types with string keys and finite
+# floats. msgspec writes it ~9x faster than json (1.5 vs 13 us for a 1.6 kB agent message),
+# the same text but for float exponents ("1e-7" for json's "1e-07": the same number in
+# JSONB); json is kept for its error messages.
+_fast_dumps = msgspec.json.Encoder().encode
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 _fast_parse = msgspec.json.Decoder().decode
 
@@ -146,9 +151,14 @@ def _unescape_key(key: str) -> str:
 
 
 def _encode(value: Any, needs_escape: bool, what: str) -> str:
+    tree = _escape_tree(value) if needs_escape else value
     try:
-        return _dumps(_escape_tree(value) if needs_escape else value)
-    except ValueError as exc:  # e.g. an int with more digits than Python will print
+        return _fast_dumps(tree).decode()
+    except (ValueError, msgspec.EncodeError):  # e.g. an int with more digits than Python prints
+        pass
+    try:
+        return _dumps(tree)
+    except ValueError as exc:
         raise InvalidMessage(f"{what} cannot be written as JSON: {exc}") from None
 
 

@@ -129,3 +129,29 @@ def test_new_turn_is_the_dataclass(
     assert repr(fast) == repr(slow)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.tokens = 1  # type: ignore[misc]
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=values)
+def test_the_write_encoder_writes_what_json_would(value: Any) -> None:
+    """``encode_json`` (msgspec, json as its fallback) gives text that reads back as the
+    value json's own text does: the same escaping of strings JSONB cannot hold, the same
+    tags on floats it would change, the same values; only a float's exponent may be
+    spelled differently ("1e-7" for "1e-07")."""
+    ours = jsoncodec.encode_json(value, "value")
+    needs_escape = jsoncodec._check(value, 0)
+    reference = jsoncodec._dumps(jsoncodec._escape_tree(value) if needs_escape else value)
+    assert _same(json.loads(ours), json.loads(reference))
+    assert _same(jsoncodec.loads(ours), jsoncodec.loads(reference))
+    if not _holds_float(value):  # nothing to spell differently: the very same text
+        assert ours == reference
+
+
+def _holds_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, list):
+        return any(_holds_float(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_float(v) for v in value.values())
+    return False
