@@ -222,3 +222,21 @@ def test_a_write_still_deadlocking_after_its_reruns_raises_conflict(
     assert isinstance(out.get("error"), shardstore.errors.Conflict), out
     assert [t.message["content"] for t in store.history(sid)] == ["first"]
     assert store.session(sid).turn_count == 1
+
+
+def test_the_rerun_statement_is_the_statement_with_the_deadlock_recovered() -> None:
+    """rerun_on_deadlock builds its guarded Q field by field (cheaper than
+    dataclasses.replace): it must carry every field of the statement it guards."""
+    import dataclasses
+
+    from shardstore.core import retry
+    from shardstore.core.steps import Q
+
+    q = Q("SELECT %s", (1,), fetch="one", prepare=False, recover=frozenset({"23505"}), named=True)
+    op = retry.rerun_on_deadlock(q)
+    guarded = op.send(None)
+    assert guarded == dataclasses.replace(q, recover=frozenset({"23505", "40P01"}))
+    assert [f.name for f in dataclasses.fields(Q)] == [
+        "sql", "params", "fetch", "prepare", "recover", "named"
+    ]
+    op.close()

@@ -12,7 +12,6 @@ by the driver, so the next attempt runs on a fresh one.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,6 +25,7 @@ FIRST_DELAY = 0.01
 MAX_DELAY = 0.5
 
 _DEADLOCK = "40P01"
+_DEADLOCKS = frozenset({_DEADLOCK})
 # how often a write statement chosen as a deadlock's victim is run again before the
 # Conflict reaches the caller (each rerun follows the other transaction's progress)
 _DEADLOCK_RERUNS = 3
@@ -37,7 +37,8 @@ def rerun_on_deadlock(q: Q) -> Op[Any]:
     writes: the victim was rolled back whole (under a savepoint inside a caller's
     transaction), so nothing of it was written, and the transaction it waited for has
     gone on. Other failures in ``q.recover`` come back as ``StatementFailed`` as usual."""
-    guarded = dataclasses.replace(q, recover=q.recover | {_DEADLOCK})
+    # built directly: dataclasses.replace looks the fields up at every call (~5 us here)
+    guarded = Q(q.sql, q.params, q.fetch, q.prepare, q.recover | _DEADLOCKS, q.named)
     for _ in range(_DEADLOCK_RERUNS):
         got = yield guarded
         if not (isinstance(got, StatementFailed) and got.sqlstate == _DEADLOCK):
