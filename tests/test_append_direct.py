@@ -270,14 +270,26 @@ def test_text_search_finds_turns_of_direct_chunks(dsn: str) -> None:
         store.close()
 
 
-def test_stored_text_vectors_carry_no_positions(store: shardstore.Store, dsn: str) -> None:
-    """turn_text holds stripped tsvectors (0022): the ranking reads only lexemes."""
+def test_stored_text_windows_are_sorted_lexeme_hashes(store: shardstore.Store, dsn: str) -> None:
+    """turn_text holds each window's lexemes as their sorted, distinct hashtext() values
+    (0042; stripped tsvectors before): the ranking reads only which lexemes a window holds
+    and how many. Each turn's window is the lexemes of its strings in document order."""
     sid = store.create_session("tenant-a", "subject", "agent-x")
-    store.append_turns(sid, _messages(5))
+    sent = _messages(5)
+    store.append_turns(sid, sent)
     store.flush(sid)
     with psycopg.connect(dsn) as c:
         rows = c.execute(
-            "SELECT tsv::text, strip(tsv)::text FROM shardstore.turn_text WHERE session_id = %s",
+            "SELECT turn_seq, tsv FROM shardstore.turn_text WHERE session_id = %s"
+            " ORDER BY turn_seq",
             (sid,),
         ).fetchall()
-    assert len(rows) == 5 and all(a == b for a, b in rows)
+        assert [r[0] for r in rows] == list(range(5))
+        for (seq, hashes), message in zip(rows, sent, strict=True):
+            text = f"{message['role']} {message['content']}"
+            (want,) = c.execute(
+                "SELECT array(SELECT DISTINCT hashtext(l)"
+                "  FROM unnest(tsvector_to_array(to_tsvector('english', %s))) AS l ORDER BY 1)",
+                (text,),
+            ).fetchone()
+            assert hashes == want and hashes == sorted(set(hashes)) and len(hashes) > 3, seq
