@@ -2,9 +2,9 @@
 
 Text search reads ``shardstore.turn_text`` (each turn window's lexemes as sorted hashes,
 migration 0042; written by ``fold_v1`` as it folds the turns, and for buffered turns by
-:mod:`shardstore.textindex`) and indexes the buffered turns that have none yet on the fly, so every appended turn is found
-without any worker having run. Hybrid search fuses the text ranking with the
-vector ranking by reciprocal rank fusion (:func:`fuse`), turn by turn.
+:mod:`shardstore.textindex`) and indexes the buffered turns that have none yet on the fly,
+so every appended turn is found without any worker having run. Hybrid search fuses the
+text ranking with the vector ranking by reciprocal rank fusion (:func:`fuse`), turn by turn.
 """
 
 from __future__ import annotations
