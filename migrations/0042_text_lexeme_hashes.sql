@@ -19,9 +19,12 @@
 -- * turn_text.tsv becomes integer[], converted in place (a rewrite of the table), and its GIN
 --   index is built again (gin_pending_list_limit 256 kB on each partition, as 0022 set).
 -- * text_rank_v1 keeps, per candidate window, its number of lexemes and a varbit mask of
---   which query lexemes it holds (text_mask_v1), computed by the statement that reads the
---   window, instead of the vector itself; the sample's frequencies, the candidate filter and
---   BM25 read those. Same candidates, same frequencies, same scores, but for hash
+--   which query lexemes it holds, computed by the statement that reads the window (an inline
+--   expression for rows of turn_text, text_mask_sql_v1 formatted into the statement; the
+--   function text_mask_v1 for buffered turns windowed on the fly), instead of the vector
+--   itself; of the sample it keeps only the windows sharing a lexeme with the query (`&&`)
+--   and counts the others in the sample's size. The sample's frequencies, the candidate
+--   filter and BM25 read those. Same candidates, same frequencies, same scores, but for hash
 --   collisions: two lexemes with one hash count as one (a window holding one matches a query
 --   for the other), about 3e-8 per window and query lexeme on this corpus.
 -- hashtext() backs hash indexes on text, which pg_upgrade carries over, so it stays the same
