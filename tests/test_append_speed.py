@@ -16,8 +16,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg.conninfo import make_conninfo
 
 import shardstore
 from partition_manager import driver
@@ -214,3 +216,33 @@ def test_async_store_keeps_one_connection(new_database: Callable[[], str]) -> No
             await store.close()
 
     assert len(asyncio.run(main())) == 1
+
+
+def test_a_seal_does_not_wait_for_a_fold(dsn: str) -> None:
+    """Appends that seal a chunk (single turns, with a checkpoint, and batches) go on while
+    another transaction holds the session row FOR KEY SHARE, the lock a fold or a text pass
+    holds while it works (0043); before, the sealing append waited for it. lock_timeout turns
+    a wait into an error; afterwards every turn is there, in order, once."""
+    holder = psycopg.connect(dsn)
+    store = shardstore.connect(
+        make_conninfo(dsn, options="-c lock_timeout=2000"), chunk_tokens=60, background_fold=False
+    )
+    try:
+        sid = store.create_session("seal")
+        store.append_turn(sid, _message(0, 12))
+        holder.execute(
+            "SELECT 1 FROM shardstore.sessions WHERE session_id = %s FOR KEY SHARE", (sid,)
+        )
+        results = [store.append_turn(sid, _message(i, 12)) for i in range(1, 9)]
+        results.append(store.append_turn(sid, _message(9, 12), checkpoint={"at": 9}))
+        results += store.append_turns(sid, [_message(i, 12) for i in range(10, 20)])
+        chunk_seqs = [r.chunk_seq for r in results]
+        assert chunk_seqs[-1] - chunk_seqs[0] >= 4  # seals of every kind happened
+        holder.rollback()
+        store.flush(sid)
+        turns = list(store.history(sid))
+        assert [t.turn_seq for t in turns] == list(range(20))
+        assert [t.message for t in turns] == [_message(i, 12) for i in range(20)]
+    finally:
+        holder.close()
+        store.close()
