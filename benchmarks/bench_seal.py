@@ -1,0 +1,150 @@
+#!/usr/bin/env python
+"""One writer's append latency in blocks, as compare.py measures it, before and after
+migration 0043 (a sealing append no longer waits for a background fold or text pass).
+
+    nice -n 10 .venv/bin/python benchmarks/bench_seal.py [--rounds 7] [--appends 500]
+
+Two databases on one server: one migrated up to 0042 (``append_v2`` locks the session row
+FOR UPDATE), one to the newest migration. Per round, in an order that rotates, a block of
+``--appends`` single-turn appends of the comparison corpus into a fresh session of each
+store (background folds on, drained after the block) and the same messages as bare
+INSERTs (compare.py's floor). Reports per contender the p50 and p99 of each block, and of
+the appends that sealed a chunk (a new ``chunk_seq``) their p50 and the share they make of
+the calls over 1 ms; ratios to the floor are taken block by block within a round. Medians
+of per-round values [min-max]. Prints markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_core as bc
+from compare import Corpus
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+
+import shardstore
+from shardstore import migrate
+
+SEAL_MIGRATION = "seal_without_waiting"
+FLOOR = "floor (INSERT)"
+
+
+def spread(values: list[float], digits: int = 3) -> str:
+    """median [min-max]"""
+    med, lo, hi = statistics.median(values), min(values), max(values)
+    return f"{med:.{digits}f} [{lo:.{digits}f}–{hi:.{digits}f}]"
+
+
+def store_block(store: shardstore.Store, msgs: list[Any]) -> tuple[list[float], list[bool]]:
+    """Latencies (ms) of appending msgs one call at a time to a fresh session, and which
+    calls sealed a chunk."""
+    sid = store.create_session("seal", "bench", uuid.uuid4().hex)
+    lat: list[float] = []
+    sealed: list[bool] = []
+    last = None
+    for m in msgs:
+        t0 = time.perf_counter_ns()
+        r = store.append_turn(sid, m)
+        lat.append((time.perf_counter_ns() - t0) / 1e6)
+        sealed.append(last is not None and r.chunk_seq != last)
+        last = r.chunk_seq
+    store.drain_folds()
+    return lat, sealed
+
+
+def floor_block(conn: psycopg.Connection[Any], msgs: list[Any]) -> tuple[list[float], list[bool]]:
+    sid = uuid.uuid4()
+    lat: list[float] = []
+    for seq, m in enumerate(msgs):
+        t0 = time.perf_counter_ns()
+        conn.execute(bc.FLOOR_INSERT, (sid, seq, Jsonb(m)), prepare=True)
+        lat.append((time.perf_counter_ns() - t0) / 1e6)
+    return lat, [False] * len(lat)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--appends", type=int, default=500)
+    a = p.parse_args()
+    corpus = Corpus(5000)
+    full = migrate.all_migrations()
+    cut = next(i for i, m in enumerate(full) if m.name == SEAL_MIGRATION)
+    with bc.open_server(None, keep=False) as server:
+        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
+            admin.execute("CREATE DATABASE shardstore_before")
+        migrate.all_migrations = lambda: full[:cut]  # type: ignore[assignment]
+        before = shardstore.connect(make_conninfo(server.dsn, dbname="shardstore_before"))
+        migrate.all_migrations = lambda: full  # type: ignore[assignment]
+        after = shardstore.connect(server.dsn)
+        floor = psycopg.connect(server.dsn, autocommit=True)
+        floor.execute(bc.FLOOR_DDL)
+        blocks: dict[str, Callable[[list[Any]], tuple[list[float], list[bool]]]] = {
+            "before 0043 (FOR UPDATE)": lambda msgs: store_block(before, msgs),
+            "0043 (FOR NO KEY UPDATE)": lambda msgs: store_block(after, msgs),
+            FLOOR: lambda msgs: floor_block(floor, msgs),
+        }
+        for run in blocks.values():  # warm-up: plans, prepared statements, first fold
+            run([corpus.msgs[i] for i in corpus.take(50)])
+        res: dict[str, dict[str, list[float]]] = {n: {} for n in blocks}
+        for r in range(a.rounds):
+            names = list(blocks)
+            names = names[r % len(names) :] + names[: r % len(names)]
+            msgs = [corpus.msgs[i] for i in corpus.take(a.appends)]
+            got: dict[str, tuple[list[float], list[bool]]] = {}
+            for name in names:
+                got[name] = blocks[name](msgs)
+            for name, (lat, sealed) in got.items():
+                out = res[name]
+                seals = [x for x, s in zip(lat, sealed, strict=True) if s]
+                slow = [s for x, s in zip(lat, sealed, strict=True) if x > 1.0]
+                out.setdefault("p50", []).append(bc.pct(lat, 50))
+                out.setdefault("p99", []).append(bc.pct(lat, 99))
+                out.setdefault("p99/floor", []).append(bc.pct(lat, 99) / bc.pct(got[FLOOR][0], 99))
+                if seals:
+                    out.setdefault("seal p50", []).append(statistics.median(seals))
+                    out.setdefault("seals", []).append(len(seals))
+                    out.setdefault("slow sealing", []).append(
+                        sum(slow) / len(slow) if slow else 0.0
+                    )
+            bc.progress(f"round {r + 1}/{a.rounds}")
+        before.close()
+        after.close()
+        floor.close()
+    print("# A sealing append and background folds (0043)\n")
+    print(
+        f"`python benchmarks/bench_seal.py --rounds {a.rounds} --appends {a.appends}`; one"
+        " writer, blocks of single-turn appends of the comparison corpus, background folds"
+        " on; medians of per-round values [min-max]; ms.\n"
+    )
+    print(
+        "| contender | p50 | p99 | p99 / floor p99 | sealing calls | their p50"
+        " | share of calls > 1 ms that sealed |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, out in res.items():
+        seal = (
+            (spread(out["seals"], 0), spread(out["seal p50"]), spread(out["slow sealing"], 2))
+            if "seals" in out
+            else ("–", "–", "–")
+        )
+        print(
+            f"| {name} | {spread(out['p50'])} | {spread(out['p99'])} |"
+            f" {spread(out['p99/floor'], 2)} | {seal[0]} | {seal[1]} | {seal[2]} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
