@@ -2,16 +2,17 @@
 """One writer's append latency in blocks, as compare.py measures it, before and after
 migration 0043 (a sealing append no longer waits for a background fold or text pass).
 
-    nice -n 10 .venv/bin/python benchmarks/bench_seal.py [--rounds 7] [--appends 500]
+    nice -n 10 .venv/bin/python benchmarks/bench_seal.py [--rounds 7] [--appends 500] [--gap-ms 0]
 
 Two databases on one server: one migrated up to 0042 (``append_v2`` locks the session row
 FOR UPDATE), one to the newest migration. Per round, in an order that rotates, a block of
 ``--appends`` single-turn appends of the comparison corpus into a fresh session of each
 store (background folds on, drained after the block) and the same messages as bare
-INSERTs (compare.py's floor). Reports per contender the p50 and p99 of each block, and of
-the appends that sealed a chunk (a new ``chunk_seq``) their p50 and the share they make of
-the calls over 1 ms; ratios to the floor are taken block by block within a round. Medians
-of per-round values [min-max]. Prints markdown.
+INSERTs (compare.py's floor); ``--gap-ms`` waits that long before each call (an agent's
+turns come seconds apart, compare.py's back to back). Reports per contender the p50 and p99
+of each block, and of the appends that sealed a chunk (a new ``chunk_seq``) their p50 and
+the share they make of the calls over 1 ms; ratios to the floor are taken block by block
+within a round. Medians of per-round values [min-max]. Prints markdown.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def spread(values: list[float], digits: int = 3) -> str:
     return f"{med:.{digits}f} [{lo:.{digits}f}–{hi:.{digits}f}]"
 
 
-def store_block(store: shardstore.Store, msgs: list[Any]) -> tuple[list[float], list[bool]]:
+def store_block(
+    store: shardstore.Store, msgs: list[Any], gap: float
+) -> tuple[list[float], list[bool]]:
     """Latencies (ms) of appending msgs one call at a time to a fresh session, and which
     calls sealed a chunk."""
     sid = store.create_session("seal", "bench", uuid.uuid4().hex)
@@ -55,6 +58,8 @@ def store_block(store: shardstore.Store, msgs: list[Any]) -> tuple[list[float], 
     sealed: list[bool] = []
     last = None
     for m in msgs:
+        if gap:
+            time.sleep(gap)
         t0 = time.perf_counter_ns()
         r = store.append_turn(sid, m)
         lat.append((time.perf_counter_ns() - t0) / 1e6)
@@ -64,10 +69,14 @@ def store_block(store: shardstore.Store, msgs: list[Any]) -> tuple[list[float], 
     return lat, sealed
 
 
-def floor_block(conn: psycopg.Connection[Any], msgs: list[Any]) -> tuple[list[float], list[bool]]:
+def floor_block(
+    conn: psycopg.Connection[Any], msgs: list[Any], gap: float
+) -> tuple[list[float], list[bool]]:
     sid = uuid.uuid4()
     lat: list[float] = []
     for seq, m in enumerate(msgs):
+        if gap:
+            time.sleep(gap)
         t0 = time.perf_counter_ns()
         conn.execute(bc.FLOOR_INSERT, (sid, seq, Jsonb(m)), prepare=True)
         lat.append((time.perf_counter_ns() - t0) / 1e6)
@@ -78,7 +87,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--appends", type=int, default=500)
+    p.add_argument("--gap-ms", type=float, default=0.0, help="pause between calls")
     a = p.parse_args()
+    gap = a.gap_ms / 1000
     corpus = Corpus(5000)
     full = migrate.all_migrations()
     cut = next(i for i, m in enumerate(full) if m.name == SEAL_MIGRATION)
@@ -92,9 +103,9 @@ def main() -> None:
         floor = psycopg.connect(server.dsn, autocommit=True)
         floor.execute(bc.FLOOR_DDL)
         blocks: dict[str, Callable[[list[Any]], tuple[list[float], list[bool]]]] = {
-            "before 0043 (FOR UPDATE)": lambda msgs: store_block(before, msgs),
-            "0043 (FOR NO KEY UPDATE)": lambda msgs: store_block(after, msgs),
-            FLOOR: lambda msgs: floor_block(floor, msgs),
+            "before 0043 (FOR UPDATE)": lambda msgs: store_block(before, msgs, gap),
+            "0043 (FOR NO KEY UPDATE)": lambda msgs: store_block(after, msgs, gap),
+            FLOOR: lambda msgs: floor_block(floor, msgs, gap),
         }
         for run in blocks.values():  # warm-up: plans, prepared statements, first fold
             run([corpus.msgs[i] for i in corpus.take(50)])
@@ -125,9 +136,11 @@ def main() -> None:
         floor.close()
     print("# A sealing append and background folds (0043)\n")
     print(
-        f"`python benchmarks/bench_seal.py --rounds {a.rounds} --appends {a.appends}`; one"
-        " writer, blocks of single-turn appends of the comparison corpus, background folds"
-        " on; medians of per-round values [min-max]; ms.\n"
+        f"`python benchmarks/bench_seal.py --rounds {a.rounds} --appends {a.appends}"
+        f" --gap-ms {a.gap_ms:g}`; one"
+        " writer, blocks of single-turn appends of the comparison corpus (a pause of"
+        f" {a.gap_ms:g} ms before each call), background folds on; medians of per-round"
+        " values [min-max]; ms.\n"
     )
     print(
         "| contender | p50 | p99 | p99 / floor p99 | sealing calls | their p50"

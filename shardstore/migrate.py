@@ -17,6 +17,7 @@ from importlib import resources
 
 from .core.steps import Op, Q, Tx
 from .errors import ConfigurationError
+from .sqlsplit import split_statements
 
 # An arbitrary 64-bit key, fixed forever: every shardstore migrator takes this lock.
 MIGRATION_LOCK_KEY = 0x5348_4152_4453_0001
@@ -34,6 +35,12 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    @property
+    def statements(self) -> list[str]:
+        """The file's statements, sent one at a time: Citus forwards the whole query string
+        of some DDL to its workers, which refuse a string of several commands (sqlsplit)."""
+        return split_statements(self.sql)
 
 
 @cache
@@ -88,7 +95,8 @@ def migrate_op() -> Op[list[int]]:
                 "created it."
             )
         if done is None:
-            yield Q(migration.sql, None, fetch="none", prepare=False)
+            for statement in migration.statements:
+                yield Q(statement, None, fetch="none", prepare=False)
             yield Q(
                 "INSERT INTO shardstore.schema_migrations (version, name, checksum)"
                 " VALUES (%s, %s, %s)",

@@ -894,3 +894,89 @@ def test_artifact_sweep_racing_references_on_the_shards(store: shardstore.Store)
     store.sweep_artifacts(grace=timedelta(0))
     for aid, data in acked:
         assert store.get_artifact(tenant, aid) == data
+
+
+@pytest.fixture
+def empty_citus_dsn(citus: str) -> Iterator[str]:
+    """An empty database on the cluster, set up as CITUS_DSN's: created through the
+    coordinator (Citus >= 12.2 propagates it to the workers), with citus and vector on every
+    node and the same workers added. Dropped afterwards."""
+    name = f"shardstore_up_{uuid.uuid4().hex[:10]}"
+    propagate = "-c citus.enable_create_database_propagation=on"
+    with psycopg.connect(citus, autocommit=True) as conn:
+        workers = conn.execute("SELECT * FROM citus_get_active_worker_nodes()").fetchall()
+    with psycopg.connect(citus, autocommit=True, options=propagate) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = make_conninfo(citus, dbname=name)
+    try:
+        for host, port in workers:
+            with psycopg.connect(make_conninfo(dsn, host=host, port=port), autocommit=True) as w:
+                w.execute("CREATE EXTENSION IF NOT EXISTS citus")
+                w.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            for host, port in workers:
+                conn.execute("SELECT citus_add_node(%s, %s)", (host, port))
+        yield dsn
+    finally:
+        with psycopg.connect(citus, autocommit=True, options=propagate) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_lexeme_hashes_upgrade_a_distributed_schema(
+    empty_citus_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema distributed at 0041 (tsvector windows on the shards, folded and buffered
+    turns) upgraded past 0042: every window becomes its lexeme hashes on the shards, every
+    text ranking (session and tenant, exact and sampled) is the same, and turns appended
+    after the upgrade, sealing chunks (0043), are found."""
+    from shardstore import migrate
+
+    from .test_text_lexeme_hashes import LEXEME_MIGRATION, _both_rankings, _messages
+
+    full = migrate.all_migrations()
+    cut = next(i for i, m in enumerate(full) if m.name == LEXEME_MIGRATION)
+    monkeypatch.setattr(migrate, "all_migrations", lambda: full[:cut])
+    old = shardstore.connect(empty_citus_dsn, background_fold=False, **SMALL)
+    try:
+        assert old.distribute().workers >= 1
+        sids = [old.create_session("acme", agent_id="bot") for _ in range(3)]
+        for k, sid in enumerate(sids):
+            old.append_turns(sid, _messages(k, 60))
+        old.flush(sids[0])
+        old.flush(sids[1])  # the third keeps turns in the buffer: windowed on the fly
+        old.append_turn(sids[2], {"role": "user", "content": "zanzibar harbour, buffered"})
+        before = _both_rankings(old, sids)
+        windows = _one(empty_citus_dsn, "SELECT count(*) FROM shardstore.turn_text")
+    finally:
+        old.close()
+    monkeypatch.undo()
+    assert any(hits for ranking in before for hits in ranking) and windows > 100
+    new = shardstore.connect(empty_citus_dsn, background_fold=False, **SMALL)
+    try:
+        assert _both_rankings(new, sids) == before
+        assert _one(empty_citus_dsn, "SELECT count(*) FROM shardstore.turn_text") == windows
+        assert (
+            _one(
+                empty_citus_dsn,
+                "SELECT count(*) FROM shardstore.turn_text"
+                " WHERE tsv @> ARRAY[hashtext('zanzibar')]",
+            )
+            >= 3
+        )
+        first = new.append_turn(sids[0], {"role": "user", "content": "a quokka at the harbour"})
+        results = [
+            new.append_turn(sids[0], {"role": "user", "content": f"quokka {i} " + "w " * 40})
+            for i in range(6)
+        ]
+        assert results[-1].chunk_seq > first.chunk_seq  # sealed on the way
+        new.flush(sids[0])
+        hits = new.search("quokka", session_id=sids[0], k=10, mode="text")
+        # one hit per chunk holding the word (its best window), as on one server
+        assert sorted(h.chunk_seq for h in hits) == sorted(
+            {r.chunk_seq for r in [first, *results]}
+        )
+        assert all("quokka" in str(t.message) for h in hits for t in h.turns)
+    finally:
+        new.close()
