@@ -7,16 +7,17 @@ query string of some DDL on a distributed table (``DROP INDEX``, ``ALTER TABLE .
 
 The rules are psqlscan.l's: a ``;`` ends a statement unless it is inside a ``--`` or
 (nested) ``/* */`` comment, a ``'...'`` or ``E'...'`` string, a ``"..."`` identifier, a
-``$tag$...$tag$`` body, or an SQL-standard ``BEGIN ATOMIC ... END`` body (a ``BEGIN`` or
-``CASE`` that is not a statement's first word opens a level, ``END`` closes one).
+``$tag$...$tag$`` body, parentheses, or an SQL-standard ``BEGIN ATOMIC ... END`` body (a
+``BEGIN`` or ``CASE`` that is not a statement's first word opens a level, ``END`` closes
+one).
 """
 
 from __future__ import annotations
 
 import re
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
-_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+_WORD = re.compile(r"[^\W\d][\w$]*")  # an unquoted identifier or keyword (any letters)
+_DOLLAR = re.compile(r"\$([^\W\d]\w*)?\$")
 
 
 def split_statements(script: str) -> list[str]:
@@ -29,6 +30,7 @@ def split_statements(script: str) -> list[str]:
     i = 0
     n = len(script)
     depth = 0  # BEGIN ATOMIC / CASE nesting
+    parens = 0
     words = 0  # words seen in the current statement
     has_code = False
     while i < n:
@@ -54,7 +56,11 @@ def split_statements(script: str) -> list[str]:
                 close = script.find(tag.group(0), tag.end())
                 i = n if close < 0 else close + len(tag.group(0))
                 continue
-        if c == ";" and depth == 0:
+        if c == "(":
+            parens += 1
+        elif c == ")":
+            parens = max(0, parens - 1)
+        elif c == ";" and depth == 0 and parens == 0:
             pieces.append(script[start : i + 1])
             start = i + 1
             i += 1

@@ -44,6 +44,15 @@ def test_semicolons_inside_comments_strings_and_bodies_do_not_split() -> None:
     assert firsts[6] == "SELECT 'tail without semicolon'"  # code after the last ';'
 
 
+def test_parentheses_and_unicode_identifiers() -> None:
+    script = "CREATE RULE r AS ON INSERT TO t DO ALSO (NOTIFY a; NOTIFY b);\nSELECT größe FROM t;"
+    assert split_statements(script) == [
+        "CREATE RULE r AS ON INSERT TO t DO ALSO (NOTIFY a; NOTIFY b);",
+        "\nSELECT größe FROM t;",
+    ]
+    assert split_statements("SELECT $é$;$é$; SELECT 1;") == ["SELECT $é$;$é$;", " SELECT 1;"]
+
+
 def test_comments_after_the_last_statement_stay_with_it() -> None:
     assert split_statements("SELECT 1;\n-- done\n") == ["SELECT 1;\n-- done\n"]
     assert split_statements("-- nothing but comments;\n/* ; */\n") == []
@@ -62,6 +71,8 @@ FRAGMENTS = [
     "/* ; /* ; */ ; */",
     "-- ; comment\n",
     "CASE WHEN true THEN ';' END",
+    "(SELECT ';')",
+    "größe",
     "$1",
     "a$b",
 ]
