@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""One writer's append latency in blocks, as compare.py measures it, before and after
-migration 0043 (a sealing append no longer waits for a background fold or text pass).
+"""One writer's append latency in blocks, as compare.py measures it, before and after a
+migration of the seal's path: 0043 (a sealing append no longer waits for a background fold
+or text pass) or 0044 (a sealing append is one UPDATE and one INSERT).
 
-    nice -n 10 .venv/bin/python benchmarks/bench_seal.py [--rounds 7] [--appends 500] [--gap-ms 0]
+    nice -n 10 .venv/bin/python benchmarks/bench_seal.py [--rounds 7] [--appends 500]
+        [--gap-ms 0] [--before seal_without_waiting|seal_in_one_statement]
 
-Two databases on one server: one migrated up to 0042 (``append_v2`` locks the session row
-FOR UPDATE), one to the newest migration. Per round, in an order that rotates, a block of
+Two databases on one server: one migrated up to just before ``--before`` (its name), one
+to the newest migration. Per round, in an order that rotates, a block of
 ``--appends`` single-turn appends of the comparison corpus into a fresh session of each
 store (background folds on, drained after the block) and the same messages as bare
 INSERTs (compare.py's floor); ``--gap-ms`` waits that long before each call (an agent's
@@ -38,7 +40,6 @@ from psycopg.types.json import Jsonb
 import shardstore
 from shardstore import migrate
 
-SEAL_MIGRATION = "seal_without_waiting"
 FLOOR = "floor (INSERT)"
 
 
@@ -88,11 +89,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--appends", type=int, default=500)
     p.add_argument("--gap-ms", type=float, default=0.0, help="pause between calls")
+    p.add_argument("--before", default="seal_in_one_statement", help="the migration compared")
     a = p.parse_args()
     gap = a.gap_ms / 1000
     corpus = Corpus(5000)
     full = migrate.all_migrations()
-    cut = next(i for i, m in enumerate(full) if m.name == SEAL_MIGRATION)
+    cut = next(i for i, m in enumerate(full) if m.name == a.before)
     with bc.open_server(None, keep=False) as server:
         with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
             admin.execute("CREATE DATABASE shardstore_before")
@@ -103,8 +105,8 @@ def main() -> None:
         floor = psycopg.connect(server.dsn, autocommit=True)
         floor.execute(bc.FLOOR_DDL)
         blocks: dict[str, Callable[[list[Any]], tuple[list[float], list[bool]]]] = {
-            "before 0043 (FOR UPDATE)": lambda msgs: store_block(before, msgs, gap),
-            "0043 (FOR NO KEY UPDATE)": lambda msgs: store_block(after, msgs, gap),
+            f"before {full[cut].version:04d}": lambda msgs: store_block(before, msgs, gap),
+            f"{full[-1].version:04d} (newest)": lambda msgs: store_block(after, msgs, gap),
             FLOOR: lambda msgs: floor_block(floor, msgs, gap),
         }
         for run in blocks.values():  # warm-up: plans, prepared statements, first fold
@@ -134,10 +136,10 @@ def main() -> None:
         before.close()
         after.close()
         floor.close()
-    print("# A sealing append and background folds (0043)\n")
+    print(f"# A sealing append, before and after {full[cut].version:04d} ({a.before})\n")
     print(
         f"`python benchmarks/bench_seal.py --rounds {a.rounds} --appends {a.appends}"
-        f" --gap-ms {a.gap_ms:g}`; one"
+        f" --gap-ms {a.gap_ms:g} --before {a.before}`; one"
         " writer, blocks of single-turn appends of the comparison corpus (a pause of"
         f" {a.gap_ms:g} ms before each call), background folds on; medians of per-round"
         " values [min-max]; ms.\n"

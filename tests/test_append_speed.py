@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
@@ -245,4 +247,54 @@ def test_a_seal_does_not_wait_for_a_fold(dsn: str) -> None:
         assert [t.message for t in turns] == [_message(i, 12) for i in range(20)]
     finally:
         holder.close()
+        store.close()
+
+
+APPEND_V2 = (
+    "shardstore.append_v2(uuid, jsonb, integer[], integer[], text[], bigint, bigint, interval,"
+    " timestamptz, integer)"
+)
+
+
+def test_a_seal_does_not_need_the_batch_function(dsn: str) -> None:
+    """A single turn that seals its chunk (with or without a key or a checkpoint) is one
+    UPDATE of the head and one INSERT (0044): with the batch function renamed away, turns
+    keep sealing chunks; the results are those the batch path gives (the model tests hold
+    the chunk rule), and once it is back a retried key and a new session work as before."""
+    store = shardstore.connect(dsn, chunk_tokens=60, background_fold=False)
+    admin = psycopg.connect(dsn, autocommit=True)
+    try:
+        sid = store.create_session("seal")
+        store.append_turn(sid, _message(0, 12))  # a new session's first turn: the batch path
+        admin.execute(f"ALTER FUNCTION {APPEND_V2} RENAME TO append_v2_away")
+        results = []
+        for i in range(1, 25):
+            if i % 5 == 0:
+                results.append(store.append_turn(sid, _message(i, 12), checkpoint={"i": i}))
+            else:
+                results.append(store.append_turn(sid, _message(i, 12), idempotency_key=f"k{i}"))
+        seals = sum(1 for a, b in itertools.pairwise(results) if b.chunk_seq > a.chunk_seq)
+        assert seals >= 4
+        with pytest.raises(shardstore.ShardstoreError):  # a retried key takes the batch path
+            store.append_turn(sid, _message(24, 12), idempotency_key="k24")
+        admin.execute(
+            "ALTER FUNCTION shardstore.append_v2_away(uuid, jsonb, integer[], integer[], text[],"
+            " bigint, bigint, interval, timestamptz, integer) RENAME TO append_v2"
+        )
+        again = store.append_turn(sid, _message(24, 12), idempotency_key="k24")
+        assert again.duplicate and (again.turn_seq, again.chunk_seq) == (
+            results[-1].turn_seq,
+            results[-1].chunk_seq,
+        )
+        store.flush(sid)
+        turns = list(store.history(sid))
+        assert [(t.turn_seq, t.chunk_seq) for t in turns[1:]] == [
+            (r.turn_seq, r.chunk_seq) for r in results
+        ]
+        assert [t.message for t in turns] == [_message(i, 12) for i in range(25)]
+        budget = store._ctx.settings.budget_tokens
+        assert all(c.token_count <= budget for c in store.chunks(sid) if c.turn_count > 1)
+        assert len(store.checkpoints(sid)) == 4
+    finally:
+        admin.close()
         store.close()
