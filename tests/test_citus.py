@@ -933,7 +933,7 @@ def test_lexeme_hashes_upgrade_a_distributed_schema(
     after the upgrade, sealing chunks (0043), are found."""
     from shardstore import migrate
 
-    from .test_text_lexeme_hashes import LEXEME_MIGRATION, _both_rankings, _messages
+    from .test_text_lexeme_hashes import LEXEME_MIGRATION, _both_rankings, build_sessions
 
     full = migrate.all_migrations()
     cut = next(i for i, m in enumerate(full) if m.name == LEXEME_MIGRATION)
@@ -941,12 +941,7 @@ def test_lexeme_hashes_upgrade_a_distributed_schema(
     old = shardstore.connect(empty_citus_dsn, background_fold=False, **SMALL)
     try:
         assert old.distribute().workers >= 1
-        sids = [old.create_session("acme", agent_id="bot") for _ in range(3)]
-        for k, sid in enumerate(sids):
-            old.append_turns(sid, _messages(k, 60))
-        old.flush(sids[0])
-        old.flush(sids[1])  # the third keeps turns in the buffer: windowed on the fly
-        old.append_turn(sids[2], {"role": "user", "content": "zanzibar harbour, buffered"})
+        sids = build_sessions(old)
         before = _both_rankings(old, sids)
         windows = _one(empty_citus_dsn, "SELECT count(*) FROM shardstore.turn_text")
     finally:

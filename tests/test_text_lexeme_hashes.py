@@ -61,6 +61,18 @@ def _messages(seed: int, n: int) -> list[dict[str, Any]]:
     return out
 
 
+def build_sessions(store: shardstore.Store) -> list[uuid.UUID]:
+    """Three sessions of 60 turns in tenant acme: two flushed, the third with turns in the
+    buffer (windowed on the fly) and one more buffered turn."""
+    sids = [store.create_session("acme", agent_id="bot") for _ in range(3)]
+    for k, sid in enumerate(sids):
+        store.append_turns(sid, _messages(k, 60))
+    store.flush(sids[0])
+    store.flush(sids[1])
+    store.append_turn(sids[2], {"role": "user", "content": "zanzibar harbour, buffered"})
+    return sids
+
+
 def _hit(hit: Any) -> tuple[Any, ...]:
     return (hit.session_id, hit.chunk_seq, [t.turn_seq for t in hit.turns], round(hit.score, 9))
 
@@ -97,12 +109,7 @@ def test_an_upgrade_converts_every_window_and_keeps_every_ranking(
     monkeypatch.setattr(migrate, "all_migrations", lambda: full[:cut])
     old = shardstore.connect(empty_dsn, background_fold=False, **SMALL)
     try:
-        sids = [old.create_session("acme", agent_id="bot") for _ in range(3)]
-        for k, sid in enumerate(sids):
-            old.append_turns(sid, _messages(k, 60))
-        old.flush(sids[0])
-        old.flush(sids[1])  # the third keeps turns in the buffer: windowed on the fly
-        old.append_turn(sids[2], {"role": "user", "content": "zanzibar harbour, buffered"})
+        sids = build_sessions(old)
         before = _both_rankings(old, sids)
         with psycopg.connect(empty_dsn, autocommit=True) as admin:
             assert admin.execute(
