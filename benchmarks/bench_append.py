@@ -128,7 +128,7 @@ class QuarterBytes:
 
 class RsBpe:
     """rs-bpe's exact cl100k_base count, the store's fast counter before splintr-rs (the
-    ``ss_rsbpe`` contender: the A/B of that change; texts over 16,384 characters and lone
+    ``ss_rsbpe`` contender: the A/B of that change; texts over the store's fast limit and lone
     surrogates go to tiktoken, as the store's counter does)."""
 
     name = "cl100k_base"

