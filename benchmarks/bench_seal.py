@@ -6,7 +6,7 @@ round 12's counter limit (texts up to 65,536 characters counted by splintr, not 
 
     nice -n 10 .venv/bin/python benchmarks/bench_seal.py [--rounds 7] [--appends 500]
         [--gap-ms 0] [--before seal_without_waiting|seal_in_one_statement]
-        [--fast-max-chars-before 16384]
+        [--fast-max-chars-before 16384] [--min-chars 16384]
 
 Two databases on one server: one migrated up to just before ``--before`` (its name), one to
 the newest migration; with ``--fast-max-chars-before N`` both are at the newest and the
@@ -18,6 +18,10 @@ agent's turns come seconds apart, compare.py's back to back). Reports per conten
 and p99 of each block, and of the appends that sealed a chunk (a new ``chunk_seq``) their
 p50 and the share they make of the calls over 1 ms; ratios to the floor are taken block by
 block within a round. Medians of per-round values [min-max]. Prints markdown.
+
+``--min-chars N`` appends only the corpus's messages of more than N characters (the large
+tool outputs), with splintr's piece cache cleared before every block, so that a message
+repeated from an earlier round is counted cold.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import shardstore
 from shardstore import migrate
 
 FLOOR = "floor (INSERT)"
+COLD_COUNTS = False  # --min-chars: every block counts its messages with a cold piece cache
 
 
 def spread(values: list[float], digits: int = 3) -> str:
@@ -58,6 +63,10 @@ def store_block(
     """Latencies (ms) of appending msgs one call at a time to a fresh session, and which
     calls sealed a chunk."""
     sid = store.create_session("seal", "bench", uuid.uuid4().hex)
+    if COLD_COUNTS:
+        fast = shardstore.tokens._fast_cl100k()
+        if fast is not None:
+            fast._encode_flat.__self__.clear_cache()
     lat: list[float] = []
     sealed: list[bool] = []
     last = None
@@ -99,9 +108,15 @@ def main() -> None:
         default=0,
         help="compare counters instead: the first store's FAST_MAX_CHARS",
     )
+    p.add_argument("--min-chars", type=int, default=0, help="only messages longer than this")
     a = p.parse_args()
     gap = a.gap_ms / 1000
+    global COLD_COUNTS
+    COLD_COUNTS = bool(a.min_chars)
     corpus = Corpus(5000)
+    if a.min_chars:
+        large = [m for m, t in zip(corpus.msgs, corpus.texts, strict=True) if len(t) > a.min_chars]
+        corpus.msgs, corpus.n = large, len(large)
     full = migrate.all_migrations()
     cut = next(i for i, m in enumerate(full) if m.name == a.before)
     limit = a.fast_max_chars_before
@@ -161,9 +176,16 @@ def main() -> None:
         floor.close()
     print(f"# A sealing append, {title}\n")
     flag = f"--fast-max-chars-before {limit}" if limit else f"--before {a.before}"
+    only = ""
+    if a.min_chars:
+        flag += f" --min-chars {a.min_chars}"
+        only = (
+            f"only the corpus's {corpus.n} messages of more than {a.min_chars:,} characters,"
+            " splintr's piece cache cleared before each block; "
+        )
     print(
         f"`python benchmarks/bench_seal.py --rounds {a.rounds} --appends {a.appends}"
-        f" --gap-ms {a.gap_ms:g} {flag}`; one"
+        f" --gap-ms {a.gap_ms:g} {flag}`; {only}one"
         " writer, blocks of single-turn appends of the comparison corpus (a pause of"
         f" {a.gap_ms:g} ms before each call), background folds on; medians of per-round"
         " values [min-max]; ms.\n"
