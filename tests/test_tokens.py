@@ -112,6 +112,19 @@ def test_texts_up_to_the_limit_take_the_fast_path_and_larger_ones_tiktoken() -> 
 _WORDS = ["path/to/a.py", "42", "Error:", "é", "\n"]
 
 
+def test_tiktoken_is_loaded_by_the_first_text_it_counts() -> None:
+    """Where splintr counts, a store's connect does not pay tiktoken's ~0.1 s load."""
+    counter = TiktokenCounter("cl100k_base")
+    assert counter._fast is not None and counter._encoding is None
+    assert counter.count("hello world") == 2
+    assert counter._encoding is None
+    surrogate = "a\ud800b"  # splintr refuses it: tiktoken loads and counts
+    assert counter.count(surrogate) == _reference()(surrogate)
+    assert counter._encoding is not None
+    slow = TiktokenCounter("cl100k_base", fast=False)
+    assert slow._encoding is not None  # without splintr it loads at once
+
+
 def test_the_fast_counter_is_exact_at_every_size_up_to_megabytes() -> None:
     """splintr itself, whatever the routing limit: large texts of every kind of piece."""
     fast = make_counter(None)._fast
