@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import shardstore
@@ -137,6 +137,18 @@ BLOCK = st.one_of(
 )
 
 
+def call_of(history: list[Turn], k: int) -> int | None:
+    """Where the Responses output at ``k`` has its call: the nearest earlier item with its
+    call_id (ids may repeat across a history: some models number their calls per reply)."""
+    call_id = responses_result_id(history[k].message)
+    if call_id is None:
+        return None
+    return next(
+        (j for j in range(k - 1, -1, -1) if responses_call_id(history[j].message) == call_id),
+        None,
+    )
+
+
 def unit_of_newest(history: list[Turn]) -> list[Turn]:
     """The newest turn with what it cannot be sent without (plans' pairing rules)."""
     i = len(history) - 1
@@ -146,8 +158,7 @@ def unit_of_newest(history: list[Turn]) -> list[Turn]:
         ):
             i -= 1
         # back to the call of every Responses output in it (parallel calls are items)
-        calls = {c: j for j, t in enumerate(history[:i]) if (c := responses_call_id(t.message))}
-        wanted = [calls.get(responses_result_id(t.message)) for t in history[i:]]
+        wanted = [call_of(history, k) for k in range(i, len(history))]
         earliest = min((j for j in wanted if j is not None), default=i)
         if earliest >= i:
             return history[i:]
@@ -178,10 +189,10 @@ def check(
         assert not is_tool_result(first.message)
         assert recent[0] == 0 or not is_reasoning(by_seq[recent[0] - 1].message)
         # no Responses output without its call (by call_id) when the call is in the history
-        calls = {c: t.turn_seq for t in history if (c := responses_call_id(t.message))}
+        index = {t.turn_seq: k for k, t in enumerate(history)}
         for seq in recent:
-            call = calls.get(responses_result_id(by_seq[seq].message))
-            assert call is None or call >= recent[0], (seq, call)
+            call = call_of(history, index[seq])
+            assert call is None or history[call].turn_seq >= recent[0], (seq, call)
     for message, part in zip(ctx.messages, ctx.parts, strict=True):
         if part.kind == "recent":
             assert message == by_seq[part.first_turn_seq].message
@@ -277,6 +288,14 @@ class Scaled:
     factor=st.sampled_from([None, 0.125, 2.0]),
     facts=st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 60)), max_size=6),
     recall=st.sampled_from([None, "result"]),
+)
+# call ids repeated across replies (the checks pair an output with its nearest call)
+@example(
+    blocks=[responses_parallel(8, 1), responses_parallel(8, 1)],
+    budget=8,
+    factor=None,
+    facts=[],
+    recall=None,
 )
 def test_context_properties_own_tokenizer_and_facts(
     store: shardstore.Store,
