@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from .core.steps import Op
 from .errors import ShardstoreError
-from .history import fold_sealed_op
+from .history import background_fold_op
 
 log = logging.getLogger("shardstore.folding")
 
@@ -30,9 +30,12 @@ log = logging.getLogger("shardstore.folding")
 class BackgroundFolder:
     """One worker thread folding sealed chunks, each session at most once in the queue."""
 
-    def __init__(self, run: Callable[[Op[int]], int], keep_turns: int) -> None:
+    def __init__(self, run: Callable[[Op[bool]], bool], keep_turns: int) -> None:
         self._run = run
         self._keep_turns = keep_turns
+        self.text_search = True
+        """Whether the last pass found the database indexing text (the append path hands
+        sessions over for text passes only while it does)."""
         self._queue: queue.Queue[uuid.UUID | None] = queue.Queue()
         self._queued: set[uuid.UUID] = set()
         self._lock = threading.Lock()
@@ -60,7 +63,7 @@ class BackgroundFolder:
                 with self._lock:
                     # a seal that arrives while this fold runs queues the session again
                     self._queued.discard(session_id)
-                self._run(fold_sealed_op(session_id, self._keep_turns))
+                self.text_search = self._run(background_fold_op(session_id, self._keep_turns))
             except ShardstoreError as exc:
                 log.warning("fold of session %s deferred: %s", session_id, exc)
             except Exception:  # never let the worker die; the chunk stays safely buffered
@@ -87,9 +90,10 @@ class BackgroundFolder:
 class AsyncFolder:
     """asyncio version: one task per sealed session, each session at most once in flight."""
 
-    def __init__(self, run: Callable[[Op[int]], Awaitable[int]], keep_turns: int) -> None:
+    def __init__(self, run: Callable[[Op[bool]], Awaitable[bool]], keep_turns: int) -> None:
         self._run = run
         self._keep_turns = keep_turns
+        self.text_search = True  # as BackgroundFolder.text_search
         self._queued: set[uuid.UUID] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -105,7 +109,7 @@ class AsyncFolder:
     async def _fold(self, session_id: uuid.UUID) -> None:
         self._queued.discard(session_id)
         try:
-            await self._run(fold_sealed_op(session_id, self._keep_turns))
+            self.text_search = await self._run(background_fold_op(session_id, self._keep_turns))
         except ShardstoreError as exc:
             log.warning("fold of session %s deferred: %s", session_id, exc)
         except Exception:

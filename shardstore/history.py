@@ -371,19 +371,35 @@ def fold_sealed_op(session_id: uuid.UUID, keep_turns: int = 0) -> Op[int]:
     With ``keep_turns``, the session's buffered turns that have no full-text windows get
     them in the same statement (migration 0038; the kept chunks' turns, mostly), so that text
     search does not index them again on every call while they wait."""
+    moved, _text_search = yield from _fold_sealed(session_id, keep_turns)
+    return moved
+
+
+def background_fold_op(session_id: uuid.UUID, keep_turns: int) -> Op[bool]:
+    """The background folder's pass over a session: :func:`fold_sealed_op`'s statement.
+    Returns whether the database indexes text (``text_config_v1()`` is set; True when
+    ``keep_turns`` is 0 and the statement does not say), so that the folder stops asking
+    for text passes (:data:`TEXT_INDEX_EVERY`) that would index nothing."""
+    _moved, text_search = yield from _fold_sealed(session_id, keep_turns)
+    return text_search
+
+
+def _fold_sealed(session_id: uuid.UUID, keep_turns: int) -> Op[tuple[int, bool]]:
     if keep_turns:
-        moved, _indexed = yield Q(
+        moved, _indexed, text_search = yield Q(
             query("fold_sealed_indexed"), (session_id, keep_turns, session_id), fetch="one"
         )
-    else:
-        (moved,) = yield Q(query("fold_sealed"), (session_id, keep_turns), fetch="one")
-    return int(moved)
+        return int(moved), bool(text_search)
+    (moved,) = yield Q(query("fold_sealed"), (session_id, keep_turns), fetch="one")
+    return int(moved), True
 
 
 TEXT_INDEX_EVERY = 16
 """With a background folder, a session is handed to it every this many turns even without a
 seal, so that its open chunk's turns get their full-text windows (0038) off the append path
-and text search does not index them at every call; 0 turns that off."""
+and text search does not index them at every call; 0 turns that off. Not while the folder's
+last pass found text search off (``configure_text_search(None)``): each seal's fold tells
+it again, so a database switched back on gets its passes from the next seal on."""
 
 
 def _indexing_due(results: Sequence[AppendResult]) -> bool:
@@ -397,7 +413,8 @@ def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
     :data:`TEXT_INDEX_EVERY` turns the background folder also gets the session without a
     seal (its fold then only indexes the buffer for text search); inline, nothing."""
     if not outcome.sealed:
-        if store._folder is not None and _indexing_due(outcome.results):
+        folder = store._folder
+        if folder is not None and folder.text_search and _indexing_due(outcome.results):
             yield Call(store._folder.submit, (outcome.session_id,), inline=True)
         return
     if store._folder is not None:

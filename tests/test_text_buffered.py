@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
 import shardstore
+from shardstore.history import TEXT_INDEX_EVERY
 from shardstore.textindex import index_buffered_op
 
 WORDS = ["invoice", "refund", "timeout", "gateway", "ledger", "QX-4471", "billing", "retry"]
@@ -403,6 +404,76 @@ def test_the_background_folder_indexes_open_chunks_every_16_turns(
     assert buffered_counts(dsn, other) == (40, 0)
     with psycopg.connect(dsn) as conn:
         check_windows(conn)
+
+
+class _Handovers:
+    """Appends turn by turn through a store (sync, or asyncio run to completion) and notes,
+    per turn, whether it sealed a chunk, whether it was due a text pass, and whether it
+    handed its session to the background folder."""
+
+    def __init__(self, store: Any, run: Callable[[Any], Any]) -> None:
+        self.store, self.run, self.calls = store, run, 0
+        folder = store._folder
+        submit = folder.submit
+
+        def counted(session_id: uuid.UUID) -> None:
+            self.calls += 1
+            submit(session_id)
+
+        folder.submit = counted
+        self.sid = run(store.create_session("t1"))
+        self.chunk = -1
+
+    def append(self, rng: random.Random, n: int) -> list[tuple[bool, bool, bool]]:
+        rows = []
+        for _ in range(n):
+            before = self.calls
+            r = self.run(self.store.append_turn(self.sid, say(rng, 0)))
+            sealed, self.chunk = self.chunk not in (-1, r.chunk_seq), r.chunk_seq
+            due = r.turn_seq % TEXT_INDEX_EVERY == TEXT_INDEX_EVERY - 1
+            rows.append((sealed, due, self.calls > before))
+        self.run(self.store.drain_folds())
+        return rows
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_no_text_passes_while_text_search_is_off(
+    new_database: Callable[[], str], flavour: str
+) -> None:
+    """With text search off a text pass indexes nothing: the folder's pass says so, and the
+    turns due one are no longer handed over (only seals are); switched on again from
+    elsewhere, the next seal's fold says so and the passes resume."""
+    dsn = new_database()
+    rng = random.Random(8)
+    loop = asyncio.new_event_loop()
+    if flavour == "sync":
+        store: Any = shardstore.connect(dsn, chunk_tokens=300)
+        run: Callable[[Any], Any] = lambda value: value  # noqa: E731
+    else:
+        store = loop.run_until_complete(shardstore.connect_async(dsn, chunk_tokens=300))
+        run = loop.run_until_complete
+    try:
+        run(store.configure_text_search(None))
+        turns = _Handovers(store, run)
+        turns.append(rng, TEXT_INDEX_EVERY)  # the first due turn goes: the folder knew nothing
+        assert store._folder.text_search is False
+        off = turns.append(rng, 80)
+        assert sum(due and not sealed for sealed, due, _ in off) >= 2  # the check below bites
+        assert all(sealed for sealed, _, handed in off if handed)
+        assert any(sealed for sealed, _, _ in off)
+        with shardstore.connect(dsn) as other:
+            other.configure_text_search("english")
+        rows = turns.append(rng, 60)
+        first_seal = next(i for i, (sealed, _, _) in enumerate(rows) if sealed)
+        after = rows[first_seal + 1 :]
+        assert any(due and not sealed and handed for sealed, due, handed in after)
+        assert all(handed for sealed, due, handed in after if due or sealed)
+    finally:
+        if flavour == "sync":
+            store.close()
+        else:
+            loop.run_until_complete(store.close())
+        loop.close()
 
 
 def _append_until_a_fold(store: Any, sid: uuid.UUID, rng: random.Random) -> None:

@@ -83,8 +83,11 @@ SELECT shardstore.fold_sealed_v2(%s, %s);
 
 -- name: fold_sealed_indexed
 -- the same, and the windows of the session's buffered turns that have none (0038), in one
--- round trip; either order gives the same rows (a fold does not index a turn twice)
-SELECT shardstore.fold_sealed_v2(%s, %s), shardstore.text_index_buffered_v1(%s);
+-- round trip; either order gives the same rows (a fold does not index a turn twice); and
+-- whether the database indexes text at all, which the background folder keeps to know
+-- whether text passes are worth asking for
+SELECT shardstore.fold_sealed_v2(%s, %s), shardstore.text_index_buffered_v1(%s),
+       shardstore.text_config_v1() IS NOT NULL;
 
 -- name: tail_window
 -- tail's rows as one JSON array of [turn_seq, chunk_seq, tokens, created_at as microseconds
