@@ -37,6 +37,8 @@ def _buffered_chunks(dsn: str, sid: Any) -> set[int]:
 class _NeverFold:
     """Stands in for the store's background folder: takes sealed sessions, folds none."""
 
+    text_search = True  # as a folder whose last pass found text search on
+
     def submit(self, session_id: object) -> None:
         pass
 
