@@ -161,6 +161,15 @@ def pct(values: Sequence[float], q: float) -> float:
     return s[k]
 
 
+def limited_counter(fast_max_chars: int) -> Any:
+    """The store's default counter with splintr's limit set to ``fast_max_chars`` (texts
+    over it go to tiktoken): the A/B of round 12's limit."""
+    import shardstore
+
+    limit = {"FAST_MAX_CHARS": fast_max_chars}
+    return type("Limited", (shardstore.TiktokenCounter,), limit)()
+
+
 def med(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 

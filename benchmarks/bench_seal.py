@@ -48,7 +48,6 @@ import shardstore
 from shardstore import migrate
 
 FLOOR = "floor (INSERT)"
-COLD_COUNTS = False  # --min-chars: every block counts its messages with a cold piece cache
 
 
 def spread(values: list[float], digits: int = 3) -> str:
@@ -58,12 +57,12 @@ def spread(values: list[float], digits: int = 3) -> str:
 
 
 def store_block(
-    store: shardstore.Store, msgs: list[Any], gap: float
+    store: shardstore.Store, msgs: list[Any], gap: float, cold: bool = False
 ) -> tuple[list[float], list[bool]]:
     """Latencies (ms) of appending msgs one call at a time to a fresh session, and which
     calls sealed a chunk."""
     sid = store.create_session("seal", "bench", uuid.uuid4().hex)
-    if COLD_COUNTS:
+    if cold:  # --min-chars: every block counts its messages with a cold piece cache
         fast = shardstore.tokens._fast_cl100k()
         if fast is not None:
             fast._encode_flat.__self__.clear_cache()
@@ -111,8 +110,7 @@ def main() -> None:
     p.add_argument("--min-chars", type=int, default=0, help="only messages longer than this")
     a = p.parse_args()
     gap = a.gap_ms / 1000
-    global COLD_COUNTS
-    COLD_COUNTS = bool(a.min_chars)
+    cold = bool(a.min_chars)
     corpus = Corpus(5000)
     if a.min_chars:
         large = [m for m, t in zip(corpus.msgs, corpus.texts, strict=True) if len(t) > a.min_chars]
@@ -122,8 +120,7 @@ def main() -> None:
     limit = a.fast_max_chars_before
     if limit:
         cut = len(full)
-        counter = type("Limited", (shardstore.TiktokenCounter,), {"FAST_MAX_CHARS": limit})()
-        before_settings: dict[str, Any] = {"tokenizer": counter}
+        before_settings: dict[str, Any] = {"tokenizer": bc.limited_counter(limit)}
         before_name = f"counter limit {limit:,} chars"
         now = shardstore.TiktokenCounter.FAST_MAX_CHARS
         title = f"the counter's fast-path limit: {limit:,} vs {now:,} characters"
@@ -143,8 +140,8 @@ def main() -> None:
         floor = psycopg.connect(server.dsn, autocommit=True)
         floor.execute(bc.FLOOR_DDL)
         blocks: dict[str, Callable[[list[Any]], tuple[list[float], list[bool]]]] = {
-            before_name: lambda msgs: store_block(before, msgs, gap),
-            f"{full[-1].version:04d} (newest)": lambda msgs: store_block(after, msgs, gap),
+            before_name: lambda msgs: store_block(before, msgs, gap, cold),
+            f"{full[-1].version:04d} (newest)": lambda msgs: store_block(after, msgs, gap, cold),
             FLOOR: lambda msgs: floor_block(floor, msgs, gap),
         }
         for run in blocks.values():  # warm-up: plans, prepared statements, first fold

@@ -33,20 +33,15 @@ import uuid
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_core as bc
+from bench_seal import floor_block
 from compare import Corpus
 
 import shardstore
 from shardstore.history import TEXT_INDEX_EVERY, fold_sealed_op
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
 def _fold_worker(jobs: Any, done: Any, dsn: str) -> None:
@@ -65,15 +60,11 @@ def _fold_worker(jobs: Any, done: Any, dsn: str) -> None:
 
 def insert_rounds(dsn: str, corpus: Corpus, rounds: int, appends: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench.floor")  # the probe's own, from a run before
         conn.execute(bc.FLOOR_DDL)
         for _ in range(rounds):
-            sid = uuid.uuid4()
-            lat = []
-            for seq, i in enumerate(corpus.take(appends)):
-                t0 = time.perf_counter()
-                conn.execute(bc.FLOOR_INSERT, (sid, seq, Jsonb(corpus.msgs[i])), prepare=True)
-                lat.append((time.perf_counter() - t0) * 1000)
-            print(f"insert p50 {pct(lat, 0.5):.3f} p99 {pct(lat, 0.99):.3f}")
+            lat, _sealed = floor_block(conn, [corpus.msgs[i] for i in corpus.take(appends)], 0)
+            print(f"insert p50 {bc.pct(lat, 50):.3f} p99 {bc.pct(lat, 99):.3f}")
 
 
 def report(variant: str, lat: list[float], chunks: list[int], seqs: list[int]) -> None:
@@ -95,10 +86,10 @@ def report(variant: str, lat: list[float], chunks: list[int], seqs: list[int]) -
         return next((mark for mark, group in classes if i in group), "-")
 
     print(
-        f"{variant} p50 {pct(lat, 0.5):.3f} p99 {pct(lat, 0.99):.3f} | seals"
+        f"{variant} p50 {bc.pct(lat, 50):.3f} p99 {bc.pct(lat, 99):.3f} | seals"
         f" {len(sealing)} p50 {med(sealing):.3f} | after a seal {med(after):.3f}, second"
         f" {med(after2):.3f} | after a text pass {med(text):.3f} | rest p50 {med(rest):.3f}"
-        f" p99 {pct([lat[i] for i in rest], 0.99):.3f}"
+        f" p99 {bc.pct([lat[i] for i in rest], 99):.3f}"
     )
     slowest = sorted(range(n), key=lambda i: -lat[i])[:12]
     print("   slowest:", [(round(lat[i], 2), cls(i)) for i in slowest])
@@ -118,8 +109,7 @@ def main() -> None:
         return
     settings: dict[str, Any] = {}
     if a.fast_max_chars:
-        limit = {"FAST_MAX_CHARS": a.fast_max_chars}
-        settings["tokenizer"] = type("Limited", (shardstore.TiktokenCounter,), limit)()
+        settings["tokenizer"] = bc.limited_counter(a.fast_max_chars)
     store = shardstore.connect(a.dsn, **settings)
     folder: Any = store._folder
     drain = folder.drain

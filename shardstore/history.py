@@ -412,13 +412,13 @@ def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
     or with ``background_fold=False``) is folded now, in the same transaction. Every
     :data:`TEXT_INDEX_EVERY` turns the background folder also gets the session without a
     seal (its fold then only indexes the buffer for text search); inline, nothing."""
+    folder = store._folder
     if not outcome.sealed:
-        folder = store._folder
         if folder is not None and folder.text_search and _indexing_due(outcome.results):
-            yield Call(store._folder.submit, (outcome.session_id,), inline=True)
+            yield Call(folder.submit, (outcome.session_id,), inline=True)
         return
-    if store._folder is not None:
-        yield Call(store._folder.submit, (outcome.session_id,), inline=True)
+    if folder is not None:
+        yield Call(folder.submit, (outcome.session_id,), inline=True)
     else:
         yield from fold_sealed_op(outcome.session_id, store._ctx.settings.default_tail_turns)
 
