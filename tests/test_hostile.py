@@ -918,3 +918,122 @@ def test_negative_zero_keeps_its_sign(store: shardstore.Store) -> None:
     store.append_turn(sid, {"role": "user", "n": -0.0})
     back = store.tail(sid, n=1)[0].message["n"]
     assert math.copysign(1, back) == -1
+
+
+# ---------------------------------------------------------------- issue 34: untyped errors
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_deep_message_with_offload_is_invalid_message(
+    make_store: Callable[..., shardstore.Store], dsn: str, kind: str
+) -> None:
+    """Issue 34: with ``offload_over`` set, the offload walk ran before validation and a
+    message nested 2,000 levels deep raised RecursionError (without offload it was
+    InvalidMessage)."""
+    store = make_store(offload_over=256)
+    sid = store.create_session("acme")
+    before = db_state(dsn)
+    deep = _nest(2_000, kind)
+    big = "x" * 300  # over offload_over, so the append takes the offload path
+    with pytest.raises(shardstore.InvalidMessage):
+        store.append_turn(sid, {"role": "user", "content": big, "deep": deep})
+    with pytest.raises(shardstore.InvalidMessage):
+        store.append_turns(sid, [{"role": "user", "content": big}, {"role": "user", "c": deep}])
+    with pytest.raises(shardstore.InvalidMessage):
+        store.append_turn(sid, {"role": "user", "deep": deep})
+    assert db_state(dsn) == before
+
+
+def _single_row_source(dsn: str, rows: list[tuple[str, str]]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE chats (id text PRIMARY KEY, history jsonb)")
+        for key, history in rows:
+            conn.execute("INSERT INTO chats VALUES (%s, %s::jsonb)", (key, history))
+
+
+@pytest.mark.parametrize("depth", [300, 5_000])
+def test_single_row_import_skips_a_deeply_nested_row(
+    store: shardstore.Store, new_database: Callable[[], str], depth: int
+) -> None:
+    """Issue 34: a row nested 5,000 levels raised RecursionError out of
+    ``import_single_row(on_error="skip")``: the rows before it were imported, the rows
+    after it never. Now it is skipped (nothing of it written) and the run goes on."""
+    import json
+
+    source = new_database()
+    deep = '{"role": "user", "c": ' + "[" * depth + "]" * depth + "}"
+    fine = json.dumps([{"role": "user", "content": "hi"}])
+    _single_row_source(source, [("a", fine), ("b", "[" + deep + "]"), ("c", fine)])
+    report = store.import_single_row(
+        source,
+        "chats",
+        id_column="id",
+        history_column="history",
+        tenant_id="acme",
+        on_error="skip",
+    )
+    assert (report.sessions, report.turns) == (2, 2)
+    assert [s.source for s in report.skipped] == ["row id='b'"]
+    assert {s.metadata["external_id"] for s in store.sessions(tenant_id="acme")} == {"a", "c"}
+    with pytest.raises(shardstore.ImportRejected, match="row id='b'"):
+        store.import_single_row(
+            source, "chats", id_column="id", history_column="history", tenant_id="acme"
+        )
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        "9999-12-31T23:59:59+00:00",
+        "9999-12-31T23:59:59.999999-14:00",
+        "0001-01-01T00:00:00+00:00",
+        "0001-01-01T00:00:00+14:00",
+    ],
+)
+@pytest.mark.parametrize("where", ["turn", "session"])
+def test_jsonl_import_of_an_extreme_date_is_import_rejected(
+    store: shardstore.Store, dsn: str, when: str, where: str
+) -> None:
+    """Issue 34: a turn dated 9999-12-31T23:59:59+00:00 raised OverflowError out of
+    ``import_jsonl``. Now the line is refused (``ImportRejected`` naming it) or imported,
+    and a refused session writes nothing."""
+    import io
+    import json
+
+    sid = uuid.uuid4()
+    ok = "2026-01-01T00:00:00+00:00"
+    lines = [
+        {
+            "kind": "session",
+            "format": "shardstore.jsonl",
+            "version": 1,
+            "session_id": str(sid),
+            "tenant_id": "acme",
+            "subject_id": None,
+            "agent_id": None,
+            "metadata": {},
+            "created_at": when if where == "session" else ok,
+        },
+        {
+            "kind": "turn",
+            "turn_seq": 0,
+            "created_at": when if where == "turn" else ok,
+            "idempotency_key": None,
+            "tokens": 3,
+            "message": {"role": "user", "content": "x"},
+        },
+        {"kind": "end", "session_id": str(sid), "turns": 1},
+    ]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    before = db_state(dsn)
+    try:
+        report = store.import_jsonl(io.StringIO(text))
+    except shardstore.ImportRejected as exc:
+        assert str(exc).startswith("line 2:" if where == "turn" else "line 1:"), exc
+        assert db_state(dsn) == before
+    else:
+        assert (report.sessions, report.turns) == (1, 1)
+        (turn,) = store.history(sid)
+        assert turn.message == {"role": "user", "content": "x"}
+        assert turn.created_at == datetime.fromisoformat(lines[1]["created_at"])  # type: ignore[arg-type]
+        assert store.session(sid).created_at == datetime.fromisoformat(lines[0]["created_at"])  # type: ignore[arg-type]

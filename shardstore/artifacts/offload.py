@@ -27,6 +27,7 @@ from typing import Any
 from .. import jsoncodec
 from ..core import validate
 from ..core.steps import Op, Q, Tx
+from ..errors import InvalidInput
 from ..models import Turn
 from ..sql import query
 from .config import config_of
@@ -48,6 +49,12 @@ def _big(value: str, over: int) -> bytes | None:
 
 
 def _collect(value: Any, over: int, found: dict[str, bytes], depth: int = 0) -> None:
+    # The walk may run before the message is validated (needs_offload decides the path):
+    # below the deepest level a valid message has it stops, so a message nested too deeply
+    # (or holding a cycle) is left to jsoncodec to refuse as InvalidMessage, never a
+    # RecursionError here.
+    if depth > jsoncodec.MAX_DEPTH:
+        return
     if isinstance(value, str):
         if value not in found:
             raw = _big(value, over)
@@ -63,7 +70,9 @@ def _collect(value: Any, over: int, found: dict[str, bytes], depth: int = 0) -> 
 
 def needs_offload(messages: Sequence[Any], over: int) -> bool:
     """Whether any message holds a string longer than ``over`` bytes (cheap for small
-    messages: characters are counted before anything is encoded)."""
+    messages: characters are counted before anything is encoded). Never raises: a message
+    that is not valid (nested too deeply, cyclic, of the wrong type) is refused by the
+    append's validation either way."""
     for message in messages:
         found: dict[str, bytes] = {}
         _collect(message, over, found)
@@ -211,16 +220,22 @@ def _is_card(value: dict[str, Any]) -> bool:
     return set(value) == _CARD_KEYS and isinstance(value.get(MARKER), dict)
 
 
-def _cards(value: Any, out: list[dict[str, Any]]) -> None:
+def _cards(value: Any, out: list[dict[str, Any]], depth: int = 0) -> None:
+    if depth > jsoncodec.MAX_DEPTH:
+        # no stored message nests deeper; a caller-built Turn that does holds no card of ours
+        raise InvalidInput(
+            f"a turn's message nests deeper than {jsoncodec.MAX_DEPTH} levels (or contains "
+            "a cycle): it did not come from tail() or history()"
+        )
     if isinstance(value, dict):
         if _is_card(value):
             out.append(value)
             return
         for item in value.values():
-            _cards(item, out)
+            _cards(item, out, depth + 1)
     elif isinstance(value, list):
         for item in value:
-            _cards(item, out)
+            _cards(item, out, depth + 1)
 
 
 def _restore(value: Any, texts: dict[int, str]) -> Any:
@@ -289,7 +304,5 @@ def expand(store: Any, turns: Sequence[Turn]) -> Op[list[Turn]]:
     artifacts' text). Tokens stay those of the stored cards. ``ArtifactNotFound`` if an
     artifact a turn references is gone (its session was purged meanwhile)."""
     if not isinstance(turns, list | tuple) or not all(isinstance(t, Turn) for t in turns):
-        from ..errors import InvalidInput
-
         raise InvalidInput("turns must be a list of Turn (as tail() and history() return)")
     return (yield from expand_op(store, turns))

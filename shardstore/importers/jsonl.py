@@ -47,7 +47,7 @@ from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
 from ..models import SessionInfo, Turn
 from ..sql import query
 from .report import ExportReport, ImportReport, Progress, Skipped, Tally
-from .writer import Batch, Partitions, append_exact_op, premake_op
+from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
 
 FORMAT = "shardstore.jsonl"
 VERSION = 1
@@ -347,7 +347,9 @@ def _instant(value: Any, where: str, what: str) -> datetime:
         raise ImportRejected(f"{where}: {what} {value!r:.60} is not an ISO 8601 time") from None
     if at.tzinfo is None or at.utcoffset() is None:
         raise ImportRejected(f"{where}: {what} {value!r:.60} has no UTC offset")
-    return at
+    # in UTC it must still be a datetime (0001-01-01T00:00+14:00 is not): the database
+    # stores it in UTC and every read hands it back as one
+    return _field(validate.instant, at, where, what)  # type: ignore[no-any-return]
 
 
 def _field(check: Any, value: Any, where: str, *args: Any) -> Any:
@@ -474,6 +476,7 @@ def _session_op(
                 raise ImportRejected(f"{at}: turn_seq {seq} where {first + count} was expected")
             key = _field(_key, doc.get("idempotency_key"), at)
             created = _instant(doc.get("created_at"), at, "created_at")
+            partition_check(ctx, created, at)
             batch.add(ctx, doc.get("message"), at, key, doc.get("tokens"))
             batch.times.append(created)
             places.append(at)

@@ -276,8 +276,15 @@ def _shape_problem(kind: str | None, inner: str | None, key: str) -> str:
 
 
 def parse_element(text: str, where: str) -> dict[str, Any]:
-    """One element's JSON text as a message dict; ``ImportRejected`` for anything else."""
-    value = json.loads(text)
+    """One element's JSON text as a message dict; ``ImportRejected`` for anything else
+    (nesting too deep to decode, an int with more digits than Python reads, not an
+    object): never another exception, so ``on_error="skip"`` can skip the row."""
+    try:
+        value = json.loads(text)
+    except RecursionError:  # the decoder recurses once per level; jsonb nests far deeper
+        raise ImportRejected(f"{where}: the message nests too deeply") from None
+    except ValueError as exc:  # an int over Python's digit limit (jsonb holds any number)
+        raise ImportRejected(f"{where}: {exc}") from None
     if type(value) is not dict:
         kind = "array" if isinstance(value, list) else type(value).__name__
         raise ImportRejected(f"{where}: a {kind}, not a message object")

@@ -141,6 +141,19 @@ class Partitions:
         self.known: set[datetime] = set()
 
 
+def partition_check(ctx: Context, at: datetime, where: str) -> None:
+    """``ImportRejected`` naming ``where`` for a turn time that no partition of
+    agent_history can hold (its partition's bounds fall outside the dates Python and the
+    partition names can write, as 9999-12-31 does with weekly partitions)."""
+    try:
+        bounds_for(at, ctx.partition_interval, ctx.partition_origin)
+    except (OverflowError, ValueError):
+        raise ImportRejected(
+            f"{where}: created_at {at.isoformat()} is outside the dates agent_history's "
+            "partitions can hold"
+        ) from None
+
+
 def premake_op(store: Any, partitions: Partitions, times: Sequence[datetime]) -> Op[None]:
     """Make sure the partitions holding ``times`` exist, each created in a transaction of
     its own on another connection of the store's pool, before the session's transaction
