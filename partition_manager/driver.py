@@ -10,6 +10,15 @@ A driver takes its connection from a *source* (``acquire()`` / ``release(conn)``
 connection is its own source) at the first statement and gives it back when the operation
 ends. A connection that breaks outside any transaction is given back at once, so an
 operation that retries (``Try`` + ``Sleep``) goes on with a fresh one from a pool.
+
+A source may name a *prologue* (its ``prologue`` attribute, a :class:`Q`): a statement run
+first in every transaction the driver runs on it, in the same round trip as the statement
+it precedes (a pipeline). A tenant store's prologue binds its tenant for that transaction
+only (``SET LOCAL``), so that nothing is left on a connection that a transaction-mode
+pooler hands to another client next. A statement outside a transaction block runs in one
+of its own with the prologue (``BEGIN; prologue; statement; COMMIT``, one round trip); a
+transaction block (the operation's or a caller's) runs it before its first statement, and
+again after a rollback to a savepoint (which undoes it).
 """
 
 from __future__ import annotations
@@ -95,6 +104,38 @@ def _broken(conn: Any) -> bool:
     return bool(conn.closed or getattr(conn, "broken", False))
 
 
+def _in_block(conn: Any) -> bool:
+    return bool(conn.info.transaction_status == TransactionStatus.INTRANS)
+
+
+def _outside_block(conn: Any) -> bool:
+    return bool(conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE)
+
+
+def _failed_block(conn: Any) -> bool:
+    return bool(conn.info.transaction_status == TransactionStatus.INERROR)
+
+
+_BEGIN = Q("BEGIN", prepare=False)
+_COMMIT = Q("COMMIT", prepare=False)
+
+
+def _with_prologue(prologue: Q, q: Q, outside: bool) -> list[Q]:
+    """The statements that run ``q`` after a source's prologue, sent in one pipeline (one
+    round trip): the prologue's setting is then in force for ``q``, in ``q``'s transaction
+    and no other. Outside a transaction block (autocommit) they get one of their own,
+    explicit so that what the prologue sets is transaction-local wherever it is read (on
+    Citus only a transaction block carries a ``SET LOCAL`` on to the shards); inside one
+    (the operation's, or a caller's), the prologue runs first in it."""
+    return [_BEGIN, prologue, q, _COMMIT] if outside else [prologue, q]
+
+
+def _prologue(source: Any) -> Q | None:
+    """The statement ``source`` wants first in every transaction, if any."""
+    first = getattr(source, "prologue", None)
+    return first if isinstance(first, Q) else None
+
+
 class _SyncIO:
     """Steps on sync psycopg connections; coroutines that never suspend."""
 
@@ -102,6 +143,8 @@ class _SyncIO:
         self.source = source
         self.conn: psycopg.Connection[Any] | None = None
         self.stack: list[Any] = []
+        self.prologue = _prologue(source)
+        self.primed = False  # the open transaction block has run the prologue
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self.conn is None:
@@ -111,7 +154,21 @@ class _SyncIO:
     async def execute(self, q: Q) -> Any:
         conn = self._connection()
         cur: Any = conn.cursor(row_factory=dict_row) if q.named else conn.cursor()
-        cur.execute(q.sql, q.params, prepare=q.prepare)
+        if self.prologue is None or (self.primed and _in_block(conn)):
+            cur.execute(q.sql, q.params, prepare=q.prepare)
+        else:
+            outside = _outside_block(conn)
+            try:
+                with conn.pipeline():
+                    for step in _with_prologue(self.prologue, q, outside):
+                        (cur if step is q else conn).execute(
+                            step.sql, step.params, prepare=step.prepare
+                        )
+            except psycopg.Error:
+                if outside and _failed_block(conn):
+                    conn.execute("ROLLBACK")
+                raise
+            self.primed = _in_block(conn)
         if q.fetch == "one":
             return cur.fetchone()
         return cur.fetchall() if q.fetch == "all" else None
@@ -131,6 +188,8 @@ class _SyncIO:
         tx = conn.transaction()
         tx.__enter__()
         self.stack.append(tx)
+        if fresh:
+            self.primed = False
         if snapshot and fresh:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
@@ -139,6 +198,7 @@ class _SyncIO:
         if commit:
             tx.__exit__(None, None, None)
         else:
+            self.primed = False  # a rollback to a savepoint also undoes what the prologue set
             tx.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
 
     async def sleep(self, seconds: float) -> None:
@@ -169,6 +229,8 @@ class _AsyncIO:
         self.source = source
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.stack: list[Any] = []
+        self.prologue = _prologue(source)
+        self.primed = False  # as _SyncIO.primed
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self.conn is None:
@@ -178,7 +240,21 @@ class _AsyncIO:
     async def execute(self, q: Q) -> Any:
         conn = await self._connection()
         cur: Any = conn.cursor(row_factory=dict_row) if q.named else conn.cursor()
-        await cur.execute(q.sql, q.params, prepare=q.prepare)
+        if self.prologue is None or (self.primed and _in_block(conn)):
+            await cur.execute(q.sql, q.params, prepare=q.prepare)
+        else:  # as _SyncIO.execute
+            outside = _outside_block(conn)
+            try:
+                async with conn.pipeline():
+                    for step in _with_prologue(self.prologue, q, outside):
+                        await (cur if step is q else conn).execute(
+                            step.sql, step.params, prepare=step.prepare
+                        )
+            except psycopg.Error:
+                if outside and _failed_block(conn):
+                    await conn.execute("ROLLBACK")
+                raise
+            self.primed = _in_block(conn)
         if q.fetch == "one":
             return await cur.fetchone()
         return await cur.fetchall() if q.fetch == "all" else None
@@ -194,6 +270,8 @@ class _AsyncIO:
         tx = conn.transaction()
         await tx.__aenter__()
         self.stack.append(tx)
+        if fresh:
+            self.primed = False
         if snapshot and fresh:
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
@@ -202,6 +280,7 @@ class _AsyncIO:
         if commit:
             await tx.__aexit__(None, None, None)
         else:
+            self.primed = False  # as _SyncIO.end
             await tx.__aexit__(psycopg.Rollback, psycopg.Rollback(), None)
 
     async def sleep(self, seconds: float) -> None:

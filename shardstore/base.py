@@ -50,30 +50,35 @@ def setup_op(store: StoreBase) -> Op[None]:
     """Make the schema current, read (or record) the partitioning, premake partitions and
     check the embedding model against the one recorded in the database."""
     yield from migrate_op()
-    store._connector.binding = yield from connection_binding_op(store._connector.binding)
+    store._connector.prologue, _ = yield from tenant_binding_op(store._connector, None)
     interval, origin = yield from configure_op(store.settings.partition_interval)
     store._partitioning(interval, origin)
     yield from premake_op(store.settings.premake)
     yield from check_model_op(store.settings.embedding_model)
 
 
-def connection_binding_op(current: Q | None) -> Op[Q | None]:
-    """The per-transaction binding a store given a tenant-scoped source needs (a connection
-    or pool whose connections SET ``shardstore.tenant_id``, e.g. from
-    :func:`shardstore.rls.tenant_connection`): on a distributed store (Citus) whose role
-    is not bound to a tenant, the session-level setting stays on the coordinator and the
-    shards would see no tenant, so every transaction the store runs first re-states the
-    connection's own setting as ``SET LOCAL`` (core/binding.py), read from the connection
-    each time (the store follows the setting as on one node). None where the setting
-    reaches every node by itself: plain PostgreSQL, a bound role, or no tenant set (the
-    owner). ``current`` (a binding already chosen, :func:`shardstore.rls.connect_tenant`)
-    is kept."""
-    if current is not None:
-        return current
-    setting, role_bound, distributed = yield Q(query("rls_store_binding"), fetch="one")
-    if setting is None or role_bound or not distributed:
-        return None
-    return Q(query("rls_rebind_tenant"), fetch="none")
+def tenant_binding_op(connector: Any, tenant: str | None) -> Op[tuple[Q | None, bool]]:
+    """The statement that binds a store's tenant in every transaction it runs (the
+    connector's prologue, run in the same round trip as each transaction's first
+    statement), or None where nothing needs binding; and whether the role is bound.
+
+    The tenant is ``tenant`` when given, else the one the source names on the client
+    (:func:`~shardstore.core.connector.source_tenant`: a tenant connection, a DSN's
+    ``options``), else, for the caller's one connection, the tenant its session setting
+    names now (read once: the store is bound to it from then on). Nothing is bound for a
+    role bound to a tenant (its binding decides, on every node) or where no tenant is
+    named (the owner). A pool's server-side session settings are never read: behind a
+    transaction-mode pooler they belong to whichever client set them last."""
+    if tenant is None:
+        tenant = connector.tenant
+    setting, role_bound = yield Q(query("rls_store_binding"), fetch="one")
+    if role_bound:
+        return None, True
+    if tenant is None and connector.single:
+        tenant = setting
+    if tenant is None:
+        return None, False
+    return Q(query("rls_bind_tenant"), (tenant,), fetch="none", prepare=False), False
 
 
 def premake_partitions(store: Any, premake: int | None = None) -> Op[list[str]]:

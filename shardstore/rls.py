@@ -3,21 +3,21 @@
 Off by default. An operator turns it on once, as the owner of the shardstore tables::
 
     from shardstore import rls
-    rls.enable_rls(conn)                          # or: SELECT shardstore.enable_rls_v1();
+    rls.enable_rls(conn)                          # or: SELECT shardstore.enable_rls_v2();
     rls.grant_tenant_role(conn, "shardstore_app") # what a tenant role needs, nothing more
 
-and the application scopes each connection to one tenant before handing it to the store::
+and the application makes one store per tenant::
 
-    with rls.tenant_connection(dsn, "acme") as conn:
-        store = shardstore.connect(conn)          # sees and writes only acme's sessions
+    store = rls.connect_tenant(dsn, tenant="acme")  # sees and writes only acme's sessions
 
-The policies (migration 0004) compare each row's tenant with
-``shardstore.rls_tenant_v1()``: the tenant bound to the current role, if any
-(``grant_tenant_role(conn, role, tenant=...)``), else the ``shardstore.tenant_id`` setting.
-
-On Citus the setting must be ``SET LOCAL`` inside each transaction to reach the shards: a
-store from :func:`connect_tenant` on a distributed database binds its tenant that way in
-every transaction it runs (``shardstore/core/binding.py``, docs/scale-out.md).
+The policies compare each row's tenant with ``shardstore.rls_tenant_v2()``: the tenant
+bound to the current role, if any (``grant_tenant_role(conn, role, tenant=...)``), else the
+``shardstore.tenant_id`` setting. A store binds its tenant in every transaction it runs
+(``SET LOCAL``, in the same round trip as the transaction's first statement), so nothing of
+it stays on a server connection: that is what holds behind a transaction-mode pooler
+(PgBouncer), which hands a server connection to another client after each transaction,
+and what reaches the shards on Citus. :func:`set_session_tenant` is the one session-level
+binding, for a direct connection only.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from typing import Any
 import psycopg
 
 from .aio import AsyncStore
+from .base import tenant_binding_op
 from .core import validate
-from .core.connector import AsyncConnector, Connector
+from .core.connector import AsyncConnector, Connector, TenantConnection
 from .core.executor import translate
 from .core.steps import Op, Q
 from .errors import ConfigurationError, InvalidInput
@@ -49,7 +50,7 @@ __all__ = [
     "enable_rls",
     "grant_tenant_role",
     "rls_enabled",
-    "set_tenant",
+    "set_session_tenant",
     "tenant_connection",
 ]
 
@@ -97,29 +98,41 @@ def grant_tenant_role(
     _execute(conn, query("rls_grant_tenant_role"), (role, bound))
 
 
-def set_tenant(conn: psycopg.Connection[Any], tenant_id: str) -> None:
-    """Scope a connection to one tenant for its lifetime (``SET shardstore.tenant_id``)."""
+def set_session_tenant(conn: psycopg.Connection[Any], tenant_id: str) -> None:
+    """Scope a connection to one tenant for its lifetime (``SET shardstore.tenant_id``),
+    for raw SQL on a direct connection.
+
+    **Unsafe behind a transaction-mode pooler** (PgBouncer, RDS Proxy, Supabase's and
+    Neon's poolers): the setting lands on whichever server connection the pooler picked
+    for that statement and stays there for the next client, so another client's reads may
+    see this tenant's rows and this client's next statement may run without it. Stores
+    never need it: :func:`connect_tenant` binds per transaction."""
     _execute(conn, query("rls_set_tenant"), (_tenant(tenant_id),))
 
 
 def current_tenant(conn: psycopg.Connection[Any]) -> str | None:
-    """The tenant the policies see on this connection (None: no tenant, nothing visible)."""
+    """The tenant the policies see on this connection now (None: no tenant, nothing
+    visible): the role's binding, else the session's setting."""
     value = _execute(conn, query("rls_current_tenant"))[0][0]
     return None if value is None else str(value)
 
 
 @contextmanager
-def tenant_connection(dsn: str, tenant_id: str, **kwargs: Any) -> Iterator[psycopg.Connection[Any]]:
-    """A new autocommit connection scoped to ``tenant_id`` (closed on exit). Give it to
-    :func:`shardstore.connect` to get a store that sees only that tenant's sessions."""
+def tenant_connection(dsn: str, tenant_id: str, **kwargs: Any) -> Iterator[TenantConnection]:
+    """A new autocommit connection for ``tenant_id`` (closed on exit). Give it to
+    :func:`connect_tenant` or :func:`shardstore.connect` to get a store that sees only that
+    tenant's sessions: the store binds the tenant in every transaction it runs. The tenant
+    is carried by the connection object, not set on the server, so this is safe behind a
+    transaction-mode pooler; raw SQL on the connection itself sees no tenant (nothing)
+    unless it binds one (``SET LOCAL shardstore.tenant_id`` in its own transaction)."""
     tenant = _tenant(tenant_id)
     kwargs.setdefault("autocommit", True)
     try:
-        conn = psycopg.connect(dsn, **kwargs)
+        conn = TenantConnection.connect(dsn, **kwargs)
     except psycopg.Error as exc:
         raise translate(exc) from exc
+    conn.tenant_id = tenant
     try:
-        set_tenant(conn, tenant)
         yield conn
     finally:
         conn.close()
@@ -136,81 +149,74 @@ def _schema_current_op() -> Op[None]:
         )
 
 
-def _binding_op(tenant: str | None, per_transaction: bool | None) -> Op[Q | None]:
-    """The statement that binds the store's tenant in each transaction, or None (the
-    connection's session-level setting, or the role's binding, decides as before)."""
-    setting, role_bound, distributed = yield Q(query("rls_store_binding"), fetch="one")
-    chosen = tenant if tenant is not None else setting
-    per = (bool(distributed) and not role_bound) if per_transaction is None else per_transaction
-    if not per:
-        if tenant is not None:  # what set_tenant() does: for the connection's lifetime
-            yield Q(query("rls_set_tenant"), (tenant,), fetch="one")
-        return None
-    if chosen is None:  # no tenant to bind: the store sees nothing, as before
-        return None
-    return Q(query("rls_bind_tenant"), (str(chosen),), fetch="none")
+def _bound_tenant(tenant: Any) -> str | None:
+    return None if tenant is None else _tenant(tenant)
 
 
-def _tenant_args(tenant: Any, per_transaction: Any) -> tuple[str | None, bool | None]:
-    bound = None if tenant is None else _tenant(tenant)
-    per = None if per_transaction is None else validate.flag(per_transaction, "per_transaction")
-    return bound, per
+def _tenant_setup_op(connector: Any, tenant: str | None, config: Settings) -> Op[Any]:
+    """Bind the tenant, check the schema, read the partitioning (connect_tenant's setup)."""
+    connector.prologue, role_bound = yield from tenant_binding_op(connector, tenant)
+    if connector.prologue is None and not role_bound:
+        raise ConfigurationError(
+            "connect_tenant() needs a tenant: pass tenant=..., a DSN or connection that "
+            "names one, or use a role bound to a tenant (grant_tenant_role(..., tenant=...))"
+        )
+    yield from _schema_current_op()
+    return (yield from configure_op(config.partition_interval))
 
 
 def connect_tenant(
-    conn: psycopg.Connection[Any],
+    source: Any = None,
     *,
     tenant: str | None = None,
-    per_transaction: bool | None = None,
     tokenizer: TokenCounter | str | None = None,
     **settings: Any,
 ) -> Store:
-    """A store on a tenant-scoped connection of a role without DDL rights.
+    """A store that sees and writes only one tenant's sessions, for a role without DDL
+    rights.
 
-    Like ``shardstore.connect(conn)``, but runs no migration and creates no partition (a
-    tenant role may do neither; the owner migrates, ``shardstore maintain`` premakes): it
-    checks that the schema is current and reads the partitioning. The store then sees and
-    writes only the tenant of ``conn`` (:func:`set_tenant` / :func:`tenant_connection`), or
-    ``tenant`` when given.
+    ``source`` is what :func:`shardstore.connect` takes (a DSN, a pool, a connection;
+    default ``$SHARDSTORE_DSN``). The tenant is ``tenant``, else the one ``source`` names (a
+    :func:`tenant_connection`, a DSN with ``options=-c shardstore.tenant_id=...``), else the
+    session setting of a single connection given as ``source`` (:func:`set_session_tenant`).
+    The store binds it with ``SET LOCAL`` first in every transaction it runs, in the same
+    round trip as that transaction's first statement: safe behind a transaction-mode
+    pooler and on Citus, and nothing is left on the connection. A role bound to a tenant
+    (``grant_tenant_role(..., tenant=...)``) needs no tenant here; otherwise a source that
+    names none is a :class:`~shardstore.errors.ConfigurationError`.
 
-    ``per_transaction`` says how the tenant is bound. True: ``SET LOCAL
-    shardstore.tenant_id`` first in every transaction the store runs (a single statement
-    runs in a transaction of its own for it), so that on Citus every shard query sees the
-    tenant; the connection's own setting is left as it is. False: the session-level
-    setting decides (``tenant`` given: set for the connection's lifetime, as
-    :func:`set_tenant`). None (default): per transaction where the store is distributed
-    (Citus) and the role is not bound to a tenant, else the session-level setting (plain
-    PostgreSQL: nothing changes; a bound role's binding holds on every shard by itself).
-    The tenant is fixed when the store is made."""
-    if not isinstance(conn, psycopg.Connection):
-        raise ConfigurationError("connect_tenant() takes a psycopg.Connection")
-    bound, per = _tenant_args(tenant, per_transaction)
+    Unlike ``shardstore.connect`` it runs no migration and creates no partition (a tenant
+    role may do neither; the owner migrates, ``shardstore maintain`` premakes): it checks
+    that the schema is current and reads the partitioning. The tenant is fixed when the
+    store is made."""
+    bound = _bound_tenant(tenant)
     config = Settings.from_kwargs(settings)
-    connector = Connector(conn, config)
+    connector = Connector(source, config)
     store = Store(connector, config, make_counter(tokenizer))
-    connector.binding = store._run(_binding_op(bound, per))
-    store._run(_schema_current_op())
-    store._partitioning(*store._run(configure_op(config.partition_interval)))
+    try:
+        store._partitioning(*store._run(_tenant_setup_op(connector, bound, config)))
+    except BaseException:
+        connector.close()
+        raise
     return store
 
 
 async def connect_tenant_async(
-    conn: psycopg.AsyncConnection[Any],
+    source: Any = None,
     *,
     tenant: str | None = None,
-    per_transaction: bool | None = None,
     tokenizer: TokenCounter | str | None = None,
     **settings: Any,
 ) -> AsyncStore:
-    """asyncio version of :func:`connect_tenant` (an ``AsyncConnection`` scoped to a tenant,
-    or ``tenant``), returning an :class:`~shardstore.AsyncStore`; the same binding rules."""
-    if not isinstance(conn, psycopg.AsyncConnection):
-        raise ConfigurationError("connect_tenant_async() takes a psycopg.AsyncConnection")
-    bound, per = _tenant_args(tenant, per_transaction)
+    """asyncio version of :func:`connect_tenant` (a DSN, an ``AsyncConnectionPool`` or an
+    ``AsyncConnection``), returning an :class:`~shardstore.AsyncStore`; the same rules."""
+    bound = _bound_tenant(tenant)
     config = Settings.from_kwargs(settings)
-    connector = await AsyncConnector.create(conn, config)
+    connector = await AsyncConnector.create(source, config)
     store = AsyncStore(connector, config, make_counter(tokenizer))
-    connector.binding = await store._run(_binding_op(bound, per))
-    await store._run(_schema_current_op())
-    store._partitioning(*(await store._run(configure_op(config.partition_interval))))
+    try:
+        store._partitioning(*(await store._run(_tenant_setup_op(connector, bound, config))))
+    except BaseException:
+        await connector.close()
+        raise
     return store

@@ -33,5 +33,5 @@ def as_tenant(dsn: str, role: str, tenant: str) -> psycopg.Connection[Any]:
     """An autocommit connection acting as ``role`` for ``tenant``."""
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(f'SET ROLE "{role}"')
-    rls.set_tenant(conn, tenant)
+    rls.set_session_tenant(conn, tenant)
     return conn

@@ -561,7 +561,7 @@ def _scoped_store(kind: str, role_dsn: str, tenant: str) -> tuple[Any, Any]:
         )
         return pooled, pooled
     conn = psycopg.connect(role_dsn, autocommit=True)
-    rls.set_tenant(conn, tenant)
+    rls.set_session_tenant(conn, tenant)
     if kind == "connect_tenant":
         return rls.connect_tenant(conn, embedding_model=HashEmbedder(), **SMALL), conn
     return shardstore.connect(conn, embedding_model=HashEmbedder(), **SMALL), conn

@@ -361,7 +361,7 @@ def test_rls_scopes_facts_to_the_tenant(
     store.remember("globex", S, "j", "globex's", source=(globex, 0))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'SET ROLE "{tenant_role}"')
-        rls.set_tenant(conn, "acme")
+        rls.set_session_tenant(conn, "acme")
         raw = conn.execute("SELECT DISTINCT tenant_id FROM shardstore.facts").fetchall()
         assert raw == [("acme",)]
         scoped = rls.connect_tenant(conn)

@@ -148,7 +148,7 @@ def test_a_database_of_version_5_upgrades_with_rls_on(
             ).fetchall()
             assert [r[0] for r in rows] == [m.version for m in full]
             conn.execute(f'SET ROLE "{role}"')
-            rls.set_tenant(conn, "acme")
+            rls.set_session_tenant(conn, "acme")
             tenant = rls.connect_tenant(conn)
             ids = {r[0] for r in conn.execute("SELECT session_id FROM shardstore.sessions")}
             assert ids == {acme}

@@ -86,7 +86,7 @@ def _tenant_conn(w: World, tenant: str | None) -> psycopg.Connection[Any]:
     conn = psycopg.connect(w.dsn, autocommit=True)
     conn.execute(f'SET ROLE "{w.role}"')
     if tenant is not None:
-        rls.set_tenant(conn, tenant)
+        rls.set_session_tenant(conn, tenant)
     return conn
 
 
@@ -197,15 +197,16 @@ def test_partitions_have_row_security_too(world: World) -> None:
     assert world.other in all_ids
 
 
-def _scoped(w: World, per_transaction: bool, **settings: Any) -> tuple[Any, shardstore.Store]:
-    """A connection of the tenant role and a store on it scoped to acme: by the session-level
-    setting, or (per_transaction) by SET LOCAL in each transaction, the connection itself
-    set to no tenant at all."""
-    if not per_transaction:
+def _scoped(w: World, named: bool, **settings: Any) -> tuple[Any, shardstore.Store]:
+    """A connection of the tenant role and a store on it scoped to acme: by the tenant the
+    connection's session setting names when the store is made, or (named) by
+    ``tenant="acme"`` on a connection set to no tenant at all. Either way the store binds
+    acme in each of its transactions."""
+    if not named:
         conn = _tenant_conn(w, "acme")
         return conn, rls.connect_tenant(conn, **settings)
     conn = _tenant_conn(w, None)
-    return conn, rls.connect_tenant(conn, tenant="acme", per_transaction=True, **settings)
+    return conn, rls.connect_tenant(conn, tenant="acme", **settings)
 
 
 def _unscoped_after(conn: psycopg.Connection[Any]) -> None:
@@ -215,10 +216,10 @@ def _unscoped_after(conn: psycopg.Connection[Any]) -> None:
     assert conn.execute("SELECT count(*) FROM shardstore.sessions").fetchone() == (0,)
 
 
-@pytest.mark.parametrize("per_transaction", [False, True], ids=["session", "per_transaction"])
-def test_store_api_is_scoped(world: World, per_transaction: bool) -> None:
+@pytest.mark.parametrize("named", [False, True], ids=["setting", "named"])
+def test_store_api_is_scoped(world: World, named: bool) -> None:
     before = _snapshot(world.dsn)
-    conn, store = _scoped(world, per_transaction)
+    conn, store = _scoped(world, named)
     with conn:
         assert len(store.tail(world.acme, n=5)) == 5
         assert len(list(store.history(world.acme))) == 40
@@ -255,7 +256,7 @@ def test_store_api_is_scoped(world: World, per_transaction: bool) -> None:
         assert store.purge_subject("acme", "user:1").sessions_affected == 1
         with pytest.raises(shardstore.SessionPurged):
             store.tail(world.acme)
-        if per_transaction:
+        if named:
             _unscoped_after(conn)
     # globex untouched by all of it
     assert world.owner.session(world.other).turn_count == 40
@@ -304,12 +305,12 @@ def test_disable_restores_full_access(world: World) -> None:
 def test_connect_works_for_a_role_without_ddl_rights(world: World) -> None:
     with _tenant_conn(world, "acme") as conn:
         store = shardstore.connect(conn)
-        assert store._connector.binding is None  # plain PostgreSQL: the setting holds
+        assert store._connector.prologue is not None  # bound per transaction all the same
         assert store.session(world.acme).tenant_id == "acme"
 
 
-@pytest.mark.parametrize("per_transaction", [False, True], ids=["session", "per_transaction"])
-def test_search_and_vectors_are_scoped(world: World, per_transaction: bool) -> None:
+@pytest.mark.parametrize("named", [False, True], ids=["setting", "named"])
+def test_search_and_vectors_are_scoped(world: World, named: bool) -> None:
     from tests.embedders import HashEmbedder
 
     owner = shardstore.connect(world.dsn, embedding_model=HashEmbedder())
@@ -317,16 +318,16 @@ def test_search_and_vectors_are_scoped(world: World, per_transaction: bool) -> N
         assert owner.embed() > 0
     finally:
         owner.close()
-    conn, store = _scoped(world, per_transaction, embedding_model=HashEmbedder())
+    conn, store = _scoped(world, named, embedding_model=HashEmbedder())
     with conn:
         mine = store.search("acme 7", tenant_id="acme", k=50)
         assert mine and {h.session_id for h in mine} == {world.acme}
         # another tenant's vectors are invisible, whatever the call names
         assert store.search("globex 7", tenant_id="globex", k=50) == []
         assert store.search("globex 7", session_id=world.other, k=50) == []
-        if per_transaction:  # the raw statements below run with the tenant set
+        if named:  # the raw statements below run with the tenant set
             _unscoped_after(conn)
-            rls.set_tenant(conn, "acme")
+            rls.set_session_tenant(conn, "acme")
         rows = conn.execute("SELECT DISTINCT tenant_id FROM shardstore.chunk_vectors").fetchall()
         assert rows == [("acme",)]
         queued = conn.execute("SELECT DISTINCT session_id FROM shardstore.embed_queue").fetchall()
@@ -345,7 +346,7 @@ def test_per_transaction_binding_is_transaction_local(world: World) -> None:
     connection after a call (also after a failed one), a caller's transaction is bound for
     its rest, and a connection outside autocommit is bound in every transaction it begins."""
     with _tenant_conn(world, None) as conn:
-        store = rls.connect_tenant(conn, tenant="acme", per_transaction=True)
+        store = rls.connect_tenant(conn, tenant="acme")
         assert len(store.tail(world.acme, n=3)) == 3
         _unscoped_after(conn)
         with pytest.raises(shardstore.SessionNotFound):
@@ -358,7 +359,7 @@ def test_per_transaction_binding_is_transaction_local(world: World) -> None:
             assert ids == {world.acme}
         _unscoped_after(conn)
         # the connection's own setting is left alone and does not decide for the store
-        rls.set_tenant(conn, "globex")
+        rls.set_session_tenant(conn, "globex")
         assert len(store.tail(world.acme, n=2)) == 2
         with pytest.raises(shardstore.SessionNotFound):
             store.tail(world.other)
@@ -366,7 +367,7 @@ def test_per_transaction_binding_is_transaction_local(world: World) -> None:
     with psycopg.connect(world.dsn) as conn:  # not autocommit: each commit ends the binding
         conn.execute(f'SET ROLE "{world.role}"')
         conn.commit()
-        store = rls.connect_tenant(conn, tenant="acme", per_transaction=True)
+        store = rls.connect_tenant(conn, tenant="acme")
         conn.commit()
         for n in (1, 2):
             assert len(store.tail(world.acme, n=n)) == n
@@ -374,20 +375,77 @@ def test_per_transaction_binding_is_transaction_local(world: World) -> None:
             assert rls.current_tenant(conn) is None
 
 
-def test_default_binding_on_plain_postgres_is_the_session_setting(world: World) -> None:
-    """Not distributed: connect_tenant() binds nothing per transaction (no statement added
-    to any call); tenant= sets the connection's tenant as set_tenant() does."""
+def test_tenant_is_bound_per_transaction_by_default(world: World) -> None:
+    """Plain PostgreSQL too: connect_tenant() binds its tenant in every transaction (the
+    setting a connection names when the store is made, or tenant=), and sets nothing on
+    the connection."""
     with _tenant_conn(world, "acme") as conn:
         store = rls.connect_tenant(conn)
-        assert store._connector.binding is None
+        assert store._connector.prologue is not None
+        rls.set_session_tenant(conn, "globex")  # too late: the store is acme's
         assert store.session(world.acme).tenant_id == "acme"
+        with pytest.raises(shardstore.SessionNotFound):
+            store.session(world.other)
     with _tenant_conn(world, None) as conn:
         store = rls.connect_tenant(conn, tenant="globex")
-        assert store._connector.binding is None
-        assert rls.current_tenant(conn) == "globex"
+        assert store._connector.prologue is not None
+        assert rls.current_tenant(conn) is None
         assert store.session(world.other).tenant_id == "globex"
         with pytest.raises(shardstore.SessionNotFound):
             store.session(world.acme)
+        assert rls.current_tenant(conn) is None
+
+
+def test_connect_tenant_needs_a_tenant(world: World) -> None:
+    """A role bound to no tenant and a source that names none: refused, not a store that
+    silently sees nothing."""
+    with _tenant_conn(world, None) as conn:
+        with pytest.raises(shardstore.ConfigurationError, match="needs a tenant"):
+            rls.connect_tenant(conn)
+    with psycopg.connect(world.dsn, autocommit=True) as admin:
+        rls.grant_tenant_role(admin, world.role, tenant="acme")
+    with _tenant_conn(world, None) as conn:  # the role's binding decides: nothing to bind
+        store = rls.connect_tenant(conn)
+        assert store._connector.prologue is None
+        assert store.session(world.acme).tenant_id == "acme"
+
+
+def test_tenant_connection_sets_nothing_on_the_server(world: World) -> None:
+    """tenant_connection() carries its tenant on the client: the server connection has no
+    tenant set (a pooler may hand it to anyone next), and a store made from it by
+    connect_tenant() or connect() binds the tenant per transaction."""
+    with psycopg.connect(world.dsn, autocommit=True) as admin:
+        admin.execute(f'GRANT "{world.role}" TO CURRENT_USER')
+    with rls.tenant_connection(world.dsn, "acme") as conn:
+        conn.execute(f'SET ROLE "{world.role}"')
+        assert conn.tenant_id == "acme"
+        assert rls.current_tenant(conn) is None
+        for make in (rls.connect_tenant, shardstore.connect):
+            store = make(conn)
+            assert store.session(world.acme).tenant_id == "acme"
+            with pytest.raises(shardstore.SessionNotFound):
+                store.session(world.other)
+            _unscoped_after(conn)
+
+
+def test_dsn_options_tenant_is_bound_per_transaction(world: World) -> None:
+    """A DSN that sets the tenant (options=-c shardstore.tenant_id=...): the store binds it
+    per transaction from the DSN, so it holds where the pooler drops startup options."""
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(world.dsn, autocommit=True) as admin:
+        admin.execute(f'ALTER ROLE "{world.role}" LOGIN')
+    dsn = make_conninfo(
+        world.dsn, user=world.role, password=None, options="-c shardstore.tenant_id=globex"
+    )
+    store = rls.connect_tenant(dsn, pool_min_size=1, pool_max_size=2)
+    try:
+        assert store._connector.tenant == "globex"
+        assert store.session(world.other).tenant_id == "globex"
+        with pytest.raises(shardstore.SessionNotFound):
+            store.session(world.acme)
+    finally:
+        store.close()
 
 
 def test_connect_tenant_rejects_bad_bindings(world: World) -> None:
@@ -397,14 +455,12 @@ def test_connect_tenant_rejects_bad_bindings(world: World) -> None:
             {"tenant": ""},
             {"tenant": 7},
             {"tenant": "a\x00b"},
-            {"tenant": "acme", "per_transaction": "yes"},
-            {"tenant": "acme", "per_transaction": 1},
         ):
             with pytest.raises(shardstore.InvalidInput):
                 rls.connect_tenant(conn, **kwargs)
         assert rls.current_tenant(conn) is None
     with pytest.raises(shardstore.ConfigurationError):
-        rls.connect_tenant("not a connection")  # type: ignore[arg-type]
+        rls.connect_tenant(object())
     assert _snapshot(world.dsn) == before
 
 
@@ -413,7 +469,7 @@ def test_async_tenant_store_per_transaction(world: World) -> None:
         conn = await psycopg.AsyncConnection.connect(world.dsn, autocommit=True)
         try:
             await conn.execute(f'SET ROLE "{world.role}"')
-            store = await rls.connect_tenant_async(conn, tenant="acme", per_transaction=True)
+            store = await rls.connect_tenant_async(conn, tenant="acme")
             assert [t.turn_seq for t in await store.tail(world.acme, n=2)] == [38, 39]
             assert (await store.append_turn(world.acme, {"role": "user"})).turn_seq == 40
             with pytest.raises(shardstore.SessionNotFound):

@@ -381,7 +381,7 @@ def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
             # the tenant role sees its tenant's vectors only, and can still search
             with psycopg.connect(empty_dsn, autocommit=True) as conn:
                 conn.execute(f'SET ROLE "{role}"')
-                rls.set_tenant(conn, "acme")
+                rls.set_session_tenant(conn, "acme")
                 tenant = rls.connect_tenant(conn, embedding_model=HashEmbedder())
                 seen = conn.execute(
                     "SELECT DISTINCT tenant_id FROM shardstore.chunk_vectors").fetchall()

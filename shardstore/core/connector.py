@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import select
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -32,6 +34,64 @@ def resolve_dsn(dsn: str | None) -> str:
 
     dsn = embedded_dsn()
     return dsn
+
+
+TENANT_SETTING = "shardstore.tenant_id"
+
+
+class TenantConnection(psycopg.Connection[Any]):
+    """A psycopg connection that carries the tenant it is for, on the client only: no
+    session state is set on the server (a transaction-mode pooler would hand that to the
+    next client). A store made from it binds ``tenant_id`` in every transaction it runs
+    (:func:`shardstore.rls.tenant_connection`)."""
+
+    tenant_id: str | None = None
+
+
+class AsyncTenantConnection(psycopg.AsyncConnection[Any]):
+    """The asyncio flavour of :class:`TenantConnection`."""
+
+    tenant_id: str | None = None
+
+
+def _tenant_in_options(options: str | None) -> str | None:
+    """The ``shardstore.tenant_id`` a libpq ``options`` string sets (``-c name=value``,
+    ``-cname=value`` or ``--name=value``; a backslash escapes a space), the last one if
+    several do."""
+    if not options:
+        return None
+    words = re.split(r"(?<!\\)\s+", options.strip())
+    found: str | None = None
+    for i, word in enumerate(words):
+        if word == "-c" and i + 1 < len(words):
+            word = words[i + 1]
+        elif word.startswith(("-c", "--")):
+            word = word[2:]
+        else:
+            continue
+        name, sep, value = word.partition("=")
+        if sep and name == TENANT_SETTING:
+            found = re.sub(r"\\(.)", r"\1", value) or None
+    return found
+
+
+def source_tenant(source: Any) -> str | None:
+    """The tenant a connection source names on the client side: a
+    :class:`TenantConnection`'s, or the one a DSN (or a pool's conninfo) sets with
+    ``options=-c shardstore.tenant_id=...`` (``$PGOPTIONS`` too). A store binds it per
+    transaction, so that it holds behind a transaction-mode pooler, which does not pass
+    startup options on to each server connection it uses."""
+    tenant = getattr(source, "tenant_id", None)
+    if isinstance(source, TenantConnection | AsyncTenantConnection):
+        return tenant if isinstance(tenant, str) else None
+    conninfo = source if isinstance(source, str) else getattr(source, "conninfo", None)
+    if not isinstance(conninfo, str):
+        return None
+    try:
+        options = conninfo_to_dict(conninfo).get("options")
+    except psycopg.Error as exc:
+        raise ConfigurationError(f"invalid DSN: {exc}") from exc
+    return _tenant_in_options(str(options) if options else os.environ.get("PGOPTIONS"))
 
 
 def _unreachable(exc: Exception) -> DatabaseUnavailable:
@@ -217,9 +277,12 @@ class Connector:
     """Hands out connections. Owns (and closes) a pool only if it created it. A caller's
     connection runs one whole operation at a time."""
 
-    binding: Any = None  # a Q run first in every transaction (a tenant store: core/binding.py)
+    # a Q run first in every transaction, in the same round trip as the statement after it
+    # (a tenant store's binding: partition_manager.driver)
+    prologue: Any = None
 
     def __init__(self, source: Any, settings: Settings) -> None:
+        self.tenant = source_tenant(source)
         self._pool: ConnectionPool[Any] | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._engine: Any = None  # a SQLAlchemy Engine
@@ -324,6 +387,11 @@ class Connector:
         """True when connections come from a pool (background work may take one)."""
         return self._pool is not None or self._engine is not None
 
+    @property
+    def single(self) -> bool:
+        """True when every operation runs on the caller's one connection."""
+        return self._conn is not None or self._sa_conn is not None
+
     def close(self) -> None:
         """Close the pool if this connector created it."""
         if self._owned and self._pool is not None:
@@ -333,9 +401,10 @@ class Connector:
 class AsyncConnector:
     """The asyncio flavour of :class:`Connector` (same sources, async pool)."""
 
-    binding: Any = None  # as Connector.binding
+    prologue: Any = None  # as Connector.prologue
 
     def __init__(self) -> None:
+        self.tenant: str | None = None
         self._pool: AsyncConnectionPool[Any] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._engine: Any = None  # a SQLAlchemy AsyncEngine
@@ -350,6 +419,7 @@ class AsyncConnector:
         """Resolve ``source`` (a DSN, an AsyncConnectionPool or an AsyncConnection, or a
         SQLAlchemy AsyncEngine or AsyncConnection on psycopg)."""
         self = cls()
+        self.tenant = source_tenant(source)
         kind = _sqlalchemy_kind(source)
         if isinstance(source, AsyncConnectionPool):
             self._pool = source
@@ -435,6 +505,11 @@ class AsyncConnector:
     def pooled(self) -> bool:
         """True when connections come from a pool (background work may take one)."""
         return self._pool is not None or self._engine is not None
+
+    @property
+    def single(self) -> bool:
+        """True when every operation runs on the caller's one connection."""
+        return self._conn is not None or self._sa_conn is not None
 
     async def close(self) -> None:
         """Close the pool if this connector created it."""

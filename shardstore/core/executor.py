@@ -13,7 +13,6 @@ from psycopg import errors as pgerrors
 from partition_manager import driver
 
 from .. import errors as e
-from .binding import transaction_local
 from .steps import Op
 
 T = TypeVar("T")
@@ -69,28 +68,22 @@ def translate(exc: psycopg.Error) -> e.ShardstoreError:
     return kind(text)
 
 
-def _bound(source: Any, op: Op[T]) -> Op[T]:
-    # a connector with a transaction-local binding (a tenant store on Citus: core/binding.py)
-    binding = getattr(source, "binding", None)
-    return op if binding is None else transaction_local(op, binding)
-
-
 def run_sync(source: Any, op: Op[T]) -> T:
     """Run an operation to completion on a sync connection or connector; shardstore errors
     only."""
-    return driver.run_sync(source, _bound(source, op), translate)
+    return driver.run_sync(source, op, translate)
 
 
 def stream_sync(source: Any, op: Op[Any]) -> Iterator[Any]:
     """Run a streaming operation on a sync connection or connector, yielding what it emits."""
-    return driver.stream_sync(source, _bound(source, op), translate)
+    return driver.stream_sync(source, op, translate)
 
 
 async def run_async(source: Any, op: Op[T]) -> T:
     """Run an operation to completion on an asyncio connection or connector."""
-    return await driver.run_async(source, _bound(source, op), translate)
+    return await driver.run_async(source, op, translate)
 
 
 def stream_async(source: Any, op: Op[Any]) -> AsyncIterator[Any]:
     """Run a streaming operation on an asyncio connection or connector."""
-    return driver.stream_async(source, _bound(source, op), translate)
+    return driver.stream_async(source, op, translate)

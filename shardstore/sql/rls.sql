@@ -20,21 +20,13 @@ SELECT set_config('shardstore.tenant_id', %s, false);
 SELECT shardstore.rls_tenant_v1();
 
 -- name: rls_store_binding
--- what connect_tenant() needs to bind a store: the connection's tenant setting, whether the
--- role is bound (the policies then read the binding, on the shards too), and whether the
--- store is distributed (a session-level setting does not reach the shards there)
+-- what a store needs to bind its tenant: the connection's tenant setting (read only for the
+-- caller's one connection), and whether the role is bound (the policies then read the
+-- binding, on the shards too, and the store binds nothing)
 SELECT nullif(current_setting('shardstore.tenant_id', true), ''),
-       EXISTS (SELECT 1 FROM shardstore.rls_role_tenants b WHERE b.role_name = current_user),
-       shardstore.is_distributed_v1('shardstore.sessions');
+       EXISTS (SELECT 1 FROM shardstore.rls_role_tenants b WHERE b.role_name = current_user);
 
 -- name: rls_bind_tenant
 -- the tenant for the rest of this transaction (SET LOCAL: Citus sends it on to the shards)
 SELECT shardstore.rls_bind_tenant_v1(%s);
 
--- name: rls_rebind_tenant
--- a store given a tenant-scoped connection (shardstore.connect(conn)) on Citus: the
--- connection's own session-level tenant, SET LOCAL for this transaction so that it reaches
--- the shards; without one nothing is bound (the store sees nothing, as the policies say)
-SELECT shardstore.rls_bind_tenant_v1(t)
-  FROM nullif(current_setting('shardstore.tenant_id', true), '') AS t
- WHERE t IS NOT NULL;
