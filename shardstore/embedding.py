@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from .core import validate
 from .errors import ConfigurationError, MissingDependency
 
 DEFAULT_MODEL = "BAAI/bge-m3"
@@ -229,7 +230,7 @@ def make_embedder(spec: Any) -> Embedder:
     if isinstance(spec, str | os.PathLike):
         return SentenceTransformerEmbedder(os.fspath(spec))
     raise ConfigurationError(
-        f"embedding_model must be a model name, a path or an Embedder, not {spec!r:.80}"
+        f"embedding_model must be a model name, a path or an Embedder, not {validate.shown(spec)}"
     )
 
 

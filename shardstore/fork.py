@@ -31,7 +31,8 @@ def _at(value: Any) -> int | None:
         return None
     if type(value) is not int or not -1 <= value <= validate.MAX_INT64:
         raise InvalidInput(
-            f"at_turn_seq must be an int >= -1 (-1: fork with an empty history), not {value!r:.80}"
+            "at_turn_seq must be an int >= -1 (-1: fork with an empty history), not "
+            f"{validate.shown(value)}"
         )
     return value
 

@@ -169,7 +169,7 @@ def _cursor_op(before: Any) -> Op[tuple[datetime, uuid.UUID] | None]:
     if not isinstance(before, uuid.UUID | str):
         raise InvalidInput(
             "before must be a SessionInfo (the last one of the previous page) or a session "
-            f"id, not {before!r:.80}"
+            f"id, not {validate.shown(before)}"
         )
     sid = validate.uuid_value(before, "before")
     row = yield _named("session_cursor", (sid,), fetch="one")

@@ -409,7 +409,7 @@ def _embed_seconds(value: Any) -> float | None:
     if not 0 < seconds <= MAX_EMBED_SECONDS:
         raise InvalidInput(
             f"embed_seconds must be more than 0 and at most {MAX_EMBED_SECONDS} "
-            f"(a number of seconds or a timedelta), not {value!r:.80}"
+            f"(a number of seconds or a timedelta), not {validate.shown(value)}"
         )
     return seconds
 

@@ -98,9 +98,12 @@ def reembed(
 ) -> Op[int]:
     """Switch the database to ``model`` (default: this store's ``embedding_model``):
     drop every stored vector, record the new model, queue every chunk and embed them all.
-    Searches find less until it is done. Returns chunks embedded."""
+    Searches find less until it is done. Returns chunks embedded. Bad arguments raise
+    ``InvalidInput`` before any vector is dropped."""
+    size = validate.count(batch_size, "batch_size", high=10_000)
+    show = validate.flag(progress, "progress")
     yield from prepare_op(store._vectors, model, reset=True)
-    return (yield from embed(store, progress=progress, batch_size=batch_size))
+    return (yield from embed(store, progress=show, batch_size=size))
 
 
 def search(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..core import validate
 from ..errors import InvalidInput
 
 SCHEMA_VERSION = 1
@@ -44,6 +45,18 @@ def tenant_segment(tenant_id: str) -> str:
 def object_key(tenant_id: str, sha256: str) -> str:
     """``{tenant}/sha256/ab/cd/{hash}``: where a backend keeps the object."""
     return f"{tenant_segment(tenant_id)}/sha256/{sha256[:2]}/{sha256[2:4]}/{sha256}"
+
+
+def owned_key(tenant_id: str, artifact_id: uuid.UUID, sha256: str) -> str | None:
+    """The key of the object an ``artifacts`` row governs, derived from the row's tenant and
+    sha256 (never from its stored ``object_key``, which a tenant role with raw SQL can
+    write): None unless the row is the one the library writes for that content in that
+    tenant (``artifact_id == artifact_id_for(tenant_id, sha256)``), so a row of one tenant
+    never names another tenant's object, and of the rows of a tenant only one governs each
+    object (only it may read or delete it)."""
+    if artifact_id != artifact_id_for(tenant_id, sha256):
+        return None
+    return object_key(tenant_id, sha256)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +101,7 @@ class ArtifactRef:
         if isinstance(value, Mapping) and MARKER in value:
             value = value[MARKER]
         if not isinstance(value, Mapping):
-            raise InvalidInput(f"not an artifact reference: {value!r:.80}")
+            raise InvalidInput(f"not an artifact reference: {validate.shown(value)}")
         try:
             tokens = value.get("tokens")
             ref = cls(
@@ -102,7 +115,9 @@ class ArtifactRef:
                 tokens=None if tokens is None else int(tokens),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidInput(f"not an artifact reference ({exc}): {value!r:.80}") from None
+            raise InvalidInput(
+                f"not an artifact reference ({exc}): {validate.shown(value)}"
+            ) from None
         return ref
 
 

@@ -7,6 +7,7 @@ never accepted as numbers, and a truthy string is never accepted as a flag.
 
 from __future__ import annotations
 
+import reprlib
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -15,6 +16,21 @@ from typing import Any
 from ..errors import InvalidInput
 
 MAX_ID_CHARS = 256
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3  # a value nested thousands deep is shown by its first levels
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``value`` as an error message shows it: a repr of at most ``limit`` characters that
+    never raises (``repr`` itself raises RecursionError on a list nested 5,000 deep and
+    ValueError on an int of 5,000 digits, so it must not be used on caller values)."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # an int over Python's digit limit, a __repr__ that raises
+        text = f"<a {type(value).__name__}>"
+    return text[:limit]
+
 MAX_KEY_CHARS = 512
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
@@ -34,7 +50,7 @@ def text(value: Any, what: str, *, limit: int = MAX_ID_CHARS) -> str:
     """A non-empty string the database can store: at most ``limit`` characters, no NUL,
     no lone surrogate (ids: tenant, subject, agent, idempotency keys)."""
     if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be a non-empty string, not {shown(value)}")
     if len(value) > limit:
         raise InvalidInput(f"{what} is longer than {limit} characters")
     if "\x00" in value:
@@ -54,7 +70,7 @@ def optional_text(value: Any, what: str, *, limit: int = MAX_ID_CHARS) -> str | 
 def count(value: Any, what: str, *, low: int = 1, high: int = MAX_INT32) -> int:
     """An int from ``low`` to ``high`` (counts, sizes, batch sizes, k)."""
     if type(value) is not int or not low <= value <= high:
-        raise InvalidInput(f"{what} must be an int from {low} to {high}, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be an int from {low} to {high}, not {shown(value)}")
     return value
 
 
@@ -71,20 +87,20 @@ def position(value: Any, what: str) -> int:
 def flag(value: Any, what: str) -> bool:
     """True or False, nothing else (a truthy string such as "no" must not mean yes)."""
     if type(value) is not bool:
-        raise InvalidInput(f"{what} must be True or False, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be True or False, not {shown(value)}")
     return value
 
 
 def instant(value: Any, what: str) -> datetime:
     """A timezone-aware datetime, in UTC."""
     if not isinstance(value, datetime):
-        raise InvalidInput(f"{what} must be a timezone-aware datetime, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be a timezone-aware datetime, not {shown(value)}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInput(f"{what} must be timezone-aware (e.g. datetime.now(UTC))")
     try:
         return value.astimezone(UTC)
     except (OverflowError, ValueError):
-        raise InvalidInput(f"{what} is out of range: {value!r:.80}") from None
+        raise InvalidInput(f"{what} is out of range: {shown(value)}") from None
 
 
 def optional_instant(value: Any, what: str) -> datetime | None:
@@ -135,20 +151,20 @@ def json_object(value: Any, what: str, *, limit: int = MAX_JSON_BYTES) -> str:
 def amount(value: Any, what: str) -> float:
     """A finite, non-negative number (an int or a float; never a bool), as a float: costs."""
     if type(value) not in (int, float):
-        raise InvalidInput(f"{what} must be a number, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be a number, not {shown(value)}")
     try:
         result = float(value)
     except OverflowError:
-        raise InvalidInput(f"{what} is out of range: {value!r:.80}") from None
+        raise InvalidInput(f"{what} is out of range: {shown(value)}") from None
     if not 0.0 <= result < float("inf"):  # NaN fails every comparison
-        raise InvalidInput(f"{what} must be a finite number >= 0, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be a finite number >= 0, not {shown(value)}")
     return result
 
 
 def choice(value: Any, what: str, options: Sequence[str]) -> str:
     """One of ``options`` (a status, a kind), exactly."""
     if type(value) is not str or value not in options:
-        raise InvalidInput(f"{what} must be one of {', '.join(options)}; not {value!r:.80}")
+        raise InvalidInput(f"{what} must be one of {', '.join(options)}; not {shown(value)}")
     return value
 
 
@@ -161,17 +177,17 @@ def uuid_value(value: Any, what: str) -> uuid.UUID:
             return uuid.UUID(value)
         except ValueError:
             pass
-    raise InvalidInput(f"{what} must be a UUID (or its string form), not {value!r:.80}")
+    raise InvalidInput(f"{what} must be a UUID (or its string form), not {shown(value)}")
 
 
 def fraction(value: Any, what: str) -> float:
     """A finite number from 0 to 1 (an int or a float; never a bool), as a float:
     confidences."""
     if type(value) not in (int, float):
-        raise InvalidInput(f"{what} must be a number from 0 to 1, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be a number from 0 to 1, not {shown(value)}")
     result = float(value)
     if not 0.0 <= result <= 1.0:  # NaN fails every comparison
-        raise InvalidInput(f"{what} must be a number from 0 to 1, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be a number from 0 to 1, not {shown(value)}")
     return result
 
 
@@ -184,7 +200,7 @@ def texts(value: Any, what: str, *, limit: int = MAX_ID_CHARS) -> list[str]:
     """A list (or tuple) of strings as for :func:`text`; a bare string is refused (it
     would be read as its characters)."""
     if not isinstance(value, list | tuple):
-        raise InvalidInput(f"{what} must be a list of strings, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be a list of strings, not {shown(value)}")
     return [text(item, f"each of {what}", limit=limit) for item in value]
 
 
@@ -192,5 +208,5 @@ def turn_ref(value: Any, what: str) -> tuple[uuid.UUID, int]:
     """A turn named as ``(session_id, turn_seq)``: a session id as for :func:`session_id`
     and a non-negative turn_seq."""
     if not isinstance(value, tuple | list) or len(value) != 2:
-        raise InvalidInput(f"{what} must be a (session_id, turn_seq) pair, not {value!r:.80}")
+        raise InvalidInput(f"{what} must be a (session_id, turn_seq) pair, not {shown(value)}")
     return session_id(value[0]), position(value[1], f"{what} turn_seq")

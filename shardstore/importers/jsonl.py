@@ -344,9 +344,11 @@ def _instant(value: Any, where: str, what: str) -> datetime:
     try:
         at = datetime.fromisoformat(value)
     except ValueError:
-        raise ImportRejected(f"{where}: {what} {value!r:.60} is not an ISO 8601 time") from None
+        raise ImportRejected(
+            f"{where}: {what} {validate.shown(value, 60)} is not an ISO 8601 time"
+        ) from None
     if at.tzinfo is None or at.utcoffset() is None:
-        raise ImportRejected(f"{where}: {what} {value!r:.60} has no UTC offset")
+        raise ImportRejected(f"{where}: {what} {validate.shown(value, 60)} has no UTC offset")
     # in UTC it must still be a datetime (0001-01-01T00:00+14:00 is not): the database
     # stores it in UTC and every read hands it back as one
     return _field(validate.instant, at, where, what)  # type: ignore[no-any-return]
@@ -372,7 +374,8 @@ class _Head:
         version = doc.get("version")
         if type(version) is not int or version > VERSION or version < 1:
             raise ImportRejected(
-                f"{where}: format version {version!r:.20} (this shardstore reads {VERSION})"
+                f"{where}: format version {validate.shown(version, 20)} "
+                f"(this shardstore reads {VERSION})"
             )
         self.session_id: uuid.UUID = _field(validate.session_id, doc.get("session_id"), where)
         self.tenant: str = _field(validate.text, doc.get("tenant_id"), where, "tenant_id")
@@ -529,7 +532,9 @@ def import_jsonl(
     session written; sessions before it stay, so a re-run with ``on_existing="skip"``
     completes the import. ``progress`` draws a bar of turns on stderr."""
     if on_existing not in ON_EXISTING:
-        raise InvalidInput(f"on_existing must be 'refuse' or 'skip', not {on_existing!r:.80}")
+        raise InvalidInput(
+            f"on_existing must be 'refuse' or 'skip', not {validate.shown(on_existing)}"
+        )
     size = validate.count(batch_size, "batch_size", high=100_000)
     show = validate.flag(progress, "progress")
     if isinstance(source, io.BufferedIOBase | io.RawIOBase):

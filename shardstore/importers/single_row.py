@@ -396,7 +396,7 @@ def import_single_row(
     )
     size = validate.count(batch_size, "batch_size", high=100_000)
     if on_error not in ON_ERROR:
-        raise InvalidInput(f"on_error must be 'raise' or 'skip', not {on_error!r:.80}")
+        raise InvalidInput(f"on_error must be 'raise' or 'skip', not {validate.shown(on_error)}")
     show = validate.flag(progress, "progress")
     if not isinstance(source_dsn, str) or not source_dsn:
         raise InvalidInput("source_dsn must be a non-empty DSN string")

@@ -44,6 +44,7 @@ from .. import fork as fork_ops
 from .. import history as history_ops
 from .. import jsoncodec
 from .. import purge as purge_ops
+from ..core import validate
 from ..core.steps import Emit, Op, Q, Tx
 from ..errors import Conflict, InvalidInput, MissingDependency, SessionNotFound, SessionPurged
 from ..sql import query
@@ -120,7 +121,7 @@ def _text(value: Any, what: str, *, empty: bool = False) -> str:
     """A string the database can store (no NUL, no lone surrogate); empty only if allowed."""
     if not isinstance(value, str) or (not value and not empty):
         raise InvalidInput(
-            f"{what} must be a {'' if empty else 'non-empty '}string, not {value!r:.80}"
+            f"{what} must be a {'' if empty else 'non-empty '}string, not {validate.shown(value)}"
         )
     if "\x00" in value:
         raise InvalidInput(f"{what} must not contain NUL characters")
@@ -657,7 +658,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             before_id = _configurable(before).get("checkpoint_id")
             before_id = None if before_id is None else _text(before_id, "before's checkpoint_id")
         if limit is not None and (type(limit) is not int or limit < 0):
-            raise InvalidInput(f"limit must be an int >= 0, not {limit!r:.40}")
+            raise InvalidInput(f"limit must be an int >= 0, not {validate.shown(limit, 40)}")
         filter_text = None
         if filter:
             if not isinstance(filter, Mapping):
@@ -728,7 +729,10 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         if isinstance(thread_ids, str | bytes) or not isinstance(thread_ids, Sequence):
             raise InvalidInput("thread_ids must be a sequence of thread ids")
         if strategy not in ("keep_latest", "delete"):
-            raise InvalidInput(f"strategy must be 'keep_latest' or 'delete', not {strategy!r:.40}")
+            raise InvalidInput(
+                "strategy must be 'keep_latest' or 'delete', not "
+                f"{validate.shown(strategy, 40)}"
+            )
         threads = [_thread_id(t) for t in thread_ids]
         if strategy == "delete":
             for thread in threads:
