@@ -40,6 +40,7 @@ from datetime import datetime
 from typing import Any
 
 from .artifacts import sweep as artifact_sweep
+from .artifacts.config import config_of
 from .core import validate
 from .core.retry import retrying
 from .core.steps import Call, Op, Q, Tx
@@ -491,6 +492,41 @@ def _releasing_op(
     return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: released})
 
 
+def _erasing_op(
+    store: Any,
+    dry_run: bool,
+    tenant: str | None,
+    purge: Op[PurgeReport],
+    session: uuid.UUID | None = None,
+    whole_tenant: bool = False,
+) -> Op[PurgeReport]:
+    """Run a purge of whole sessions (of ``session``, or of ``tenant``'s subject or of the
+    whole ``tenant``), then erase before returning, in every backend, whatever it queued:
+    each artifact any purged session ever referenced (also one whose references went
+    before the purge: a rewind, an unref, checkpoint pruning) that no live reference of
+    another session, nor one naming no session, still needs; with ``whole_tenant`` every
+    artifact of the tenant, the references naming no session deleted first. The queue is
+    written in the transactions that delete the sessions' rows, so a purge killed at any
+    point is finished by its re-run (or the next sweep). ``shardstore.artifacts`` in the
+    report counts what was erased (rows: artifacts, bytes: their size); a dry run erases
+    nothing and reports 0 there."""
+    if dry_run:
+        report = yield from purge
+        return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: TableRemoval()})
+    if session is not None:
+        row = yield Q(query("artifact_session_tenant"), (session,), fetch="one")
+        if row is None:  # unknown (or another tenant's) session: the purge raises
+            return (yield from purge)
+        tenant = str(row[0])
+    report = yield from purge
+    assert tenant is not None
+    if whole_tenant:
+        yield Q(query("artifact_erase_tenant"), (tenant,), fetch="one")
+    done = yield from artifact_sweep.erase_op(config_of(store), tenant)
+    erased = TableRemoval(done.deleted, 0, done.bytes)
+    return dataclasses.replace(report, tables={**report.tables, ARTIFACTS: erased})
+
+
 # ---------------------------------------------------------------- store methods
 
 
@@ -549,7 +585,7 @@ def purge_session(
     acc = _Acc("session", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum)
     purge = _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum))
-    return (yield from _releasing_op(store, dry_run, None, purge, sid))
+    return (yield from _erasing_op(store, dry_run, None, purge, sid))
 
 
 def _sessions_op(
@@ -602,7 +638,7 @@ def purge_subject(
         progress,
         lambda acc: subject_facts_op(acc, tenant, subject),
     )
-    return (yield from _releasing_op(store, dry_run, tenant, purge))
+    return (yield from _erasing_op(store, dry_run, tenant, purge))
 
 
 def purge_tenant(
@@ -627,7 +663,7 @@ def purge_tenant(
         progress,
         lambda acc: tenant_facts_op(acc, tenant),
     )
-    return (yield from _releasing_op(store, dry_run, tenant, purge))
+    return (yield from _erasing_op(store, dry_run, tenant, purge, whole_tenant=True))
 
 
 def purge_range(

@@ -170,3 +170,38 @@ def s3_url() -> str:
                 time.sleep(0.5)
         _S3["url"] = "s3://shardstore-test"
     return f"{_S3['url']}/run-{uuid.uuid4().hex[:12]}"
+
+
+def holds_bytes(store: shardstore.Store, dsn: str, tenant: str, sha: str) -> bool:
+    """Whether the backend still holds the bytes of ``tenant``'s content with this sha256
+    (object backends: its object at ``{tenant}/sha256/ab/cd/{hash}``; postgres: chunks of
+    the tenant that hash to it, whatever row names them)."""
+    from shardstore.artifacts.model import object_key
+
+    backend = config_of(store).backend
+    if backend is not None:
+        return object_key(tenant, sha) in set(backend.keys())
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT string_agg(data, ''::bytea ORDER BY chunk_no)"
+            "  FROM shardstore.artifact_chunks WHERE tenant_id = %s GROUP BY upload_id",
+            (tenant,),
+        ).fetchall()
+    return any(hashlib.sha256(bytes(data)).hexdigest() == sha for (data,) in rows)
+
+
+def backend_contents(store: shardstore.Store, dsn: str) -> list[bytes]:
+    """Every object's bytes (object backends), or every upload's chunks joined (postgres)."""
+    backend = config_of(store).backend
+    if backend is not None:
+        found = []
+        for key in list(backend.keys()):
+            with backend.open(key) as f:
+                found.append(f.read())
+        return found
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT string_agg(data, ''::bytea ORDER BY chunk_no)"
+            "  FROM shardstore.artifact_chunks GROUP BY upload_id"
+        ).fetchall()
+    return [bytes(data) for (data,) in rows]

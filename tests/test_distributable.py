@@ -126,6 +126,7 @@ def test_tenant_keyed_global_tables_are_checked_too(dsn: str) -> None:
         ).fetchall()
         assert listed == [
             ("shardstore.artifact_chunks", "tenant_id"),
+            ("shardstore.artifact_erasures", "tenant_id"),
             ("shardstore.artifacts", "tenant_id"),
         ]
         assert conn.execute("SELECT count(*) FROM shardstore.citus_kept_local_v1()").fetchone() == (

@@ -45,6 +45,7 @@ from .model import (
     ArtifactRef,
     artifact_id_for,
     object_key,
+    owned_key,
 )
 from .source import CHUNK, Source, next_chunk_op, source
 
@@ -64,10 +65,11 @@ def uri_for(config: ArtifactConfig, backend: str, key: str) -> str:
 
 
 def ref_from_row(config: ArtifactConfig, row: Mapping[str, Any]) -> ArtifactRef:
-    """An ArtifactRef from an ``artifacts`` row."""
+    """An ArtifactRef from an ``artifacts`` row (its URI derived from the row's tenant and
+    sha256, never from the stored ``object_key``)."""
     return ArtifactRef(
         artifact_id=row["artifact_id"],
-        uri=uri_for(config, row["backend"], row["object_key"]),
+        uri=uri_for(config, row["backend"], object_key(row["tenant_id"], row["sha256"])),
         sha256=row["sha256"],
         content_type=row["content_type"],
         size_bytes=int(row["size_bytes"]),
@@ -175,15 +177,15 @@ def _put_postgres_op(
     if owner is not None:
         yield from ref_op(tenant, aid, owner[0], owner[1], owner[2], owner[3], required, None)
     yield Tx.COMMIT
-    return _made_ref(config, aid, sha, row)
+    return _made_ref(config, aid, sha, key, row)
 
 
 def _made_ref(
-    config: ArtifactConfig, aid: uuid.UUID, sha: str, row: Mapping[str, Any]
+    config: ArtifactConfig, aid: uuid.UUID, sha: str, key: str, row: Mapping[str, Any]
 ) -> ArtifactRef:
     return ArtifactRef(
         artifact_id=aid,
-        uri=uri_for(config, row["backend"], row["object_key"]),
+        uri=uri_for(config, row["backend"], key),
         sha256=sha,
         content_type=row["content_type"],
         size_bytes=int(row["size_bytes"]),
@@ -226,12 +228,14 @@ def _put_object_op(
             if row["status"] == "existing":
                 if owner is not None:
                     yield from ref_op(tenant, aid, *owner, required, None)
-                return _made_ref(config, aid, sha, row)
+                return _made_ref(config, aid, sha, key, row)
             yield Tx.BEGIN
             (state,) = yield Q(query("artifact_lock_upload"), (tenant, aid), fetch="one")
             if state == "uploading":
-                yield Call(backend.place, (staging, row["object_key"]))
-                ok = yield Call(backend.verify, (row["object_key"], sha, size))
+                # at the key derived here, whatever the row says: a row taken over from a
+                # dead put or a sweep may carry a key a tenant role wrote
+                yield Call(backend.place, (staging, key))
+                ok = yield Call(backend.verify, (key, sha, size))
                 if not ok:
                     raise ArtifactCorrupt(
                         f"the object stored for {aid} does not match its sha256 and size"
@@ -241,7 +245,7 @@ def _put_object_op(
                 if owner is not None:
                     yield from ref_op(tenant, aid, *owner, required, None)
                 yield Tx.COMMIT
-                return _made_ref(config, aid, sha, row)
+                return _made_ref(config, aid, sha, key, row)
             yield Tx.COMMIT  # gone or being deleted meanwhile: claim again
         raise Conflict(f"artifact {aid} kept changing while it was stored; retry")
     finally:
@@ -273,7 +277,7 @@ def _owner(value: Any) -> tuple[str, str, uuid.UUID | None, int | None] | None:
     if value is None:
         return None
     if not isinstance(value, tuple | list) or len(value) != 2:
-        raise InvalidInput(f"owner must be (owner_type, owner_id) or None, not {value!r:.80}")
+        raise InvalidInput(f"owner must be (owner_type, owner_id) or None, not {validate.shown(value)}")
     return owner_args(value[0], value[1])
 
 
@@ -322,6 +326,12 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
     size = 0
     yield Tx.BEGIN_SNAPSHOT
     row = yield from _row_op(tenant, artifact_id)
+    key = owned_key(tenant, artifact_id, row["sha256"])
+    if key is None:  # not a row the library wrote: it names no bytes this tenant may read
+        yield Tx.COMMIT
+        raise ArtifactCorrupt(
+            f"artifact {artifact_id} does not match its content address (tenant, sha256)"
+        )
     if row["backend"] == "postgres":
         chunks = (tenant, row["upload_id"])  # by tenant too: one shard on Citus
         (count,) = yield Q(query("artifact_chunk_count"), chunks, fetch="one")
@@ -341,7 +351,7 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
                 f"with artifacts= pointing at it (this store uses {config.url!r:.80})"
             )
         try:
-            handle = yield Call(backend.open, (row["object_key"],))
+            handle = yield Call(backend.open, (key,))
         except FileNotFoundError:
             raise ArtifactNotFound(
                 f"artifact {artifact_id}: its object is gone from the backend"

@@ -25,6 +25,7 @@ from ..core.steps import Call, Op, Q, Tx
 from ..errors import InvalidInput
 from ..sql import query
 from .config import ArtifactConfig, config_of
+from .model import owned_key
 
 SWEEP_BATCH = 500
 STAGING_MIN_AGE_S = 3600.0
@@ -75,30 +76,82 @@ def mark_op(tenant: str | None) -> Op[tuple[int, int]]:
             return marked, cleared
 
 
-def _finish_deleting_op(config: ArtifactConfig, tenant: str | None) -> Op[tuple[int, int, int]]:
-    """Remove the objects of 'deleting' rows, each under its row lock; (deleted rows,
-    objects removed, skipped rows)."""
-    deleted = objects = 0
+def _finish_deleting_op(
+    config: ArtifactConfig, tenant: str | None
+) -> Op[tuple[int, int, int, int]]:
+    """Remove the objects of 'deleting' rows, each under its row lock; (deleted rows, their
+    bytes, objects removed, skipped rows). The object is the one at the key derived from the
+    row's tenant and sha256; a row that is not the one the library writes for that content
+    (a tenant role's raw SQL can write any row of its tenant) governs no object: only the
+    row goes."""
+    deleted = size = objects = 0
     skipped: set[tuple[str, uuid.UUID]] = set()
     backend = config.backend
     while True:
         rows = yield Q(query("artifacts_deleting"), (tenant, SWEEP_BATCH), named=True)
         todo = [r for r in rows if (r["tenant_id"], r["artifact_id"]) not in skipped]
         if not todo:
-            return deleted, objects, len(skipped)
+            return deleted, size, objects, len(skipped)
         for row in todo:
             ident = (row["tenant_id"], row["artifact_id"])
             if backend is None or backend.name != row["backend"]:
                 skipped.add(ident)
                 continue
+            key = owned_key(row["tenant_id"], row["artifact_id"], row["sha256"])
             yield Tx.BEGIN
             (still,) = yield Q(query("artifact_lock_delete"), ident, fetch="one")
             if still:
-                removed = yield Call(backend.delete, (row["object_key"],))
-                objects += int(bool(removed))
+                if key is not None:
+                    removed = yield Call(backend.delete, (key,))
+                    objects += int(bool(removed))
                 (gone,) = yield Q(query("artifact_forget"), ident, fetch="one")
                 deleted += int(bool(gone))
+                size += int(row["size_bytes"]) if gone else 0
             yield Tx.COMMIT
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    """What :func:`erase_op` did: artifacts ``deleted`` (rows and their bytes, every
+    backend) and their ``bytes``; ``kept``: queued ones a live reference still needed;
+    ``skipped``: 'deleting' rows of another backend than the store's (left queued as
+    'deleting' for a store configured with it)."""
+
+    deleted: int = 0
+    bytes: int = 0
+    kept: int = 0
+    skipped: int = 0
+
+
+def erase_op(config: ArtifactConfig, tenant: str | None) -> Op[Erased]:
+    """Erase what purges queued (``shardstore.artifact_erasures``) for ``tenant`` (None:
+    every tenant the connection sees): each queued artifact that no live reference needs
+    is deleted with its bytes (postgres: row and chunks in one transaction; file, s3: the
+    row marked 'deleting' in the transaction that takes it off the queue, then its object
+    and row removed as a sweep removes them), then every 'deleting' row of the tenant is
+    finished. Idempotent and resumable: a run killed at any point leaves each artifact
+    queued, 'deleting' or gone, and the next run (a purge's re-run, or a sweep) finishes."""
+    deleted = size = kept = 0
+    while True:
+        rows = yield Q(query("artifact_erasures"), (tenant, SWEEP_BATCH), named=True)
+        for row in rows:
+            yield Tx.BEGIN
+            done = yield Q(
+                query("artifact_erase"),
+                (row["tenant_id"], row["artifact_id"]),
+                named=True,
+                fetch="one",
+            )
+            yield Tx.COMMIT
+            if done["status"] == "deleted":
+                deleted += 1
+                size += int(done["size_bytes"])
+            elif done["status"] == "kept":
+                kept += 1
+        if len(rows) < SWEEP_BATCH:
+            break
+    gone, gone_bytes, _objects, skipped = yield from _finish_deleting_op(config, tenant)
+    return Erased(deleted + gone, size + gone_bytes, kept, skipped)
 
 
 def sweep_op(
@@ -123,7 +176,10 @@ def sweep_op(
             deleted_ids=tuple(r["artifact_id"] for r in rows),
         )
     marked = cleared = 0
+    erased = Erased()
     if since is None:
+        # what a purge that died left queued is erased first, whatever the grace
+        erased = yield from erase_op(config, tenant)
         marked, cleared = yield from mark_op(tenant)
     deleted = size = 0
     ids: list[uuid.UUID] = []
@@ -137,7 +193,7 @@ def sweep_op(
             deleted += int(bool(r["deleted"]))
         if len(rows) < SWEEP_BATCH:
             break
-    gone, objects, skipped = yield from _finish_deleting_op(config, tenant)
+    gone, _size, objects, skipped = yield from _finish_deleting_op(config, tenant)
     staging = 0
     if config.backend is not None and since is None:
         staging = yield Call(config.backend.sweep_staging, (max(seconds, STAGING_MIN_AGE_S),))
@@ -145,11 +201,11 @@ def sweep_op(
         dry_run=False,
         marked=marked,
         cleared=cleared,
-        deleted=deleted + gone,
-        bytes_deleted=size,
+        deleted=deleted + gone + erased.deleted,
+        bytes_deleted=size + erased.bytes,
         objects_deleted=objects,
         staging_removed=int(staging),
-        skipped=skipped,
+        skipped=skipped + erased.skipped,
         deleted_ids=tuple(ids),
     )
 
@@ -166,7 +222,7 @@ def sweep_artifacts(
     if grace is None:
         grace = config.grace
     if not isinstance(grace, timedelta) or grace < timedelta(0):
-        raise InvalidInput(f"grace must be a timedelta >= 0, not {grace!r:.80}")
+        raise InvalidInput(f"grace must be a timedelta >= 0, not {validate.shown(grace)}")
     validate.flag(dry_run, "dry_run")
     return (yield from sweep_op(config, grace, dry_run=dry_run))
 

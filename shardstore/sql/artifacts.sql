@@ -104,9 +104,21 @@ SELECT r_tenant AS tenant_id, r_artifact AS artifact_id, r_backend AS backend,
   FROM shardstore.artifacts_sweep_v1(make_interval(secs => %s), %s, %s, %s, %s);
 
 -- name: artifacts_deleting
+-- with the sha256: the object's key is derived from (tenant, sha256), never read (0045)
 SELECT r_tenant AS tenant_id, r_artifact AS artifact_id, r_backend AS backend,
-       r_key AS object_key, r_size AS size_bytes
-  FROM shardstore.artifacts_deleting_v1(%s, %s);
+       r_sha256 AS sha256, r_size AS size_bytes
+  FROM shardstore.artifacts_deleting_v2(%s, %s);
+
+-- name: artifact_erasures
+SELECT r_tenant AS tenant_id, r_artifact AS artifact_id
+  FROM shardstore.artifact_erasures_v1(%s, %s);
+
+-- name: artifact_erase
+SELECT r_status AS status, r_backend AS backend, r_size AS size_bytes
+  FROM shardstore.artifact_erase_v1(%s, %s);
+
+-- name: artifact_erase_tenant
+SELECT shardstore.artifact_erase_tenant_v1(%s);
 
 -- name: artifact_lock_delete
 SELECT shardstore.artifact_lock_delete_v1(%s, %s);

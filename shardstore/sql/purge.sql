@@ -2,10 +2,11 @@
 -- these statements plan it (which sessions, which partitions) and call them.
 
 -- name: purge_session
-SELECT shardstore.purge_session_v1(%s, %s);
+-- purge_session_v1, and the session's artifacts queued for erasure in its transaction
+SELECT shardstore.purge_session_v2(%s, %s);
 
 -- name: purge_session_batch
-SELECT u.sid, shardstore.purge_session_v1(u.sid, %s)
+SELECT u.sid, shardstore.purge_session_v2(u.sid, %s)
   FROM unnest(%s::uuid[]) WITH ORDINALITY AS u(sid, ord)
  ORDER BY u.ord;
 
