@@ -277,7 +277,9 @@ def _owner(value: Any) -> tuple[str, str, uuid.UUID | None, int | None] | None:
     if value is None:
         return None
     if not isinstance(value, tuple | list) or len(value) != 2:
-        raise InvalidInput(f"owner must be (owner_type, owner_id) or None, not {validate.shown(value)}")
+        raise InvalidInput(
+            f"owner must be (owner_type, owner_id) or None, not {validate.shown(value)}"
+        )
     return owner_args(value[0], value[1])
 
 
