@@ -7,6 +7,7 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
+from .core import validate
 from .core.context import Context
 from .core.steps import Op, Q
 from .history import configure_op
@@ -82,8 +83,10 @@ def tenant_binding_op(connector: Any, tenant: str | None) -> Op[tuple[Q | None, 
 
 
 def premake_partitions(store: Any, premake: int | None = None) -> Op[list[str]]:
-    """Create the current partition and ``premake`` more ahead; returns new names."""
+    """Create the current partition and ``premake`` (an int from 0 to 1000; default: the
+    store's setting) more ahead; returns new names. ``InvalidInput`` for another value."""
+    ahead = store.settings.premake if premake is None else premake
     created: list[str] = yield from premake_op(
-        store.settings.premake if premake is None else premake
+        validate.count(ahead, "premake", low=0, high=1000)
     )
     return created

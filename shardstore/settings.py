@@ -155,8 +155,14 @@ _UNITS = {
 
 
 def parse_interval(text: str) -> timedelta:
-    """Parse '7 days', '1s', '12h', '2 weeks' into a timedelta."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]+)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ConfigurationError(f"cannot read interval {text!r}; write e.g. '7 days', '1h', '1s'")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2).lower()])
+    """Parse '7 days', '1s', '12h', '2 weeks' into a timedelta; ``ConfigurationError`` for
+    anything else, a number too large for a timedelta included."""
+    match = re.fullmatch(r"\s*(\d{1,20})\s*([a-zA-Z]+)\s*", text)
+    if match and match.group(2).lower() in _UNITS:
+        try:
+            return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2).lower()])
+        except OverflowError:
+            pass
+    raise ConfigurationError(
+        f"cannot read interval {text[:80]!r}; write e.g. '7 days', '1h', '1s'"
+    )

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from .core import validate
 from .errors import ConfigurationError, MissingDependency
 
 
@@ -151,5 +152,5 @@ def make_counter(spec: TokenCounter | str | os.PathLike[str] | None) -> TokenCou
     if isinstance(spec, str):
         return TiktokenCounter(spec)
     raise ConfigurationError(
-        f"tokenizer must be a TokenCounter, an encoding name or a path, not {spec!r}"
+        f"tokenizer must be a TokenCounter, an encoding name or a path, not {validate.shown(spec)}"
     )

@@ -185,6 +185,8 @@ def fraction(value: Any, what: str) -> float:
     confidences."""
     if type(value) not in (int, float):
         raise InvalidInput(f"{what} must be a number from 0 to 1, not {shown(value)}")
+    if not 0 <= value <= 1:  # compared before float(): a huge int would overflow it
+        raise InvalidInput(f"{what} must be a number from 0 to 1, not {shown(value)}")
     result = float(value)
     if not 0.0 <= result <= 1.0:  # NaN fails every comparison
         raise InvalidInput(f"{what} must be a number from 0 to 1, not {shown(value)}")

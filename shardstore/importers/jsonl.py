@@ -85,6 +85,8 @@ class _Sink:
                 self.stream = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
             except OSError as exc:
                 raise InvalidInput(f"cannot write {self.path}: {exc.strerror}") from None
+            except ValueError as exc:  # a NUL in the path, a lone surrogate (UnicodeError)
+                raise InvalidInput(f"cannot write {validate.shown(self.path)}: {exc}") from None
             self.owned = True
 
     def write(self, lines: Sequence[str]) -> None:
@@ -268,6 +270,8 @@ class _Lines:
                 self.stream = open(self.path, encoding="utf-8", newline="\n")  # noqa: SIM115
             except OSError as exc:
                 raise InvalidInput(f"cannot read {self.path}: {exc.strerror}") from None
+            except ValueError as exc:  # a NUL in the path, a lone surrogate (UnicodeError)
+                raise InvalidInput(f"cannot read {validate.shown(self.path)}: {exc}") from None
             self.owned = True
 
     def read(self, n: int) -> list[tuple[int, str]]:

@@ -71,6 +71,7 @@ def connect(dsn: Any, **kwargs: Any) -> psycopg.Connection[Any]:
     ``InvalidInput`` for a DSN that is not one."""
     if not isinstance(dsn, str) or not dsn.strip():
         raise InvalidInput("source_dsn must be a non-empty DSN string")
+    validate.text(dsn, "source_dsn", limit=10_000)  # no NUL, no lone surrogate
     try:
         return psycopg.connect(dsn, connect_timeout=10, **kwargs)
     except psycopg.ProgrammingError as exc:  # an unparseable conninfo string
