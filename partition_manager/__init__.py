@@ -32,6 +32,7 @@ from .premake import premake_op
 from .runner import (
     MaintenanceReport,
     RunHooks,
+    RunLock,
     RunLog,
     format_report,
     lock_key_for,
@@ -56,6 +57,7 @@ __all__ = [
     "PartitionState",
     "RangeTable",
     "RunHooks",
+    "RunLock",
     "RunLog",
     "bounds_for",
     "command_hook",

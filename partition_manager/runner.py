@@ -89,6 +89,18 @@ def unlock_op(key: int) -> Op[None]:
     yield Q("SELECT pg_advisory_unlock(%s)", (key,), fetch="none")
 
 
+@dataclass(frozen=True, slots=True)
+class RunLock:
+    """How a run keeps other runs out: ``take`` (an operation sending back whether it got
+    the lock, at once, without waiting) and ``give_back``. The default is a session-level
+    advisory lock on the run's own connection (:func:`try_lock_op`); behind a
+    transaction-mode pooler, whose server connection changes between transactions, a
+    caller passes one held elsewhere (a transaction kept open on a connection of its own)."""
+
+    take: Callable[[], Op[bool]]
+    give_back: Callable[[], Op[None]]
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -476,6 +488,7 @@ def maintenance_op(
     dry_run: bool = False,
     archive: ArchiveHook | None = None,
     lock_key: int | None = None,
+    lock: RunLock | None = None,
     attempts: int = DEFAULT_ATTEMPTS,
     hooks: RunHooks | None = None,
     fatal: Fatal = connection_lost,
@@ -484,8 +497,9 @@ def maintenance_op(
 
     Guarantees:
     - runs never overlap: without the advisory lock (``lock_key``, default
-      :func:`lock_key_for`) the run does nothing and reports ``already_running``; a dry run
-      takes no lock and changes nothing (its hooks' ``dry_run`` aside);
+      :func:`lock_key_for`; or ``lock``, see :class:`RunLock`) the run does nothing and
+      reports ``already_running``; a dry run takes no lock and changes nothing (its hooks'
+      ``dry_run`` aside);
     - the lock is given back however the run ends (a failure to give it back, e.g. on a
       lost connection, never hides the error that ended the run);
     - every lock wait is bounded by ``lock_timeout``; ATTACH and DETACH are retried up to
@@ -502,6 +516,8 @@ def maintenance_op(
     """
     hooks = hooks or RunHooks()
     key = lock_key_for(table) if lock_key is None else lock_key
+    if lock is None:
+        lock = RunLock(lambda: try_lock_op(key), lambda: unlock_op(key))
     started = datetime.now(UTC)
     clock = time.monotonic()
     in_tx = yield Tx.STATUS
@@ -511,7 +527,7 @@ def maintenance_op(
         yield from hooks.dry_run(plan)
         report = _report(snap, policy, lock_timeout, plan, started, clock, dry_run=True)
         return (yield from hooks.finish(report))
-    got = yield from try_lock_op(key)
+    got = yield from lock.take()
     if not got:
         snap = yield from snapshot_op(table, lock_timeout)
         report = _report(snap, policy, lock_timeout, None, started, clock, already_running=True)
@@ -554,7 +570,7 @@ def maintenance_op(
         raise
     finally:
         if not closing:
-            yield from cleanup(unlock_op(key))
+            yield from cleanup(lock.give_back())
 
 
 def _plan(table: PartitionSQL, snap: Snapshot, policy: MaintenancePolicy) -> MaintenancePlan:

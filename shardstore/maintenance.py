@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import psycopg
+
 from partition_manager.archive import ArchiveHook, command_hook
 from partition_manager.plan import (
     MaintenancePlan,
@@ -32,11 +34,13 @@ from partition_manager.plan import (
     plan_premake,
 )
 from partition_manager.runner import MaintenanceReport as PartitionRunReport
-from partition_manager.runner import RunHooks, RunLog, maintenance_op
-from partition_manager.steps import Op, Q, Tx
+from partition_manager.runner import RunHooks, RunLock, RunLog, maintenance_op
+from partition_manager.steps import Call, Op, Q, Tx
 from partition_manager.table import Layout, RangeTable
 
 from .core import validate
+from .core.connector import AsyncConnector
+from .core.executor import translate
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -522,6 +526,7 @@ def maintain(
         dry_run=dry_run,
         archive=hook,
         lock_key=MAINTENANCE_LOCK_KEY,
+        lock=_run_lock(store._connector),
         hooks=_Hooks(wait),
         fatal=_fatal,
     )
@@ -563,6 +568,101 @@ def maintain(
         raise
     report = dataclasses.replace(report, seconds=time.monotonic() - clock)
     return (yield from _log_run_op(report))
+
+
+class _HeldLock:
+    """The run's lock behind a transaction-mode pooler: ``pg_try_advisory_xact_lock`` in a
+    transaction kept open for the run on a connection of its own. A session-level lock
+    would be taken on one server connection and given back on another (or never), since
+    the pooler moves a client between server connections at every transaction; an open
+    transaction pins its server connection until it ends, and ends if the process dies."""
+
+    def __init__(self, connector: Any) -> None:
+        self.connector = connector
+        self.conn: Any = None
+
+    def take(self) -> Op[bool]:
+        got = yield Call(self._atake if isinstance(self.connector, AsyncConnector) else self._take)
+        return bool(got)
+
+    def give_back(self) -> Op[None]:
+        yield Call(
+            self._agive_back if isinstance(self.connector, AsyncConnector) else self._give_back
+        )
+
+    def _take(self) -> bool:
+        conn = self.connector.acquire()
+        try:
+            conn.execute("BEGIN")
+            (got,) = conn.execute(_TRY_XACT_LOCK, (MAINTENANCE_LOCK_KEY,)).fetchone()
+            if not got:
+                conn.execute("ROLLBACK")
+        except psycopg.Error as exc:
+            self.connector.release(conn)
+            raise translate(exc) from exc
+        if not got:
+            self.connector.release(conn)
+            return False
+        self.conn = conn
+        return True
+
+    def _give_back(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            self.connector.release(conn)
+
+    async def _atake(self) -> bool:
+        conn = await self.connector.acquire()
+        try:
+            await conn.execute("BEGIN")
+            cur = await conn.execute(_TRY_XACT_LOCK, (MAINTENANCE_LOCK_KEY,))
+            (got,) = await cur.fetchone()
+            if not got:
+                await conn.execute("ROLLBACK")
+        except psycopg.Error as exc:
+            await self.connector.release(conn)
+            raise translate(exc) from exc
+        if not got:
+            await self.connector.release(conn)
+            return False
+        self.conn = conn
+        return True
+
+    async def _agive_back(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        try:
+            await conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            await self.connector.release(conn)
+
+
+_TRY_XACT_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
+
+
+def _run_lock(connector: Any) -> RunLock | None:
+    """The run's lock: the default session-level one on a direct connection; behind a
+    pooler, one held in a transaction of its own (:class:`_HeldLock`), which needs a
+    second connection from the store's pool."""
+    if not connector.pooler:
+        return None
+    if connector.single:
+        raise ConfigurationError(
+            "maintain() behind a connection pooler needs a store with a pool of its own "
+            "(connect() with a DSN or a pool), or a direct connection: its lock is held in a "
+            "transaction on a second connection for the whole run"
+        )
+    held = _HeldLock(connector)
+    return RunLock(held.take, held.give_back)
 
 
 def _artifact_step(

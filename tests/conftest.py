@@ -23,6 +23,8 @@ import shardstore
 from shardstore.core.executor import run_sync
 from shardstore.migrate import migrate_op
 
+from .pooler import pgbouncer, pooled_dsn  # noqa: F401  (the pooler tests' fixtures)
+
 
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:

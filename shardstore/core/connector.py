@@ -11,7 +11,7 @@ import re
 import select
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -92,6 +92,26 @@ def source_tenant(source: Any) -> str | None:
     except psycopg.Error as exc:
         raise ConfigurationError(f"invalid DSN: {exc}") from exc
     return _tenant_in_options(str(options) if options else os.environ.get("PGOPTIONS"))
+
+
+_SERVER_PID = "SELECT pg_backend_pid()"
+
+
+def _pid_differs(conn: Any, server_pid: Any) -> bool:
+    # a direct connection's BackendKeyData names its server process; a pooler (PgBouncer,
+    # RDS Proxy, Supavisor) sends a key of its own, since the server process changes
+    return bool(server_pid is not None and conn.info.backend_pid != server_pid[0])
+
+
+def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``conn`` reaches PostgreSQL through a connection pooler (one round trip)."""
+    return _pid_differs(conn, conn.execute(_SERVER_PID, prepare=False).fetchone())
+
+
+async def abehind_pooler(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """asyncio version of :func:`behind_pooler`."""
+    cur = await conn.execute(_SERVER_PID, prepare=False)
+    return _pid_differs(conn, await cur.fetchone())
 
 
 def _unreachable(exc: Exception) -> DatabaseUnavailable:
@@ -283,6 +303,7 @@ class Connector:
 
     def __init__(self, source: Any, settings: Settings) -> None:
         self.tenant = source_tenant(source)
+        self.pooler: bool | None = None  # reached through a connection pooler (first acquire)
         self._pool: ConnectionPool[Any] | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._engine: Any = None  # a SQLAlchemy Engine
@@ -320,7 +341,21 @@ class Connector:
             )
 
     def acquire(self) -> psycopg.Connection[Any]:
-        """A connection for one operation; give it back with :meth:`release`."""
+        """A connection for one operation; give it back with :meth:`release`.
+
+        Behind a connection pooler (found on the first connection) every connection runs
+        its statements unprepared: a transaction-mode pooler sends each transaction to any
+        server connection, where a statement prepared on another one does not exist."""
+        conn = self._acquire()
+        if self.pooler is None:  # two threads finding it at once find the same
+            # a broken connection: the operation's own first statement reports it
+            with suppress(psycopg.Error):
+                self.pooler = behind_pooler(conn)
+        if self.pooler:
+            conn.prepare_threshold = None
+        return conn
+
+    def _acquire(self) -> psycopg.Connection[Any]:
         if self._conn is not None:
             self._lock.acquire()
             return self._conn
@@ -405,6 +440,7 @@ class AsyncConnector:
 
     def __init__(self) -> None:
         self.tenant: str | None = None
+        self.pooler: bool | None = None  # as Connector.pooler
         self._pool: AsyncConnectionPool[Any] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._engine: Any = None  # a SQLAlchemy AsyncEngine
@@ -450,7 +486,16 @@ class AsyncConnector:
         return self
 
     async def acquire(self) -> psycopg.AsyncConnection[Any]:
-        """See :meth:`Connector.acquire`."""
+        """See :meth:`Connector.acquire` (pooler included)."""
+        conn = await self._acquire()
+        if self.pooler is None:
+            with suppress(psycopg.Error):  # as Connector.acquire
+                self.pooler = await abehind_pooler(conn)
+        if self.pooler:
+            conn.prepare_threshold = None
+        return conn
+
+    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is not None:
             await self._lock.acquire()
             return self._conn
