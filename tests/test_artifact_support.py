@@ -172,22 +172,28 @@ def s3_url() -> str:
     return f"{_S3['url']}/run-{uuid.uuid4().hex[:12]}"
 
 
-def holds_bytes(store: shardstore.Store, dsn: str, tenant: str, sha: str) -> bool:
-    """Whether the backend still holds the bytes of ``tenant``'s content with this sha256
-    (object backends: its object at ``{tenant}/sha256/ab/cd/{hash}``; postgres: chunks of
-    the tenant that hash to it, whatever row names them)."""
+def held_shas(store: shardstore.Store, dsn: str, tenant: str) -> set[str]:
+    """The sha256 of every content of ``tenant`` the backend still holds: object backends,
+    the objects under the tenant's ``{tenant}/sha256/ab/cd/{hash}`` keys; postgres, the
+    tenant's chunks of each upload joined and hashed (whatever row names them, if any)."""
     from shardstore.artifacts.model import object_key
 
     backend = config_of(store).backend
     if backend is not None:
-        return object_key(tenant, sha) in set(backend.keys())
+        prefix = object_key(tenant, "0" * 64).split("/")[0] + "/"
+        return {k.rsplit("/", 1)[-1] for k in list(backend.keys()) if k.startswith(prefix)}
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT string_agg(data, ''::bytea ORDER BY chunk_no)"
             "  FROM shardstore.artifact_chunks WHERE tenant_id = %s GROUP BY upload_id",
             (tenant,),
         ).fetchall()
-    return any(hashlib.sha256(bytes(data)).hexdigest() == sha for (data,) in rows)
+    return {hashlib.sha256(bytes(data)).hexdigest() for (data,) in rows}
+
+
+def holds_bytes(store: shardstore.Store, dsn: str, tenant: str, sha: str) -> bool:
+    """Whether the backend still holds ``tenant``'s content with this sha256."""
+    return sha in held_shas(store, dsn, tenant)
 
 
 def backend_contents(store: shardstore.Store, dsn: str) -> list[bytes]:
