@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """What binding a tenant store per transaction costs: ``append_turn`` and ``tail(n=20)``
-through ``rls.connect_tenant`` with the session-level setting (``per_transaction=False``)
-against ``SET LOCAL`` in every transaction (``per_transaction=True``), RLS on.
+through ``rls.connect_tenant`` (``SET LOCAL`` of the tenant pipelined with each
+transaction's first statement, the default) against the same store with the binding taken
+off, on a direct connection whose session-level setting names the tenant (what the store
+did before it bound per transaction, unsafe behind a pooler), RLS on.
 
     python benchmarks/probe_tenant_binding.py --dsn DSN [--rounds 8] [--calls 150]
 
@@ -73,10 +75,10 @@ def main() -> None:
             conns.append(conn)
             conn.execute(f'SET ROLE "{role}"')
             if not per:
-                rls.set_tenant(conn, tenant)
-            stores[per] = rls.connect_tenant(
-                conn, tenant=tenant if per else None, per_transaction=per, background_fold=False
-            )
+                rls.set_session_tenant(conn, tenant)
+            stores[per] = rls.connect_tenant(conn, tenant=tenant, background_fold=False)
+            if not per:  # the session-level setting alone decides on this direct connection
+                stores[per]._connector.prologue = None
         for store in stores.values():  # warm plans and caches
             for _ in range(20):
                 store.append_turn(sid, MESSAGE)

@@ -14,11 +14,11 @@ operation that retries (``Try`` + ``Sleep``) goes on with a fresh one from a poo
 A source may name a *prologue* (its ``prologue`` attribute, a :class:`Q`): a statement run
 first in every transaction the driver runs on it, in the same round trip as the statement
 it precedes (a pipeline). A tenant store's prologue binds its tenant for that transaction
-only (``SET LOCAL``), so that nothing is left on a connection that a transaction-mode
-pooler hands to another client next. A statement outside a transaction block runs in one
-of its own with the prologue (``BEGIN; prologue; statement; COMMIT``, one round trip); a
-transaction block (the operation's or a caller's) runs it before its first statement, and
-again after a rollback to a savepoint (which undoes it).
+only (``set_config(..., true)``), so that nothing is left on a connection that a
+transaction-mode pooler hands to another client next. A statement outside a transaction
+block shares the server's implicit transaction with the prologue (see
+:func:`_with_prologue`); a transaction block (the operation's or a caller's) runs it
+before its first statement, and again after a rollback to a savepoint (which undoes it).
 """
 
 from __future__ import annotations
@@ -120,20 +120,25 @@ _BEGIN = Q("BEGIN", prepare=False)
 _COMMIT = Q("COMMIT", prepare=False)
 
 
-def _with_prologue(prologue: Q, q: Q, outside: bool) -> list[Q]:
+def _with_prologue(prologue: Q, q: Q, block: bool) -> list[Q]:
     """The statements that run ``q`` after a source's prologue, sent in one pipeline (one
-    round trip): the prologue's setting is then in force for ``q``, in ``q``'s transaction
-    and no other. Outside a transaction block (autocommit) they get one of their own,
-    explicit so that what the prologue sets is transaction-local wherever it is read (on
-    Citus only a transaction block carries a ``SET LOCAL`` on to the shards); inside one
-    (the operation's, or a caller's), the prologue runs first in it."""
-    return [_BEGIN, prologue, q, _COMMIT] if outside else [prologue, q]
+    round trip, one Sync): the prologue's setting is then in force for ``q``, in ``q``'s
+    transaction and no other. Outside a transaction block (autocommit) the two share the
+    implicit transaction the server opens for the statements before a Sync; ``block``
+    makes it an explicit one instead (``BEGIN ... COMMIT`` in the same pipeline), for a
+    prologue that must run in a transaction block (on Citus only then does a ``SET LOCAL``
+    reach the shards). Inside a transaction block (the operation's or a caller's) the
+    prologue runs first in it."""
+    return [_BEGIN, prologue, q, _COMMIT] if block else [prologue, q]
 
 
-def _prologue(source: Any) -> Q | None:
-    """The statement ``source`` wants first in every transaction, if any."""
+def _prologue(source: Any) -> tuple[Q | None, bool]:
+    """The statement ``source`` wants first in every transaction, if any, and whether a
+    statement outside a transaction runs with it in an explicit transaction block."""
     first = getattr(source, "prologue", None)
-    return first if isinstance(first, Q) else None
+    if not isinstance(first, Q):
+        return None, False
+    return first, bool(getattr(source, "prologue_in_block", False))
 
 
 class _SyncIO:
@@ -143,7 +148,7 @@ class _SyncIO:
         self.source = source
         self.conn: psycopg.Connection[Any] | None = None
         self.stack: list[Any] = []
-        self.prologue = _prologue(source)
+        self.prologue, self.prologue_in_block = _prologue(source)
         self.primed = False  # the open transaction block has run the prologue
 
     def _connection(self) -> psycopg.Connection[Any]:
@@ -157,15 +162,15 @@ class _SyncIO:
         if self.prologue is None or (self.primed and _in_block(conn)):
             cur.execute(q.sql, q.params, prepare=q.prepare)
         else:
-            outside = _outside_block(conn)
+            block = self.prologue_in_block and _outside_block(conn)
             try:
                 with conn.pipeline():
-                    for step in _with_prologue(self.prologue, q, outside):
+                    for step in _with_prologue(self.prologue, q, block):
                         (cur if step is q else conn).execute(
                             step.sql, step.params, prepare=step.prepare
                         )
             except psycopg.Error:
-                if outside and _failed_block(conn):
+                if block and _failed_block(conn):
                     conn.execute("ROLLBACK")
                 raise
             self.primed = _in_block(conn)
@@ -229,7 +234,7 @@ class _AsyncIO:
         self.source = source
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self.stack: list[Any] = []
-        self.prologue = _prologue(source)
+        self.prologue, self.prologue_in_block = _prologue(source)
         self.primed = False  # as _SyncIO.primed
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
@@ -243,15 +248,15 @@ class _AsyncIO:
         if self.prologue is None or (self.primed and _in_block(conn)):
             await cur.execute(q.sql, q.params, prepare=q.prepare)
         else:  # as _SyncIO.execute
-            outside = _outside_block(conn)
+            block = self.prologue_in_block and _outside_block(conn)
             try:
                 async with conn.pipeline():
-                    for step in _with_prologue(self.prologue, q, outside):
+                    for step in _with_prologue(self.prologue, q, block):
                         await (cur if step is q else conn).execute(
                             step.sql, step.params, prepare=step.prepare
                         )
             except psycopg.Error:
-                if outside and _failed_block(conn):
+                if block and _failed_block(conn):
                     await conn.execute("ROLLBACK")
                 raise
             self.primed = _in_block(conn)

@@ -72,14 +72,17 @@ def tenant_binding_op(connector: Any, tenant: str | None) -> Op[tuple[Q | None, 
     transaction-mode pooler they belong to whichever client set them last."""
     if tenant is None:
         tenant = connector.tenant
-    setting, role_bound = yield Q(query("rls_store_binding"), fetch="one")
+    setting, role_bound, distributed = yield Q(query("rls_store_binding"), fetch="one")
     if role_bound:
         return None, True
     if tenant is None and connector.single:
         tenant = setting
     if tenant is None:
         return None, False
-    return Q(query("rls_bind_tenant"), (tenant,), fetch="none", prepare=False), False
+    # on Citus only a SET LOCAL inside a transaction block reaches the shards
+    connector.prologue_in_block = bool(distributed)
+    name = "rls_bind_tenant_distributed" if distributed else "rls_bind_tenant"
+    return Q(query(name), (tenant,), fetch="none", prepare=False), False
 
 
 def premake_partitions(store: Any, premake: int | None = None) -> Op[list[str]]:

@@ -399,9 +399,11 @@ def test_tenant_is_bound_per_transaction_by_default(world: World) -> None:
 def test_connect_tenant_needs_a_tenant(world: World) -> None:
     """A role bound to no tenant and a source that names none: refused, not a store that
     silently sees nothing."""
-    with _tenant_conn(world, None) as conn:
-        with pytest.raises(shardstore.ConfigurationError, match="needs a tenant"):
-            rls.connect_tenant(conn)
+    with (
+        _tenant_conn(world, None) as conn,
+        pytest.raises(shardstore.ConfigurationError, match="needs a tenant"),
+    ):
+        rls.connect_tenant(conn)
     with psycopg.connect(world.dsn, autocommit=True) as admin:
         rls.grant_tenant_role(admin, world.role, tenant="acme")
     with _tenant_conn(world, None) as conn:  # the role's binding decides: nothing to bind

@@ -298,8 +298,10 @@ class Connector:
     connection runs one whole operation at a time."""
 
     # a Q run first in every transaction, in the same round trip as the statement after it
-    # (a tenant store's binding: partition_manager.driver)
+    # (a tenant store's binding: partition_manager.driver); in_block: a statement outside a
+    # transaction runs with it in an explicit transaction block, not the implicit one
     prologue: Any = None
+    prologue_in_block = False
 
     def __init__(self, source: Any, settings: Settings) -> None:
         self.tenant = source_tenant(source)
@@ -437,6 +439,7 @@ class AsyncConnector:
     """The asyncio flavour of :class:`Connector` (same sources, async pool)."""
 
     prologue: Any = None  # as Connector.prologue
+    prologue_in_block = False
 
     def __init__(self) -> None:
         self.tenant: str | None = None

@@ -24,9 +24,16 @@ SELECT shardstore.rls_tenant_v1();
 -- caller's one connection), and whether the role is bound (the policies then read the
 -- binding, on the shards too, and the store binds nothing)
 SELECT nullif(current_setting('shardstore.tenant_id', true), ''),
-       EXISTS (SELECT 1 FROM shardstore.rls_role_tenants b WHERE b.role_name = current_user);
+       EXISTS (SELECT 1 FROM shardstore.rls_role_tenants b WHERE b.role_name = current_user),
+       shardstore.is_distributed_v1('shardstore.sessions');
 
 -- name: rls_bind_tenant
--- the tenant for the rest of this transaction (SET LOCAL: Citus sends it on to the shards)
+-- the tenant for the rest of this transaction, on one node: a plain function call, the
+-- cheapest statement that sets it (a store sends it before each transaction's first)
+SELECT set_config('shardstore.tenant_id', %s, true);
+
+-- name: rls_bind_tenant_distributed
+-- the tenant for the rest of this transaction block on Citus: SET LOCAL, which Citus
+-- sends on to the shards' queries (set_config() it does not)
 SELECT shardstore.rls_bind_tenant_v1(%s);
 
