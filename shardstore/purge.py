@@ -461,11 +461,12 @@ def _releasing_op(
     purge: Op[PurgeReport],
     session: uuid.UUID | None = None,
 ) -> Op[PurgeReport]:
-    """Run a purge, then delete at once (every backend, no grace period) the artifacts it
-    left without a live reference; ``shardstore.artifacts`` in the report counts them (rows:
-    artifacts, bytes: their size). A dry run removes no reference, so it reports 0 there.
+    """Run a purge that keeps its sessions (``purge_range``, ``purge_before``), then delete
+    at once (every backend, no grace period) the artifacts it left without a live
+    reference; ``shardstore.artifacts`` in the report counts them (rows: artifacts, bytes:
+    their size). A dry run removes no reference, so it reports 0 there.
 
-    Which artifacts it marks released: with ``session`` (purge_session, purge_range), those
+    Which artifacts it marks released: with ``session`` (purge_range), those
     the session referenced (read before the purge; each marked after it unless a live
     reference is left), so the cost does not grow with the tenant's artifacts; else
     ``tenant``'s (neither: every tenant's), settled before the purge and marked after it
@@ -580,7 +581,13 @@ def purge_session(
     what would go. ``vacuum=True`` vacuums the tables and partitions touched (needs an
     autocommit connection, which the store's pool provides). A deadlock or lock timeout
     makes the purge continue where it stopped (up to a few times); any other error leaves
-    every session either untouched or fully purged, and repeating the call completes it."""
+    every session either untouched or fully purged, and repeating the call completes it.
+
+    Artifacts: before it returns, erases in every backend each artifact the session ever
+    referenced (also one whose references went before the purge) that no live reference
+    of another session, nor one naming no session, still needs; ``report.tables
+    ["shardstore.artifacts"]`` counts them. A purge killed before it erased them leaves
+    them queued: repeating the call (or the next sweep) erases them."""
     sid = validate.session_id(session_id)
     acc = _Acc("session", dry_run)
     _flags(dry_run=dry_run, vacuum=vacuum)
@@ -626,8 +633,10 @@ def purge_subject(
     """Purge every session of one data subject of a tenant, ``batch_size`` sessions per
     transaction (``progress=True`` shows a bar on stderr; a callable gets
     ``(done, total)`` after each batch). Each session is purged atomically; after a
-    crash, call again to finish. The subject's facts go too, also those with no source
-    turn (``remember(..., source=None)``)."""
+    crash, call again to finish (also the artifacts' bytes). The subject's facts go too,
+    also those with no source turn (``remember(..., source=None)``), and, as for
+    :meth:`purge_session`, every artifact its sessions ever referenced that no live
+    reference of another subject's session (or naming no session) still needs."""
     tenant, subject = validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id")
     purge = _sessions_op(
         "subject",
@@ -652,7 +661,8 @@ def purge_tenant(
 ) -> Op[PurgeReport]:
     """Purge every session of a tenant (batched and resumable like
     :meth:`purge_subject`). The tombstones keep the tenant id. Every fact of the tenant
-    goes too, also those with no source turn."""
+    goes too, also those with no source turn, and every artifact of the tenant (the
+    references naming no session with them), erased before it returns."""
     tenant = validate.text(tenant_id, "tenant_id")
     purge = _sessions_op(
         "tenant",

@@ -217,7 +217,8 @@ def sweep_artifacts(
     than ``grace`` (default: the store's ``artifact_grace``, one day), uploads that were
     never referenced included; ``dry_run`` reports what would go and changes nothing. A
     reference made while the sweep runs always wins: its artifact is not deleted.
-    ``maintain()`` runs this too."""
+    Artifacts a purge queued for erasure and did not finish (it was killed) are erased
+    first, whatever the grace. ``maintain()`` runs this too."""
     config = config_of(store)
     if grace is None:
         grace = config.grace

@@ -104,7 +104,7 @@ SELECT r_tenant AS tenant_id, r_artifact AS artifact_id, r_backend AS backend,
   FROM shardstore.artifacts_sweep_v1(make_interval(secs => %s), %s, %s, %s, %s);
 
 -- name: artifacts_deleting
--- with the sha256: the object's key is derived from (tenant, sha256), never read (0045)
+-- with the sha256: the object's key is derived from (tenant, sha256), never read
 SELECT r_tenant AS tenant_id, r_artifact AS artifact_id, r_backend AS backend,
        r_sha256 AS sha256, r_size AS size_bytes
   FROM shardstore.artifacts_deleting_v2(%s, %s);
