@@ -28,7 +28,7 @@ from .artifacts.ops import session_tenant_op
 from .core import validate
 from .core.rows import record
 from .core.steps import Emit, Op, Q, Tx
-from .errors import CheckpointNotFound, InvalidInput
+from .errors import CheckpointNotFound, InvalidInput, SessionNotFound, SessionPurged
 from .models import Turn
 from .plans import trim_tail
 from .sql import query
@@ -216,6 +216,26 @@ def restore(
     cid = None if checkpoint_id is None else _checkpoint_id(checkpoint_id, "checkpoint_id")
     n = validate.optional_count(n, "n")
     max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
+    if n is None and max_tokens is None:  # the whole history: streamed chunk by chunk
+        return (yield from _restore_snapshot_op(store, sid, cid, n, max_tokens))
+    # the common case, one statement: the head, the checkpoint and the window at once
+    row = yield _named("restore_window", (sid, cid, n, max_tokens), fetch="one")
+    if not row["found"]:
+        assert cid is not None
+        raise _not_found(cid, sid)
+    if row["has_artifacts"]:  # its artifacts are read in the same snapshot as the rest
+        return (yield from _restore_snapshot_op(store, sid, cid, n, max_tokens))
+    found = None if row["checkpoint_id"] is None else _checkpoint(row, sid)
+    window = history_ops.window_turns(row["window"])
+    turns = trim_tail(window, history_ops.before_window(window, row["before"]))
+    return Restored(found, turns, [])
+
+
+def _restore_snapshot_op(
+    store: Any, sid: uuid.UUID, cid: uuid.UUID | None, n: int | None, max_tokens: int | None
+) -> Op[Restored]:
+    """:func:`restore` in a repeatable-read transaction of several statements: for the
+    whole history (streamed) and for a checkpoint with artifacts."""
     yield Tx.BEGIN_SNAPSHOT
     head = yield from history_ops._head_op(sid, live=True)
     if cid is None:
@@ -260,18 +280,16 @@ def checkpoints(
         before_at = validate.instant(before, "before")
     elif before is not None:
         before_id = _checkpoint_id(before, "before")
-    yield Tx.BEGIN_SNAPSHOT
-    yield from history_ops._head_op(sid, live=True)
-    before_seq = None
-    if before_id is not None:
-        anchor = yield _named("checkpoint_get", (sid, before_id), fetch="one")
-        if anchor is None:
-            raise _not_found(before_id, sid)
-        before_seq = anchor["seq"]
-    params = {"sid": sid, "before_seq": before_seq, "before_at": before_at, "limit": limit}
-    rows = yield _named("checkpoint_list", params)
-    yield Tx.COMMIT
-    return [_checkpoint(r, sid) for r in rows]
+    params = {"sid": sid, "before_id": before_id, "before_at": before_at, "limit": limit}
+    rows = yield _named("checkpoint_page", params)
+    if not rows:
+        raise SessionNotFound(f"session {sid} does not exist")
+    if rows[0]["purged"]:
+        raise SessionPurged(f"session {sid} was purged")
+    if not rows[0]["anchor_found"]:
+        assert before_id is not None
+        raise _not_found(before_id, sid)
+    return [_checkpoint(r, sid) for r in rows if r["checkpoint_id"] is not None]
 
 
 # ---------------------------------------------------------------- maintenance

@@ -612,6 +612,12 @@ def window_op(sid: uuid.UUID, n: int | None, max_tokens: int | None) -> Op[list[
     tokens. One statement (``tail_window``: one JSON array of envelopes, parsed at once);
     the one read of the newest turns that tail(), tail_explained() and the adapters share."""
     (text,) = yield Q(query("tail_window"), (sid, n, max_tokens), fetch="one")
+    return window_turns(text)
+
+
+def window_turns(text: str | None) -> list[Turn]:
+    """The turns of a window sent as tail_window's JSON array (newest first; None: no
+    turns), oldest first."""
     if text is None:
         return []
     items = jsoncodec.loads_window(text)
@@ -620,6 +626,15 @@ def window_op(sid: uuid.UUID, n: int | None, max_tokens: int | None) -> Op[list[
         new_turn(seq, message, tokens, _EPOCH + timedelta(microseconds=us), chunk_seq, key)
         for seq, chunk_seq, tokens, us, key, message in items
     ]
+
+
+def before_window(turns: Sequence[Turn], before: str | None) -> dict[str, Any] | None:
+    """What :func:`before_window_op` gives, from the message of the turn before the window
+    read along with it (``before``)."""
+    if before is None or not turns or not may_follow_reasoning(turns[0].message):
+        return None
+    message: dict[str, Any] = jsoncodec.loads(before)
+    return message
 
 
 def before_window_op(sid: uuid.UUID, turns: Sequence[Turn]) -> Op[dict[str, Any] | None]:

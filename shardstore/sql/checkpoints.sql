@@ -31,18 +31,6 @@ SELECT c.checkpoint_id, c.session_id, c.turn_seq, c.sub_step, c.parent_id, c.cre
  ORDER BY c.seq DESC
  LIMIT 1;
 
--- name: checkpoint_list
--- newest first; before_seq / before_at (NULL: no bound) exclusive; limit NULL: all
-SELECT c.checkpoint_id, c.session_id, c.turn_seq, c.sub_step, c.parent_id, c.created_at,
-       c.state::text AS state, c.tool_calls::text AS tool_calls,
-       c.tool_results::text AS tool_results, c.metadata::text AS metadata, c.seq
-  FROM shardstore.checkpoints c
- WHERE c.session_id = %(sid)s
-   AND (%(before_seq)s::bigint IS NULL OR c.seq < %(before_seq)s::bigint)
-   AND (%(before_at)s::timestamptz IS NULL OR c.created_at < %(before_at)s::timestamptz)
- ORDER BY c.seq DESC
- LIMIT %(limit)s::bigint;
-
 -- name: tail_at
 SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
        r_created_at AS created_at, r_key AS idempotency_key, r_message::text AS message
@@ -58,3 +46,33 @@ SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed, r_checkpoint_id
   FROM shardstore.append_checkpoint_v2(%s, %s::jsonb, %s::integer, %s::integer, %s::text,
                                        %s::bigint, %s::bigint, make_interval(secs => %s), %s,
                                        %s, %s::jsonb);
+
+-- name: checkpoint_page
+-- checkpoints() in one statement: the session (none: no row; purged), whether the `before`
+-- checkpoint exists (true without one), and the page, newest first, as checkpoint_list's;
+-- a session without checkpoints on that page gives one row with no checkpoint columns
+SELECT s.purged_at IS NOT NULL AS purged,
+       (%(before_id)s::uuid IS NULL OR a.seq IS NOT NULL) AS anchor_found,
+       c.checkpoint_id, c.session_id, c.turn_seq, c.sub_step, c.parent_id, c.created_at,
+       c.state::text AS state, c.tool_calls::text AS tool_calls,
+       c.tool_results::text AS tool_results, c.metadata::text AS metadata, c.seq
+  FROM shardstore.sessions s
+  LEFT JOIN shardstore.checkpoints a
+         ON a.session_id = s.session_id AND a.checkpoint_id = %(before_id)s::uuid
+  LEFT JOIN LATERAL (
+        SELECT k.* FROM shardstore.checkpoints k
+         WHERE k.session_id = s.session_id
+           AND (a.seq IS NULL OR k.seq < a.seq)
+           AND (%(before_at)s::timestamptz IS NULL OR k.created_at < %(before_at)s::timestamptz)
+         ORDER BY k.seq DESC
+         LIMIT %(limit)s::bigint) c ON (%(before_id)s::uuid IS NULL OR a.seq IS NOT NULL)
+ WHERE s.session_id = %(sid)s
+ ORDER BY c.seq DESC NULLS LAST;
+
+-- name: restore_window
+SELECT r_found AS found, r_turn_count AS turn_count, r_checkpoint_id AS checkpoint_id,
+       r_turn_seq AS turn_seq, r_sub_step AS sub_step, r_parent_id AS parent_id,
+       r_created_at AS created_at, r_state AS state, r_tool_calls AS tool_calls,
+       r_tool_results AS tool_results, r_metadata AS metadata, r_window AS window,
+       r_before AS before, r_has_artifacts AS has_artifacts
+  FROM shardstore.restore_window_v1(%s, %s, %s, %s);

@@ -1,0 +1,169 @@
+"""A TCP proxy in front of the test server that counts round trips and can add latency.
+
+A round trip is counted each time a client sends after the server last sent (or first):
+a pipelined burst of statements is one, a statement that waits for its answer before the
+next is sent is one more. ``delay`` holds every chunk that long in each direction, as a
+database one network hop away would (the latency benchmark, benchmarks/bench_latency.py).
+Used by tests/test_round_trips.py; loopback only, and every thread ends with the proxy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+_CHUNK = 1 << 16
+
+
+class _Link:
+    """One client connection: its server socket, and which side sent last."""
+
+    def __init__(self) -> None:
+        self.client_last = False
+
+
+class WireProxy:
+    """Proxy to the server of ``dsn``; :meth:`dsn` gives the same database through it."""
+
+    def __init__(self, dsn: str, delay: float = 0.0) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "127.0.0.1")
+        port = int(params.get("port") or 5432)
+        self._target: Any = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+        self._params = params
+        self.delay = delay
+        self._lock = threading.Lock()
+        self._round_trips = 0
+        self._closing = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        self._spawn(self._accept)
+
+    def dsn(self, **overrides: Any) -> str:
+        """The proxied database's DSN (``overrides``: other conninfo parameters)."""
+        params = {**self._params, "host": "127.0.0.1", "port": str(self.port), **overrides}
+        return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+
+    @property
+    def round_trips(self) -> int:
+        """Round trips of every connection since the proxy started."""
+        with self._lock:
+            return self._round_trips
+
+    @contextmanager
+    def counting(self) -> Iterator[list[int]]:
+        """``with proxy.counting() as n:`` — afterwards ``n[0]`` holds the round trips made
+        inside the block."""
+        out = [0]
+        start = self.round_trips
+        try:
+            yield out
+        finally:
+            out[0] = self.round_trips - start
+
+    def close(self) -> None:
+        """Stop accepting, close every connection and wait for the threads."""
+        self._closing.set()
+        self._listener.close()
+        for s in list(self._sockets):
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        for t in self._threads:
+            t.join(timeout=10)
+
+    def __enter__(self) -> WireProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _accept(self) -> None:
+        while not self._closing.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            family = socket.AF_UNIX if isinstance(self._target, str) else socket.AF_INET
+            server = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                server.connect(self._target)
+            except OSError:
+                client.close()
+                continue
+            for s in (client, server):
+                if s.family == socket.AF_INET:
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sockets += [client, server]
+            link = _Link()
+            self._spawn(self._pump, client, server, link, True)
+            self._spawn(self._pump, server, client, link, False)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, link: _Link, upstream: bool) -> None:
+        """Forward ``src`` to ``dst``, each chunk ``delay`` late (a second thread sends, so
+        that reading goes on meanwhile and a burst keeps its shape)."""
+        due: list[tuple[float, int, bytes]] = []
+        ready = threading.Condition()
+        order = itertools.count()
+        finished = threading.Event()
+
+        def send() -> None:
+            while True:
+                with ready:
+                    while not due and not finished.is_set():
+                        ready.wait()
+                    if not due:
+                        break
+                    when, _, data = due[0]
+                    wait = when - time.monotonic()
+                    if wait > 0:
+                        ready.wait(wait)
+                        continue
+                    heapq.heappop(due)
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    break
+            with suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+        self._spawn(send)
+        try:
+            while True:
+                try:
+                    data = src.recv(_CHUNK)
+                except OSError:
+                    break
+                if not data:
+                    break
+                with self._lock:
+                    if upstream and not link.client_last:
+                        self._round_trips += 1
+                    link.client_last = upstream
+                with ready:
+                    heapq.heappush(due, (time.monotonic() + self.delay, next(order), data))
+                    ready.notify()
+        finally:
+            finished.set()
+            with ready:
+                ready.notify()
