@@ -394,11 +394,15 @@ def test_rls_scopes_artifacts_by_tenant(store: shardstore.Store, dsn: str) -> No
             assert [a.tenant_id for a in tenant_store.list_artifacts("acme")] == []
             with pytest.raises(shardstore.ArtifactNotFound):
                 tenant_store.get_artifact("acme", ref.artifact_id)
-            rows = conn.execute("SELECT DISTINCT tenant_id FROM shardstore.artifacts").fetchall()
-            assert rows == [("globex",)]
-            assert conn.execute("SELECT count(*) FROM shardstore.artifact_chunks").fetchone() == (
-                1,
-            )
+            # raw SQL on a tenant connection sees nothing until it binds the tenant itself,
+            # for its own transaction (the connection carries no session setting)
+            assert conn.execute("SELECT count(*) FROM shardstore.artifacts").fetchone() == (0,)
+            with conn.transaction():
+                conn.execute("SELECT set_config('shardstore.tenant_id', %s, true)", ("globex",))
+                tenants = conn.execute("SELECT DISTINCT tenant_id FROM shardstore.artifacts")
+                assert tenants.fetchall() == [("globex",)]
+                chunks = conn.execute("SELECT count(*) FROM shardstore.artifact_chunks").fetchone()
+                assert chunks == (1,)
             mine = tenant_store.put_artifact("globex", b"new", content_type="x/y")
             assert tenant_store.get_artifact("globex", mine.artifact_id) == b"new"
             with pytest.raises(shardstore.AccessDenied):
