@@ -7,7 +7,8 @@ so that the clients of a test share few server connections and anything a client
 one (a session setting, a prepared statement, a session-level lock) meets another client.
 
 PgBouncer comes from the Debian package ``pgbouncer`` (``.ci/run`` installs it); where it is
-not installed the pooler tests are skipped with that message.
+not installed the pooler tests are skipped with that message, or fail where
+``SHARDSTORE_REQUIRE_PGBOUNCER`` is set (CI).
 """
 
 from __future__ import annotations
@@ -104,7 +105,10 @@ def pgbouncer(server_dsn: str) -> Iterator[Pooler]:
         (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
     )
     if exe is None:
-        pytest.skip("PgBouncer is not installed (Debian package pgbouncer; .ci/run installs it)")
+        message = "PgBouncer is not installed (Debian package pgbouncer; .ci/run installs it)"
+        if os.environ.get("SHARDSTORE_REQUIRE_PGBOUNCER"):
+            pytest.fail(message)
+        pytest.skip(message)
     server = conninfo_to_dict(server_dsn)
     host = str(server.get("host") or "127.0.0.1")
     target = f"host={host}" + (f" port={server['port']}" if server.get("port") else "")
