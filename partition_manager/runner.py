@@ -489,6 +489,7 @@ def maintenance_op(
     archive: ArchiveHook | None = None,
     lock_key: int | None = None,
     lock: RunLock | None = None,
+    detach_concurrently: bool = True,
     attempts: int = DEFAULT_ATTEMPTS,
     hooks: RunHooks | None = None,
     fatal: Fatal = connection_lost,
@@ -505,9 +506,12 @@ def maintenance_op(
     - every lock wait is bounded by ``lock_timeout``; ATTACH and DETACH are retried up to
       ``attempts`` times with :func:`backoff` (``Sleep`` steps);
     - expired partitions are detached with ``DETACH ... CONCURRENTLY`` when the connection
-      is outside a transaction and the parent has no DEFAULT partition, else with a plain
-      ``DETACH`` (ACCESS EXCLUSIVE on the parent for a moment, and inside a caller's
-      transaction until it ends);
+      is outside a transaction, the parent has no DEFAULT partition and
+      ``detach_concurrently`` allows it, else with a plain ``DETACH`` (ACCESS EXCLUSIVE on
+      the parent for a moment, and inside a caller's transaction until it ends). Behind a
+      transaction-mode pooler pass ``detach_concurrently=False``: the session-level
+      ``lock_timeout`` that bounds the concurrent form would be set on one server
+      connection and the DETACH run on another;
     - an expired partition is dropped only after it is detached, retired and, with
       ``archive``, archived successfully; a detach interrupted by a crash (``detach
       pending``) is finished first;
@@ -540,7 +544,7 @@ def maintenance_op(
         yield from finish_detaches_op(table, plan, lock_timeout, log, fatal)
         yield from premake_plan_op(table, plan, lock_timeout, attempts, log, fatal)
         yield from hooks.work(plan, log)
-        concurrently = not in_tx and not snap.listing.has_default
+        concurrently = detach_concurrently and not in_tx and not snap.listing.has_default
         yield from expire_op(
             table,
             plan,

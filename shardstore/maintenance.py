@@ -527,6 +527,7 @@ def maintain(
         archive=hook,
         lock_key=MAINTENANCE_LOCK_KEY,
         lock=_run_lock(store._connector),
+        detach_concurrently=not store._connector.pooler,
         hooks=_Hooks(wait),
         fatal=_fatal,
     )

@@ -8,6 +8,7 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -281,13 +282,10 @@ def test_adapters_behind_the_pooler(pooled_dsn: str) -> None:
         assert out["messages"][-1].content
 
 
-def test_maintenance_lock_behind_the_pooler(pooled_dsn: str, dsn: str) -> None:
-    """Runs behind the pooler while other clients keep its server connections busy: every
-    run gets the lock and gives it back (a session-level lock would be taken on one server
-    connection and released on another, leaving the next runs 'already running'), two
-    runs at once still exclude each other, and nothing holds the lock afterwards."""
-    from shardstore.maintenance import MAINTENANCE_LOCK_KEY
-
+@contextmanager
+def _busy_pooler(pooled_dsn: str) -> Iterator[None]:
+    """Clients that keep every server connection of the pool busy and queue for more, so
+    that a client's consecutive transactions land on different server connections."""
     done = threading.Event()
 
     def busy() -> None:
@@ -299,23 +297,33 @@ def test_maintenance_lock_behind_the_pooler(pooled_dsn: str, dsn: str) -> None:
     for t in others:
         t.start()
     try:
-        with shardstore.connect(pooled_dsn, pool_max_size=4) as store:
-            reports = [store.maintain(embed=False) for _ in range(8)]
-            assert [r.already_running for r in reports] == [False] * 8
-            assert all(r.healthy for r in reports)
-            held = store._connector.acquire()  # another run holds the lock now
-            try:
-                held.execute("BEGIN")
-                held.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
-                assert store.maintain(embed=False).already_running
-                held.execute("COMMIT")
-            finally:
-                store._connector.release(held)
-            assert not store.maintain(embed=False).already_running
+        yield
     finally:
         done.set()
         for t in others:
             t.join()
+
+
+def test_maintenance_lock_behind_the_pooler(pooled_dsn: str, dsn: str) -> None:
+    """Runs behind the pooler while other clients keep its server connections busy: every
+    run gets the lock and gives it back (a session-level lock would be taken on one server
+    connection and released on another, leaving the next runs 'already running'), two
+    runs at once still exclude each other, and nothing holds the lock afterwards."""
+    from shardstore.maintenance import MAINTENANCE_LOCK_KEY
+
+    with _busy_pooler(pooled_dsn), shardstore.connect(pooled_dsn, pool_max_size=4) as store:
+        reports = [store.maintain(embed=False) for _ in range(8)]
+        assert [r.already_running for r in reports] == [False] * 8
+        assert all(r.healthy for r in reports)
+        held = store._connector.acquire()  # another run holds the lock now
+        try:
+            held.execute("BEGIN")
+            held.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
+            assert store.maintain(embed=False).already_running
+            held.execute("COMMIT")
+        finally:
+            store._connector.release(held)
+        assert not store.maintain(embed=False).already_running
     with psycopg.connect(dsn, autocommit=True) as conn:
         (locks,) = conn.execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
@@ -328,3 +336,31 @@ def test_maintenance_on_one_pooled_connection_says_what_it_needs(pooled_dsn: str
         store = shardstore.connect(conn)
         with pytest.raises(shardstore.ConfigurationError, match="pool of its own"):
             store.maintain(embed=False)
+
+
+def test_retention_behind_the_pooler_leaves_no_setting_behind(pooled_dsn: str) -> None:
+    """Retention detaches and drops expired partitions through the pooler, with a plain
+    DETACH bounded by a transaction-local lock_timeout: the session-level one that bounds
+    DETACH ... CONCURRENTLY would stay on whichever server connection it landed on."""
+    import time
+    from datetime import timedelta
+
+    with shardstore.connect(pooled_dsn, partition_interval=timedelta(seconds=1), premake=2) as s:
+        sid = s.create_session("acme")
+        s.append_turn(sid, {"role": "user", "content": "old"})
+        s.flush(sid)
+        time.sleep(3.2)  # the turn's partition ends more than the retention ago
+        with _busy_pooler(pooled_dsn):  # so that consecutive transactions change server
+            report = s.maintain(retention=timedelta(seconds=1), embed=False)
+        assert report.errors == []
+        assert report.partitions_dropped
+        assert report.sessions_expired == 1
+    held = [psycopg.connect(pooled_dsn, autocommit=True, prepare_threshold=None) for _ in range(3)]
+    try:
+        for conn in held:  # each on a server connection of its own while the others wait
+            conn.execute("BEGIN")
+            (value,) = conn.execute("SHOW lock_timeout").fetchone() or ("?",)
+            assert value == "0"
+    finally:
+        for conn in held:
+            conn.close()

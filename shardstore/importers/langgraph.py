@@ -64,7 +64,9 @@ class LangGraphSource:
                 "importing LangGraph threads needs langgraph-checkpoint-postgres: "
                 "pip install 'shardstore[langgraph]'"
             ) from exc
-        self.conn = connect(self.dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        # unprepared: a source behind a transaction-mode pooler has no statement prepared
+        # on the server connection the next transaction gets
+        self.conn = connect(self.dsn, autocommit=True, prepare_threshold=None, row_factory=dict_row)
         self.saver = PostgresSaver(self.conn)
         guarded(
             _WHAT, lambda: self.conn.execute(source_query("langgraph_threads"), (0,)).fetchall()
