@@ -563,6 +563,42 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
 
     # ------------------------------------------------------------ reads
 
+    def _tuple(
+        self,
+        row: Mapping[str, Any],
+        state: Mapping[str, Any],
+        sid: uuid.UUID,
+        ns: str,
+        thread: str,
+        writes: list[Any],
+        log: _Log | None,
+    ) -> CheckpointTuple:
+        """The checkpoint tuple of a checkpoint row, its decoded state and its pending
+        writes, with its messages from ``log`` (the saver's copy of the session's turns,
+        read with the row; None when the session was purged)."""
+        cid = row["checkpoint_id"]
+        rest = self._dec(state["cp"])
+        values = {k: self._dec(v) for k, v in state["ch"].items()}
+        ref = state.get("msg")
+        if ref is not None:
+            if "v" in ref:
+                values[ref["c"]] = self._dec(ref["v"])
+            else:
+                held: list[Any] = []
+                if log is not None:
+                    held = log.messages[: max(0, ref["n"] - log.head.first)]
+                if "t" in ref:
+                    held = held + self._dec(ref["t"])
+                values[ref["c"]] = held
+        parent = row["parent_id"]
+        return CheckpointTuple(
+            config=_config(thread, ns, cid),
+            checkpoint={**rest, "channel_values": values},  # type: ignore[typeddict-item]
+            metadata=jsoncodec.loads(row["metadata"]),
+            parent_config=None if parent is None else _config(thread, ns, parent),
+            pending_writes=writes,
+        )
+
     def _tuples_op(
         self, rows: Sequence[Mapping[str, Any]], threads: Mapping[uuid.UUID, str]
     ) -> Op[list[CheckpointTuple]]:
@@ -598,49 +634,84 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
                 if r["session_id"] == sid and "n" in s.get("msg", {})
             )
             logs[sid] = yield from self._log_op(sid, head, upto)
-        out = []
-        for row, state in zip(rows, states, strict=True):
-            sid, ns, cid = row["session_id"], row["checkpoint_ns"], row["checkpoint_id"]
-            rest = self._dec(state["cp"])
-            values = {k: self._dec(v) for k, v in state["ch"].items()}
-            ref = state.get("msg")
-            if ref is not None:
-                if "v" in ref:
-                    values[ref["c"]] = self._dec(ref["v"])
-                else:
-                    log = logs.get(sid)
-                    held: list[Any] = []
-                    if log is not None:
-                        held = log.messages[: max(0, ref["n"] - log.head.first)]
-                    if "t" in ref:
-                        held = held + self._dec(ref["t"])
-                    values[ref["c"]] = held
-            thread = threads[sid]
-            parent = row["parent_id"]
-            out.append(
-                CheckpointTuple(
-                    config=_config(thread, ns, cid),
-                    checkpoint={**rest, "channel_values": values},  # type: ignore[typeddict-item]
-                    metadata=jsoncodec.loads(row["metadata"]),
-                    parent_config=None if parent is None else _config(thread, ns, parent),
-                    pending_writes=writes.get((sid, ns, cid), []),
-                )
+        return [
+            self._tuple(
+                row,
+                state,
+                row["session_id"],
+                row["checkpoint_ns"],
+                threads[row["session_id"]],
+                writes.get((row["session_id"], row["checkpoint_ns"], row["checkpoint_id"]), []),
+                logs.get(row["session_id"]),
             )
-        return out
+            for row, state in zip(rows, states, strict=True)
+        ]
+
+    def _got(
+        self,
+        row: Mapping[str, Any] | None,
+        sid: uuid.UUID,
+        ns: str,
+        thread: str,
+        log: _Log | None,
+        *,
+        check: bool,
+    ) -> CheckpointTuple | _Missing | None:
+        """get_tuple's answer from an ``lg_get_one`` row and the saver's copy of the
+        session's turns. ``check``: a ``_Missing`` when that copy is not the one the row's
+        head names, or lacks turns the checkpoint holds (the turns must then be read in the
+        row's snapshot); without, ``log`` was read in that snapshot."""
+        if row is None or row["checkpoint_id"] is None:
+            return None
+        state = jsoncodec.loads(row["state"])
+        ref = state.get("msg")
+        if row["purged"]:
+            log = None
+        elif check and ref is not None and "n" in ref:
+            head = _head(row)
+            upto = min(ref["n"], head.turns)
+            if log is None or log.head != head or head.first + len(log.messages) < upto:
+                return _Missing()
+        writes = []
+        if row["task_ids"] is not None:
+            for task, channel, kind, blob in zip(
+                row["task_ids"],
+                row["channels"],
+                row["value_types"],
+                row["write_values"],
+                strict=True,
+            ):
+                writes.append((task, channel, self.serde.loads_typed((kind, bytes(blob)))))
+        return self._tuple(row, state, sid, ns, thread, writes, log)
 
     def _get_op(self, config: Any) -> Op[CheckpointTuple | None]:
         thread, ns, cid = _where(config)
         sid = yield from self._session_op(thread, create=False)
         if sid is None:
             return None
+        params = (sid, ns, cid)
+        with self._lock:
+            log = self._logs.get(sid)
+        if log is not None:
+            # the common case: the checkpoint, its writes and the session's head in one
+            # statement (one snapshot), the messages from the saver's copy of the turns when
+            # the head read is the one that copy was made at
+            row = yield _named("lg_get_one", params, fetch="one")
+            found = self._got(row, sid, ns, thread, log, check=True)
+            if not isinstance(found, _Missing):
+                return found
+        # the saver has no valid copy of the turns: read them in the row's snapshot
         yield Tx.BEGIN_SNAPSHOT
-        if cid is None:
-            row = yield _named("lg_newest", (sid, ns), fetch="one")
-        else:
-            row = yield _named("lg_get", (sid, ns, cid), fetch="one")
-        found = [] if row is None else (yield from self._tuples_op([row], {sid: thread}))
+        row = yield _named("lg_get_one", params, fetch="one")
+        log = None
+        if row is not None and row["checkpoint_id"] is not None and not row["purged"]:
+            ref = jsoncodec.loads(row["state"]).get("msg")
+            if ref is not None and "n" in ref:
+                log = yield from self._log_op(sid, _head(row), ref["n"])
         yield Tx.COMMIT
-        return found[0] if found else None
+        found = self._got(row, sid, ns, thread, log, check=False)
+        assert not isinstance(found, _Missing)
+        return found
 
     def _list_op(
         self, config: Any, filter: Any, before: Any, limit: Any
@@ -730,8 +801,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             raise InvalidInput("thread_ids must be a sequence of thread ids")
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInput(
-                "strategy must be 'keep_latest' or 'delete', not "
-                f"{validate.shown(strategy, 40)}"
+                f"strategy must be 'keep_latest' or 'delete', not {validate.shown(strategy, 40)}"
             )
         threads = [_thread_id(t) for t in thread_ids]
         if strategy == "delete":

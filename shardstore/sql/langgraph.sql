@@ -35,6 +35,15 @@ SELECT r_status AS status, r_turns AS turns, r_last_at AS last_at, r_sealed AS s
 SELECT shardstore.langgraph_put_writes_v1(%s, %s, %s, %s, %s, %s::integer[], %s::text[],
                                           %s::text[], %s::bytea[]);
 
+-- name: lg_get_one
+-- get_tuple's checkpoint (the one named, else the newest of the namespace), its pending
+-- writes and the session's head (as lg_head), from one snapshot; no row: no session
+SELECT r_turns AS turns, r_last_at AS last_at, r_purged AS purged, r_first AS first,
+       r_checkpoint_id AS checkpoint_id, r_parent_id AS parent_id, r_state AS state,
+       r_metadata AS metadata, r_task_ids AS task_ids, r_channels AS channels,
+       r_types AS value_types, r_values AS write_values
+  FROM shardstore.langgraph_get_v1(%s, %s, %s);
+
 -- name: lg_get
 SELECT g.session_id, g.checkpoint_ns, g.checkpoint_id, g.parent_id, c.state::text AS state,
        c.metadata::text AS metadata
