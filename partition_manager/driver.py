@@ -118,6 +118,7 @@ def _failed_block(conn: Any) -> bool:
 
 _BEGIN = Q("BEGIN", prepare=False)
 _COMMIT = Q("COMMIT", prepare=False)
+_BLOCK = (_BEGIN.sql, _COMMIT.sql)
 
 
 def _with_prologue(prologue: Q, q: Q, block: bool) -> list[Q]:
@@ -166,7 +167,8 @@ class _SyncIO:
             try:
                 with conn.pipeline():
                     for step in _with_prologue(self.prologue, q, block):
-                        (cur if step is q else conn).execute(
+                        # the cursor keeps the last result it ran: the prologue's, then q's
+                        (conn if step.sql in _BLOCK else cur).execute(
                             step.sql, step.params, prepare=step.prepare
                         )
             except psycopg.Error:
@@ -252,7 +254,7 @@ class _AsyncIO:
             try:
                 async with conn.pipeline():
                     for step in _with_prologue(self.prologue, q, block):
-                        await (cur if step is q else conn).execute(
+                        await (conn if step.sql in _BLOCK else cur).execute(
                             step.sql, step.params, prepare=step.prepare
                         )
             except psycopg.Error:
