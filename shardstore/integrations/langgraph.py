@@ -384,9 +384,11 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             return None
         return _head(row)
 
-    def _log_op(self, sid: uuid.UUID, head: _Head, upto: int) -> Op[_Log]:
+    def _log_op(self, sid: uuid.UUID, head: _Head, upto: int, *, keep: bool = True) -> Op[_Log]:
         """The saver's copy of turns ``head.first .. upto`` of a session whose head is
-        ``head``, read from the database as far as the copy lacks them."""
+        ``head``, read from the database as far as the copy lacks them (and kept as the
+        saver's copy when ``keep``; without, the caller keeps it once it knows the turns
+        read are those of ``head``)."""
         with self._lock:
             log = self._logs.get(sid)
         if log is None or log.head != head:
@@ -397,8 +399,9 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             turns = yield from _collect(history_ops.history(self.store, sid, have, head.turns))
             fresh = [turn_message(t.message) for t in turns]
             log = _Log(head, log.messages + fresh)
-            with self._lock:
-                self._logs[sid] = log
+            if keep:
+                with self._lock:
+                    self._logs[sid] = log
         return log
 
     # ------------------------------------------------------------ put
@@ -692,15 +695,29 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         params = (sid, ns, cid)
         with self._lock:
             log = self._logs.get(sid)
-        if log is not None:
-            # the common case: the checkpoint, its writes and the session's head in one
-            # statement (one snapshot), the messages from the saver's copy of the turns when
-            # the head read is the one that copy was made at
-            row = yield _named("lg_get_one", params, fetch="one")
-            found = self._got(row, sid, ns, thread, log, check=True)
-            if not isinstance(found, _Missing):
-                return found
-        # the saver has no valid copy of the turns: read them in the row's snapshot
+        # the checkpoint, its writes and the session's head in one statement (one snapshot);
+        # in the common case the messages come from the saver's copy of the turns, valid
+        # while the head read is the one that copy was made at
+        row = yield _named("lg_get_one", params, fetch="one")
+        found = self._got(row, sid, ns, thread, log, check=True)
+        if not isinstance(found, _Missing):
+            return found
+        # the copy lacks turns the checkpoint holds (a saver that has not seen the thread
+        # yet, or another writer moved the session): read them, then the head again. An
+        # unchanged head means unchanged turns (appends and rewinds change its count or
+        # time, range purges its first turn), so the turns read are the row's.
+        assert row is not None
+        head = _head(row)
+        upto = jsoncodec.loads(row["state"])["msg"]["n"]
+        log = yield from self._log_op(sid, head, upto, keep=False)
+        again = yield from self._head_op(sid)
+        if again == head:
+            with self._lock:
+                self._logs[sid] = log
+            found = self._got(row, sid, ns, thread, log, check=False)
+            assert not isinstance(found, _Missing)
+            return found
+        # the session moved meanwhile: the row and the turns from one snapshot
         yield Tx.BEGIN_SNAPSHOT
         row = yield _named("lg_get_one", params, fetch="one")
         log = None

@@ -44,22 +44,6 @@ SELECT r_turns AS turns, r_last_at AS last_at, r_purged AS purged, r_first AS fi
        r_types AS value_types, r_values AS write_values
   FROM shardstore.langgraph_get_v1(%s, %s, %s);
 
--- name: lg_get
-SELECT g.session_id, g.checkpoint_ns, g.checkpoint_id, g.parent_id, c.state::text AS state,
-       c.metadata::text AS metadata
-  FROM shardstore.langgraph_checkpoints g
-  JOIN shardstore.checkpoints c ON c.session_id = g.session_id AND c.checkpoint_id = g.shard_id
- WHERE g.session_id = %s AND g.checkpoint_ns = %s AND g.checkpoint_id = %s;
-
--- name: lg_newest
-SELECT g.session_id, g.checkpoint_ns, g.checkpoint_id, g.parent_id, c.state::text AS state,
-       c.metadata::text AS metadata
-  FROM shardstore.langgraph_checkpoints g
-  JOIN shardstore.checkpoints c ON c.session_id = g.session_id AND c.checkpoint_id = g.shard_id
- WHERE g.session_id = %s AND g.checkpoint_ns = %s
- ORDER BY g.checkpoint_id DESC
- LIMIT 1;
-
 -- name: lg_list
 -- newest first (LangGraph ids sort by time); every bound NULL: none. Sent unprepared.
 SELECT g.session_id, g.checkpoint_ns, g.checkpoint_id, g.parent_id, c.state::text AS state,
