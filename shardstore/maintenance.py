@@ -334,6 +334,10 @@ class _Hooks(RunHooks):
             if not row[0] and not row[1]:
                 break
         self.counts.update(sessions_expired=sessions, buffered_turns_expired=buffered)
+        try:
+            yield from _forget_expired_parents_op()
+        except ShardstoreError as exc:
+            self._failed(log, "forgetting expired fork parents", exc)
 
     def dry_run(self, plan: MaintenancePlan) -> Op[None]:
         """Count the sessions a run would fold and the rows it would expire."""
@@ -569,6 +573,24 @@ def maintain(
         raise
     report = dataclasses.replace(report, seconds=time.monotonic() - clock)
     return (yield from _log_run_op(report))
+
+
+def _forget_expired_parents_op() -> Op[int]:
+    """Forks whose parent session retention deleted stop naming it: the turns they shared
+    with it were older than the retention boundary and went with it, so the fork goes on as
+    a session of its own from its first own turn (as after ``purge_range``). Also finishes
+    what a run that died after expiring a parent left. Three statements that each stay on
+    one node's rows or name sessions by id (runnable on Citus); returns how many forks."""
+    parents = yield Q(query("maint_fork_parents"))
+    if not parents:
+        return 0
+    named = [r[0] for r in parents]
+    alive = yield Q(query("maint_sessions_present"), (named,))
+    gone = sorted(set(named) - {r[0] for r in alive})
+    if not gone:
+        return 0
+    forgotten = yield Q(query("maint_forget_fork_parents"), (gone,))
+    return len(forgotten)
 
 
 class _HeldLock:

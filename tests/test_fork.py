@@ -519,3 +519,37 @@ def test_a_fact_sourced_at_an_inherited_turn_names_its_owner(make_store: StoreFa
         store.remember("acme", "user:1", "x", 1, source=(child, 11))  # past the end
     store.purge_session(parent)  # erases turn 3 everywhere, and the fact drawn from it
     assert {f.key for f in store.recall("acme", "user:1")} == {"pet"}
+
+
+def test_retention_of_a_parent_leaves_its_fork_a_session_of_its_own(
+    make_store: Callable[..., shardstore.Store], dsn: str
+) -> None:
+    """Retention deletes a parent whose last turn is older than the boundary while a fork
+    of it goes on: the fork's shared turns went with the parent, the fork no longer names a
+    parent that does not exist, and it reads, appends and restores from its own turns."""
+    import time
+
+    store = make_store(partition_interval=timedelta(seconds=1), premake=2, chunk_tokens=300)
+    parent = store.create_session("acme", "user:1")
+    store.append_turns(
+        parent, [{"role": "user", "content": f"parent {i} " + "w " * 40} for i in range(12)]
+    )
+    store.flush(parent)
+    fork = store.fork(parent, at_turn_seq=8)
+    time.sleep(3.2)  # the parent's turns end more than the retention below ago
+    store.append_turn(fork, {"role": "user", "content": "the fork goes on"})
+    report = store.maintain(retention=timedelta(seconds=2), embed=False)
+    assert report.errors == [] and report.sessions_expired == 1
+    with pytest.raises(shardstore.SessionNotFound):
+        store.session(parent)
+    with psycopg.connect(dsn) as conn:
+        lineage = conn.execute(
+            "SELECT fork_parent, fork_at, fork_chunk FROM shardstore.sessions"
+            " WHERE session_id = %s",
+            (fork,),
+        ).fetchone()
+    assert lineage == (None, None, None)
+    assert [t.turn_seq for t in store.history(fork)] == [9]
+    assert [t.turn_seq for t in store.tail(fork, n=20)] == [9]
+    assert store.append_turn(fork, {"role": "user", "content": "and on"}).turn_seq == 10
+    assert [t.turn_seq for t in store.restore(fork, n=5).turns] == [9, 10]

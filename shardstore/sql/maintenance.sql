@@ -32,6 +32,20 @@ SELECT shardstore.maint_fold_session_v1(%s, %s, make_interval(secs => %s));
 -- name: maint_expire_rows
 SELECT r_sessions, r_turns FROM shardstore.maint_expire_rows_v2(%s, %s);
 
+-- name: maint_fork_parents
+-- every session a fork names as its parent (retention may have deleted some)
+SELECT DISTINCT s.fork_parent FROM shardstore.sessions s WHERE s.fork_parent IS NOT NULL;
+
+-- name: maint_sessions_present
+SELECT s.session_id FROM shardstore.sessions s WHERE s.session_id = ANY (%s::uuid[]);
+
+-- name: maint_forget_fork_parents
+-- forks of parents that are gone: their shared turns went with the parent
+UPDATE shardstore.sessions s
+   SET fork_parent = NULL, fork_at = NULL, fork_chunk = NULL
+ WHERE s.fork_parent = ANY (%s::uuid[])
+RETURNING s.session_id;
+
 -- name: maint_count_expiring
 SELECT (SELECT count(*) FROM shardstore.sessions
          WHERE purged_at IS NULL AND coalesce(last_turn_at, created_at) < %s),
