@@ -364,3 +364,48 @@ def test_retention_behind_the_pooler_leaves_no_setting_behind(pooled_dsn: str) -
     finally:
         for conn in held:
             conn.close()
+
+
+def test_migrations_run_through_the_pooler(pgbouncer: Pooler, server_dsn: str) -> None:
+    """A fresh, empty database migrated through the pooler alone: every migration is one
+    transaction under a transaction-level advisory lock, which a transaction pooler keeps
+    on one server connection; two stores racing to migrate apply each version once."""
+    from psycopg.conninfo import make_conninfo
+
+    from shardstore.migrate import all_migrations
+
+    name = f"ss_pooled_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        pooled = pgbouncer.dsn(make_conninfo(server_dsn, dbname=name))
+        stores: list[shardstore.Store] = []
+        errors: list[BaseException] = []
+
+        def migrate() -> None:
+            try:
+                stores.append(shardstore.connect(pooled, pool_max_size=2))
+            except BaseException as exc:
+                errors.append(exc)
+
+        racers = [threading.Thread(target=migrate) for _ in range(2)]
+        for t in racers:
+            t.start()
+        for t in racers:
+            t.join()
+        assert errors == []
+        for store in stores:
+            sid = store.create_session("acme")
+            assert store.append_turn(sid, {"role": "user", "content": "hi"}).turn_seq == 0
+            store.close()
+        with psycopg.connect(make_conninfo(server_dsn, dbname=name)) as conn:
+            versions = [
+                v
+                for (v,) in conn.execute(
+                    "SELECT version FROM shardstore.schema_migrations ORDER BY version"
+                )
+            ]
+        assert versions == [m.version for m in all_migrations()]
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
