@@ -77,6 +77,8 @@ class WireProxy:
     def close(self) -> None:
         """Stop accepting, close every connection and wait for the threads."""
         self._closing.set()
+        with suppress(OSError):  # wakes the thread blocked in accept(), which close() does not
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         for s in list(self._sockets):
             with suppress(OSError):
