@@ -50,7 +50,13 @@ SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed, r_checkpoint_id
 -- name: checkpoint_page
 -- checkpoints() in one statement: the session (none: no row; purged), whether the `before`
 -- checkpoint exists (true without one), and the page, newest first, as checkpoint_list's;
--- a session without checkpoints on that page gives one row with no checkpoint columns
+-- a session without checkpoints on that page gives one row with no checkpoint columns.
+-- Every table is filtered by the session id itself, and the anchor is looked up by a
+-- non-NULL id (the nil UUID when there is no `before`; the page then ignores the anchor):
+-- on Citus the statement is then routed to the session's shard whole. Filtered through
+-- the join only, or compared with NULL (folded to false, which leaves the anchor no
+-- shard), it was refused there ("complex joins are only supported when all distributed
+-- tables are co-located ...").
 SELECT s.purged_at IS NOT NULL AS purged,
        (%(before_id)s::uuid IS NULL OR a.seq IS NOT NULL) AS anchor_found,
        c.checkpoint_id, c.session_id, c.turn_seq, c.sub_step, c.parent_id, c.created_at,
@@ -58,11 +64,12 @@ SELECT s.purged_at IS NOT NULL AS purged,
        c.tool_results::text AS tool_results, c.metadata::text AS metadata, c.seq
   FROM shardstore.sessions s
   LEFT JOIN shardstore.checkpoints a
-         ON a.session_id = s.session_id AND a.checkpoint_id = %(before_id)s::uuid
+         ON a.session_id = %(sid)s
+        AND a.checkpoint_id = coalesce(%(before_id)s::uuid, '00000000-0000-0000-0000-000000000000')
   LEFT JOIN LATERAL (
         SELECT k.* FROM shardstore.checkpoints k
-         WHERE k.session_id = s.session_id
-           AND (a.seq IS NULL OR k.seq < a.seq)
+         WHERE k.session_id = %(sid)s
+           AND (%(before_id)s::uuid IS NULL OR k.seq < a.seq)
            AND (%(before_at)s::timestamptz IS NULL OR k.created_at < %(before_at)s::timestamptz)
          ORDER BY k.seq DESC
          LIMIT %(limit)s::bigint) c ON (%(before_id)s::uuid IS NULL OR a.seq IS NOT NULL)

@@ -1,0 +1,241 @@
+-- tail() across a gap, and a fork's tail, on Citus: one shard per statement.
+--
+-- Why. tail_v1 runs with plan_cache_mode = force_generic_plan (planned once per
+-- connection), and the setting holds for fork_tail_v1, which it calls for a fork. Citus
+-- plans a statement with unresolved parameters only when it is a single-table query on the
+-- distribution column (its fast path); anything else under a generic plan fails with
+-- "could not create distributed plan ... parameters in SQL functions". Both functions
+-- found the next chunk below a gap (chunks removed by a range purge, purge_before or
+-- retention) with one statement of two scalar subqueries,
+-- greatest((SELECT max(chunk_seq) FROM chunk_map ...), (SELECT max(chunk_seq) FROM
+-- turn_buffer ...)), and fork_tail_v1 found an ancestor segment's newest chunk the same
+-- way. So on Citus, tail(n) of a session whose window reached past a purged gap failed, and
+-- so did every tail of a fork (a fork's own segment starts with no chunk of its own: a gap
+-- at once), and context() with them (it reads its turns through tail_v1). On one server
+-- all worked.
+--
+-- What. Each such statement is split in two, one table each, filtered by the session: the
+-- same maxima, compared in PL/pgSQL. Same rows, order, stopping rules and errors; the
+-- split costs one more statement only at a gap (tail_v1) and per ancestor segment
+-- (fork_tail_v1). tail_at_v1 has the same shape but runs with the default plan cache mode,
+-- under which Citus plans each call with its values, so it is left as it is.
+
+CREATE OR REPLACE FUNCTION shardstore.tail_v1(p_session_id uuid, p_n integer, p_max_tokens bigint)
+RETURNS TABLE (r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamptz,
+               r_key text, r_message jsonb)
+LANGUAGE plpgsql
+STABLE
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    s        shardstore.sessions%ROWTYPE;
+    v_count  integer := 0;
+    v_tokens bigint := 0;
+    v_seq    bigint;
+    v_start  timestamptz;
+    v_hit    boolean := false;
+    v_below  bigint;
+    v_mapped   bigint;
+    v_buffered bigint;
+    v_slice  jsonb;
+    v_e      jsonb;
+    v_last   integer;
+    t        record;
+BEGIN
+    SELECT * INTO s FROM shardstore.sessions WHERE session_id = p_session_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'SS404', MESSAGE = format('session %s does not exist', p_session_id);
+    END IF;
+    IF s.purged_at IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SS410', MESSAGE = format('session %s was purged', p_session_id);
+    END IF;
+    IF s.fork_parent IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM shardstore.fork_tail_v1(p_session_id, NULL, p_n, p_max_tokens);
+        RETURN;
+    END IF;
+    v_seq := s.open_chunk_seq;
+    -- The newest turns straight from the buffer, one index scan across chunks, while turn
+    -- seqs are consecutive from the session's newest turn down (no folded or removed turn
+    -- between them, so no chunk_map lookup is needed); at the first gap, or when the buffer
+    -- has no more, the per-chunk walk below goes on from the chunk reached, below v_below.
+    FOR t IN SELECT b.turn_seq, b.chunk_seq, b.tokens, b.created_at, b.idempotency_key AS key,
+                    b.message
+               FROM shardstore.turn_buffer b
+              WHERE b.session_id = p_session_id
+              ORDER BY b.turn_seq DESC
+              LIMIT p_n LOOP
+        EXIT WHEN t.turn_seq <> coalesce(v_below, s.next_turn_seq) - 1;
+        IF p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens THEN
+            RETURN;
+        END IF;
+        r_turn_seq := t.turn_seq; r_chunk_seq := t.chunk_seq; r_tokens := t.tokens;
+        r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+        RETURN NEXT;
+        v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+        v_below := t.turn_seq; v_seq := t.chunk_seq; v_hit := true;
+    END LOOP;
+    IF p_n IS NOT NULL AND v_count >= p_n THEN
+        RETURN;
+    END IF;
+    WHILE v_seq >= 0 LOOP
+        FOR t IN SELECT b.turn_seq, b.tokens, b.created_at, b.idempotency_key AS key, b.message
+                   FROM shardstore.turn_buffer b
+                  WHERE b.session_id = p_session_id AND b.chunk_seq = v_seq
+                    AND (v_below IS NULL OR b.turn_seq < v_below)
+                  ORDER BY b.turn_seq DESC LOOP
+            IF (p_n IS NOT NULL AND v_count >= p_n)
+               OR (p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens) THEN
+                RETURN;
+            END IF;
+            r_turn_seq := t.turn_seq; r_chunk_seq := v_seq; r_tokens := t.tokens;
+            r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+            RETURN NEXT;
+            v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+            v_hit := true;
+        END LOOP;
+        IF p_n IS NOT NULL AND v_count >= p_n THEN
+            RETURN;  -- the window is full: no chunk_map read, no chunk read
+        END IF;
+        SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
+         WHERE m.session_id = p_session_id AND m.chunk_seq = v_seq;
+        IF NOT FOUND AND NOT v_hit THEN
+            -- a gap (chunks removed by a range purge or retention): jump to the next
+            -- chunk that still exists, or stop
+            SELECT max(m.chunk_seq) INTO v_mapped FROM shardstore.chunk_map m
+             WHERE m.session_id = p_session_id AND m.chunk_seq < v_seq;
+            SELECT max(b.chunk_seq) INTO v_buffered FROM shardstore.turn_buffer b
+             WHERE b.session_id = p_session_id AND b.chunk_seq < v_seq;
+            v_seq := greatest(v_mapped, v_buffered);
+            EXIT WHEN v_seq IS NULL;
+            CONTINUE;
+        END IF;
+        v_hit := false;
+        IF FOUND THEN
+            -- the newest (p_n - v_count) envelopes only (all of them without p_n), as one
+            -- in-memory array: the chunk is decompressed once, and -> by index is cheap on
+            -- the slice (-> on the stored value would decompress it at every call)
+            SELECT jsonb_path_query_array(
+                       h.conversation_chunk, '$[last - $k to last]',
+                       jsonb_build_object('k', CASE WHEN p_n IS NULL THEN 2147483647
+                                                    ELSE p_n - v_count - 1 END))
+              INTO v_slice
+              FROM shardstore.agent_history h
+             WHERE h.session_id = p_session_id AND h.chunk_seq = v_seq AND h.chunk_start = v_start;
+            v_last := coalesce(jsonb_array_length(v_slice), 0) - 1;
+            FOR i IN REVERSE v_last .. 0 LOOP
+                v_e := v_slice -> i;
+                IF (p_n IS NOT NULL AND v_count >= p_n)
+                   OR (p_max_tokens IS NOT NULL AND v_tokens + (v_e->>'t')::bigint > p_max_tokens) THEN
+                    RETURN;
+                END IF;
+                r_turn_seq := (v_e->>'s')::bigint; r_chunk_seq := v_seq;
+                r_tokens := (v_e->>'t')::integer; r_created_at := (v_e->>'at')::timestamptz;
+                r_key := v_e->>'k'; r_message := v_e->'m';
+                RETURN NEXT;
+                v_count := v_count + 1; v_tokens := v_tokens + r_tokens;
+            END LOOP;
+        END IF;
+        v_seq := v_seq - 1;
+    END LOOP;
+END
+$$;
+
+-- A fork's tail, as before: the segment and gap lookups split as above, and a folded chunk
+-- read by itself, its turns taken from the value. Its read joined agent_history with
+-- jsonb_array_elements in a FOR over EXECUTE, which under tail_v1's plan cache mode gets a
+-- generic plan too: on Citus, a fork's tail failed there as soon as it reached a folded
+-- chunk.
+CREATE OR REPLACE FUNCTION shardstore.fork_tail_v1(p_session_id uuid, p_upto bigint, p_n integer,
+                                        p_max_tokens bigint)
+RETURNS TABLE (r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamptz,
+               r_key text, r_message jsonb)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    g        record;
+    v_bound  bigint;
+    v_count  integer := 0;
+    v_tokens bigint := 0;
+    v_seq    bigint;
+    v_start  timestamptz;
+    v_hit    boolean;
+    v_mapped   bigint;
+    v_buffered bigint;
+    v_chunk  jsonb;
+    t        record;
+BEGIN
+    FOR g IN SELECT * FROM shardstore.fork_segments_v1(p_session_id) LOOP
+        v_bound := least(g.r_turn_hi, p_upto);
+        CONTINUE WHEN v_bound IS NOT NULL AND v_bound < 0;
+        IF v_bound IS NULL THEN
+            SELECT s.open_chunk_seq INTO v_seq FROM shardstore.sessions s
+             WHERE s.session_id = g.r_session_id;
+        ELSE
+            SELECT b.chunk_seq INTO v_buffered FROM shardstore.turn_buffer b
+             WHERE b.session_id = g.r_session_id AND b.turn_seq = v_bound;
+            SELECT max(m.chunk_seq) INTO v_mapped FROM shardstore.chunk_map m
+             WHERE m.session_id = g.r_session_id AND m.first_turn_seq <= v_bound
+               AND (g.r_chunk_hi IS NULL OR m.chunk_seq < g.r_chunk_hi);
+            v_seq := greatest(v_buffered, v_mapped);
+        END IF;
+        IF g.r_chunk_hi IS NOT NULL THEN
+            v_seq := least(v_seq, g.r_chunk_hi - 1);
+        END IF;
+        v_hit := false;
+        WHILE v_seq IS NOT NULL AND v_seq >= g.r_chunk_lo LOOP
+            FOR t IN SELECT b.turn_seq, b.tokens, b.created_at, b.idempotency_key AS key, b.message
+                       FROM shardstore.turn_buffer b
+                      WHERE b.session_id = g.r_session_id AND b.chunk_seq = v_seq
+                        AND (v_bound IS NULL OR b.turn_seq <= v_bound)
+                      ORDER BY b.turn_seq DESC LOOP
+                IF (p_n IS NOT NULL AND v_count >= p_n)
+                   OR (p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens) THEN
+                    RETURN;
+                END IF;
+                r_turn_seq := t.turn_seq; r_chunk_seq := v_seq; r_tokens := t.tokens;
+                r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+                RETURN NEXT;
+                v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+                v_hit := true;
+            END LOOP;
+            SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
+             WHERE m.session_id = g.r_session_id AND m.chunk_seq = v_seq;
+            IF NOT FOUND AND NOT v_hit THEN
+                SELECT max(m.chunk_seq) INTO v_mapped FROM shardstore.chunk_map m
+                 WHERE m.session_id = g.r_session_id AND m.chunk_seq < v_seq;
+                SELECT max(b.chunk_seq) INTO v_buffered FROM shardstore.turn_buffer b
+                 WHERE b.session_id = g.r_session_id AND b.chunk_seq < v_seq;
+                v_seq := greatest(v_mapped, v_buffered);
+                CONTINUE;
+            END IF;
+            v_hit := false;
+            IF FOUND THEN
+                -- the chunk by itself (one table: a query Citus can plan without values),
+                -- planned with its keys' values (EXECUTE ... INTO), then its turns newest
+                -- first from the value in memory
+                EXECUTE 'SELECT h.conversation_chunk FROM shardstore.agent_history h
+                          WHERE h.session_id = $1 AND h.chunk_seq = $2 AND h.chunk_start = $3'
+                   INTO v_chunk
+                  USING g.r_session_id, v_seq, v_start;
+                FOR t IN SELECT (e->>'s')::bigint AS turn_seq, (e->>'t')::integer AS tokens,
+                                (e->>'at')::timestamptz AS created_at, e->>'k' AS key,
+                                e->'m' AS message
+                           FROM jsonb_array_elements(v_chunk) WITH ORDINALITY AS x(e, ord)
+                          ORDER BY x.ord DESC LOOP
+                    CONTINUE WHEN v_bound IS NOT NULL AND t.turn_seq > v_bound;
+                    IF (p_n IS NOT NULL AND v_count >= p_n)
+                       OR (p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens) THEN
+                        RETURN;
+                    END IF;
+                    r_turn_seq := t.turn_seq; r_chunk_seq := v_seq; r_tokens := t.tokens;
+                    r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+                    RETURN NEXT;
+                    v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+                END LOOP;
+            END IF;
+            v_seq := v_seq - 1;
+        END LOOP;
+    END LOOP;
+END
+$$;
