@@ -28,6 +28,12 @@
 --                                  a purge killed at any point leaves its work here, and the
 --                                  re-run (or the next sweep) finishes it.
 
+-- On a distributed (Citus) schema this transaction reads the distributed artifact_refs in
+-- parallel (INSERT ... SELECT) and then creates functions, which Citus refuses after a
+-- parallel operation in the same transaction: one connection per worker instead. On one
+-- node the setting is an unused placeholder.
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+
 CREATE TABLE shardstore.artifact_links (
     tenant_id   text NOT NULL,
     session_id  uuid NOT NULL,
