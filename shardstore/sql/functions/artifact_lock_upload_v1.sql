@@ -1,0 +1,13 @@
+-- 0014's bodies as PL/pgSQL.
+CREATE OR REPLACE FUNCTION shardstore.artifact_lock_upload_v1(p_tenant text, p_artifact uuid)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_state text;
+BEGIN
+    SELECT a.state INTO v_state FROM shardstore.artifacts a
+     WHERE a.tenant_id = p_tenant AND a.artifact_id = p_artifact FOR UPDATE;
+    RETURN v_state;
+END
+$function$;

@@ -1,0 +1,14 @@
+CREATE OR REPLACE FUNCTION shardstore.artifacts_deleting_v1(p_tenant text, p_batch integer)
+ RETURNS TABLE(r_tenant text, r_artifact uuid, r_backend text, r_key text, r_size bigint)
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    RETURN QUERY
+        SELECT a.tenant_id, a.artifact_id, a.backend, a.object_key, a.size_bytes
+          FROM shardstore.artifacts a
+         WHERE a.state = 'deleting' AND (p_tenant IS NULL OR a.tenant_id = p_tenant)
+         ORDER BY a.tenant_id, a.artifact_id
+         LIMIT p_batch;
+END
+$function$;

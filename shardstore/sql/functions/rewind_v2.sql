@@ -1,0 +1,54 @@
+-- As in 0013, and deleted copy records un-indexed.
+CREATE OR REPLACE FUNCTION shardstore.rewind_v2(p_session_id uuid, p_to bigint)
+ RETURNS TABLE(r_status text, r_removed bigint, r_turns bigint, r_first bigint)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    s       shardstore.sessions%ROWTYPE;
+    v_owner uuid;
+    v_chunk bigint;
+    t       record;
+    d       record;
+BEGIN
+    s := shardstore.lock_session_v1(p_session_id);
+    IF p_to IS NULL OR p_to < 0 OR p_to >= s.next_turn_seq THEN
+        RETURN QUERY SELECT * FROM shardstore.rewind_v1(p_session_id, p_to);
+        RETURN;
+    END IF;
+    PERFORM shardstore.fork_cow_v1(p_session_id, p_to);
+    IF s.fork_parent IS NULL OR p_to > s.fork_at THEN
+        RETURN QUERY SELECT * FROM shardstore.rewind_v1(p_session_id, p_to);
+        FOR d IN DELETE FROM shardstore.fork_copies f
+                  WHERE f.session_id = p_session_id AND f.first_turn_seq >= p_to RETURNING f.* LOOP
+            PERFORM shardstore.fork_copy_unindexed_v1(d.session_id, d.chunk_seq, d.chunk_start,
+                                                      d.first_turn_seq, d.last_turn_seq);
+        END LOOP;
+        UPDATE shardstore.fork_copies f SET last_turn_seq = p_to - 1
+         WHERE f.session_id = p_session_id AND f.last_turn_seq >= p_to;
+        RETURN;
+    END IF;
+    PERFORM shardstore.rewind_v1(p_session_id, s.fork_at + 1);
+    FOR t IN SELECT * FROM shardstore.purge_targets pt
+              WHERE NOT pt.builtin AND pt.turn_column IS NOT NULL
+              ORDER BY pt.position, pt.table_name::text LOOP
+        EXECUTE format('DELETE FROM %s x WHERE x.%I = $1 AND x.%I >= $2',
+                       t.table_name, t.session_column, t.turn_column)
+          USING p_session_id, p_to;
+    END LOOP;
+    FOR d IN DELETE FROM shardstore.fork_copies f WHERE f.session_id = p_session_id RETURNING f.* LOOP
+        PERFORM shardstore.fork_copy_unindexed_v1(d.session_id, d.chunk_seq, d.chunk_start,
+                                                  d.first_turn_seq, d.last_turn_seq);
+    END LOOP;
+    SELECT o.r_owner, o.r_chunk_seq INTO v_owner, v_chunk
+      FROM shardstore.fork_chunk_of_v1(p_session_id, p_to - 1) o;
+    UPDATE shardstore.sessions x
+       SET fork_parent = v_owner, fork_at = CASE WHEN v_owner IS NOT NULL THEN p_to - 1 END,
+           fork_chunk = v_chunk + 1, next_turn_seq = p_to, open_chunk_seq = coalesce(v_chunk + 1, 0),
+           open_chunk_start = NULL, open_turns = 0, open_tokens = 0, open_bytes = 0
+     WHERE x.session_id = p_session_id;
+    r_status := 'ok';
+    r_removed := s.next_turn_seq - p_to;
+    r_turns := p_to;
+    RETURN NEXT;
+END
+$function$;

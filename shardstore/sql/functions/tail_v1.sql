@@ -1,0 +1,137 @@
+-- 0037: tail_v1 reads a session's newest buffered turns in one index scan (issue 14 goal 2).
+-- (docs/architecture.md "Round 5").
+--
+-- Why. Since 0035 an active session's newest turns are in the write buffer, often spread over
+-- several chunks (the open one and the sealed chunks a fold keeps: with ~1,500-token messages
+-- a chunk holds 6 turns, so tail(20) spans 3-4). 0023's tail_v1 walks them chunk by chunk: one
+-- buffer query per chunk, and a chunk_map lookup after each (for the folded part a chunk may
+-- have). Measured on a 100-turn session whose window spans three buffered chunks, interleaved
+-- call by call with the floor's LIMIT 20 (message::text): tail_window 1.48x -> 1.36x the floor;
+-- 1.77x -> 1.67x with two chunks (10,000 turns).
+--
+-- What. First, one scan of the session's buffer rows newest first (LIMIT n), returned while
+-- their turn seqs run consecutively down from the session's newest turn (next_turn_seq - 1):
+-- no turn lies between two such rows, folded or otherwise, so no chunk_map lookup is needed.
+-- At the first gap, or when the buffer has no more rows, 0023's per-chunk walk goes on from
+-- the chunk of the last row returned, below it (v_below), with that chunk marked as hit (its
+-- rows were returned, so a missing chunk_map row there is not a gap). A session whose newest
+-- turn is not buffered (flushed, imported) takes the walk from the open chunk as before, after
+-- one index probe. Same rows, same order, same stopping rules (n turns; the next turn would
+-- cross max_tokens), same gap jumps, same errors; forks still go to fork_tail_v1.
+CREATE OR REPLACE FUNCTION shardstore.tail_v1(p_session_id uuid, p_n integer, p_max_tokens bigint)
+ RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamp with time zone, r_key text, r_message jsonb)
+ LANGUAGE plpgsql
+ STABLE
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    s        shardstore.sessions%ROWTYPE;
+    v_count  integer := 0;
+    v_tokens bigint := 0;
+    v_seq    bigint;
+    v_start  timestamptz;
+    v_hit    boolean := false;
+    v_below  bigint;
+    v_slice  jsonb;
+    v_e      jsonb;
+    v_last   integer;
+    t        record;
+BEGIN
+    SELECT * INTO s FROM shardstore.sessions WHERE session_id = p_session_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'SS404', MESSAGE = format('session %s does not exist', p_session_id);
+    END IF;
+    IF s.purged_at IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SS410', MESSAGE = format('session %s was purged', p_session_id);
+    END IF;
+    IF s.fork_parent IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM shardstore.fork_tail_v1(p_session_id, NULL, p_n, p_max_tokens);
+        RETURN;
+    END IF;
+    v_seq := s.open_chunk_seq;
+    -- The newest turns straight from the buffer, one index scan across chunks, while turn
+    -- seqs are consecutive from the session's newest turn down (no folded or removed turn
+    -- between them, so no chunk_map lookup is needed); at the first gap, or when the buffer
+    -- has no more, the per-chunk walk below goes on from the chunk reached, below v_below.
+    FOR t IN SELECT b.turn_seq, b.chunk_seq, b.tokens, b.created_at, b.idempotency_key AS key,
+                    b.message
+               FROM shardstore.turn_buffer b
+              WHERE b.session_id = p_session_id
+              ORDER BY b.turn_seq DESC
+              LIMIT p_n LOOP
+        EXIT WHEN t.turn_seq <> coalesce(v_below, s.next_turn_seq) - 1;
+        IF p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens THEN
+            RETURN;
+        END IF;
+        r_turn_seq := t.turn_seq; r_chunk_seq := t.chunk_seq; r_tokens := t.tokens;
+        r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+        RETURN NEXT;
+        v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+        v_below := t.turn_seq; v_seq := t.chunk_seq; v_hit := true;
+    END LOOP;
+    IF p_n IS NOT NULL AND v_count >= p_n THEN
+        RETURN;
+    END IF;
+    WHILE v_seq >= 0 LOOP
+        FOR t IN SELECT b.turn_seq, b.tokens, b.created_at, b.idempotency_key AS key, b.message
+                   FROM shardstore.turn_buffer b
+                  WHERE b.session_id = p_session_id AND b.chunk_seq = v_seq
+                    AND (v_below IS NULL OR b.turn_seq < v_below)
+                  ORDER BY b.turn_seq DESC LOOP
+            IF (p_n IS NOT NULL AND v_count >= p_n)
+               OR (p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens) THEN
+                RETURN;
+            END IF;
+            r_turn_seq := t.turn_seq; r_chunk_seq := v_seq; r_tokens := t.tokens;
+            r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+            RETURN NEXT;
+            v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+            v_hit := true;
+        END LOOP;
+        IF p_n IS NOT NULL AND v_count >= p_n THEN
+            RETURN;  -- the window is full: no chunk_map read, no chunk read
+        END IF;
+        SELECT m.chunk_start INTO v_start FROM shardstore.chunk_map m
+         WHERE m.session_id = p_session_id AND m.chunk_seq = v_seq;
+        IF NOT FOUND AND NOT v_hit THEN
+            -- a gap (chunks removed by a range purge or retention): jump to the next
+            -- chunk that still exists, or stop
+            SELECT greatest(
+                       (SELECT max(m.chunk_seq) FROM shardstore.chunk_map m
+                         WHERE m.session_id = p_session_id AND m.chunk_seq < v_seq),
+                       (SELECT max(b.chunk_seq) FROM shardstore.turn_buffer b
+                         WHERE b.session_id = p_session_id AND b.chunk_seq < v_seq))
+              INTO v_seq;
+            EXIT WHEN v_seq IS NULL;
+            CONTINUE;
+        END IF;
+        v_hit := false;
+        IF FOUND THEN
+            -- the newest (p_n - v_count) envelopes only (all of them without p_n), as one
+            -- in-memory array: the chunk is decompressed once, and -> by index is cheap on
+            -- the slice (-> on the stored value would decompress it at every call)
+            SELECT jsonb_path_query_array(
+                       h.conversation_chunk, '$[last - $k to last]',
+                       jsonb_build_object('k', CASE WHEN p_n IS NULL THEN 2147483647
+                                                    ELSE p_n - v_count - 1 END))
+              INTO v_slice
+              FROM shardstore.agent_history h
+             WHERE h.session_id = p_session_id AND h.chunk_seq = v_seq AND h.chunk_start = v_start;
+            v_last := coalesce(jsonb_array_length(v_slice), 0) - 1;
+            FOR i IN REVERSE v_last .. 0 LOOP
+                v_e := v_slice -> i;
+                IF (p_n IS NOT NULL AND v_count >= p_n)
+                   OR (p_max_tokens IS NOT NULL AND v_tokens + (v_e->>'t')::bigint > p_max_tokens) THEN
+                    RETURN;
+                END IF;
+                r_turn_seq := (v_e->>'s')::bigint; r_chunk_seq := v_seq;
+                r_tokens := (v_e->>'t')::integer; r_created_at := (v_e->>'at')::timestamptz;
+                r_key := v_e->>'k'; r_message := v_e->'m';
+                RETURN NEXT;
+                v_count := v_count + 1; v_tokens := v_tokens + r_tokens;
+            END LOOP;
+        END IF;
+        v_seq := v_seq - 1;
+    END LOOP;
+END
+$function$;

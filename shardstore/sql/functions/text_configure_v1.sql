@@ -1,0 +1,25 @@
+-- As in 0026, first waiting for every writer that read the old configuration.
+CREATE OR REPLACE FUNCTION shardstore.text_configure_v1(p_config regconfig)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('shardstore.text_config', 0));
+    UPDATE shardstore.text_search_config SET config = p_config, configured_at = now();
+    DELETE FROM shardstore.turn_text;
+    INSERT INTO shardstore.turn_text
+           (session_id, turn_seq, window_no, chunk_seq, tenant_id, agent_id, created_at, tsv)
+    SELECT h.session_id, (e.v->>'s')::bigint, w.r_window, h.chunk_seq, s.tenant_id, s.agent_id,
+           (e.v->>'at')::timestamptz, w.r_tsv
+      FROM shardstore.agent_history h
+      JOIN shardstore.sessions s ON s.session_id = h.session_id,
+           jsonb_array_elements(h.conversation_chunk) AS e(v),
+           LATERAL shardstore.text_windows_v1(p_config, e.v->'m') w
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$function$;
+REVOKE ALL ON ROUTINE shardstore.text_configure_v1(regconfig) FROM PUBLIC;

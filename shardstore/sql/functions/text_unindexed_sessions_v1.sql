@@ -1,0 +1,20 @@
+-- As in 0038, a reader too.
+CREATE OR REPLACE FUNCTION shardstore.text_unindexed_sessions_v1(p_limit integer)
+ RETURNS TABLE(r_session_id uuid, r_turns bigint)
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    IF shardstore.text_config_read_v1() IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT b.session_id, count(*)
+      FROM shardstore.turn_buffer b
+     WHERE NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
+                        WHERE t.session_id = b.session_id AND t.turn_seq = b.turn_seq)
+     GROUP BY b.session_id
+     ORDER BY min(b.created_at), b.session_id
+     LIMIT p_limit;
+END
+$function$;
