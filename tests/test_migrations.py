@@ -19,7 +19,7 @@ from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore.core.executor import run_sync
-from shardstore.migrate import all_migrations, migrate_op
+from shardstore.migrate import BASELINE_PARTS, Migration, all_migrations, function_files, migrate_op
 from shardstore.sql import _queries
 
 
@@ -97,18 +97,36 @@ APPLIED_CHECKSUMS = {
 }
 
 
+def _shipped_path(m: Migration) -> str:
+    """Where a migration lies inside the package: the legacy ones in legacy/."""
+    return f"{'legacy/' if m.legacy else ''}{m.version:04d}_{m.name}.sql"
+
+
 def test_the_files_are_read_from_the_package_unchanged() -> None:
     from importlib import resources
 
-    from shardstore.migrate import MIGRATIONS_PACKAGE
+    from shardstore.migrate import (
+        FUNCTIONS_FOLDER,
+        FUNCTIONS_PACKAGE,
+        LEGACY_FOLDER,
+        MIGRATIONS_PACKAGE,
+        function_files,
+    )
 
+    root = resources.files(MIGRATIONS_PACKAGE)
     names = sorted(
-        e.name for e in resources.files(MIGRATIONS_PACKAGE).iterdir() if e.name.endswith(".sql")
+        [e.name for e in root.iterdir() if e.name.endswith(".sql")]
+        + [f"legacy/{e.name}" for e in (root / LEGACY_FOLDER).iterdir() if e.name.endswith(".sql")]
     )
     shipped = all_migrations()
-    assert names == [f"{m.version:04d}_{m.name}.sql" for m in shipped]
+    assert names == sorted(_shipped_path(m) for m in shipped)
     for version, checksum in APPLIED_CHECKSUMS.items():
         assert shipped[version - 1].checksum == checksum, version
+    # the function files are read whole, one per file of shardstore/sql/functions/
+    folder = resources.files(FUNCTIONS_PACKAGE) / FUNCTIONS_FOLDER
+    on_disk = {e.name[: -len(".sql")]: e.read_text("utf-8") for e in folder.iterdir()
+               if e.name.endswith(".sql")}  # fmt: skip
+    assert {f.name: f.sql for f in function_files()} == on_disk
 
 
 def test_a_database_of_version_5_upgrades_with_rls_on(
@@ -187,16 +205,24 @@ def test_the_wheel_ships_the_migrations(empty_dsn: str, tmp_path: Path) -> None:
         names = set(zf.namelist())
         zf.extractall(tmp_path / "site")
     for m in all_migrations():
-        assert f"shardstore/migrations/{m.version:04d}_{m.name}.sql" in names
+        assert f"shardstore/migrations/{_shipped_path(m)}" in names
+    for part in BASELINE_PARTS:
+        assert f"shardstore/migrations/baseline/{part}" in names
+    for f in function_files():
+        assert f"shardstore/sql/functions/{f.name}.sql" in names
     script = (
         "import sys, psycopg, shardstore, shardstore.migrations as pkg\n"
-        "from shardstore.migrate import all_migrations\n"
+        "from shardstore.migrate import all_migrations, function_files\n"
         "assert shardstore.__file__.startswith(sys.argv[2]), shardstore.__file__\n"
         "assert pkg.__file__.startswith(sys.argv[2]), pkg.__file__\n"
         "shardstore.connect(sys.argv[1]).close()\n"
         "with psycopg.connect(sys.argv[1]) as c:\n"
         "    rows = dict(c.execute('SELECT version, checksum FROM shardstore.schema_migrations'))\n"
         "assert rows == {m.version: m.checksum for m in all_migrations()}, rows\n"
+        "with psycopg.connect(sys.argv[1]) as c:\n"
+        "    done = dict(c.execute('SELECT name, checksum FROM shardstore.schema_functions'))\n"
+        "assert done == {f.name: f.checksum for f in function_files()}, done\n"
+        "assert len(done) > 100, done\n"
         "print(len(rows))\n"
     )
     site = str(tmp_path / "site")

@@ -155,7 +155,9 @@ def test_a_fresh_install_runs_the_baseline(empty_database: Callable[[], str]) ->
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert run_sync(conn, migrate.migrate_op()) == [m.version for m in migrate.all_migrations()]
         assert run_sync(conn, migrate.migrate_op()) == []
-        files = dict(conn.execute("SELECT name, checksum FROM shardstore.schema_functions"))
+        files: dict[str, str] = dict(
+            conn.execute("SELECT name, checksum FROM shardstore.schema_functions")
+        )
         assert files == {f.name: f.checksum for f in migrate.function_files()}
 
 
@@ -198,9 +200,7 @@ def test_a_database_at_an_intermediate_version_upgrades_to_the_same_catalog(
         assert got[part] == expected[part], part
 
 
-def test_a_changed_function_file_is_applied_once(
-    dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_changed_function_file_is_applied_once(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner applies a file whose checksum is not the recorded one, and only then."""
     shipped = migrate.function_files()
     target = next(f for f in shipped if f.name == "rls_tenant_v2")
@@ -209,20 +209,18 @@ def test_a_changed_function_file_is_applied_once(
     replaced = tuple(edited if f.name == target.name else f for f in shipped)
     monkeypatch.setattr(migrate, "function_files", lambda: replaced)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "ALTER FUNCTION shardstore.rls_tenant_v2() SET application_name = 'stale'"
-        )
+        conn.execute("ALTER FUNCTION shardstore.rls_tenant_v2() SET application_name = 'stale'")
         assert run_sync(conn, migrate.migrate_op()) == []
-        recorded = dict(conn.execute("SELECT name, checksum FROM shardstore.schema_functions"))
+        recorded: dict[str, str] = dict(
+            conn.execute("SELECT name, checksum FROM shardstore.schema_functions")
+        )
         assert recorded[target.name] == edited.checksum
         # CREATE OR REPLACE restated the definition: the setting made by hand is gone
         (config,) = conn.execute(
             "SELECT proconfig FROM pg_proc WHERE oid = 'shardstore.rls_tenant_v2()'::regprocedure"
         ).fetchone() or (None,)
         assert config is None
-        conn.execute(
-            "ALTER FUNCTION shardstore.rls_tenant_v2() SET application_name = 'stale'"
-        )
+        conn.execute("ALTER FUNCTION shardstore.rls_tenant_v2() SET application_name = 'stale'")
         assert run_sync(conn, migrate.migrate_op()) == []  # unchanged file: not applied again
         (config,) = conn.execute(
             "SELECT proconfig FROM pg_proc WHERE oid = 'shardstore.rls_tenant_v2()'::regprocedure"
@@ -269,9 +267,9 @@ def test_every_function_is_defined_in_one_file_named_after_it() -> None:
     assert twice == {}
     for path in FUNCTIONS.glob("*.sql"):
         assert _defined(path) == {path.stem}, path
-    assert {n for n, files in where.items() if files[0].startswith("shardstore/sql/functions/")} == {
-        p.stem for p in FUNCTIONS.glob("*.sql")
-    }
+    assert {
+        n for n, files in where.items() if files[0].startswith("shardstore/sql/functions/")
+    } == {p.stem for p in FUNCTIONS.glob("*.sql")}
 
 
 def test_no_migration_after_the_baseline_defines_a_function() -> None:
