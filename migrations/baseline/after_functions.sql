@@ -1,4 +1,4 @@
--- The part of the baseline (legacy migrations 1..47) that needs the
+-- The part of the baseline (legacy migrations 1..48) that needs the
 -- functions: policies and row security. Written by scripts/gen_schema.py.
 
 ALTER TABLE shardstore.rls_role_tenants ENABLE ROW LEVEL SECURITY;

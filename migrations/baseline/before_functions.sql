@@ -1,4 +1,4 @@
--- The schema as the legacy migrations 1..47 leave it, less its functions
+-- The schema as the legacy migrations 1..48 leave it, less its functions
 -- (shardstore/sql/functions/). Written by scripts/gen_schema.py from pg_dump: never
 -- edit it; a change to a table is a new versioned migration in migrations/.
 -- A fresh database runs this part, then every function file, then

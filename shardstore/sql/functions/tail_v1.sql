@@ -1,23 +1,24 @@
--- 0037: tail_v1 reads a session's newest buffered turns in one index scan (issue 14 goal 2).
--- (docs/architecture.md "Round 5").
+-- tail() across a gap, and a fork's tail, on Citus: one shard per statement.
 --
--- Why. Since 0035 an active session's newest turns are in the write buffer, often spread over
--- several chunks (the open one and the sealed chunks a fold keeps: with ~1,500-token messages
--- a chunk holds 6 turns, so tail(20) spans 3-4). 0023's tail_v1 walks them chunk by chunk: one
--- buffer query per chunk, and a chunk_map lookup after each (for the folded part a chunk may
--- have). Measured on a 100-turn session whose window spans three buffered chunks, interleaved
--- call by call with the floor's LIMIT 20 (message::text): tail_window 1.48x -> 1.36x the floor;
--- 1.77x -> 1.67x with two chunks (10,000 turns).
+-- Why. tail_v1 runs with plan_cache_mode = force_generic_plan (planned once per
+-- connection), and the setting holds for fork_tail_v1, which it calls for a fork. Citus
+-- plans a statement with unresolved parameters only when it is a single-table query on the
+-- distribution column (its fast path); anything else under a generic plan fails with
+-- "could not create distributed plan ... parameters in SQL functions". Both functions
+-- found the next chunk below a gap (chunks removed by a range purge, purge_before or
+-- retention) with one statement of two scalar subqueries,
+-- greatest((SELECT max(chunk_seq) FROM chunk_map ...), (SELECT max(chunk_seq) FROM
+-- turn_buffer ...)), and fork_tail_v1 found an ancestor segment's newest chunk the same
+-- way. So on Citus, tail(n) of a session whose window reached past a purged gap failed, and
+-- so did every tail of a fork (a fork's own segment starts with no chunk of its own: a gap
+-- at once), and context() with them (it reads its turns through tail_v1). On one server
+-- all worked.
 --
--- What. First, one scan of the session's buffer rows newest first (LIMIT n), returned while
--- their turn seqs run consecutively down from the session's newest turn (next_turn_seq - 1):
--- no turn lies between two such rows, folded or otherwise, so no chunk_map lookup is needed.
--- At the first gap, or when the buffer has no more rows, 0023's per-chunk walk goes on from
--- the chunk of the last row returned, below it (v_below), with that chunk marked as hit (its
--- rows were returned, so a missing chunk_map row there is not a gap). A session whose newest
--- turn is not buffered (flushed, imported) takes the walk from the open chunk as before, after
--- one index probe. Same rows, same order, same stopping rules (n turns; the next turn would
--- cross max_tokens), same gap jumps, same errors; forks still go to fork_tail_v1.
+-- What. Each such statement is split in two, one table each, filtered by the session: the
+-- same maxima, compared in PL/pgSQL. Same rows, order, stopping rules and errors; the
+-- split costs one more statement only at a gap (tail_v1) and per ancestor segment
+-- (fork_tail_v1). tail_at_v1 has the same shape but runs with the default plan cache mode,
+-- under which Citus plans each call with its values, so it is left as it is.
 CREATE OR REPLACE FUNCTION shardstore.tail_v1(p_session_id uuid, p_n integer, p_max_tokens bigint)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamp with time zone, r_key text, r_message jsonb)
  LANGUAGE plpgsql
@@ -32,6 +33,8 @@ DECLARE
     v_start  timestamptz;
     v_hit    boolean := false;
     v_below  bigint;
+    v_mapped   bigint;
+    v_buffered bigint;
     v_slice  jsonb;
     v_e      jsonb;
     v_last   integer;
@@ -96,12 +99,11 @@ BEGIN
         IF NOT FOUND AND NOT v_hit THEN
             -- a gap (chunks removed by a range purge or retention): jump to the next
             -- chunk that still exists, or stop
-            SELECT greatest(
-                       (SELECT max(m.chunk_seq) FROM shardstore.chunk_map m
-                         WHERE m.session_id = p_session_id AND m.chunk_seq < v_seq),
-                       (SELECT max(b.chunk_seq) FROM shardstore.turn_buffer b
-                         WHERE b.session_id = p_session_id AND b.chunk_seq < v_seq))
-              INTO v_seq;
+            SELECT max(m.chunk_seq) INTO v_mapped FROM shardstore.chunk_map m
+             WHERE m.session_id = p_session_id AND m.chunk_seq < v_seq;
+            SELECT max(b.chunk_seq) INTO v_buffered FROM shardstore.turn_buffer b
+             WHERE b.session_id = p_session_id AND b.chunk_seq < v_seq;
+            v_seq := greatest(v_mapped, v_buffered);
             EXIT WHEN v_seq IS NULL;
             CONTINUE;
         END IF;
