@@ -13,6 +13,7 @@ import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -42,6 +43,19 @@ def server_dsn() -> Iterator[str]:
         yield server.get_uri()
     finally:
         server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_data_dir() -> Iterator[Path]:
+    """A data directory (not yet made) for a test's own embedded server, outside pytest's
+    temporary root: pytest makes that root private again whenever another pytest session
+    starts (a second xdist worker, a colleague's run), and the server, which runs as a user
+    of its own when the tests run as root, could then no longer reach its data."""
+    root = Path(tempfile.mkdtemp(prefix="shardstore-pgdir-"))
+    try:
+        yield root / "pg"
+    finally:
         shutil.rmtree(root, ignore_errors=True)
 
 

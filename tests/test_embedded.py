@@ -28,9 +28,9 @@ def _postmaster_pid(data_dir: Path) -> int:
 
 @pytest.mark.slow
 def test_embedded_server_started_once_and_reused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pg_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data_dir = tmp_path / "pg"
+    data_dir = pg_data_dir
     monkeypatch.setenv("SHARDSTORE_DATA_DIR", str(data_dir))
     monkeypatch.delenv("SHARDSTORE_DSN", raising=False)
     store = shardstore.connect()

@@ -22,8 +22,8 @@ class Tty(io.StringIO):
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "pg"
+def data_dir(pg_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = pg_data_dir
     monkeypatch.setenv("SHARDSTORE_DATA_DIR", str(path))
     monkeypatch.delenv("SHARDSTORE_DSN", raising=False)
     yield path
