@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -682,9 +681,10 @@ def test_sigkilled_agent_resumes_from_restore(dsn: str, tmp_path: Path) -> None:
     random moments and restarted from restore() each time."""
     with shardstore.connect(dsn) as store:
         sid = str(store.create_session("crash", "user:1"))
-    started = time.monotonic()
-    run = run_kills(dsn, sid, tmp_path / "acks", WRITER_KILLS, seed=11, deadline=started + 180)
-    assert run.kills >= 100 and run.restores == run.kills
+    # no deadline: every kill is made however slow the machine is (a kill waits on the
+    # agent's restore, not on the clock), and the test's timeout bounds the whole run
+    run = run_kills(dsn, sid, tmp_path / "acks", WRITER_KILLS, seed=11)
+    assert run.kills == WRITER_KILLS and run.restores == run.kills
     with shardstore.connect(dsn) as store:
         steps = check(store, dsn, sid, run)
         assert steps > run.kills // 2  # the agent made progress between kills

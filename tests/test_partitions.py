@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -24,13 +25,21 @@ def _wait_for_next_second(margin: float = 0.15) -> None:
     time.sleep(1 - (now % 1) + margin)
 
 
+def _seconds_of(store: shardstore.Store, sid: uuid.UUID) -> set[datetime]:
+    """The one-second partitions that the session's turns were stored in."""
+    second = timedelta(seconds=1)
+    return {bounds_for(t.created_at, second, ORIGIN).lower for t in store.history(sid)}
+
+
 @pytest.mark.slow
 def test_chunks_never_span_partitions(make_store: Callable[..., shardstore.Store]) -> None:
     store = make_store(partition_interval=timedelta(seconds=1), premake=1)
     sid = store.create_session("acme")
     deadline = time.monotonic() + 3.5
     sent = 0
-    while time.monotonic() < deadline:
+    # a few seconds of appends, and on a machine too loaded for that to be enough, more
+    # until the stored turns fall in three one-second partitions
+    while time.monotonic() < deadline or len(_seconds_of(store, sid)) < 3:
         store.append_turn(sid, {"role": "user", "content": f"turn {sent}"})
         sent += 1
         time.sleep(0.02)
