@@ -27,6 +27,13 @@ from shardstore.migrate import migrate_op
 from .pooler import pgbouncer, pooled_dsn  # noqa: F401  (the pooler tests' fixtures)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # the CLI fits its tables to the terminal's width, and the tests read them at the width
+    # shutil assumes where there is no terminal; pytest-xdist's workers set COLUMNS=80, and
+    # a developer's terminal may be narrow too (subprocesses inherit this)
+    os.environ["COLUMNS"] = "120"
+
+
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
     configured = os.environ.get("SHARDSTORE_TEST_DSN")
