@@ -34,6 +34,14 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["COLUMNS"] = "120"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # files with a slow test run first, each still whole (its module-scoped servers start
+    # once): under pytest-xdist the long tests then overlap the others instead of keeping
+    # one worker busy after the other has run out (the order is the same in every worker)
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
+
+
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
     configured = os.environ.get("SHARDSTORE_TEST_DSN")
