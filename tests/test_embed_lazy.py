@@ -27,14 +27,27 @@ MINILM_DIM = 384
 WORDS = "the weather in the harbour was grey and windy all morning and then it rained"
 
 
+class ModelClock:
+    """A stand-in for vector_ops' ``time``: its clock moves only while the model runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
 class CountingEmbedder(HashEmbedder):
     """A HashEmbedder that counts how often a model would have been loaded: its first use
     for anything but its name and declared dimension is a load."""
 
-    def __init__(self, *, delay: float = 0.0, **kwargs: Any) -> None:
+    def __init__(
+        self, *, delay: float = 0.0, clock: ModelClock | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.loads = 0
         self.delay = delay  # seconds per embed call: a slow model
+        self.clock = clock  # moved on by each call's delay
         self._loaded = False
 
     def _load(self) -> None:
@@ -55,6 +68,8 @@ class CountingEmbedder(HashEmbedder):
         self._load()
         if self.delay:
             time.sleep(self.delay)
+            if self.clock is not None:
+                self.clock.now += self.delay
         return super().embed(texts)
 
 
@@ -150,8 +165,15 @@ def test_max_embed_caps_the_step_and_reports_the_backlog(dsn: str) -> None:
         assert rest.embedding_backlog == 0
 
 
-def test_embed_seconds_stops_the_step_and_seconds_is_the_whole_run(dsn: str) -> None:
-    model = CountingEmbedder(delay=0.3)
+def test_embed_seconds_stops_the_step_and_seconds_is_the_whole_run(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the embedding step keeps its time on a clock that only the model moves (0.3 s a call):
+    # the database's share, which a loaded machine stretches, cannot use up the budget
+    # before a batch has run (it did: 0 chunks embedded), so when the step stops is set
+    clock = ModelClock()
+    monkeypatch.setattr(vector_ops, "time", clock)
+    model = CountingEmbedder(delay=0.3, clock=clock)
     with shardstore.connect(dsn, embedding_model=model, **SMALL) as store:
         sid = store.create_session("acme")
         fill(store, sid, 90)
@@ -166,7 +188,9 @@ def test_embed_seconds_stops_the_step_and_seconds_is_the_whole_run(dsn: str) -> 
         assert report.embedding_seconds is not None and report.embedding_seconds >= 0.3
         # `seconds` (the report's "took") covers the embedding step too
         assert report.seconds >= report.embedding_seconds and report.seconds <= wall
-        assert wall < 3.0  # the first batch is small, the rest sized to the time left
+        # the first batch is small (0.3 s, 0.2 s left), the next sized to the time left,
+        # and none starts once it is up
+        assert model.calls == 2
         logged = store.maintain(embed_seconds=timedelta(seconds=0.5))
         assert logged.embedding_stopped in ("embed_seconds", None)
 
