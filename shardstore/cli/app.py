@@ -192,6 +192,12 @@ class Runner:
             self.dsn = embedded_dsn(on_start=self._announce_start)
         else:
             self.dsn = resolve_dsn(self.args.dsn)
+        try:
+            # argv carries bytes that are not UTF-8 as lone surrogates, which libpq's
+            # conninfo (UTF-8) cannot take: a usage error, not a UnicodeEncodeError
+            self.dsn.encode()
+        except UnicodeEncodeError:
+            raise ConfigurationError("the DSN is not valid UTF-8") from None
         # The pool retries failed connections until connect_timeout and logs each failure;
         # the CLI reports the final error once instead.
         logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import IO, Any
 
 from ..errors import ConfigurationError
 from ..settings import parse_interval
@@ -86,9 +87,10 @@ def lock_timeout(text: str) -> timedelta:
         if value.endswith("ms"):
             return timedelta(milliseconds=float(value[:-2]))
         return timedelta(seconds=float(value.rstrip("s")))
-    except ValueError:
+    # OverflowError: infinity, or more seconds than a timedelta holds ('1e309', '1e20')
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(
-            f"cannot read lock timeout {text!r}; write e.g. '200ms' or '1.5s'"
+            f"cannot read lock timeout {text[:80]!r}; write e.g. '200ms' or '1.5s'"
         ) from None
 
 
@@ -133,3 +135,28 @@ def parse_json(text: str, what: str) -> Any:
         raise UsageError(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:  # the decoder recurses once per level of nesting
         raise UsageError(f"{what} is nested too deeply to decode") from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise UsageError(f"{what} holds a number too long to read: {exc}") from None
+
+
+def read_stdin(what: str) -> str:
+    """All of stdin as UTF-8 text; bytes that are not UTF-8 are a :class:`UsageError`
+    naming ``what`` (not a UnicodeDecodeError)."""
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} on stdin is not valid UTF-8: {exc}") from None
+
+
+def open_file(path: str, mode: str, what: str) -> IO[Any]:
+    """``open(path, mode)`` for a file the user named (``what``, e.g. "--output"): a path
+    that does not exist, is a directory, is too long or cannot be opened is a
+    :class:`UsageError` saying so, not an OSError. Text modes read and write UTF-8."""
+    try:
+        if "b" in mode:
+            return open(path, mode)
+        return open(path, mode, encoding="utf-8", newline="\n")
+    except (OSError, ValueError) as exc:  # ValueError: an empty path on some systems
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot open {what} {path[:200]!r}: {reason}") from None

@@ -10,6 +10,7 @@ from typing import Any
 from ...artifacts import ArtifactInfo
 from ...settings import parse_interval
 from ..app import Commands, Runner
+from ..args import open_file
 from ..output import format_table, num, printable, when
 
 _HEADERS = ("artifact", "state", "bytes", "refs", "content type", "stored (UTC)")
@@ -39,7 +40,7 @@ def cmd_put(run: Runner) -> int:
         if args.file == "-":
             ref = store.put_artifact(args.tenant, sys.stdin.buffer, content_type=args.content_type)
         else:
-            with open(args.file, "rb") as f:
+            with open_file(args.file, "rb", "FILE") as f:
                 ref = store.put_artifact(args.tenant, f, content_type=args.content_type)
     if run.json:
         run.emit(ref.fields())
@@ -52,7 +53,7 @@ def cmd_get(run: Runner) -> int:
     """Write an artifact's bytes to ``-o FILE`` (default stdout); 0 on success."""
     args = run.args
     with _store(run) as store, store.open_artifact(args.tenant, args.id) as stream:
-        out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+        out = open_file(args.output, "wb", "--output") if args.output else sys.stdout.buffer
         try:
             while piece := stream.read(1 << 20):
                 out.write(piece)

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..app import Commands, Runner
-from ..args import UsageError, non_negative_int, parse_json, positive_int
+from ..args import UsageError, non_negative_int, parse_json, positive_int, read_stdin
 from ..output import (
     TurnPrinter,
     append_json,
@@ -39,7 +39,7 @@ def cmd_append(run: Runner) -> int:
                 "then Ctrl-D (or pass MESSAGE_JSON, or --content TEXT)",
                 file=run.err,
             )
-        text = sys.stdin.read() if from_stdin else args.message
+        text = read_stdin("the message") if from_stdin else args.message
         if not text.strip():
             raise UsageError("no message given (pass MESSAGE_JSON, '-' for stdin, or --content)")
         payload = parse_json(text, "the message")
