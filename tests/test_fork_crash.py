@@ -23,6 +23,10 @@ from .fork_writer import digest
 StoreFactory = Callable[..., shardstore.Store]
 
 
+def _acknowledged(log: Path) -> int:
+    return sum(line.endswith("}") for line in log.read_text().splitlines()) if log.exists() else 0
+
+
 @pytest.mark.slow
 def test_writer_killed_mid_fork_and_mid_copy_on_write(
     make_store: StoreFactory, dsn: str, tmp_path: Path
@@ -32,7 +36,11 @@ def test_writer_killed_mid_fork_and_mid_copy_on_write(
     log = tmp_path / "forks.log"
     rng = random.Random(7)
     kills = 0
-    for round_no in range(10):
+    round_no = -1
+    # ten kills, then more rounds while fewer than five forks were acknowledged (the writer
+    # gets few done before a kill on a loaded machine); the limit is for one that never does
+    while kills < 10 or (_acknowledged(log) < 5 and kills < 100):
+        round_no += 1
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.fork_writer", dsn, str(root), str(log), str(round_no)],
             cwd=REPO,
@@ -45,7 +53,7 @@ def test_writer_killed_mid_fork_and_mid_copy_on_write(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
-    assert kills == 10
+    assert kills >= 10
     entries = [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
     assert len(entries) >= 5  # forks acknowledged across the rounds
     for e in entries:
