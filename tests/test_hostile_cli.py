@@ -460,3 +460,49 @@ def test_every_command_refuses_hostile_values_typed_and_writes_nothing(
     command, dest, how, as_json = call
     argv, stdin = build(cli, command, dest, how, as_json)
     check(cli, argv, stdin, f"{command} {dest}={how}")
+
+
+# ---------------------------------------------------------------- holes the walk found (fixed)
+
+# (command, argument, how[, exit status]): each exited 1 with a traceback (an unexpected
+# exception) before its fix in shardstore/cli; each is a usage error (exit 2) that writes
+# nothing now, unless it names another status
+FOUND: dict[str, tuple[Any, ...]] = {
+    # json.loads raised ValueError (Python's 4,300-digit int conversion limit)
+    "append 5000-digit number": ("append", "message", ("argv", "json 5000 digits")),
+    "append 5000-digit number on stdin": ("append", "message", ("stdin", "json", "5000 digits")),
+    "create-session --metadata 5000 digits": (
+        "create-session",
+        "metadata",
+        ("argv", "5000 digits"),
+    ),
+    # sys.stdin.read() raised UnicodeDecodeError
+    "append invalid UTF-8 on stdin": ("append", "message", ("stdin", "json", "invalid UTF-8")),
+    "append encoded surrogate on stdin": (
+        "append",
+        "message",
+        ("stdin", "json", "encoded surrogate"),
+    ),
+    # open() raised FileNotFoundError, IsADirectoryError, OSError (name too long)
+    "artifacts put missing file": ("artifacts put", "file", ("argv", "missing path")),
+    "artifacts put directory": ("artifacts put", "file", ("argv", "directory")),
+    "artifacts put empty path": ("artifacts put", "file", ("argv", "empty")),
+    "artifacts put 100k-character path": ("artifacts put", "file", ("argv", "100k chars")),
+    "artifacts get -o directory": ("artifacts get", "output", ("argv", "directory")),
+    "artifacts get -o missing directory": ("artifacts get", "output", ("argv", "missing path")),
+    # timedelta(seconds=-inf) raised OverflowError
+    "maintain --lock-timeout -1e309": ("maintain", "lock_timeout", ("argv", "-1e309")),
+    "maintain --lock-timeout 1e309": ("maintain", "lock_timeout", ("argv", "1e309")),
+    # the summary printed the path, lone surrogates and all, on stdout: UnicodeEncodeError
+    # (after the file was written)
+    "export -o not UTF-8": ("export", "output", ("argv", "surrogate-escaped bytes"), EXIT_OK),
+    # libpq's conninfo raised UnicodeEncodeError for a DSN that argv decoded with surrogates
+    "--dsn not UTF-8": ("stats", "global dsn", ("argv", "surrogate-escaped bytes")),
+}
+
+
+def test_found_holes_are_usage_errors_that_write_nothing(cli: Cli) -> None:
+    for case, (command, dest, how, *status) in FOUND.items():
+        for as_json in (False, True):
+            argv, stdin = build(cli, command, dest, how, as_json)
+            assert check(cli, argv, stdin, case) == (status or [EXIT_USAGE])[0], case

@@ -7,7 +7,7 @@ import sys
 
 from ..app import Commands, Runner
 from ..args import UsageError
-from ..output import dumps, num, size
+from ..output import dumps, num, printable, size
 
 
 def cmd_export(run: Runner) -> int:
@@ -30,7 +30,8 @@ def cmd_export(run: Runner) -> int:
     if run.json:
         print(dumps(report.to_json()), file=summary)
     elif not (to_stdout and a.quiet):
-        where = "stdout" if to_stdout else a.output
+        # the path as argv gave it may hold lone surrogates (bytes that are not UTF-8)
+        where = "stdout" if to_stdout else printable(a.output)
         print(
             f"exported {num(report.sessions)} session{'s' if report.sessions != 1 else ''}, "
             f"{num(report.turns)} turns ({size(report.bytes)}) to {where}",
