@@ -496,6 +496,11 @@ FOUND: dict[str, tuple[Any, ...]] = {
     # the summary printed the path, lone surrogates and all, on stdout: UnicodeEncodeError
     # (after the file was written)
     "export -o not UTF-8": ("export", "output", ("argv", "surrogate-escaped bytes"), EXIT_OK),
+    # parse_time: now - (an age past year 1) raised OverflowError
+    "facts --as-of 800000 days": ("facts", "as_of", ("argv", "age past year 1")),
+    "sessions --since 800000 days": ("sessions", "since", ("argv", "age past year 1")),
+    "purge before 800000 days": ("purge before", "time", ("argv", "age past year 1")),
+    "purge range --before 800000 days": ("purge range", "before", ("argv", "age past year 1")),
     # libpq's conninfo raised UnicodeEncodeError for a DSN that argv decoded with surrogates
     "--dsn not UTF-8": ("stats", "global dsn", ("argv", "surrogate-escaped bytes")),
 }

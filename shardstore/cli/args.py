@@ -116,7 +116,10 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
     except ConfigurationError:
         pass
     else:
-        return (now or datetime.now(UTC)) - age
+        try:
+            return (now or datetime.now(UTC)) - age
+        except OverflowError:  # an age reaching before year 1 ('800000 days')
+            raise UsageError(f"age {text[:80]!r} reaches before the year 1") from None
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
