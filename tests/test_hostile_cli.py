@@ -501,6 +501,8 @@ FOUND: dict[str, tuple[Any, ...]] = {
     "sessions --since 800000 days": ("sessions", "since", ("argv", "age past year 1")),
     "purge before 800000 days": ("purge before", "time", ("argv", "age past year 1")),
     "purge range --before 800000 days": ("purge range", "before", ("argv", "age past year 1")),
+    # PostgreSQL refused a lock_timeout past its int of milliseconds (an error of exit 1)
+    "maintain --lock-timeout 2**31": ("maintain", "lock_timeout", ("argv", "2**31")),
     # libpq's conninfo raised UnicodeEncodeError for a DSN that argv decoded with surrogates
     "--dsn not UTF-8": ("stats", "global dsn", ("argv", "surrogate-escaped bytes")),
 }

@@ -80,18 +80,28 @@ def interval_seconds(text: str) -> float:
     return interval(text).total_seconds()
 
 
+#: the longest lock timeout PostgreSQL takes (``lock_timeout`` is an int of milliseconds)
+MAX_LOCK_TIMEOUT = timedelta(milliseconds=2**31 - 1)
+
+
 def lock_timeout(text: str) -> timedelta:
     """A short duration in milliseconds (``'200ms'``) or seconds (``'1.5s'``, ``'2'``)."""
     value = text.strip().lower()
     try:
         if value.endswith("ms"):
-            return timedelta(milliseconds=float(value[:-2]))
-        return timedelta(seconds=float(value.rstrip("s")))
+            wait = timedelta(milliseconds=float(value[:-2]))
+        else:
+            wait = timedelta(seconds=float(value.rstrip("s")))
     # OverflowError: infinity, or more seconds than a timedelta holds ('1e309', '1e20')
     except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(
             f"cannot read lock timeout {text[:80]!r}; write e.g. '200ms' or '1.5s'"
         ) from None
+    if wait > MAX_LOCK_TIMEOUT:  # PostgreSQL's lock_timeout is an int of milliseconds
+        raise argparse.ArgumentTypeError(
+            f"lock timeout {text[:80]!r} is longer than PostgreSQL allows (about 24 days)"
+        )
+    return wait
 
 
 def aware_time(text: str) -> datetime:
