@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .core import validate
 from .core.context import Context
 from .core.steps import Call, Op, Q, StatementFailed
 from .embedding import model_safe, vector_literal
@@ -230,10 +231,24 @@ def configure_text_search(store: Any, language: str | None) -> Op[int]:
         raise InvalidInput(
             "language must be the name of a text search configuration, or None for off"
         )
+    # regconfig reads digits as an OID and "-" as OID 0 (the server then fails with an
+    # internal "cache lookup failed"), and lone surrogates cannot be sent: not names
+    if language is not None and (
+        language.strip().isdigit() or language.strip() == "-" or _unencodable(language)
+    ):
+        raise InvalidInput(f"no text search configuration named {validate.shown(language)}")
     row = yield Q(query("text_configure"), (language,), fetch="one", recover=_BAD_CONFIG)
     if isinstance(row, StatementFailed):
         raise InvalidInput(f"no text search configuration named {language!r}")
     return int(row[0])
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def text_language_op() -> Op[str | None]:

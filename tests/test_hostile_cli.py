@@ -503,6 +503,17 @@ FOUND: dict[str, tuple[Any, ...]] = {
     "purge range --before 800000 days": ("purge range", "before", ("argv", "age past year 1")),
     # PostgreSQL refused a lock_timeout past its int of milliseconds (an error of exit 1)
     "maintain --lock-timeout 2**31": ("maintain", "lock_timeout", ("argv", "2**31")),
+    # configure_text_search (the library, fixed there): regconfig read digits as an OID
+    # and "-" as OID 0, and the server failed ("cache lookup failed", exit 1); a lone
+    # surrogate raised UnicodeEncodeError
+    "text-search --language 0": ("text-search", "language", ("argv", "0")),
+    "text-search --language 2**31": ("text-search", "language", ("argv", "2**31")),
+    "text-search --language -": ("text-search", "language", ("argv", "dash")),
+    "text-search --language not UTF-8": (
+        "text-search",
+        "language",
+        ("argv", "surrogate-escaped bytes"),
+    ),
     # libpq's conninfo raised UnicodeEncodeError for a DSN that argv decoded with surrogates
     "--dsn not UTF-8": ("stats", "global dsn", ("argv", "surrogate-escaped bytes")),
 }
