@@ -155,7 +155,10 @@ def parse_json(text: str, what: str) -> Any:
 def read_stdin(what: str) -> str:
     """All of stdin as UTF-8 text; bytes that are not UTF-8 are a :class:`UsageError`
     naming ``what`` (not a UnicodeDecodeError)."""
-    data = sys.stdin.buffer.read()
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream put in its place (an embedding program, a test)
+        return str(sys.stdin.read())
+    data = buffer.read()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
