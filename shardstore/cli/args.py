@@ -158,7 +158,7 @@ def read_stdin(what: str) -> str:
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is None:  # a text stream put in its place (an embedding program, a test)
         return str(sys.stdin.read())
-    data = buffer.read()
+    data: bytes = buffer.read()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
