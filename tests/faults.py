@@ -109,8 +109,16 @@ class CrashableServer:
         return int((Path(self.server.pgdata) / "postmaster.pid").read_text().split()[0])
 
     def kill(self) -> None:
-        """SIGKILL the postmaster and every child at once and wait until all are gone."""
+        """SIGKILL the postmaster and every child at once and wait until all are gone. The
+        postmaster is stopped (SIGSTOP) before its children are listed, so that it forks
+        none after the listing: such a backend outlived the kill, held the shared memory,
+        and the next start failed ("could not start server", once under a loaded machine)."""
         proc = psutil.Process(self.postmaster_pid())
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.suspend()
+            deadline = time.monotonic() + 30
+            while proc.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+                time.sleep(0.001)
         procs = [proc, *proc.children(recursive=True)]
         for p in procs:
             with contextlib.suppress(psutil.NoSuchProcess):
