@@ -463,9 +463,13 @@ def test_no_text_passes_while_text_search_is_off(
         assert any(sealed for sealed, _, _ in off)
         with shardstore.connect(dsn) as other:
             other.configure_text_search("english")
-        rows = turns.append(rng, 60)
-        first_seal = next(i for i, (sealed, _, _) in enumerate(rows) if sealed)
-        after = rows[first_seal + 1 :]
+        # up to the first seal, whose fold tells the folder that text search is on again;
+        # each call waits for the folds it caused, so no later turn races that fold
+        rows: list[tuple[bool, bool, bool]] = []
+        while not any(sealed for sealed, _, _ in rows):
+            rows += turns.append(rng, 1)
+        assert store._folder.text_search is True
+        after = turns.append(rng, 60)
         assert any(due and not sealed and handed for sealed, due, handed in after)
         assert all(handed for sealed, due, handed in after if due or sealed)
     finally:
