@@ -55,6 +55,7 @@ from .vector_ops import maintenance_backlog_op, queue_count_op
 
 DEFAULT_FLUSH_IDLE = timedelta(minutes=5)
 DEFAULT_LOCK_TIMEOUT = timedelta(seconds=1)
+MAX_LOCK_TIMEOUT = timedelta(milliseconds=2**31 - 1)
 # Fixed forever: every maintenance run (Python or CALL shardstore.run_maintenance()) takes
 # this session-level advisory lock; 0003_maintenance.sql has the same number.
 MAINTENANCE_LOCK_KEY = 0x5348_4152_4453_0002
@@ -516,6 +517,8 @@ def maintain(
     wait = _or(_duration(lock_timeout, "lock_timeout"), DEFAULT_LOCK_TIMEOUT)
     if wait < timedelta(milliseconds=1):
         raise ConfigurationError("lock_timeout must be at least 1 ms")
+    if wait > MAX_LOCK_TIMEOUT:  # PostgreSQL's lock_timeout is an int of milliseconds
+        raise ConfigurationError(f"lock_timeout must be at most {MAX_LOCK_TIMEOUT}")
     hook = _archive_hook(archive, store.dsn)
     in_tx = yield Tx.STATUS
     if in_tx:

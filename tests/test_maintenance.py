@@ -600,3 +600,20 @@ def test_archive_command_gets_table_and_dsn_in_its_environment(
     assert all(line.split("|")[1] == store.dsn for line in lines)
     assert all(line.split("|")[2] == line.split("|")[0] for line in lines)
     assert _standalone(admin) == []
+
+
+@pytest.mark.parametrize(
+    "lock_timeout",
+    [timedelta(0), timedelta(microseconds=999), timedelta(milliseconds=2**31), timedelta.max],
+)
+def test_maintain_refuses_a_lock_timeout_postgres_cannot_hold(
+    store: shardstore.Store, admin: psycopg.Connection[Any], lock_timeout: timedelta
+) -> None:
+    """lock_timeout is PostgreSQL's int of milliseconds: under 1 ms or past 2**31 - 1 ms is a
+    ConfigurationError before the run starts, and nothing is logged or changed."""
+    (runs,) = admin.execute("SELECT count(*) FROM shardstore.maintenance_runs").fetchone() or (0,)
+    with pytest.raises(shardstore.ConfigurationError, match="lock_timeout"):
+        store.maintain(lock_timeout=lock_timeout, embed=False)
+    after = admin.execute("SELECT count(*) FROM shardstore.maintenance_runs").fetchone()
+    assert after == (runs,)
+    assert store.maintain(lock_timeout=timedelta(milliseconds=2**31 - 1), embed=False).healthy
