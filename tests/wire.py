@@ -1,9 +1,13 @@
 """A TCP proxy in front of the test server that counts round trips and can add latency.
 
-A round trip is counted each time a client sends after the server last sent (or first):
-a pipelined burst of statements is one, a statement that waits for its answer before the
-next is sent is one more. ``delay`` holds every chunk that long in each direction, as a
-database one network hop away would (the latency benchmark, benchmarks/bench_latency.py).
+A round trip is counted for each message after which a client waits for the server: a
+Sync (the end of an extended-protocol exchange: one statement, or a pipeline of several), a
+simple Query, or a Flush (a pipelined client fetching results before its Sync; not one sent
+right after a Sync, which adds no wait). The client's byte stream is parsed for them, so the
+count does not depend on how the client's writes or the server's answers are cut into
+chunks on a loaded machine (a pipeline written in two parts is still one round trip).
+``delay`` holds every chunk that long in each direction, as a database one network hop
+away would (the latency benchmark, benchmarks/bench_latency.py).
 Used by tests/test_round_trips.py; loopback only, and every thread ends with the proxy.
 """
 
@@ -23,11 +27,50 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 _CHUNK = 1 << 16
 
 
+# the untyped messages a client may send before its startup packet
+_SSL_REQUEST, _GSSENC_REQUEST = 80877103, 80877104
+_WAITS = (b"S", b"Q")  # Sync, Query: the client waits for ReadyForQuery after each
+_FLUSH = b"H"
+
+
 class _Link:
-    """One client connection: its server socket, and which side sent last."""
+    """One client connection's stream to the server, parsed into messages as it passes."""
 
     def __init__(self) -> None:
-        self.client_last = False
+        self.pending = b""
+        self.started = False
+        self.last = b""  # the type of the last whole message
+
+    def waits(self, data: bytes) -> int:
+        """How many messages after which the client waits for the server complete in
+        ``data`` (appended to what an earlier chunk left unfinished)."""
+        buf = self.pending + data
+        found = 0
+        at = 0
+        while True:
+            if not self.started:  # length-prefixed, no type byte
+                if len(buf) - at < 8:
+                    break
+                length = int.from_bytes(buf[at : at + 4], "big")
+                code = int.from_bytes(buf[at + 4 : at + 8], "big")
+                if len(buf) - at < length:
+                    break
+                at += length
+                if code not in (_SSL_REQUEST, _GSSENC_REQUEST):
+                    self.started = True  # the startup packet (or a cancel request)
+                continue
+            if len(buf) - at < 5:
+                break
+            length = int.from_bytes(buf[at + 1 : at + 5], "big")
+            if len(buf) - at < 1 + length:
+                break
+            kind = buf[at : at + 1]
+            if kind in _WAITS or (kind == _FLUSH and self.last != b"S"):
+                found += 1
+            self.last = kind
+            at += 1 + length
+        self.pending = buf[at:]
+        return found
 
 
 class WireProxy:
@@ -158,10 +201,11 @@ class WireProxy:
                     break
                 if not data:
                     break
-                with self._lock:
-                    if upstream and not link.client_last:
-                        self._round_trips += 1
-                    link.client_last = upstream
+                if upstream:
+                    waits = link.waits(data)
+                    if waits:
+                        with self._lock:
+                            self._round_trips += waits
                 with ready:
                     heapq.heappush(due, (time.monotonic() + self.delay, next(order), data))
                     ready.notify()
