@@ -1,4 +1,4 @@
-"""The vector search benchmark (benchmarks/search_scale.py) runs end to end in --quick mode.
+"""The vector search benchmark (python -m benchmarks search) runs end to end in --quick mode.
 
 No timing assertions: only that it finishes, writes its tables, JSON and plan, and that every
 recall it reports lies between 0 and 1.
@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "search_scale.py"
 
 
 @pytest.mark.slow
 def test_search_scale_quick(server_dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     cmd = [
-        sys.executable, str(SCRIPT), "--quick", "--dsn", server_dsn, "--out-dir", str(out),
+        sys.executable, "-m", "benchmarks", "search", "--quick", "--dsn", server_dsn,
+        "--out", str(out / "search"),
         "--chunks", "2000", "--partitions", "2,3", "--queries", "20", "--big-queries", "10",
         "--variant-queries", "5", "--warmup", "2", "--variants", "largest",
     ]
@@ -30,7 +30,7 @@ def test_search_scale_quick(server_dsn: str, tmp_path: Path) -> None:
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    md = (out / "search_scale.md").read_text(encoding="utf-8")
+    md = (out / "search.md").read_text(encoding="utf-8")
     for section in ("## Targets", "## 1. store.search", "## 2. Setting variants",
                     "## 3. Load and HNSW build", "## 4. Plans"):
         assert section in md, section
@@ -42,9 +42,9 @@ def test_search_scale_quick(server_dsn: str, tmp_path: Path) -> None:
     assert any("HNSW forced" in r[2] for r in rows) and any("exact" in r[2] for r in rows)
     assert all(0.0 <= float(r[3]) <= 1.0 for r in rows)
 
-    data = json.loads((out / "search_scale.json").read_text(encoding="utf-8"))
+    data = json.loads((out / "search.json").read_text(encoding="utf-8"))
     assert [x["partitions"] for x in data["layouts"]] == [2, 3]
     for r in data["results"]:
         assert 0.0 <= r["recall"] <= 1.0
         assert 0.0 <= r["recall_min"] <= r["recall"]
-    assert "Limit" in (out / "search_scale_explain.txt").read_text(encoding="utf-8")
+    assert "Limit" in (out / "search_explain.txt").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The peer benchmark (benchmarks/compare.py) runs end to end in --quick mode on tiny sizes.
+"""The peer benchmark (python -m benchmarks compare) runs end to end in --quick mode on tiny sizes.
 
 No timing assertions: only that it finishes, writes its results table and plots, and that
 the table names every contender.
@@ -17,7 +17,6 @@ for _mod in ("matplotlib", "langchain_postgres", "langgraph.checkpoint.postgres"
     pytest.importorskip(_mod)
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "compare.py"
 CONTENDERS = (
     "shardstore",
     "naive jsonb ||",
@@ -33,12 +32,14 @@ def test_compare_quick_tiny(server_dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     cmd = [
         sys.executable,
-        str(SCRIPT),
+        "-m",
+        "benchmarks",
+        "compare",
         "--quick",
         "--dsn",
         server_dsn,
-        "--out-dir",
-        str(out),
+        "--out",
+        str(out / "compare"),
         "--sizes",
         "20,60",
         "--rounds",
@@ -67,8 +68,8 @@ def test_compare_quick_tiny(server_dsn: str, tmp_path: Path) -> None:
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400, check=False
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    md = (out / "latest.md").read_text(encoding="utf-8")
-    assert (out / "latest.json").is_file()
+    md = (out / "compare.md").read_text(encoding="utf-8")
+    assert (out / "compare.json").is_file()
     for name in CONTENDERS:
         assert f"| {name} |" in md, name
     for section in ("## Targets", "## 1. Appends", "## 2. Storage", "## 3. Latency"):

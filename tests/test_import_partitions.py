@@ -3,7 +3,7 @@ transaction: while the import is inside a session, other connections can still c
 partitions (maintenance's premake, a fold crossing into a new partition, another import).
 A partition created inside the import's transaction held agent_history's SHARE UPDATE
 EXCLUSIVE lock until the session committed, and two parallel imports deadlocked
-(benchmarks/scale.py).
+(the scale benchmark, benchmarks/suites/scale.py).
 
 These imports keep one turn in the write buffer (``default_tail_turns=1``): with the default
 window of 20 a 10-turn session never folds, and no partition would be created at all (0040)."""

@@ -1,4 +1,4 @@
-"""The LangGraph benchmark (benchmarks/bench_langgraph.py) runs end to end on 20 turns.
+"""The LangGraph benchmark (python -m benchmarks langgraph) runs end to end on 20 turns.
 
 No timing assertions: only that it finishes and that its table has every row, for both
 checkpointers, with the agent's messages counted."""
@@ -14,7 +14,6 @@ import pytest
 pytest.importorskip("langgraph.checkpoint.postgres")
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "bench_langgraph.py"
 ROWS = (
     "bytes on disk (pg_total_relation_size)",
     "bytes after VACUUM",
@@ -29,11 +28,12 @@ ROWS = (
 
 @pytest.mark.slow
 def test_bench_langgraph_20_turns(server_dsn: str, tmp_path: Path) -> None:
-    out = tmp_path / "langgraph.md"
-    cmd = [sys.executable, str(SCRIPT), "--dsn", server_dsn, "--turns", "20", "--out", str(out)]
+    out = tmp_path / "langgraph"
+    cmd = [sys.executable, "-m", "benchmarks", "langgraph", "--dsn", server_dsn, "--turns", "20",
+           "--out", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    text = out.read_text()
+    text = out.with_suffix(".md").read_text()
     assert "20 user turns" in text and "(54 messages after the run" in text
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
     for row in ROWS:

@@ -1,5 +1,5 @@
-"""Plan properties that keep the hot reads flat as partitions pile up (benchmarks/scale.py
-measures the timings at hundreds of partitions; here a handful is enough to see the plan),
+"""Plan properties that keep the hot reads flat as partitions pile up (python -m benchmarks
+scale measures the timings at hundreds of partitions; here a handful is enough to see the plan),
 and stats() of a database with purged sessions."""
 
 from __future__ import annotations

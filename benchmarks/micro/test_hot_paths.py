@@ -4,7 +4,7 @@ Each benchmark times one call of the public API on a real embedded Postgres, wit
 conversation-like synthetic messages of ``shardstore.demo.synthetic`` (tool calls, tool
 outputs, prose; all distinct). Compare runs with ``--benchmark-save`` /
 ``--benchmark-compare``; quote medians with their IQR, never one run's mean. The
-side-by-side peer comparison is ``benchmarks/compare.py``; these isolate one path each.
+side-by-side peer comparison is the compare suite; these isolate one path each.
 """
 
 from __future__ import annotations
