@@ -1,7 +1,8 @@
-"""Every fenced ```python example in README.md runs on its own, as written, on a fresh
-database (issue 15): each block in a fresh interpreter with ``SHARDSTORE_DSN`` set to a new
-test database. A block that needs something the test run does not have (a model provider's
-API key) says so in a comment, ``# needs: <what>``, and is skipped."""
+"""Every fenced ```python example in README.md and in the docs pages its examples moved to
+runs on its own, as written, on a fresh database (issue 15): each block in a fresh
+interpreter with ``SHARDSTORE_DSN`` set to a new test database. A block that needs something
+the test run does not have (a model provider's API key) says so in a comment,
+``# needs: <what>``, and is skipped."""
 
 from __future__ import annotations
 
@@ -14,7 +15,25 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# The docs pages holding examples that were the README's: each of their python blocks runs too.
+DOC_PAGES = tuple(
+    ROOT / "docs" / f"{name}.md"
+    for name in (
+        "api",
+        "search",
+        "context",
+        "runs",
+        "facts",
+        "checkpoints",
+        "rewind",
+        "fork",
+        "integrations",
+        "importers",
+        "artifacts",
+    )
+)
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _NEEDS = re.compile(r"^\s*#\s*needs:\s*(.+?)\s*$", re.MULTILINE)
 
@@ -31,7 +50,15 @@ def python_blocks(text: str) -> list[tuple[str, int, str]]:
     return blocks
 
 
-BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+def _page_blocks(page: Path) -> list[tuple[str, int, str]]:
+    name = "README" if page == README else f"docs/{page.name}"
+    return [
+        (f"{name}: {h}", line, code)
+        for h, line, code in python_blocks(page.read_text(encoding="utf-8"))
+    ]
+
+
+BLOCKS = [block for page in (README, *DOC_PAGES) for block in _page_blocks(page)]
 
 # Sections whose example still continues the tour (uses its `store` and `sid`) instead of
 # running on its own: known failures until each is made self-contained (issue 15, point 1).
@@ -41,7 +68,9 @@ NOT_YET_STANDALONE: frozenset[str] = frozenset()
 
 def test_the_readme_has_python_examples() -> None:
     headings = [heading for heading, _, _ in BLOCKS]
-    assert "A short tour" in headings and "Recall: embeddings and search" in headings
+    assert "README: A short tour" in headings
+    assert "docs/search.md: Recall: embeddings and search" in headings
+    assert all(any(h.startswith(f"docs/{p.name}: ") for h in headings) for p in DOC_PAGES)
 
 
 @pytest.mark.slow
@@ -55,7 +84,7 @@ def test_readme_example_runs_on_its_own(
 ) -> None:
     needs = _NEEDS.findall(code)
     if needs:
-        pytest.skip(f"README line {line} ({heading}) needs: {', '.join(needs)}")
+        pytest.skip(f"{heading}, line {line}, needs: {', '.join(needs)}")
     env = {**os.environ, "SHARDSTORE_DSN": new_database(), "PYTHONUNBUFFERED": "1"}
     env.pop("SHARDSTORE_TEST_DSN", None)
     proc = subprocess.run(
@@ -67,5 +96,5 @@ def test_readme_example_runs_on_its_own(
         timeout=600,
     )
     if proc.returncode != 0 and heading in NOT_YET_STANDALONE:
-        pytest.xfail(f"README line {line} ({heading}) is not self-contained yet")
-    assert proc.returncode == 0, f"README.md line {line} ({heading}) failed:\n{proc.stderr[-4000:]}"
+        pytest.xfail(f"{heading}, line {line}, is not self-contained yet")
+    assert proc.returncode == 0, f"{heading}, line {line}, failed:\n{proc.stderr[-4000:]}"
