@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg.conninfo import make_conninfo
 
 import shardstore
 from benchmarks.lib.report import progress
-from benchmarks.lib.server import drop_database
+from benchmarks.lib.server import create_database, drop_database
 from shardstore.history import ensure_partitions_op
 from shardstore.vector_ops import configure_op, partition_floor
 
@@ -201,9 +200,7 @@ class Layout:
 
 def build_layout(admin_dsn: str, prefix: str, ds: Dataset, parts: int) -> Layout:
     db = f"{prefix}_p{parts}"
-    with psycopg.connect(admin_dsn, autocommit=True) as a:
-        a.execute(f'CREATE DATABASE "{db}"')
-    dsn = make_conninfo(admin_dsn, dbname=db)
+    dsn = create_database(admin_dsn, db)
     store = shardstore.connect(
         dsn, partition_interval=DAY, premake=0, embedding_model=SyntheticEmbedder()
     )

@@ -36,7 +36,7 @@ import psycopg
 import shardstore
 from benchmarks.lib.corpus import Corpus
 from benchmarks.lib.report import progress, write_results
-from benchmarks.lib.server import open_server
+from benchmarks.lib.server import create_database, drop_database, open_server
 from shardstore import sql
 
 progress = progress
@@ -260,9 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         for (sessions, turns), text, keep in runs:
             db = f"disk_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(server.admin_dsn, autocommit=True) as c:
-                c.execute(f'CREATE DATABASE "{db}"')
-            dsn = psycopg.conninfo.make_conninfo(server.admin_dsn, dbname=db)
+            dsn = create_database(server.admin_dsn, db)
             progress(f"{sessions:,} x {turns:,} turns, keep window {'on' if keep else 'off'}")
             r = build_shape(dsn, corpus, sessions, turns, min(args.batch, turns), text, keep)
             progress(
@@ -270,8 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f" ({r['build_s']:.1f} s)"
             )
             results.append(r)
-            with psycopg.connect(server.admin_dsn, autocommit=True) as c:
-                c.execute(f'DROP DATABASE "{db}" WITH (FORCE)')
+            drop_database(server.admin_dsn, db)
     text = report(results, args)
     print(text)
     if args.out:

@@ -24,12 +24,11 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 import shardstore
 from benchmarks.lib.corpus import make_messages
 from benchmarks.lib.report import progress, write_results
-from benchmarks.lib.server import open_server
+from benchmarks.lib.server import create_database, drop_database, open_server
 
 
 def _table(conn: psycopg.Connection[Any], name: str, messages: list[dict[str, Any]]) -> None:
@@ -97,17 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 steps.append(("export jsonl", time.perf_counter() - t0, exported.bytes))
                 # the JSONL import goes into a fresh database (the session exists here)
                 name = f"shardstore_bench_copy_{r}_{os.getpid()}"
-                with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
-                    conn.execute(f'CREATE DATABASE "{name}"')
-                target = make_conninfo(server.admin_dsn, dbname=name)
+                target = create_database(server.admin_dsn, name)
                 with shardstore.connect(target) as copy:
                     out.seek(0)
                     t0 = time.perf_counter()
                     back = copy.import_jsonl(out, batch_size=500)
                     steps.append(("import jsonl", time.perf_counter() - t0, back.bytes))
                     assert back.turns == turns
-                with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
-                    conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+                drop_database(server.admin_dsn, name)
                 for step, secs, size in steps:
                     rates[step].append(turns / secs)
                     lines.append(

@@ -44,6 +44,7 @@ import shardstore
 from benchmarks.lib.corpus import text as corpus_text
 from benchmarks.lib.report import progress, write_results
 from benchmarks.lib.server import open_server
+from benchmarks.lib.stats import pct
 from shardstore.integrations.langgraph import ShardstoreSaver
 
 WINDOW = 50
@@ -218,10 +219,8 @@ POSTGRES_TABLES = [
 
 def summary(values: list[float]) -> str:
     """Median and p10-p90 range, in ms."""
-    ms = sorted(v * 1000 for v in values)
-    lo = ms[int(0.1 * (len(ms) - 1))]
-    hi = ms[int(0.9 * (len(ms) - 1))]
-    return f"{statistics.median(ms):.2f} ({lo:.2f}-{hi:.2f})"
+    ms = [v * 1000 for v in values]
+    return f"{statistics.median(ms):.2f} ({pct(ms, 10):.2f}-{pct(ms, 90):.2f})"
 
 
 def ratio(values: list[float], window: int) -> float:

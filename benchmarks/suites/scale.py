@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 import shardstore
 from benchmarks.lib.jsonl import (
@@ -65,7 +65,7 @@ from benchmarks.lib.jsonl import (
     premake_past,
 )
 from benchmarks.lib.report import progress, write_results
-from benchmarks.lib.server import open_server
+from benchmarks.lib.server import create_database, open_server
 from benchmarks.lib.stats import med_range as med
 from shardstore.sql import query
 
@@ -710,9 +710,7 @@ def _sibling(admin: str, dsn: str) -> str:
     """A second scratch database on the same server for the baseline (dropped with the
     embedded server; on your own server it is left behind with a warning)."""
     name = conninfo_to_dict(dsn).get("dbname", "postgres") + "_base"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return make_conninfo(dsn, dbname=name)
+    return create_database(admin, name)
     return 0
 
 

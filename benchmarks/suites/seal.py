@@ -35,23 +35,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 import shardstore
 from benchmarks.lib.contenders import FLOOR_DDL, floor_block, limited_counter
 from benchmarks.lib.corpus import Corpus
 from benchmarks.lib.report import progress
-from benchmarks.lib.server import open_server
-from benchmarks.lib.stats import pct
+from benchmarks.lib.server import create_database, drop_database, open_server
+from benchmarks.lib.stats import pct, spread
 from shardstore import migrate
 
 FLOOR = "floor (INSERT)"
-
-
-def spread(values: list[float], digits: int = 3) -> str:
-    """median [min-max]"""
-    med, lo, hi = statistics.median(values), min(values), max(values)
-    return f"{med:.{digits}f} [{lo:.{digits}f}–{hi:.{digits}f}]"
 
 
 def store_block(
@@ -104,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         large = [m for m, t in zip(corpus.msgs, corpus.texts, strict=True) if len(t) > a.min_chars]
         corpus.msgs, corpus.n = large, len(large)
     full = migrate.all_migrations()
+    migrate.baseline()  # cached now: a shorter list then replays the legacy migrations
     cut = next(i for i, m in enumerate(full) if m.name == a.before)
     limit = a.fast_max_chars_before
     if limit:
@@ -117,12 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         before_name = f"before {full[cut].version:04d}"
         title = f"before and after {full[cut].version:04d} ({a.before})"
     with open_server(a.dsn, keep=False) as server:
-        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
-            admin.execute("CREATE DATABASE shardstore_before")
+        before_db = conninfo_to_dict(server.dsn)["dbname"] + "_before"
+        before_dsn = create_database(server.admin_dsn, before_db)
         migrate.all_migrations = lambda: full[:cut]  # type: ignore[assignment]
-        before = shardstore.connect(
-            make_conninfo(server.dsn, dbname="shardstore_before"), **before_settings
-        )
+        before = shardstore.connect(before_dsn, **before_settings)
         migrate.all_migrations = lambda: full  # type: ignore[assignment]
         after = shardstore.connect(server.dsn)
         floor = psycopg.connect(server.dsn, autocommit=True)
@@ -159,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         before.close()
         after.close()
         floor.close()
+        drop_database(server.admin_dsn, before_db)
     print(f"# A sealing append, {title}\n")
     flag = f"--fast-max-chars-before {limit}" if limit else f"--before {a.before}"
     only = ""
