@@ -8,6 +8,7 @@ it. ``python -m benchmarks SUITE`` passes ``--out`` for the suite: a full run wr
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import sys
@@ -32,6 +33,16 @@ def progress(text: str) -> None:
 def default_out(suite: str, quick: bool) -> Path:
     """The results path (without suffix) of a suite's run: latest/ or, quick, scratch/."""
     return (SCRATCH if quick else LATEST) / suite
+
+
+def quick(args: argparse.Namespace, parser: argparse.ArgumentParser, **values: Any) -> None:
+    """``--quick``'s sizes: each of ``values`` replaces the option's default, never a value
+    given on the command line (one equal to the default counts as not given)."""
+    if not getattr(args, "quick", False):
+        return
+    for name, value in values.items():
+        if getattr(args, name) == parser.get_default(name):
+            setattr(args, name, value)
 
 
 def command(suite: str, argv: Sequence[str] | None) -> str:

@@ -41,7 +41,7 @@ import shardstore
 import shardstore.history
 from benchmarks.lib.contenders import CONTENDERS, FLOOR, LC, SS, Contender, Shardstore, Writer
 from benchmarks.lib.corpus import Corpus, encode
-from benchmarks.lib.report import command, progress, write_results
+from benchmarks.lib.report import command, progress, quick, write_results
 from benchmarks.lib.server import open_server
 from benchmarks.lib.stats import med, pct
 
@@ -329,8 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--only", default="append,words,writers,tail,tail700")
     p.add_argument("--out", help="write OUT.md, and the raw rounds to OUT.json")
     a = p.parse_args(argv)
-    if a.quick:
-        a.rounds, a.calls, a.sizes = 3, 100, "100,10000"
+    quick(a, p, rounds=3, calls=100, sizes="100,10000")
     parts = set(a.only.split(","))
     sizes = [int(s) for s in a.sizes.split(",")]
     raw: dict[str, Any] = {}

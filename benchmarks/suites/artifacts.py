@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 
 import shardstore
-from benchmarks.lib.report import progress, write_results
+from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import open_server
 from shardstore import tracing
 
@@ -211,8 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="3 rounds")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds = 3
+    quick(args, parser, rounds=3)
     out: list[str] = ["# Artifacts benchmark", ""]
     with open_server(args.dsn, keep=False) as server:
         progress("stored once vs PostgresSaver")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import shardstore
-from benchmarks.lib.report import write_results
+from benchmarks.lib.report import quick, write_results
 from benchmarks.lib.server import open_server
 
 TOPICS = [
@@ -230,8 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--quick", action="store_true", help="500 + 2,000 turns, 1 round of 5 calls"
     )
     args = parser.parse_args(argv)
-    if args.quick:
-        args.turns, args.latency_turns, args.rounds, args.runs = 500, 2_000, 1, 5
+    quick(args, parser, turns=500, latency_turns=2_000, rounds=1, runs=5)
     if args.dsn is None and not args.latency_only:
         with open_server(None) as server:
             args.dsn = server.dsn

@@ -35,7 +35,7 @@ import psycopg
 
 import shardstore
 from benchmarks.lib.corpus import Corpus
-from benchmarks.lib.report import progress, write_results
+from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import create_database, drop_database, open_server
 from shardstore import sql
 
@@ -246,8 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a batch's keep window (0040): on (the default), off (as before 0040), or both",
     )
     args = ap.parse_args(argv)
-    if args.quick:
-        args.sizes, args.sessions = "1000", 200
+    quick(args, ap, sizes="1000", sessions=200)
     corpus = Corpus(2000)
     shapes = [(1, int(n)) for n in args.sizes.split(",") if n]
     if args.sessions:

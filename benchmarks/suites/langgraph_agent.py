@@ -42,7 +42,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 
 import shardstore
 from benchmarks.lib.corpus import text as corpus_text
-from benchmarks.lib.report import progress, write_results
+from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import open_server
 from benchmarks.lib.stats import pct
 from shardstore.integrations.langgraph import ShardstoreSaver
@@ -343,8 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     parser.add_argument("--quick", action="store_true", help="20 turns")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.turns = 20
+    quick(args, parser, turns=20)
     with open_server(args.dsn, args.keep) as server:
         with shardstore.connect(server.dsn):
             pass  # migrations

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 import shardstore
-from benchmarks.lib.report import write_results
+from benchmarks.lib.report import quick, write_results
 from benchmarks.lib.server import open_server
 from tests.wire import WireProxy
 
@@ -136,8 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="delays 0 and 1 ms, 5 calls")
     p.add_argument("--out", help="write OUT.md")
     args = p.parse_args(argv)
-    if args.quick:
-        args.delays, args.calls = "0,1", 5
+    quick(args, p, delays="0,1", calls=5)
     delays = [float(d) for d in args.delays.split(",")]
     with open_server(args.dsn, keep=False) as server:  # a scratch database, dropped after
         text = run(server.dsn, delays, args.calls)

@@ -40,7 +40,7 @@ from benchmarks.lib.jsonl import (
     plan_lines,
     premake_past,
 )
-from benchmarks.lib.report import progress, write_results
+from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import open_server
 from benchmarks.lib.stats import spread
 from shardstore import history as h
@@ -94,8 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--quick", action="store_true", help="a 3,000-turn session + 20 x 100, 2 rounds of 5"
     )
     args = ap.parse_args(argv)
-    if args.quick:
-        args.turns, args.sessions, args.rounds, args.calls = 3_000, 20, 2, 5
+    quick(args, ap, turns=3_000, sessions=20, rounds=2, calls=5)
     msgs = Messages()
     plan = Plan(args.sessions, 100, args.turns, 500, datetime.now(UTC) - timedelta(hours=2))
     with open_server(args.dsn, keep=False) as server:  # noqa: SIM117 (the store needs its dsn)

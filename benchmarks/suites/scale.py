@@ -64,7 +64,7 @@ from benchmarks.lib.jsonl import (
     plan_lines,
     premake_past,
 )
-from benchmarks.lib.report import progress, write_results
+from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import create_database, open_server
 from benchmarks.lib.stats import med_range as med
 from shardstore.sql import query
@@ -512,9 +512,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="200 sessions x 20 turns + a 1,000-turn session over 24 hours, 2 rounds",
     )
     args = parser.parse_args(argv)
-    if args.quick:
-        args.scale, args.turns, args.hours, args.segments = 0.001, 20, 24, 2
-        args.probes, args.probe_fill, args.calls, args.rounds = 2, 50, 20, 2
+    quick(
+        args, parser, scale=0.001, turns=20, hours=24, segments=2, probes=2, probe_fill=50,
+        calls=20, rounds=2,
+    )
     sessions = max(SUBJECT_SIZE * 2, round(args.sessions * args.scale))
     long_turns = max(1000, round(args.long_turns * args.scale))
     results = Results(args.out, args)

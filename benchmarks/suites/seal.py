@@ -40,7 +40,7 @@ from psycopg.conninfo import conninfo_to_dict
 import shardstore
 from benchmarks.lib.contenders import FLOOR_DDL, floor_block, limited_counter
 from benchmarks.lib.corpus import Corpus
-from benchmarks.lib.report import progress
+from benchmarks.lib.report import progress, quick
 from benchmarks.lib.server import create_database, drop_database, open_server
 from benchmarks.lib.stats import pct, spread
 from shardstore import migrate
@@ -89,8 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dsn", help="a server to use (default: embedded)")
     p.add_argument("--quick", action="store_true", help="2 rounds of 100 calls")
     a = p.parse_args(argv)
-    if a.quick:
-        a.rounds, a.appends = 2, 100
+    quick(a, p, rounds=2, appends=100)
     gap = a.gap_ms / 1000
     cold = bool(a.min_chars)
     corpus = Corpus(5000)

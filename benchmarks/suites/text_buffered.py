@@ -34,7 +34,7 @@ import psycopg
 
 import shardstore
 from benchmarks.lib.corpus import Corpus
-from benchmarks.lib.report import command, progress
+from benchmarks.lib.report import command, progress, quick
 from benchmarks.lib.server import open_server
 from benchmarks.lib.stats import med, pct
 
@@ -74,8 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="10 sessions x 10 turns, 2 rounds")
     a = p.parse_args(argv)
-    if a.quick:
-        a.sessions, a.turns, a.rounds, a.calls = 10, 10, 2, 2
+    quick(a, p, sessions=10, turns=10, rounds=2, calls=2)
     with open_server(a.dsn, keep=False) as srv:
         store = shardstore.connect(srv.dsn)
         corpus = Corpus(a.sessions * a.turns + 1)

@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import shardstore
 from benchmarks.lib.corpus import Corpus
-from benchmarks.lib.report import progress
+from benchmarks.lib.report import progress, quick
 from benchmarks.lib.server import create_database, drop_database, open_server
 from benchmarks.lib.stats import spread
 from shardstore import migrate
@@ -68,8 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dsn", help="a server to use (default: embedded)")
     p.add_argument("--quick", action="store_true", help="1,000 turns, 10 sessions, 2 rounds")
     a = p.parse_args(argv)
-    if a.quick:
-        a.turns, a.sessions, a.rounds, a.calls = 1_000, 10, 2, 3
+    quick(a, p, turns=1_000, sessions=10, rounds=2, calls=3)
     corpus = Corpus(5000)
     full = migrate.all_migrations()
     migrate.baseline()  # cached now: a shorter list then replays the legacy migrations
