@@ -43,7 +43,7 @@ from benchmarks.lib.contenders import CONTENDERS, FLOOR, LC, SS, Contender, Shar
 from benchmarks.lib.corpus import Corpus, encode
 from benchmarks.lib.report import command, progress, quick, write_results
 from benchmarks.lib.server import open_server
-from benchmarks.lib.stats import med, pct
+from benchmarks.lib.stats import med, pct, ratio_spread, spread
 
 STATE = {"step": 3, "plan": ["search", "read", "answer"], "notes": "x" * 200}
 WORDS = [
@@ -170,15 +170,6 @@ def make(kind: str, dsn: str, corpus: Corpus, counter: Any) -> Contender:
             dsn, corpus, counter
         )
     return c
-
-
-def summary(values: list[float]) -> str:
-    return f"{med(values):.3f} [{min(values):.3f}–{max(values):.3f}]"
-
-
-def ratio(a: list[float], b: list[float]) -> str:
-    r = [x / y for x, y in zip(a, b, strict=True)]
-    return f"{med(r):.2f} [{min(r):.2f}–{max(r):.2f}]"
 
 
 def one_writer(cs: dict[str, Contender], rounds: int, calls: int) -> dict[str, Any]:
@@ -398,23 +389,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             ):
                 v = res[k]
                 lines.append(
-                    f"| {label} | {summary(v['p50'])} | {ratio(v['p50'], f['p50'])} | "
-                    f"{ratio(v['p50'], res['lc']['p50'])} | {summary(v['p99'])} | "
-                    f"{ratio(v['p99'], f['p99'])} |"
+                    f"| {label} | {spread(v['p50'])} | {ratio_spread(v['p50'], f['p50'])} | "
+                    f"{ratio_spread(v['p50'], res['lc']['p50'])} | {spread(v['p99'])} | "
+                    f"{ratio_spread(v['p99'], f['p99'])} |"
                 )
             lines += [
                 "",
                 "checkpoint=state / bare shardstore p50: "
-                + ratio(res["ss_ckpt"]["p50"], res["ss"]["p50"]),
+                + ratio_spread(res["ss_ckpt"]["p50"], res["ss"]["p50"]),
                 "",
                 "defaults (splintr counting) / tiktoken-only counting p50: "
-                + ratio(res["ss"]["p50"], res["ss_tiktoken"]["p50"]),
+                + ratio_spread(res["ss"]["p50"], res["ss_tiktoken"]["p50"]),
                 "",
                 "defaults (splintr counting) / rs-bpe counting p50: "
-                + ratio(res["ss"]["p50"], res["ss_rsbpe"]["p50"]),
+                + ratio_spread(res["ss"]["p50"], res["ss_rsbpe"]["p50"]),
                 "",
                 "no exact count (`len // 4`) / defaults p50: "
-                + ratio(res["ss_nocount"]["p50"], res["ss"]["p50"]),
+                + ratio_spread(res["ss_nocount"]["p50"], res["ss"]["p50"]),
                 "",
             ]
         if "writers" in parts:
@@ -434,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "|---|---|---|",
             ]
             for k in ("floor", "lc", "ss", "ss_rsbpe", "ss_nocount"):
-                lines.append(f"| {k} | {summary(res8[k])} | {ratio(res8[k], res8['lc'])} |")
+                lines.append(f"| {k} | {spread(res8[k])} | {ratio_spread(res8[k], res8['lc'])} |")
             lines.append("")
         for part, words in (("tail", None), ("tail700", 1560)):
             if part not in parts:
@@ -462,8 +453,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
             for s, v in res_t.items():
                 lines.append(
-                    f"| {s:,} | {summary(v['floor'])} | {summary(v['ss'])} | "
-                    f"{ratio(v['ss'], v['floor'])} | {ratio(v['ss_bulk_folded'], v['floor'])} |"
+                    f"| {s:,} | {spread(v['floor'])} | {spread(v['ss'])} | "
+                    f"{ratio_spread(v['ss'], v['floor'])} | "
+                    f"{ratio_spread(v['ss_bulk_folded'], v['floor'])} |"
                 )
             lines.append("")
     print("\n".join(lines))
