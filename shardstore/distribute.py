@@ -48,31 +48,16 @@ CHECKS: dict[str, str] = {
 }
 """The distributability checks: name -> what a finding means."""
 
-DELEGATED: tuple[tuple[str, str], ...] = (
-    (
-        "shardstore.append_one_v1(uuid, jsonb, integer, integer, text, bigint, bigint, interval,"
-        " timestamp with time zone)",
-        "p_session_id",
-    ),
-    (
-        "shardstore.append_v1(uuid, jsonb, integer[], integer[], text[], bigint, bigint, interval,"
-        " timestamp with time zone)",
-        "p_session_id",
-    ),
-    (
-        "shardstore.append_v2(uuid, jsonb, integer[], integer[], text[], bigint, bigint, interval,"
-        " timestamp with time zone, integer)",
-        "p_session_id",
-    ),
-    ("shardstore.tail_v1(uuid, integer, bigint)", "p_session_id"),
-    (
-        "shardstore.append_one_v2(uuid, jsonb, integer, integer, text, bigint, bigint, interval,"
-        " timestamp with time zone)",
-        "p_session_id",
-    ),
-)
+DELEGATED: dict[str, str] = {
+    "append_one_v2": "p_session_id",
+    "append_to_open_chunk": "p_session_id",
+    "append_v2": "p_session_id",
+    "tail_v1": "p_session_id",
+}
 """The hot calls delegated to the worker that holds their session (measured in
-docs/scale-out.md). Folds are not: a fold may create a partition, DDL a worker cannot run."""
+docs/scale-out.md), by function name -> the argument that names the session; the signatures
+are read from the catalog. Folds are not: a fold may create a partition, DDL a worker cannot
+run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +201,15 @@ def distribute_op(delegate: bool = True) -> Op[DistributeReport]:
         propagated += 1
     delegated: list[str] = []
     if delegate:
-        for signature, argument in DELEGATED:
+        signatures = dict((yield Q(query("dist_signatures"), (list(DELEGATED),))))
+        missing = sorted(set(DELEGATED) - set(signatures))
+        if missing:
+            raise ConfigurationError(
+                f"functions to delegate are missing from schema shardstore: {missing}"
+                " (was the schema migrated by this version of shardstore?)"
+            )
+        for name, argument in sorted(DELEGATED.items()):
+            signature = signatures[name]
             (already,) = yield Q(query("dist_function_delegated"), (signature,), fetch="one")
             if not already:
                 yield Q(query("dist_distribute_function"), (signature, argument), fetch="one")

@@ -275,7 +275,7 @@ def append_op(
         ctx.partition_origin,
     )
     if len(batch.texts) == 1:
-        # one statement whatever happens (append_one_v2: the fast path, else append_v1);
+        # one statement whatever happens (append_one_v2: the fast path, else append_v2);
         # a unique violation is a concurrent retry of the same key: rerun as a batch below
         first = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
         one = yield from rerun_on_deadlock(

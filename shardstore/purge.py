@@ -4,7 +4,7 @@ everything older than a point in time, from every shardstore table.
 Guarantees (docs/purge.md explains them at length):
 
 * **Atomic per session.** Each session is purged by one SQL function call
-  (``purge_session_v1`` / ``purge_range_v1`` in migration 0002); a batch of sessions is one
+  (``purge_session_data`` / ``purge_range_data`` in migration 0002); a batch of sessions is one
   transaction. A crash or an error leaves every session either untouched or fully purged,
   and running the same purge again finishes the job (the plan is recomputed from what is
   left: purged sessions are tombstoned, range-purged ones no longer have older turns).

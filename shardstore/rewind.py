@@ -3,7 +3,7 @@
 Each public function below whose first parameter is ``store`` is a store method, bound
 once into :class:`shardstore.Store` and once into :class:`shardstore.AsyncStore`; its
 docstring is the method's. Schema: ``sql/functions/rewind_v3.sql`` (which calls
-``rewind_v2.sql`` and ``rewind_v1.sql``); statement: ``sql/rewind.sql``.
+``rewind_turns``, ``fork_cow`` and ``artifacts_released_v1``); statement: ``sql/rewind.sql``.
 """
 
 from __future__ import annotations

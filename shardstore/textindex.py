@@ -1,6 +1,6 @@
 """Full-text windows of buffered turns, written ahead of their fold (migration 0038).
 
-Folded turns always have their windows in ``shardstore.turn_text`` (``fold_v1`` writes them
+Folded turns always have their windows in ``shardstore.turn_text`` (``fold_chunk`` writes them
 as it folds). A buffered turn gets them from :func:`index_buffered_op`: the store runs it after
 each fold of a seal (the chunks a fold keeps buffered for ``tail()``) and, with background
 folds, every ``history.TEXT_INDEX_EVERY`` turns of a session; ``maintain()`` runs

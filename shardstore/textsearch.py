@@ -1,7 +1,7 @@
 """Full-text and hybrid search: operations (sans-IO) and the pure fusion rule.
 
 Text search reads ``shardstore.turn_text`` (each turn window's lexemes as sorted hashes,
-migration 0042; written by ``fold_v1`` as it folds the turns, and for buffered turns by
+migration 0042; written by ``fold_chunk`` as it folds the turns, and for buffered turns by
 :mod:`shardstore.textindex`) and indexes the buffered turns that have none yet on the fly,
 so every appended turn is found without any worker having run. Hybrid search fuses the
 text ranking with the vector ranking by reciprocal rank fusion (:func:`fuse`), turn by turn.

@@ -69,7 +69,7 @@ def test_no_trigger_and_liveness_from_the_ref_row_alone(dsn: str) -> None:
     assert triggers == 0
     [(body,)] = _sql(
         dsn,
-        "SELECT pg_get_functiondef('shardstore.artifact_ref_live_v1(shardstore.artifact_refs)'"
+        "SELECT pg_get_functiondef('shardstore.artifact_ref_live_v2(text, boolean, timestamptz)'"
         "::regprocedure)",
     )
     assert "checkpoints" not in body.split("AS $function$", 1)[1]

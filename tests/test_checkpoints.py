@@ -243,7 +243,7 @@ def test_append_turn_with_checkpoint(store: shardstore.Store, dsn: str) -> None:
 
 
 def test_append_with_checkpoint_seals_and_folds(make_store: Callable[..., Any]) -> None:
-    """The general path (append_v1 inside): seals, folds, partitions all as without one."""
+    """The general path (append_v2 inside): seals, folds, partitions all as without one."""
     store = make_store(chunk_tokens=60)
     sid = store.create_session("acme")
     for i in range(40):

@@ -266,7 +266,7 @@ def test_tail_after_a_time_purge(store: shardstore.Store) -> None:
 
 
 def test_fork_tails(store: shardstore.Store) -> None:
-    """A fork's tail reads its own turns and its parent's (fork_tail_v1, called by tail_v1
+    """A fork's tail reads its own turns and its parent's (fork_tail, called by tail_v1
     under its generic plans): on Citus every fork's tail failed, the parent's turns
     buffered or folded, by turns or by tokens, and context() of a fork with it."""
     parent = store.create_session(_tenant(), "s", "agent")
@@ -361,7 +361,7 @@ def test_fork_copies_are_indexed_and_erased_on_the_shards(
 ) -> None:
     """fork_copies is distributed by session_id (no triggers since 0031): a copy-on-write
     indexes the copied turns for text search on the fork's worker, and a GDPR purge of the
-    parent (fork_erase_v1, which finds copies by origin across shards) erases them there."""
+    parent (fork_erase, which finds copies by origin across shards) erases them there."""
     tenant = _tenant()
     parent = store.create_session(tenant, subject_id="bob")
     store.append_turns(parent, [_msg(i, "xylophone" if i == 3 else "") for i in range(20)])
@@ -495,7 +495,7 @@ def test_maintenance_runs_on_the_coordinator(store: shardstore.Store) -> None:
 
 
 def test_concurrent_retries_store_one_turn(store: shardstore.Store, citus: str) -> None:
-    """The fast path's unique-violation race (a delegated append_one_v1 on a worker) is
+    """The fast path's unique-violation race (a delegated append_to_open_chunk on a worker) is
     recovered as on one node: eight racing appends with one key store one turn."""
     sid = store.create_session(_tenant(), "s", "agent")
     store.append_turn(sid, _msg(0))
@@ -535,7 +535,7 @@ def test_distribute_refuses_an_undistributable_schema(store: shardstore.Store, c
             " n int, PRIMARY KEY (session_id))"
         )
         conn.execute(
-            "SELECT shardstore.register_session_table_v1(%s, tenant_column => 'tenant_id')",
+            "SELECT shardstore.register_session_table_v2(%s, tenant_column => 'tenant_id')",
             (f"shardstore.{table}",),
         )
         conn.execute(
@@ -570,7 +570,7 @@ def test_search_settings_reach_the_shards(citus: str) -> None:
         conn.add_notice_handler(lambda d: sent.append(d.message_primary or ""))
         conn.execute("SET citus.log_remote_commands = on")
         with conn.transaction():
-            conn.execute("SELECT shardstore.vec_search_settings_v1(77)")
+            conn.execute("SELECT shardstore.vec_search_settings_v2(77, 1000)")
             conn.execute("SELECT count(*) FROM shardstore.chunk_vectors WHERE tenant_id = 'x'")
     assert any("SET LOCAL hnsw.ef_search = 77" in s for s in sent), sent[:3]
     assert any("SET LOCAL hnsw.iterative_scan = strict_order" in s for s in sent)

@@ -41,13 +41,13 @@ def test_every_check_catches_an_offender(dsn: str) -> None:
             CREATE TABLE shardstore.bad_items (
                 session_id uuid NOT NULL, item bigint NOT NULL, tenant_id text NOT NULL,
                 PRIMARY KEY (session_id, item), UNIQUE (item));
-            SELECT shardstore.register_session_table_v1('shardstore.bad_items',
+            SELECT shardstore.register_session_table_v2('shardstore.bad_items',
                                                         tenant_column => 'tenant_id');
             CREATE TABLE shardstore.bad_refs (
                 session_id uuid NOT NULL, tenant_id text NOT NULL,
                 item bigint NOT NULL REFERENCES shardstore.bad_items (item),
                 PRIMARY KEY (session_id, item));
-            SELECT shardstore.register_session_table_v1('shardstore.bad_refs',
+            SELECT shardstore.register_session_table_v2('shardstore.bad_refs',
                                                         tenant_column => 'tenant_id');
             CREATE POLICY bad_policy ON shardstore.bad_items
                 USING (EXISTS (SELECT 1 FROM shardstore.sessions s

@@ -145,16 +145,16 @@ def test_a_sealed_unfolded_chunk_is_embedded_under_its_fold_start(
     store = make_store(embedding_model=embedder, **SMALL)
     sid = store.create_session("acme")
     messages = [msg(words(f"s{i}", 30)) for i in range(40)]
-    # append_v1 as the client calls it, one turn per call, with no fold after it (a writer
+    # append_v2 as the client calls it, one turn per call, with no fold after it (a writer
     # that died before folding): the sealed chunks stay in the buffer (a batch that starts
     # and seals a chunk writes it straight to agent_history since the disk migration, so
     # one call per turn is what leaves sealed chunks buffered)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for m in messages:
             conn.execute(
-                "SELECT count(*) FROM shardstore.append_v1(%s, %s::jsonb, %s, %s, %s, 250,"
+                "SELECT count(*) FROM shardstore.append_v2(%s, %s::jsonb, %s, %s, %s, 250,"
                 " 16777216, (SELECT partition_interval FROM shardstore.config),"
-                " (SELECT partition_origin FROM shardstore.config))",
+                " (SELECT partition_origin FROM shardstore.config), 0)",
                 (sid, json.dumps([m]), [40], [len(json.dumps(m))], [None]),
             )
         sealed = conn.execute(

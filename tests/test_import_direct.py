@@ -1,5 +1,5 @@
 """A JSONL import writes the chunks a batch starts and seals straight into agent_history
-(import_turns_v2, migration 0036): what it stores is what import_turns_v1 stored once its
+(import_turns_v2, migration 0036): what it stores is what import_turns stored once its
 folds ran (chunks with their envelopes and times, partitions, chunk map, queues, text
 windows, keys, buffer, session head), and only the open chunk's turns touch turn_buffer. The
 long transaction of an import no longer walks its own dead buffer rows on every fold."""
@@ -114,7 +114,7 @@ def two_databases(new_database: Callable[[], str]) -> Iterator[tuple[str, str]]:
 def _import_both(
     a: str, b: str, text: str, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``text`` imported into ``a`` by import_turns_v3 and into ``b`` by import_turns_v1
+    """``text`` imported into ``a`` by import_turns_v3 and into ``b`` by import_turns
     (the path before 0036: every turn buffered, then fold_sealed keeping nothing). In ``a``
     the sealed chunks holding the newest default_tail_turns turns stay buffered (0040):
     checked here against the keep window, then folded, so that both store the same rows."""
@@ -127,7 +127,7 @@ def _import_both(
             _check_keep_window(a, sid, keep)
             c.execute("SELECT shardstore.fold_sealed_v2(%s, 0)", (sid,))
     # v1 takes no keep count: the query's last parameter is read and dropped
-    v1 = query("import_turns").replace("import_turns_v3", "import_turns_v1")
+    v1 = query("import_turns").replace("import_turns_v3", "import_turns")
     v1 = v1.replace("%s, %s)", "%s) CROSS JOIN (SELECT %s::integer) AS unused_keep")
     assert v1.count("%s") == query("import_turns").count("%s") and "unused_keep" in v1
     with monkeypatch.context() as m:

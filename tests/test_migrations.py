@@ -157,7 +157,7 @@ def test_a_database_of_version_5_upgrades_with_rls_on(
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             # every registered table (partitions made later need enable_rls again, as before)
             (on,) = conn.execute(
-                "SELECT bool_and(c.relrowsecurity) FROM shardstore.rls_tables_v2() t"
+                "SELECT bool_and(c.relrowsecurity) FROM shardstore.rls_tables() t"
                 " JOIN pg_class c ON c.oid = t.r_table"
             ).fetchone() or (False,)
             assert on

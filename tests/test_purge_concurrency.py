@@ -46,7 +46,7 @@ def test_purge_waits_for_a_fold_in_flight_and_removes_its_chunk(
     sid = _sealed_unfolded(store, "INFLIGHT")
     results: list[Any] = []
     with psycopg.connect(dsn) as folder:  # a fold that moved the chunk but has not committed
-        (moved,) = folder.execute("SELECT shardstore.fold_sealed_v1(%s)", (sid,)).fetchone()  # type: ignore[misc]
+        (moved,) = folder.execute("SELECT shardstore.fold_sealed(%s, 0, 0)", (sid,)).fetchone()  # type: ignore[misc]
         assert moved > 0
         purge = threading.Thread(target=lambda: results.append(store.purge_session(sid)))
         purge.start()
@@ -70,15 +70,15 @@ def test_a_fold_after_a_purge_moves_nothing(
     moved: list[int] = []
     with psycopg.connect(dsn) as purger:
         if kind == "session":
-            purger.execute("SELECT shardstore.purge_session_v1(%s, false)", (sid,))
+            purger.execute("SELECT shardstore.purge_session_data(%s, false)", (sid,))
         else:
             purger.execute(
-                "SELECT shardstore.purge_range_v1(%s, %s, NULL, false, NULL, true)", (sid, cut)
+                "SELECT shardstore.purge_range_data(%s, %s, NULL, false, NULL, true)", (sid, cut)
             )
 
         def fold() -> None:
             with psycopg.connect(dsn, autocommit=True) as conn:
-                row = conn.execute("SELECT shardstore.fold_sealed_v1(%s)", (sid,)).fetchone()
+                row = conn.execute("SELECT shardstore.fold_sealed(%s, 0, 0)", (sid,)).fetchone()
                 moved.append(row[0])  # type: ignore[index]
 
         folder = threading.Thread(target=fold)

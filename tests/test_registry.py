@@ -37,7 +37,7 @@ SELECT c.oid::regclass::text
    AND NOT c.relispartition
    AND EXISTS (SELECT 1 FROM pg_attribute a
                 WHERE a.attrelid = c.oid AND a.attname = 'session_id' AND NOT a.attisdropped)
-   AND c.oid NOT IN (SELECT r_table FROM shardstore.rls_partition_tables_v2())
+   AND c.oid NOT IN (SELECT r_table FROM shardstore.rls_partition_tables())
    AND c.oid NOT IN (SELECT table_name FROM shardstore.table_registry WHERE kind = 'session')
  ORDER BY 1
 """
@@ -65,14 +65,14 @@ def _register(conn: psycopg.Connection[Any]) -> None:
     )
     conn.execute("CREATE TABLE shardstore.test_runs (session_id uuid NOT NULL, state text)")
     conn.execute(
-        "SELECT shardstore.register_session_table_v1('shardstore.test_facts',"
+        "SELECT shardstore.register_session_table_v2('shardstore.test_facts',"
         " turn_column => 'turn_seq', tenant_column => 'tenant_id')"
     )
     conn.execute(
-        "SELECT shardstore.register_session_table_v1('shardstore.test_chunk_notes',"
+        "SELECT shardstore.register_session_table_v2('shardstore.test_chunk_notes',"
         " chunk_column => 'chunk_seq', chunk_start_column => 'chunk_start')"
     )
-    conn.execute("SELECT shardstore.register_session_table_v1('shardstore.test_runs')")
+    conn.execute("SELECT shardstore.register_session_table_v2('shardstore.test_runs')")
 
 
 def _write(dsn: str, store: shardstore.Store, sid: uuid.UUID, text: str = "x") -> None:
@@ -165,7 +165,7 @@ def test_every_table_with_a_session_id_is_registered(
         conn.execute("CREATE TABLE shardstore.test_forgotten (session_id uuid NOT NULL, x text)")
     assert _unregistered(dsn) == ["shardstore.test_forgotten"]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT shardstore.register_session_table_v1('shardstore.test_forgotten')")
+        conn.execute("SELECT shardstore.register_session_table_v2('shardstore.test_forgotten')")
     assert _unregistered(dsn) == []
 
 
@@ -188,8 +188,8 @@ def test_registration_checks_its_arguments(dsn: str) -> None:
             ("'shardstore.agent_history_p20000101t000000'", "does not exist"),
         ):
             with pytest.raises(psycopg.Error, match=message):
-                conn.execute(f"SELECT shardstore.register_session_table_v1({call})")
-        conn.execute("SELECT shardstore.register_session_table_v1('shardstore.test_bad', 'sid')")
+                conn.execute(f"SELECT shardstore.register_session_table_v2({call})")
+        conn.execute("SELECT shardstore.register_session_table_v2('shardstore.test_bad', 'sid')")
         (n,) = conn.execute(
             "SELECT count(*) FROM shardstore.purge_targets"
             " WHERE table_name = 'shardstore.test_bad'::regclass AND session_column = 'sid'"

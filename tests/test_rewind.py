@@ -79,7 +79,7 @@ def raw_append(
     store: shardstore.Store, dsn: str, sid: Any, messages: list[Any],
     conn: psycopg.Connection[Any] | None = None,
 ) -> None:
-    """append_v1 straight, no inline fold (on ``conn``, in its transaction, if given)."""
+    """append_v2 straight, no inline fold (on ``conn``, in its transaction, if given)."""
     if conn is None:
         with psycopg.connect(dsn, autocommit=True) as own:
             raw_append(store, dsn, sid, messages, own)
@@ -90,7 +90,7 @@ def raw_append(
     ).fetchone()
     assert cfg is not None
     conn.execute(
-        "SELECT * FROM shardstore.append_v1(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s)",
+        "SELECT * FROM shardstore.append_v2(%s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, 0)",
         (
             sid,
             "[" + ",".join(texts) + "]",
@@ -178,7 +178,7 @@ def test_rewind_of_buffered_sealed_chunks(make_store: StoreFactory, dsn: str) ->
     store = make_store(**SMALL)
     sid = store.create_session("acme")
     sent = [msg(i, extra=4) for i in range(30)]
-    # append_v1 alone, one turn per call: every chunk is sealed by a later call than the
+    # append_v2 alone, one turn per call: every chunk is sealed by a later call than the
     # one that started it, so it stays buffered (a chunk one batch starts and seals goes
     # straight to agent_history, 0022)
     for m in sent:
@@ -431,7 +431,7 @@ def test_concurrent_appends_folds_and_rewinds(make_store: StoreFactory, dsn: str
 
 
 def test_a_fold_meeting_a_rewind_waits_and_folds_what_it_left(dsn: str) -> None:
-    """A background fold (fold_sealed_v1) that starts while a rewind to 0 is uncommitted,
+    """A background fold (fold_sealed) that starts while a rewind to 0 is uncommitted,
     in a transaction that also refills chunk 0 and seals it, waits for that transaction and
     then folds the NEW chunk 0 under its own start. (It used to read the session without a
     lock: folding what it read earlier, it could move the new chunk's turns under the old
@@ -456,10 +456,10 @@ def test_a_fold_meeting_a_rewind_waits_and_folds_what_it_left(dsn: str) -> None:
         assert row is not None and row[0] > 0  # the new chunk 0 sealed, in the buffer
         moved: list[int] = []
         folder = threading.Thread(
-            target=lambda: moved.append(count(dsn, "SELECT shardstore.fold_sealed_v1(%s)", sid))
+            target=lambda: moved.append(count(dsn, "SELECT shardstore.fold_sealed(%s, 0, 0)", sid))
         )
         folder.start()
-        wait_for_backend(dsn, "fold_sealed_v1", waiting=True)
+        wait_for_backend(dsn, "fold_sealed(", waiting=True)
         conn.commit()
         folder.join(30)
         rewinder.close()

@@ -276,7 +276,7 @@ def test_bound_role_cannot_switch_tenant(world: World) -> None:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("DELETE FROM shardstore.rls_role_tenants")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("SELECT shardstore.disable_rls_v1()")
+            conn.execute("SELECT shardstore.disable_rls_v2()")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("ALTER TABLE shardstore.sessions DISABLE ROW LEVEL SECURITY")
 

@@ -5,6 +5,7 @@ lives in exactly one file named after it, and no migration after the baseline de
 
 from __future__ import annotations
 
+import ast
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -133,18 +134,17 @@ def upgraded_from(
     dsn: str, version: int, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[int], list[int]]:
     """Build the database as the shardstore of ``version`` did (its migrations replayed one
-    by one, no baseline, no function files), then migrate it with this one. At the newest
-    legacy version that is one call: this runner replaying the legacy files."""
+    by one, no baseline; function files only from the newest legacy version on, where this
+    runner replaying the legacy files stands for the shardstore that introduced them), then
+    migrate it with this one."""
     full = migrate.all_migrations()
+    newest_legacy = migrate.baseline().version
     with psycopg.connect(dsn, autocommit=True) as conn:
-        if version == migrate.baseline().version:
-            return run_sync(conn, migrate.migrate_op(use_baseline=False)), []
         monkeypatch.setattr(migrate, "all_migrations", lambda: full[:version])
-        first = run_sync(conn, migrate.migrate_op())
+        first = run_sync(conn, migrate.migrate_op(use_baseline=False))
         monkeypatch.undo()
-        assert conn.execute("SELECT to_regclass('shardstore.schema_functions')").fetchone() == (
-            None,
-        )
+        files = conn.execute("SELECT to_regclass('shardstore.schema_functions')").fetchone()
+        assert files == (None,) if version < newest_legacy else files != (None,)
         return first, run_sync(conn, migrate.migrate_op())
 
 
@@ -293,3 +293,70 @@ def test_the_rule_catches_a_function_in_a_new_migration(tmp_path: Path) -> None:
         path.write_text("-- CREATE FUNCTION shardstore.only_a_comment()\n" + text)
         assert len(_defined(path)) == 1
         assert "only_a_comment" not in _defined(path)
+
+
+# Entry points that no named statement calls: an operator or a migration calls them by name
+# (docs/security.md, docs/maintenance.md), and the policies that rls_install_policy writes
+# call rls_tenant_v1 and rls_tenant_v2.
+OPERATOR_ENTRY_POINTS = {
+    "register_global_table_v1",
+    "register_session_table_v2",
+    "rls_tenant_v2",
+    "run_maintenance",
+}
+VERSIONED = re.compile(r"_v\d+$")
+# a string the Python could send: one that holds a statement, not a message naming a function
+STATEMENT = re.compile(r"\b(SELECT|CALL|PERFORM)\b", re.I)
+
+
+def _names_called_by_statements() -> set[str]:
+    code = " ".join(
+        re.sub(r"--[^\n]*", "", p.read_text()) for p in (ROOT / "shardstore" / "sql").glob("*.sql")
+    )
+    return set(re.findall(r"\bshardstore\.([a-z_][a-z0-9_]*)\s*\(", code))
+
+
+def test_versions_mark_entry_points() -> None:
+    """A _vN suffix marks an entry point, a function a client calls by name: one of the
+    named statements (shardstore/sql/*.sql, the only SQL the Python sends) or an operator's
+    call. Every other function is a helper with a plain name, free to change with its
+    callers; an entry point keeps its name until its signature changes."""
+    files = {p.stem for p in FUNCTIONS.glob("*.sql")}
+    called = _names_called_by_statements() & files
+    entry_points = called | OPERATOR_ENTRY_POINTS
+    assert OPERATOR_ENTRY_POINTS <= files
+    versioned = {name for name in files if VERSIONED.search(name)}
+    assert sorted(versioned - entry_points) == [], "helpers must have plain names"
+    assert sorted(entry_points - versioned - {"run_maintenance"}) == [], (
+        "entry points carry their API version"
+    )
+
+
+def test_python_calls_functions_only_through_named_statements() -> None:
+    """The Python never spells a function call of its own: what it calls is in the named
+    statements (where the test above sees it) or, for Citus delegation, a name it looks up
+    in the catalog (distribute.DELEGATED)."""
+    from shardstore import distribute
+
+    files = {p.stem for p in FUNCTIONS.glob("*.sql")}
+    pattern = re.compile(r"\bshardstore\.([a-z_][a-z0-9_]*)\s*\(")
+    spelled = set()
+    for path in (ROOT / "shardstore").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and STATEMENT.search(node.value)
+            ):
+                spelled |= {name for name in pattern.findall(node.value) if name in files}
+    assert spelled == set(), "call these through a named statement in shardstore/sql/"
+    assert set(distribute.DELEGATED) <= files

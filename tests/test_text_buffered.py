@@ -1,7 +1,7 @@
 """Full-text windows of buffered turns written ahead of their fold (migration 0038).
 
 The invariant: every stored turn has at most one set of windows in ``turn_text``, equal to
-what ``text_windows_v1`` makes of its message (what a fold writes); every folded turn has
+what ``text_windows`` makes of its message (what a fold writes); every folded turn has
 them; no window belongs to a turn the session no longer holds. And the ranking of a scope
 small enough to be ranked exactly is the same whether a buffered turn was indexed ahead or
 is indexed on the fly (compared on one snapshot, with the pass's rows deleted in a
@@ -53,7 +53,7 @@ def check_windows(conn: psycopg.Connection[Any]) -> None:
         "WITH want AS (SELECT x.session_id, x.turn_seq, x.chunk_seq, x.created_at, w.r_window,"
         "                     w.r_tsv"
         "                FROM shardstore.turns x,"
-        "                     LATERAL shardstore.text_windows_v1(shardstore.text_config_read_v1(),"
+        "                     LATERAL shardstore.text_windows(shardstore.text_config_read_v1(),"
         "                                                        x.message) w)"
         " SELECT count(*) FROM shardstore.turn_text t"
         "  WHERE NOT EXISTS (SELECT 1 FROM want w WHERE w.session_id = t.session_id"
@@ -66,7 +66,7 @@ def check_windows(conn: psycopg.Connection[Any]) -> None:
         "SELECT count(*) FROM shardstore.agent_history h,"
         " jsonb_array_elements(h.conversation_chunk) e(v)"
         " WHERE shardstore.text_config_read_v1() IS NOT NULL"
-        "   AND EXISTS (SELECT 1 FROM shardstore.text_windows_v1(shardstore.text_config_read_v1(),"
+        "   AND EXISTS (SELECT 1 FROM shardstore.text_windows(shardstore.text_config_read_v1(),"
         "                                                        e.v->'m'))"
         "   AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t WHERE"
         "                   t.session_id = h.session_id AND t.turn_seq = (e.v->>'s')::bigint)"

@@ -190,7 +190,7 @@ def append_exact_op(
     ``default_tail_turns`` turns, which stay buffered as a fold leaves them, so that a tail
     after the import reads buffer rows; the sealed chunks outside that window, such as the
     one open before the batch, are folded in the same statement; on Citus,
-    ``import_turns_v1`` and a fold of what it sealed).
+    ``import_turns`` and a fold of what it sealed).
     ``ImportRejected`` naming ``where[i]`` of the turn the server refused; the caller's
     transaction then rolls back."""
     if not batch:

@@ -144,6 +144,12 @@ SELECT f::text FROM shardstore.citus_functions_pending_v1() AS f;
 -- name: dist_function_delegated
 SELECT shardstore.citus_function_delegated_v1(%s::regprocedure);
 
+-- name: dist_signatures
+-- each named function's signature (every shardstore function has one overload)
+SELECT p.proname::text, p.oid::regprocedure::text
+  FROM pg_proc p
+ WHERE p.pronamespace = 'shardstore'::regnamespace AND p.proname = ANY(%s::text[]);
+
 -- name: dist_distribute_function
 -- %s NULL: only created on every node; else delegated by that argument
 SELECT shardstore.citus_distribute_function_v1(%s::regprocedure, %s);

@@ -1,8 +1,7 @@
--- GDPR purge (shardstore/purge.py). The work is done by the functions of migration 0002;
--- these statements plan it (which sessions, which partitions) and call them.
+-- GDPR purge and retention (shardstore/purge.py): these statements plan the work (which
+-- sessions, which partitions) and call the purge functions (sql/functions/purge_*.sql).
 
 -- name: purge_session
--- purge_session_v1, and the session's artifacts queued for erasure in its transaction
 SELECT shardstore.purge_session_v2(%s, %s);
 
 -- name: purge_session_batch
@@ -14,7 +13,7 @@ SELECT u.sid, shardstore.purge_session_v2(u.sid, %s)
 SELECT shardstore.purge_range_v2(%s, %s, %s, %s, NULL, true);
 
 -- name: purge_range_batch
-SELECT u.sid, shardstore.purge_range_v1(u.sid, NULL, %s, %s, %s::text[], false)
+SELECT u.sid, shardstore.purge_expired_v1(u.sid, %s, %s, %s::text[])
   FROM unnest(%s::uuid[]) WITH ORDINALITY AS u(sid, ord)
  ORDER BY u.ord;
 

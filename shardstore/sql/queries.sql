@@ -69,7 +69,7 @@ SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
                             make_interval(secs => %s), %s, %s);
 
 -- name: append_one
--- one turn: append_one_v1's fast path, else append_v1 in the same call (0023)
+-- one turn: append_seal_one's fast path, else the batch path (append_v2) in the same call
 SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed
   FROM shardstore.append_one_v2(%s, %s::jsonb, %s::integer, %s::integer, %s::text, %s::bigint,
                                 %s::bigint, make_interval(secs => %s), %s);

@@ -1,4 +1,4 @@
--- Rewind (shardstore/rewind.py); the work is done by rewind_v1 (migration 0011), and
+-- Rewind (shardstore/rewind.py); the work is done by rewind_turns (migration 0011), and
 -- rewind_v3 (0033) marks the artifacts it released.
 
 -- name: rewind

@@ -17,7 +17,7 @@ SELECT r_session_id AS session_id, r_chunk_seq AS chunk_seq, r_chunk_start AS ch
   FROM shardstore.summary_claim_v1(%(session)s::uuid, %(tried_sessions)s::uuid[],
                                    %(tried_chunks)s::bigint[]);
 
--- summary_store_v1 plus the tokens of the summary's context message and the counter's name
+-- summary_insert plus the tokens of the summary's context message and the counter's name
 -- name: summary_store
 SELECT shardstore.summary_store_v2(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 

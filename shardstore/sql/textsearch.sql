@@ -2,7 +2,7 @@
 
 -- The best-matching turns of a scope for a text query: every turn window in turn_text (folded
 -- turns, and buffered ones a pass indexed: 0038) and every other buffered turn of the scope
--- (indexed on the fly, as fold_v1 indexes them), a
+-- (indexed on the fly, as fold_chunk indexes them), a
 -- session's fork lineage included, scored by BM25 over a bounded candidate set (see
 -- text_rank_v1 in migration 0019: a common lexeme adds candidates only from the scope's
 -- %(sample)s newest windows; rarer ones add every window holding them). At most %(n)s

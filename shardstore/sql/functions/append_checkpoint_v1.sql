@@ -1,8 +1,8 @@
--- An append (append_one_v1 when p_fast and it applies, else append_v1: the same rules and
+-- An append (append_to_open_chunk when p_fast and it applies, else append_v1: the same rules and
 -- results) and a checkpoint positioned at the last appended turn, in one statement. The
 -- checkpoint's key is 't:' || the last turn's key: when that turn is a duplicate (a retry)
 -- the first checkpoint's id is returned and nothing is stored (NULL if that append wrote
--- none). Every row carries the checkpoint id. As for append_one_v1, a concurrent retry may
+-- none). Every row carries the checkpoint id. As for append_to_open_chunk, a concurrent retry may
 -- fail the fast path with a unique violation; the caller then reruns with p_fast false.
 CREATE OR REPLACE FUNCTION shardstore.append_checkpoint_v1(p_session_id uuid, p_messages jsonb, p_tokens integer[], p_bytes integer[], p_keys text[], p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone, p_fast boolean, p_checkpoint_id uuid, p_state jsonb)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_duplicate boolean, r_sealed boolean, r_checkpoint_id uuid)
@@ -29,7 +29,7 @@ BEGIN
     v_key := 't:' || p_keys[v_n];
     IF p_fast AND v_n = 1 THEN
         SELECT x.r_turn_seq, x.r_chunk_seq INTO a
-          FROM shardstore.append_one_v1(p_session_id, p_messages -> 0, p_tokens[1], p_bytes[1],
+          FROM shardstore.append_to_open_chunk(p_session_id, p_messages -> 0, p_tokens[1], p_bytes[1],
                                         p_keys[1], p_budget_tokens, p_budget_bytes, p_interval,
                                         p_origin) x;
         IF FOUND THEN
@@ -38,9 +38,9 @@ BEGIN
         END IF;
     END IF;
     IF cardinality(v_seqs) = 0 THEN
-        FOR a IN SELECT * FROM shardstore.append_v1(p_session_id, p_messages, p_tokens, p_bytes,
+        FOR a IN SELECT * FROM shardstore.append_v2(p_session_id, p_messages, p_tokens, p_bytes,
                                                     p_keys, p_budget_tokens, p_budget_bytes,
-                                                    p_interval, p_origin) LOOP
+                                                    p_interval, p_origin, 0) LOOP
             v_seqs := v_seqs || a.r_turn_seq; v_chunks := v_chunks || a.r_chunk_seq;
             v_tokens := v_tokens || a.r_tokens; v_dups := v_dups || a.r_duplicate;
             v_seals := v_seals || a.r_sealed;
@@ -54,7 +54,7 @@ BEGIN
         -- the append holds the session row: no turn can come in between
         SELECT s.tenant_id, s.next_turn_seq - 1, s.last_turn_at INTO v_tenant, v_last, v_now
           FROM shardstore.sessions s WHERE s.session_id = p_session_id;
-        v_seq := shardstore.checkpoint_next_seq_v1();
+        v_seq := shardstore.checkpoint_next_seq();
         INSERT INTO shardstore.checkpoints
                (session_id, checkpoint_id, seq, tenant_id, turn_seq, idempotency_key, created_at,
                 state)

@@ -28,7 +28,7 @@ BEGIN
         -- the append holds the session row: its head is this turn's
         SELECT s.tenant_id, s.last_turn_at INTO v_tenant, v_now
           FROM shardstore.sessions s WHERE s.session_id = p_session_id;
-        v_seq := shardstore.checkpoint_next_seq_v1();
+        v_seq := shardstore.checkpoint_next_seq();
         INSERT INTO shardstore.checkpoints
                (session_id, checkpoint_id, seq, tenant_id, turn_seq, idempotency_key, created_at,
                 state)

@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION shardstore.append_one_v2(p_session_id uuid, p_message
 AS $function$
 BEGIN
     SELECT x.r_turn_seq, x.r_chunk_seq INTO r_turn_seq, r_chunk_seq
-      FROM shardstore.append_one_v1(p_session_id, p_message, p_tokens, p_bytes, p_key,
+      FROM shardstore.append_to_open_chunk(p_session_id, p_message, p_tokens, p_bytes, p_key,
                                     p_budget_tokens, p_budget_bytes, p_interval, p_origin) x;
     IF FOUND THEN
         r_tokens := p_tokens; r_duplicate := false; r_sealed := false;
@@ -13,7 +13,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT x.r_turn_seq, x.r_chunk_seq INTO r_turn_seq, r_chunk_seq
-      FROM shardstore.append_seal_one_v1(p_session_id, p_message, p_tokens, p_bytes, p_key,
+      FROM shardstore.append_seal_one(p_session_id, p_message, p_tokens, p_bytes, p_key,
                                          p_budget_tokens, p_budget_bytes, p_interval,
                                          p_origin) x;
     IF FOUND THEN
@@ -23,8 +23,8 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT a.r_turn_seq, a.r_chunk_seq, a.r_tokens, a.r_duplicate, a.r_sealed
-          FROM shardstore.append_v1(p_session_id, jsonb_build_array(p_message), ARRAY[p_tokens],
+          FROM shardstore.append_v2(p_session_id, jsonb_build_array(p_message), ARRAY[p_tokens],
                                     ARRAY[p_bytes], ARRAY[p_key], p_budget_tokens, p_budget_bytes,
-                                    p_interval, p_origin) a;
+                                    p_interval, p_origin, 0) a;
 END
 $function$;

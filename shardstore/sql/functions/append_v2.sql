@@ -1,7 +1,7 @@
 -- 0043: a single turn that seals its chunk no longer waits for a background fold or a text
 -- pass (issue 14 goal 1, the p99 line).
 --
--- Why. append_one_v2's fast path (append_one_v1) is one UPDATE of the session row, which
+-- Why. append_one_v2's fast path (append_to_open_chunk) is one UPDATE of the session row, which
 -- takes FOR NO KEY UPDATE; when the turn seals the chunk it falls back to append_v2, which
 -- locked the row FOR UPDATE. Folds (fold_sealed_v2/v3, since 0025) and text passes
 -- (text_index_buffered_v1, 0038) hold the row FOR KEY SHARE while they work, and FOR UPDATE
@@ -49,7 +49,7 @@ BEGIN
     -- under row-level security, and a delegated call cannot create a partition: keep the
     -- row-by-row path of 0017 there (citus.version exists where the library is loaded).
     IF current_setting('citus.version', true) IS NOT NULL THEN
-        RETURN QUERY SELECT * FROM shardstore.append_rowwise_v1(
+        RETURN QUERY SELECT * FROM shardstore.append_rowwise(
             p_session_id, p_messages, p_tokens, p_bytes, p_keys, p_budget_tokens,
             p_budget_bytes, p_interval, p_origin);
         RETURN;
@@ -169,7 +169,7 @@ BEGIN
           FROM unnest(a_seq, a_chunk) AS x(seq, chunk)
          WHERE x.chunk >= v_direct AND x.chunk < v_upto
          GROUP BY x.chunk;
-        -- what fold_v1 queues for a chunk it writes: embedding and a summary
+        -- what fold_chunk queues for a chunk it writes: embedding and a summary
         INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
         SELECT p_session_id, c, v_now, v_queued, s.tenant_id
           FROM generate_series(v_direct, v_upto - 1) AS c
@@ -182,7 +182,7 @@ BEGIN
                (session_id, turn_seq, window_no, chunk_seq, tenant_id, agent_id, created_at, tsv)
         SELECT p_session_id, x.seq, w.r_window, x.chunk, s.tenant_id, s.agent_id, v_now, w.r_tsv
           FROM unnest(a_seq, a_chunk, a_i) AS x(seq, chunk, i),
-               LATERAL shardstore.text_windows_v1(v_config, p_messages -> x.i) w
+               LATERAL shardstore.text_windows(v_config, p_messages -> x.i) w
          WHERE x.chunk >= v_direct AND x.chunk < v_upto
         ON CONFLICT DO NOTHING;
     END IF;

@@ -20,7 +20,7 @@ BEGIN
      WHERE a.tenant_id = p_tenant AND a.artifact_id = p_artifact FOR UPDATE;
     IF NOT FOUND THEN
         r_status := 'gone';
-    ELSIF shardstore.artifact_has_live_ref_v1(p_tenant, p_artifact) THEN
+    ELSIF shardstore.artifact_has_live_ref(p_tenant, p_artifact) THEN
         r_status := 'kept';
     ELSIF v_row.backend = 'postgres' THEN
         DELETE FROM shardstore.artifacts a

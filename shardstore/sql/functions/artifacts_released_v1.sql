@@ -18,7 +18,7 @@ BEGIN
         PERFORM 1 FROM shardstore.artifacts a
           WHERE a.tenant_id = x.t AND a.artifact_id = x.a FOR UPDATE;
         CONTINUE WHEN NOT FOUND;
-        CONTINUE WHEN shardstore.artifact_has_live_ref_v1(x.t, x.a);
+        CONTINUE WHEN shardstore.artifact_has_live_ref(x.t, x.a);
         v_at := clock_timestamp();
         UPDATE shardstore.artifacts a SET unreferenced_since = v_at
          WHERE a.tenant_id = x.t AND a.artifact_id = x.a;

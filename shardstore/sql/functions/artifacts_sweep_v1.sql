@@ -38,7 +38,7 @@ BEGIN
            AND (p_since IS NULL OR a.unreferenced_since >= p_since)
            FOR UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
-        CONTINUE WHEN shardstore.artifact_has_live_ref_v1(c.tenant_id, c.artifact_id);
+        CONTINUE WHEN shardstore.artifact_has_live_ref(c.tenant_id, c.artifact_id);
         IF v_row.backend = 'postgres' THEN
             DELETE FROM shardstore.artifacts a
              WHERE a.tenant_id = c.tenant_id AND a.artifact_id = c.artifact_id;

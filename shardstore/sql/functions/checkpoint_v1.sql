@@ -1,7 +1,7 @@
 -- Writes a checkpoint positioned at the session's last committed turn. A key seen before
 -- returns the first checkpoint (r_status 'duplicate', with its content) and stores nothing,
 -- even if the content differs; an unknown parent returns r_status 'no_parent' and stores
--- nothing. SS404 / SS410 for an unknown / purged session (purge_guard_v1: a purge either
+-- nothing. SS404 / SS410 for an unknown / purged session (purge_guard: a purge either
 -- runs after this commits, and removes it, or is seen).
 CREATE OR REPLACE FUNCTION shardstore.checkpoint_v1(p_session_id uuid, p_checkpoint_id uuid, p_key text, p_state jsonb, p_tool_calls jsonb, p_tool_results jsonb, p_sub_step integer, p_parent_id uuid, p_metadata jsonb)
  RETURNS TABLE(r_status text, r_checkpoint_id uuid, r_turn_seq bigint, r_sub_step integer, r_parent_id uuid, r_created_at timestamp with time zone, r_state jsonb, r_tool_calls jsonb, r_tool_results jsonb, r_metadata jsonb)
@@ -14,7 +14,7 @@ DECLARE
     v_seq    bigint;
     v_done   bigint;
 BEGIN
-    PERFORM shardstore.purge_guard_v1(p_session_id);
+    PERFORM shardstore.purge_guard(p_session_id);
     IF p_key IS NOT NULL THEN
         RETURN QUERY
             SELECT 'duplicate'::text, c.checkpoint_id, c.turn_seq, c.sub_step, c.parent_id,
@@ -37,7 +37,7 @@ BEGIN
     END IF;
     SELECT s.tenant_id, s.next_turn_seq - 1 INTO v_tenant, v_turn
       FROM shardstore.sessions s WHERE s.session_id = p_session_id;
-    v_seq := shardstore.checkpoint_next_seq_v1();
+    v_seq := shardstore.checkpoint_next_seq();
     INSERT INTO shardstore.checkpoints
            (session_id, checkpoint_id, seq, tenant_id, turn_seq, sub_step, parent_id,
             idempotency_key, created_at, state, tool_calls, tool_results, metadata)

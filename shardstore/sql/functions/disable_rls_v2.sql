@@ -6,8 +6,8 @@ AS $function$
 DECLARE
     t regclass;
 BEGIN
-    FOREACH t IN ARRAY ARRAY(SELECT r_table FROM shardstore.rls_tables_v2()
-                             UNION ALL SELECT r_table FROM shardstore.rls_partition_tables_v2()) LOOP
+    FOREACH t IN ARRAY ARRAY(SELECT r_table FROM shardstore.rls_tables()
+                             UNION ALL SELECT r_table FROM shardstore.rls_partition_tables()) LOOP
         EXECUTE format('ALTER TABLE %s NO FORCE ROW LEVEL SECURITY', t);
         EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', t);
         RETURN NEXT t::text;

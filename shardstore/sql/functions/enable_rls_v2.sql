@@ -13,9 +13,9 @@ DECLARE
 BEGIN
     -- read the lists first: the registry itself is altered below
     SELECT coalesce(array_agg(r_table), '{}'), coalesce(array_agg(r_tenant), '{}')
-      INTO v_tables, v_tenant FROM shardstore.rls_tables_v2();
+      INTO v_tables, v_tenant FROM shardstore.rls_tables();
     SELECT coalesce(array_agg(r_table), '{}'), coalesce(array_agg(r_parent), '{}')
-      INTO v_parts, v_parents FROM shardstore.rls_partition_tables_v2();
+      INTO v_parts, v_parents FROM shardstore.rls_partition_tables();
     FOR i IN 1 .. cardinality(v_tables) LOOP
         EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', v_tables[i]);
         EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', v_tables[i],
@@ -25,7 +25,7 @@ BEGIN
     FOR i IN 1 .. cardinality(v_parts) LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_policy p
                         WHERE p.polrelid = v_parts[i] AND p.polname = 'tenant_isolation') THEN
-            PERFORM shardstore.rls_install_policy_v1(v_parts[i], v_parents[i]);
+            PERFORM shardstore.rls_install_policy(v_parts[i], v_parents[i]);
         END IF;
         EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', v_parts[i]);
         EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', v_parts[i],

@@ -10,7 +10,7 @@ DECLARE
     v_from timestamptz;
     v_to   timestamptz;
 BEGIN
-    PERFORM shardstore.fact_lock_v1(p_tenant, p_subject, p_key);
+    PERFORM shardstore.fact_lock(p_tenant, p_subject, p_key);
     v_now := clock_timestamp();
     SELECT f.fact_id, f.valid_from INTO v_id, v_from
       FROM shardstore.facts f

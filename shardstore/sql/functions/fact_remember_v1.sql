@@ -50,7 +50,7 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    PERFORM shardstore.fact_lock_v1(p_tenant, p_subject, p_key);
+    PERFORM shardstore.fact_lock(p_tenant, p_subject, p_key);
     v_now := clock_timestamp();
     v_from := coalesce(p_valid_from, v_now);
     SELECT f.fact_id, f.valid_from, f.valid_to INTO v_last_id, v_last_from, v_last_to

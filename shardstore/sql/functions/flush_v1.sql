@@ -10,9 +10,9 @@ DECLARE
     v_moved integer;
 BEGIN
     s := shardstore.lock_session_v1(p_session_id);
-    v_moved := shardstore.fold_sealed_v1(p_session_id);
+    v_moved := shardstore.fold_sealed(p_session_id, 0, 0);
     IF s.open_turns > 0 THEN
-        v_moved := v_moved + shardstore.fold_v1(p_session_id, s.open_chunk_seq, s.open_chunk_start);
+        v_moved := v_moved + shardstore.fold_chunk(p_session_id, s.open_chunk_seq, s.open_chunk_start);
     END IF;
     RETURN v_moved;
 END

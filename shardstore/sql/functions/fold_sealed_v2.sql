@@ -3,5 +3,5 @@ CREATE OR REPLACE FUNCTION shardstore.fold_sealed_v2(p_session_id uuid, p_keep_t
  RETURNS integer
  LANGUAGE sql
 AS $function$
-    SELECT shardstore.fold_sealed_v3(p_session_id, p_keep_turns, 0);
+    SELECT shardstore.fold_sealed(p_session_id, p_keep_turns, 0);
 $function$;

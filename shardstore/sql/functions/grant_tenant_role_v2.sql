@@ -13,14 +13,13 @@ BEGIN
     END LOOP;
     EXECUTE format('GRANT SELECT ON shardstore.turns TO %s', p_role);
     EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA shardstore TO %s', p_role);
-    EXECUTE format('REVOKE EXECUTE ON FUNCTION shardstore.enable_rls_v1(boolean),'
-                   ' shardstore.disable_rls_v1(), shardstore.grant_tenant_role_v1(regrole, text),'
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION'
                    ' shardstore.enable_rls_v2(boolean), shardstore.disable_rls_v2(),'
                    ' shardstore.grant_tenant_role_v2(regrole, text),'
-                   ' shardstore.rls_install_policy_v1(regclass, regclass),'
-                   ' shardstore.rls_adopt_v1(regclass),'
-                   ' shardstore.register_session_table_v1(regclass, name, name, name, name, name,'
-                   ' integer, text, boolean, text),'
+                   ' shardstore.rls_install_policy(regclass, regclass),'
+                   ' shardstore.rls_adopt(regclass),'
+                   ' shardstore.register_session_table_v2(regclass, name, name, name, name, name,'
+                   ' integer, text, boolean, text, boolean),'
                    ' shardstore.register_global_table_v1(regclass, text, boolean, text)'
                    ' FROM %s', p_role);
     IF p_tenant IS NOT NULL THEN

@@ -24,7 +24,7 @@ DECLARE
     a_i      integer[] := '{}';
 BEGIN
     IF current_setting('citus.version', true) IS NOT NULL THEN
-        RETURN QUERY SELECT * FROM shardstore.import_turns_v1(
+        RETURN QUERY SELECT * FROM shardstore.import_turns(
             p_session_id, p_first_seq, p_messages, p_tokens, p_bytes, p_keys, p_at,
             p_budget_tokens, p_budget_bytes, p_interval, p_origin);
         RETURN;
@@ -152,7 +152,7 @@ BEGIN
           FROM unnest(a_seq, a_chunk, a_i) AS x(seq, chunk, i)
          WHERE x.chunk >= v_direct AND x.chunk < v_upto
          GROUP BY x.chunk;
-        -- what fold_v1 queues for a chunk it writes: embedding and a summary
+        -- what fold_chunk queues for a chunk it writes: embedding and a summary
         INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
         SELECT p_session_id, x.chunk, min(p_at[x.i]), v_queued, s.tenant_id
           FROM unnest(a_chunk, a_i) AS x(chunk, i)
@@ -169,7 +169,7 @@ BEGIN
                (session_id, turn_seq, window_no, chunk_seq, tenant_id, agent_id, created_at, tsv)
         SELECT p_session_id, x.seq, w.r_window, x.chunk, s.tenant_id, s.agent_id, p_at[x.i], w.r_tsv
           FROM unnest(a_seq, a_chunk, a_i) AS x(seq, chunk, i),
-               LATERAL shardstore.text_windows_v1(v_config, p_messages -> (x.i - 1)) w
+               LATERAL shardstore.text_windows(v_config, p_messages -> (x.i - 1)) w
          WHERE x.chunk >= v_direct AND x.chunk < v_upto
         ON CONFLICT DO NOTHING;
     END IF;
@@ -181,7 +181,7 @@ BEGIN
     -- fold the buffered sealed chunks the keep window leaves out (the chunk open before the
     -- batch when it sealed it, an earlier batch's kept chunks), at the starts fold_sealed_v2
     -- chooses; the scan starts at v_lo, below which lie only this transaction's dead rows
-    PERFORM shardstore.fold_sealed_v3(p_session_id, p_keep_turns, v_lo);
+    PERFORM shardstore.fold_sealed(p_session_id, p_keep_turns, v_lo);
     r_status := 'ok'; r_index := v_n; r_sealed := false;
     RETURN NEXT;
 END

@@ -6,12 +6,12 @@ DECLARE
     v_tenant text;
     v_done   integer;
 BEGIN
-    PERFORM shardstore.purge_guard_v1(p_source);
+    PERFORM shardstore.purge_guard(p_source);
     SELECT s.tenant_id INTO v_tenant FROM shardstore.lock_session_v1(p_target) s;
     INSERT INTO shardstore.checkpoints
            (session_id, checkpoint_id, seq, tenant_id, turn_seq, sub_step, parent_id,
             idempotency_key, created_at, state, tool_calls, tool_results, metadata)
-    SELECT p_target, c.checkpoint_id, shardstore.checkpoint_next_seq_v1(), v_tenant, c.turn_seq,
+    SELECT p_target, c.checkpoint_id, shardstore.checkpoint_next_seq(), v_tenant, c.turn_seq,
            c.sub_step, c.parent_id, NULL, c.created_at, c.state, c.tool_calls, c.tool_results,
            c.metadata
       FROM (SELECT c.* FROM shardstore.checkpoints c

@@ -19,7 +19,7 @@ BEGIN
         SELECT s.next_turn_seq, s.last_turn_at, s.tenant_id INTO v_turns, v_at, v_tenant
           FROM shardstore.lock_session_v1(p_session_id) s;
     ELSE
-        PERFORM shardstore.purge_guard_v1(p_session_id);
+        PERFORM shardstore.purge_guard(p_session_id);
         SELECT s.next_turn_seq, s.last_turn_at, s.tenant_id INTO v_turns, v_at, v_tenant
           FROM shardstore.sessions s WHERE s.session_id = p_session_id;
     END IF;
@@ -30,7 +30,7 @@ BEGIN
     END IF;
     IF v_n = 1 THEN
         SELECT x.r_turn_seq INTO a
-          FROM shardstore.append_one_v1(p_session_id, p_messages -> 0, p_tokens[1], p_bytes[1],
+          FROM shardstore.append_to_open_chunk(p_session_id, p_messages -> 0, p_tokens[1], p_bytes[1],
                                         NULL, p_budget_tokens, p_budget_bytes, p_interval,
                                         p_origin) x;
         IF NOT FOUND THEN
@@ -38,11 +38,11 @@ BEGIN
         END IF;
     END IF;
     IF v_n > 1 OR v_n = -1 THEN
-        FOR a IN SELECT * FROM shardstore.append_v1(p_session_id, p_messages, p_tokens, p_bytes,
+        FOR a IN SELECT * FROM shardstore.append_v2(p_session_id, p_messages, p_tokens, p_bytes,
                                                     array_fill(NULL::text,
                                                                ARRAY[cardinality(p_tokens)]),
                                                     p_budget_tokens, p_budget_bytes,
-                                                    p_interval, p_origin) LOOP
+                                                    p_interval, p_origin, 0) LOOP
             v_sealed := v_sealed OR a.r_sealed;
         END LOOP;
     END IF;
@@ -58,7 +58,7 @@ BEGIN
     INSERT INTO shardstore.checkpoints AS c
            (session_id, checkpoint_id, seq, tenant_id, turn_seq, parent_id, created_at, state,
             metadata)
-    VALUES (p_session_id, p_shard_id, shardstore.checkpoint_next_seq_v1(), v_tenant,
+    VALUES (p_session_id, p_shard_id, shardstore.checkpoint_next_seq(), v_tenant,
             v_turns - 1, v_parent, v_now, p_state, p_metadata)
     ON CONFLICT (session_id, checkpoint_id) DO UPDATE
        SET turn_seq = EXCLUDED.turn_seq, parent_id = EXCLUDED.parent_id,

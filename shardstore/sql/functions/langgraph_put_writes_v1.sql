@@ -7,7 +7,7 @@ DECLARE
     v_done   integer;
     v_tenant text;
 BEGIN
-    PERFORM shardstore.purge_guard_v1(p_session_id);
+    PERFORM shardstore.purge_guard(p_session_id);
     SELECT s.tenant_id INTO v_tenant FROM shardstore.sessions s
      WHERE s.session_id = p_session_id;
     SELECT g.turn_seq INTO v_turn FROM shardstore.langgraph_checkpoints g

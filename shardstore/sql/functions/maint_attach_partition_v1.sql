@@ -1,4 +1,4 @@
--- Attaches the table made by maint_prepare_partition_v1 (creating it if missing), waiting at
+-- Attaches the table made by maint_prepare_partition (creating it if missing), waiting at
 -- most p_lock_timeout for the SHARE UPDATE EXCLUSIVE lock on agent_history (which inserts do
 -- not conflict with). Returns true when the partition is attached (by this call or before),
 -- false when the lock wait timed out: the caller retries after a pause.
@@ -7,7 +7,7 @@ CREATE OR REPLACE FUNCTION shardstore.maint_attach_partition_v1(p_lower timestam
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    v_name     text := shardstore.maint_prepare_partition_v1(p_lower, p_upper);
+    v_name     text := shardstore.maint_prepare_partition(p_lower, p_upper);
     v_attached boolean;
 BEGIN
     SELECT c.relispartition INTO v_attached
@@ -15,7 +15,7 @@ BEGIN
     IF v_attached THEN
         RETURN true;
     END IF;
-    PERFORM set_config('lock_timeout', shardstore.maint_ms_v1(p_lock_timeout), true);
+    PERFORM set_config('lock_timeout', shardstore.maint_ms(p_lock_timeout), true);
     BEGIN
         EXECUTE format('ALTER TABLE shardstore.agent_history ATTACH PARTITION shardstore.%I'
                        ' FOR VALUES FROM (%L) TO (%L)', v_name, p_lower, p_upper);

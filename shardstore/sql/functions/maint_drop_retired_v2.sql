@@ -15,7 +15,7 @@ BEGIN
     IF to_regclass(format('shardstore.%I', p_name)) IS NULL THEN
         RETURN 0;
     END IF;
-    PERFORM set_config('lock_timeout', shardstore.maint_ms_v1(p_lock_timeout), true);
+    PERFORM set_config('lock_timeout', shardstore.maint_ms(p_lock_timeout), true);
     EXECUTE format('LOCK TABLE shardstore.%I IN ACCESS EXCLUSIVE MODE', p_name);
     EXECUTE format(
         'WITH per_session AS (SELECT session_id, max(chunk_seq) AS upto, count(*) AS n

@@ -11,7 +11,7 @@ BEGIN
                       AND i.inhparent = 'shardstore.agent_history'::regclass) THEN
         RETURN true;
     END IF;
-    PERFORM set_config('lock_timeout', shardstore.maint_ms_v1(p_lock_timeout), true);
+    PERFORM set_config('lock_timeout', shardstore.maint_ms(p_lock_timeout), true);
     EXECUTE format('ALTER TABLE shardstore.agent_history DETACH PARTITION shardstore.%I FINALIZE', p_name);
     RETURN true;
 EXCEPTION WHEN lock_not_available THEN

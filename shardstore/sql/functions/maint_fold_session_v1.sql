@@ -8,13 +8,13 @@ CREATE OR REPLACE FUNCTION shardstore.maint_fold_session_v1(p_session_id uuid, p
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    PERFORM set_config('lock_timeout', shardstore.maint_ms_v1(p_lock_timeout), true);
+    PERFORM set_config('lock_timeout', shardstore.maint_ms(p_lock_timeout), true);
     PERFORM 1 FROM shardstore.sessions s
      WHERE s.session_id = p_session_id AND s.purged_at IS NULL AND s.last_turn_at < p_before
        FOR UPDATE SKIP LOCKED;
     IF FOUND THEN
         RETURN shardstore.flush_v1(p_session_id);
     END IF;
-    RETURN shardstore.fold_sealed_v1(p_session_id);
+    RETURN shardstore.fold_sealed(p_session_id, 0, 0);
 END
 $function$;

@@ -32,7 +32,7 @@ BEGIN
         -- goes first (the next run retires this one)
         RAISE EXCEPTION 'shardstore.% is still waiting to be archived and dropped', v_new;
     END IF;
-    PERFORM set_config('lock_timeout', shardstore.maint_ms_v1(p_lock_timeout), true);
+    PERFORM set_config('lock_timeout', shardstore.maint_ms(p_lock_timeout), true);
     EXECUTE format('ALTER TABLE shardstore.%I RENAME TO %I', p_name, v_new);
     RETURN v_new;
 END

@@ -12,19 +12,19 @@ BEGIN
     BEGIN
         SELECT * INTO s FROM shardstore.sessions x WHERE x.session_id = p_session_id FOR UPDATE;
         IF FOUND AND s.purged_at IS NULL THEN
-            v_cut := least(coalesce(p_before_seq, shardstore.purge_cut_v1(p_session_id, p_before)),
+            v_cut := least(coalesce(p_before_seq, shardstore.purge_cut(p_session_id, p_before)),
                            s.next_turn_seq);
             IF v_cut > 0 THEN
-                PERFORM shardstore.fork_cow_v1(p_session_id, NULL);
-                PERFORM shardstore.fork_materialise_v1(p_session_id, NULL);
+                PERFORM shardstore.fork_cow(p_session_id, NULL);
+                PERFORM shardstore.fork_materialise(p_session_id, NULL);
             END IF;
         END IF;
-        v_acc := shardstore.purge_range_v1(p_session_id, p_before_seq, p_before, false,
+        v_acc := shardstore.purge_range_data(p_session_id, p_before_seq, p_before, false,
                                            p_skip_parts, p_strict);
         IF v_cut IS NOT NULL THEN
             FOR d IN DELETE FROM shardstore.fork_copies f
                       WHERE f.session_id = p_session_id AND f.last_turn_seq < v_cut RETURNING f.* LOOP
-                PERFORM shardstore.fork_copy_unindexed_v1(d.session_id, d.chunk_seq, d.chunk_start,
+                PERFORM shardstore.fork_copy_unindexed(d.session_id, d.chunk_seq, d.chunk_start,
                                                           d.first_turn_seq, d.last_turn_seq);
             END LOOP;
             UPDATE shardstore.fork_copies f SET first_turn_seq = v_cut

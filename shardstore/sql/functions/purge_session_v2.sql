@@ -1,4 +1,4 @@
--- purge_session_v1, and the artifacts the session ever referenced (its links and its
+-- purge_session_data, and the artifacts the session ever referenced (its links and its
 -- references, read under the session lock that every reference naming the session waits
 -- for) queued for erasure in the same transaction. Only rows of the session's own tenant
 -- are read: a row a tenant wrote naming another tenant's session queues nothing there.
@@ -12,7 +12,7 @@ DECLARE
     v_now    timestamptz;
 BEGIN
     IF p_dry_run THEN
-        RETURN shardstore.purge_session_v1(p_session_id, true);
+        RETURN shardstore.purge_session_data(p_session_id, true);
     END IF;
     SELECT x.tenant_id INTO v_tenant FROM shardstore.sessions x
      WHERE x.session_id = p_session_id FOR UPDATE;
@@ -27,6 +27,6 @@ BEGIN
                  WHERE r.tenant_id = v_tenant AND r.session_id = p_session_id) x
         ON CONFLICT DO NOTHING;
     END IF;
-    RETURN shardstore.purge_session_v1(p_session_id, false);
+    RETURN shardstore.purge_session_data(p_session_id, false);
 END
 $function$;

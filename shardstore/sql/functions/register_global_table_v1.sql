@@ -19,7 +19,7 @@ BEGIN
            chunk_start_column = NULL, tenant_column = NULL, purge_rows = false,
            rewrite_reset = '{}', rls = EXCLUDED.rls, tenant_grants = EXCLUDED.tenant_grants,
            note = coalesce(EXCLUDED.note, r.note);
-    PERFORM shardstore.rls_adopt_v1(v_rel);
+    PERFORM shardstore.rls_adopt(v_rel);
 END
 $function$;
 REVOKE ALL ON ROUTINE shardstore.register_global_table_v1(regclass,text,boolean,text) FROM PUBLIC;

@@ -70,8 +70,8 @@ BEGIN
            position = coalesce(register_session_table_v2.purge_order, r.position),
            purge_rows = EXCLUDED.purge_rows, rls = true, tenant_grants = EXCLUDED.tenant_grants,
            note = coalesce(EXCLUDED.note, r.note), session_nullable = EXCLUDED.session_nullable;
-    PERFORM shardstore.rls_install_policy_v1(v_rel, v_rel);
-    PERFORM shardstore.rls_adopt_v1(v_rel);
+    PERFORM shardstore.rls_install_policy(v_rel, v_rel);
+    PERFORM shardstore.rls_adopt(v_rel);
 END
 $function$;
 REVOKE ALL ON ROUTINE shardstore.register_session_table_v2(regclass,name,name,name,name,name,integer,text,boolean,text,boolean) FROM PUBLIC;

@@ -6,6 +6,6 @@ CREATE OR REPLACE FUNCTION shardstore.rls_enabled_v2()
 AS $function$
     SELECT bool_and(c.relrowsecurity)
       FROM pg_class c
-     WHERE c.oid IN (SELECT r_table FROM shardstore.rls_tables_v2()
-                     UNION ALL SELECT r_table FROM shardstore.rls_partition_tables_v2())
+     WHERE c.oid IN (SELECT r_table FROM shardstore.rls_tables()
+                     UNION ALL SELECT r_table FROM shardstore.rls_partition_tables())
 $function$;

@@ -79,7 +79,7 @@ BEGIN
         v_ok := false;
         v_try := 0;
         BEGIN
-            PERFORM shardstore.maint_prepare_partition_v1(v_lo, v_lo + v_interval);
+            PERFORM shardstore.maint_prepare_partition(v_lo, v_lo + v_interval);
         EXCEPTION WHEN OTHERS THEN
             v_errors := v_errors || format('creating the partition for %s: %s', v_lo, SQLERRM);
             CONTINUE;
@@ -126,7 +126,7 @@ BEGIN
         LOOP
             BEGIN
                 SELECT r_sessions, r_turns INTO v_rs, v_rt
-                  FROM shardstore.maint_expire_rows_v1(v_boundary, 1000);
+                  FROM shardstore.maint_expire_rows_v2(v_boundary, 1000);
             EXCEPTION WHEN OTHERS THEN
                 v_errors := v_errors || format('expiring rows: %s', SQLERRM);
                 v_rs := 0; v_rt := 0;
@@ -147,7 +147,7 @@ BEGIN
             v_try := 0;
             WHILE NOT v_ok AND v_try < 6 LOOP
                 BEGIN
-                    PERFORM set_config('lock_timeout', shardstore.maint_ms_v1(p_lock_timeout), true);
+                    PERFORM set_config('lock_timeout', shardstore.maint_ms(p_lock_timeout), true);
                     EXECUTE format('ALTER TABLE shardstore.agent_history DETACH PARTITION shardstore.%I', r.name);
                     v_ok := true;
                 EXCEPTION WHEN lock_not_available THEN
@@ -172,7 +172,7 @@ BEGIN
                   ORDER BY substr(c.relname, 16), c.relname DESC LOOP  -- a retired copy first
             BEGIN
                 v_retired := shardstore.maint_retire_v1(r.name, p_lock_timeout);
-                PERFORM shardstore.maint_drop_retired_v1(v_retired, p_lock_timeout);
+                PERFORM shardstore.maint_drop_retired_v2(v_retired, p_lock_timeout);
                 v_dropped := v_dropped || ('agent_history_p' || substr(r.name, 16));
             EXCEPTION WHEN OTHERS THEN
                 v_errors := v_errors || format('dropping %s: %s', r.name, SQLERRM);

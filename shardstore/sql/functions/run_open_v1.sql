@@ -10,7 +10,7 @@ DECLARE
     v_tenant text;
     v_row    shardstore.runs;
 BEGIN
-    PERFORM shardstore.purge_guard_v1(p_session_id);
+    PERFORM shardstore.purge_guard(p_session_id);
     PERFORM pg_advisory_xact_lock(hashtextextended('shardstore.runs:' || p_run_id::text, 0));
     SELECT * INTO v_row FROM shardstore.runs r WHERE r.run_id = p_run_id
      ORDER BY r.created_at, r.session_id LIMIT 1;

@@ -26,7 +26,7 @@ BEGIN
         RETURN;
     END IF;
     -- the session first, then the run: the order a purge takes them in
-    PERFORM shardstore.purge_guard_v1(v_sid);
+    PERFORM shardstore.purge_guard(v_sid);
     SELECT * INTO v_row FROM shardstore.runs r
      WHERE r.session_id = v_sid AND r.run_id = p_run_id FOR UPDATE;
     IF NOT FOUND THEN

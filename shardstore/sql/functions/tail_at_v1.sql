@@ -1,4 +1,4 @@
--- As in 0009, and a fork's is fork_tail_v1.
+-- As in 0009, and a fork's is fork_tail.
 CREATE OR REPLACE FUNCTION shardstore.tail_at_v1(p_session_id uuid, p_upto bigint, p_n integer, p_max_tokens bigint)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamp with time zone, r_key text, r_message jsonb)
  LANGUAGE plpgsql
@@ -21,7 +21,7 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM shardstore.sessions s
                 WHERE s.session_id = p_session_id AND s.fork_parent IS NOT NULL) THEN
-        RETURN QUERY SELECT * FROM shardstore.fork_tail_v1(p_session_id, p_upto, p_n, p_max_tokens);
+        RETURN QUERY SELECT * FROM shardstore.fork_tail(p_session_id, p_upto, p_n, p_max_tokens);
         RETURN;
     END IF;
     SELECT greatest(

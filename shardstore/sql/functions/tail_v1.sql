@@ -1,14 +1,14 @@
 -- tail() across a gap, and a fork's tail, on Citus: one shard per statement.
 --
 -- Why. tail_v1 runs with plan_cache_mode = force_generic_plan (planned once per
--- connection), and the setting holds for fork_tail_v1, which it calls for a fork. Citus
+-- connection), and the setting holds for fork_tail, which it calls for a fork. Citus
 -- plans a statement with unresolved parameters only when it is a single-table query on the
 -- distribution column (its fast path); anything else under a generic plan fails with
 -- "could not create distributed plan ... parameters in SQL functions". Both functions
 -- found the next chunk below a gap (chunks removed by a range purge, purge_before or
 -- retention) with one statement of two scalar subqueries,
 -- greatest((SELECT max(chunk_seq) FROM chunk_map ...), (SELECT max(chunk_seq) FROM
--- turn_buffer ...)), and fork_tail_v1 found an ancestor segment's newest chunk the same
+-- turn_buffer ...)), and fork_tail found an ancestor segment's newest chunk the same
 -- way. So on Citus, tail(n) of a session whose window reached past a purged gap failed, and
 -- so did every tail of a fork (a fork's own segment starts with no chunk of its own: a gap
 -- at once), and context() with them (it reads its turns through tail_v1). On one server
@@ -17,7 +17,7 @@
 -- What. Each such statement is split in two, one table each, filtered by the session: the
 -- same maxima, compared in PL/pgSQL. Same rows, order, stopping rules and errors; the
 -- split costs one more statement only at a gap (tail_v1) and per ancestor segment
--- (fork_tail_v1). tail_at_v1 has the same shape but runs with the default plan cache mode,
+-- (fork_tail). tail_at_v1 has the same shape but runs with the default plan cache mode,
 -- under which Citus plans each call with its values, so it is left as it is.
 CREATE OR REPLACE FUNCTION shardstore.tail_v1(p_session_id uuid, p_n integer, p_max_tokens bigint)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamp with time zone, r_key text, r_message jsonb)
@@ -48,7 +48,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SS410', MESSAGE = format('session %s was purged', p_session_id);
     END IF;
     IF s.fork_parent IS NOT NULL THEN
-        RETURN QUERY SELECT * FROM shardstore.fork_tail_v1(p_session_id, NULL, p_n, p_max_tokens);
+        RETURN QUERY SELECT * FROM shardstore.fork_tail(p_session_id, NULL, p_n, p_max_tokens);
         RETURN;
     END IF;
     v_seq := s.open_chunk_seq;

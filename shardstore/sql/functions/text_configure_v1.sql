@@ -16,7 +16,7 @@ BEGIN
       FROM shardstore.agent_history h
       JOIN shardstore.sessions s ON s.session_id = h.session_id,
            jsonb_array_elements(h.conversation_chunk) AS e(v),
-           LATERAL shardstore.text_windows_v1(p_config, e.v->'m') w
+           LATERAL shardstore.text_windows(p_config, e.v->'m') w
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;

@@ -1,4 +1,4 @@
--- The windows of a session's buffered turns that have none, written as fold_v1 writes them.
+-- The windows of a session's buffered turns that have none, written as fold_chunk writes them.
 -- Returns the number of turns indexed (0: none left, text indexing off, or the session is
 -- gone or purged).
 CREATE OR REPLACE FUNCTION shardstore.text_index_buffered_v1(p_session_id uuid)
@@ -37,7 +37,7 @@ BEGIN
         SELECT b.session_id, b.turn_seq, w.r_window, b.chunk_seq, s.tenant_id, s.agent_id,
                b.created_at, w.r_tsv
           FROM shardstore.turn_buffer b,
-               LATERAL shardstore.text_windows_v1(v_config, b.message) w
+               LATERAL shardstore.text_windows(v_config, b.message) w
          WHERE b.session_id = p_session_id AND b.turn_seq = ANY (v_seqs)
         ON CONFLICT DO NOTHING
         RETURNING turn_seq

@@ -21,7 +21,7 @@ DECLARE
     c_len    integer[] := '{}';  -- the window's number of lexemes
     c_mask   varbit[] := '{}';   -- bit i - 1 set: the window holds the query's lexeme i
     v_smp    varbit[];
-    v_mask   text;       -- text_mask_sql_v1 over x.tsv for this query
+    v_mask   text;       -- text_mask_sql over x.tsv for this query
     v_buffered integer;  -- buffered windows (every one of them is in c_*)
     a_sid    uuid[];
     a_turn   bigint[];
@@ -44,8 +44,8 @@ BEGIN
     IF v_lex IS NULL THEN
         RETURN;
     END IF;
-    v_mask := shardstore.text_mask_sql_v1('x.tsv', v_h);
-    -- the scope: N, and every buffered window not indexed yet (on the fly, as fold_v1
+    v_mask := shardstore.text_mask_sql('x.tsv', v_h);
+    -- the scope: N, and every buffered window not indexed yet (on the fly, as fold_chunk
     -- would; text_index_buffered_v1 writes the others into turn_text, read below)
     IF p_session IS NOT NULL THEN
         SELECT s.next_turn_seq INTO v_n FROM shardstore.sessions s
@@ -60,7 +60,7 @@ BEGIN
         FOR g IN SELECT * FROM shardstore.fork_segments_v1(p_session) LOOP
             SELECT array_agg(b.session_id), array_agg(b.turn_seq), array_agg(w.r_window),
                    array_agg(b.chunk_seq), array_agg(cardinality(w.r_tsv)),
-                   array_agg(shardstore.text_mask_v1(w.r_tsv, v_h))
+                   array_agg(shardstore.text_mask(w.r_tsv, v_h))
               INTO a_sid, a_turn, a_win, a_chunk, a_len, a_mask
               FROM -- by the primary key: the buffer table churns, a scan of it reads dead pages
                    (SELECT x.session_id, x.turn_seq, x.chunk_seq, x.message
@@ -74,7 +74,7 @@ BEGIN
                                         WHERE t.session_id = x.session_id
                                           AND t.turn_seq = x.turn_seq)
                     OFFSET 0) b,
-                   LATERAL shardstore.text_windows_v1(v_cfg, b.message) w;
+                   LATERAL shardstore.text_windows(v_cfg, b.message) w;
             IF a_sid IS NOT NULL THEN
                 c_sid := c_sid || a_sid; c_turn := c_turn || a_turn; c_win := c_win || a_win;
                 c_chunk := c_chunk || a_chunk; c_len := c_len || a_len; c_mask := c_mask || a_mask;
@@ -87,7 +87,7 @@ BEGIN
            AND (p_agent IS NULL OR s.agent_id = p_agent);
         SELECT array_agg(b.session_id), array_agg(b.turn_seq), array_agg(w.r_window),
                array_agg(b.chunk_seq), array_agg(cardinality(w.r_tsv)),
-               array_agg(shardstore.text_mask_v1(w.r_tsv, v_h))
+               array_agg(shardstore.text_mask(w.r_tsv, v_h))
           INTO a_sid, a_turn, a_win, a_chunk, a_len, a_mask
           FROM (SELECT x.session_id, x.turn_seq, x.chunk_seq, x.message
                   FROM shardstore.sessions s
@@ -98,7 +98,7 @@ BEGIN
                    AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
                                     WHERE t.session_id = x.session_id
                                       AND t.turn_seq = x.turn_seq)) b,
-               LATERAL shardstore.text_windows_v1(v_cfg, b.message) w;
+               LATERAL shardstore.text_windows(v_cfg, b.message) w;
     END IF;
     v_n := greatest(coalesce(v_n, 0), 1);
     c_sid := c_sid || coalesce(a_sid, '{}'); c_turn := c_turn || coalesce(a_turn, '{}');

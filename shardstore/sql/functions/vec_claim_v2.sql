@@ -69,7 +69,7 @@ BEGIN
               WHERE (p_session IS NULL OR b.session_id = p_session)
                 AND b.turn_seq >= coalesce(m.upto, 0)
               LIMIT (p_limit - v_got) * 4 + 16 LOOP
-        CONTINUE WHEN NOT shardstore.vec_session_lock_v1(c.session_id);
+        CONTINUE WHEN NOT shardstore.vec_session_lock(c.session_id);
         SELECT m.upto INTO v_upto FROM shardstore.embed_marks m WHERE m.session_id = c.session_id;
         v_upto := coalesce(v_upto, 0);
         SELECT max(b.turn_seq) INTO v_max FROM shardstore.turn_buffer b WHERE b.session_id = c.session_id;
@@ -77,7 +77,7 @@ BEGIN
         v_units := 0;
         FOR u IN SELECT t.r_chunk_seq AS chunk_seq, t.r_chunk_start AS chunk_start,
                         jsonb_agg(t.r_envelope ORDER BY t.r_turn_seq)::text AS envelopes
-                   FROM shardstore.vec_buffered_turns_v1(c.session_id, v_upto, v_max + 1) t
+                   FROM shardstore.vec_buffered_turns(c.session_id, v_upto, v_max + 1) t
                   GROUP BY t.r_chunk_seq, t.r_chunk_start ORDER BY t.r_chunk_seq LOOP
             r_kind := 'b';
             r_session_id := c.session_id;

@@ -1,6 +1,6 @@
 -- 6. a reset (reembed, or the first model) drops every vector: the watermarks go first (a
 -- worker holding a session's rows is waited for before chunk_vectors is locked, the order
--- the worker takes them in), then vec_configure_v1 does the rest
+-- the worker takes them in), then vec_config_set does the rest
 CREATE OR REPLACE FUNCTION shardstore.vec_configure_v2(p_model text, p_dimension integer, p_window_tokens integer, p_reset boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -9,6 +9,6 @@ BEGIN
     IF p_reset OR NOT EXISTS (SELECT 1 FROM shardstore.embedding_config) THEN
         DELETE FROM shardstore.embed_marks;
     END IF;
-    RETURN shardstore.vec_configure_v1(p_model, p_dimension, p_window_tokens, p_reset);
+    RETURN shardstore.vec_config_set(p_model, p_dimension, p_window_tokens, p_reset);
 END
 $function$;

@@ -50,7 +50,7 @@ BEGIN
                FOR SHARE SKIP LOCKED;
             SELECT x.tenant_id, x.agent_id INTO s FROM shardstore.sessions x
              WHERE x.session_id = u_session[i] AND x.purged_at IS NULL;
-            IF v_ok IS NOT TRUE OR NOT FOUND OR NOT shardstore.vec_session_lock_v1(u_session[i]) THEN
+            IF v_ok IS NOT TRUE OR NOT FOUND OR NOT shardstore.vec_session_lock(u_session[i]) THEN
                 r_left := r_left + 1;
                 CONTINUE;
             END IF;
@@ -82,7 +82,7 @@ BEGIN
             SELECT x.tenant_id, x.agent_id INTO s FROM shardstore.sessions x
              WHERE x.session_id = u_session[i] AND x.purged_at IS NULL
                FOR KEY SHARE SKIP LOCKED;
-            IF NOT FOUND OR NOT shardstore.vec_session_lock_v1(u_session[i]) THEN
+            IF NOT FOUND OR NOT shardstore.vec_session_lock(u_session[i]) THEN
                 r_left := r_left + 1;
                 CONTINUE;
             END IF;
@@ -159,7 +159,7 @@ BEGIN
         SELECT x.upto INTO v_upto FROM shardstore.embed_marks x WHERE x.session_id = v_msid[i];
         CONTINUE WHEN v_upto IS NOT NULL AND v_upto >= v_mupto[i];
         SELECT count(*) INTO v_pending
-          FROM shardstore.vec_buffered_turns_v1(v_msid[i], coalesce(v_upto, 0), v_mupto[i]);
+          FROM shardstore.vec_buffered_turns(v_msid[i], coalesce(v_upto, 0), v_mupto[i]);
         CONTINUE WHEN v_pending > 0;
         INSERT INTO shardstore.embed_marks AS x (session_id, tenant_id, upto, marked_at)
         VALUES (v_msid[i], v_mtenant[i], v_mupto[i], statement_timestamp())

@@ -1,0 +1,93 @@
+-- As in 0001, in PL/pgSQL (Citus cannot plan a LANGUAGE sql function's parameters), and the
+-- rows carry the session's tenant. Same rules and results: one turn that fits the open
+-- chunk of a live session whose key (if any) is new; no row otherwise. A concurrent retry
+-- with the same key fails the turn_keys insert (unique violation) and rolls the statement
+-- back; the caller reruns through append_v1.
+-- Two forms of the same writes, chosen by whether Citus is loaded (docs/scale-out.md,
+-- "Measured", server-side per call): on plain PostgreSQL ONE statement, the CTE of 0001
+-- (~55-75 us on 18, as fast as the SQL function; ~60 us on 16, where the SQL function
+-- re-plans at every call and costs ~480 us; as separate statements ~135-200 us); on Citus
+-- separate single-shard statements (~1-1.5 ms through the coordinator, delegated), because
+-- Citus plans the CTE's INSERT ... SELECT through the coordinator (~20 ms).
+CREATE OR REPLACE FUNCTION shardstore.append_to_open_chunk(p_session_id uuid, p_message jsonb, p_tokens integer, p_bytes integer, p_key text, p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone)
+ RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now    timestamptz := statement_timestamp();
+    v_at     timestamptz;
+    v_tenant text;
+BEGIN
+    -- citus.version exists where the Citus library is loaded (a GUC lookup, ~free)
+    IF current_setting('citus.version', true) IS NOT NULL THEN
+        UPDATE shardstore.sessions s
+           SET next_turn_seq = s.next_turn_seq + 1,
+               open_turns    = s.open_turns + 1,
+               open_tokens   = s.open_tokens + p_tokens,
+               open_bytes    = s.open_bytes + p_bytes,
+               last_turn_at  = greatest(v_now, s.last_turn_at)
+         WHERE s.session_id = p_session_id
+           AND s.purged_at IS NULL
+           AND s.open_turns > 0
+           AND s.open_tokens + p_tokens <= p_budget_tokens
+           AND s.open_bytes + p_bytes <= p_budget_bytes
+           AND date_bin(p_interval, greatest(v_now, s.last_turn_at), p_origin)
+             = date_bin(p_interval, s.open_chunk_start, p_origin)
+           AND (p_key IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM shardstore.turn_keys k
+                    WHERE k.session_id = p_session_id AND k.idempotency_key = p_key))
+        RETURNING s.next_turn_seq - 1, s.open_chunk_seq, s.last_turn_at, s.tenant_id
+             INTO r_turn_seq, r_chunk_seq, v_at, v_tenant;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        IF p_key IS NOT NULL THEN
+            INSERT INTO shardstore.turn_keys
+                   (session_id, idempotency_key, turn_seq, chunk_seq, tokens, created_at, tenant_id)
+            VALUES (p_session_id, p_key, r_turn_seq, r_chunk_seq, p_tokens, v_at, v_tenant);
+        END IF;
+        INSERT INTO shardstore.turn_buffer
+               (session_id, turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key,
+                message, tenant_id)
+        VALUES (p_session_id, r_turn_seq, r_chunk_seq, v_at, p_tokens, p_bytes, p_key, p_message,
+                v_tenant);
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    WITH head AS (
+        UPDATE shardstore.sessions s
+           SET next_turn_seq = s.next_turn_seq + 1,
+               open_turns    = s.open_turns + 1,
+               open_tokens   = s.open_tokens + p_tokens,
+               open_bytes    = s.open_bytes + p_bytes,
+               last_turn_at  = greatest(v_now, s.last_turn_at)
+         WHERE s.session_id = p_session_id
+           AND s.purged_at IS NULL
+           AND s.open_turns > 0
+           AND s.open_tokens + p_tokens <= p_budget_tokens
+           AND s.open_bytes + p_bytes <= p_budget_bytes
+           AND date_bin(p_interval, greatest(v_now, s.last_turn_at), p_origin)
+             = date_bin(p_interval, s.open_chunk_start, p_origin)
+           AND (p_key IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM shardstore.turn_keys k
+                    WHERE k.session_id = p_session_id AND k.idempotency_key = p_key))
+        RETURNING s.next_turn_seq - 1 AS turn_seq, s.open_chunk_seq AS chunk_seq,
+                  s.last_turn_at AS at, s.tenant_id
+    ), keyed AS (
+        INSERT INTO shardstore.turn_keys
+               (session_id, idempotency_key, turn_seq, chunk_seq, tokens, created_at, tenant_id)
+        SELECT p_session_id, p_key, head.turn_seq, head.chunk_seq, p_tokens, head.at, head.tenant_id
+          FROM head WHERE p_key IS NOT NULL
+    )
+    INSERT INTO shardstore.turn_buffer AS b
+           (session_id, turn_seq, chunk_seq, created_at, tokens, bytes, idempotency_key, message,
+            tenant_id)
+    SELECT p_session_id, head.turn_seq, head.chunk_seq, head.at, p_tokens, p_bytes, p_key,
+           p_message, head.tenant_id
+      FROM head
+    RETURNING b.turn_seq, b.chunk_seq INTO r_turn_seq, r_chunk_seq;
+    IF FOUND THEN
+        RETURN NEXT;
+    END IF;
+END
+$function$;
