@@ -1045,13 +1045,21 @@ def test_lexeme_hashes_upgrade_a_distributed_schema(
     turns) upgraded past 0042: every window becomes its lexeme hashes on the shards, every
     text ranking (session and tenant, exact and sampled) is the same, and turns appended
     after the upgrade, sealing chunks (0043), are found."""
-    from shardstore import migrate
+    from shardstore import distribute, migrate
 
     from .test_text_lexeme_hashes import LEXEME_MIGRATION, _both_rankings, build_sessions
 
     full = migrate.all_migrations()
     cut = next(i for i, m in enumerate(full) if m.name == LEXEME_MIGRATION)
     monkeypatch.setattr(migrate, "all_migrations", lambda: full[:cut])
+    # what the shardstore of that schema delegated, under the names it had then
+    monkeypatch.setattr(
+        distribute,
+        "DELEGATED",
+        dict.fromkeys(
+            ("append_one_v1", "append_v1", "append_v2", "append_one_v2", "tail_v1"), "p_session_id"
+        ),
+    )
     old = shardstore.connect(empty_citus_dsn, background_fold=False, **SMALL)
     try:
         assert old.distribute().workers >= 1
@@ -1064,6 +1072,18 @@ def test_lexeme_hashes_upgrade_a_distributed_schema(
     assert any(hits for ranking in before for hits in ranking) and windows > 100
     new = shardstore.connect(empty_citus_dsn, background_fold=False, **SMALL)
     try:
+        # the upgrade renamed a delegated helper: distributing again delegates it by its new
+        # name (the old one is gone with its delegation)
+        report = new.distribute()
+        assert "shardstore.append_to_open_chunk" in report.functions_delegated, report
+        delegated = _one(
+            empty_citus_dsn,
+            "SELECT array_agg(p.proname::text ORDER BY p.proname) FROM pg_dist_object o"
+            " JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid"
+            " WHERE o.distribution_argument_index IS NOT NULL",
+        )
+        assert delegated == sorted(distribute.DELEGATED), delegated
+        assert not new.distribute().changed
         assert _both_rankings(new, sids) == before
         assert _one(empty_citus_dsn, "SELECT count(*) FROM shardstore.turn_text") == windows
         assert (
