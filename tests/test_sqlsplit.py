@@ -138,6 +138,7 @@ def test_every_migration_applies_statement_by_statement(two_databases: tuple[str
                 pieces += 1
             conn.commit()
         got = conn.execute(FINGERPRINT).fetchone()
-    assert want is not None and want[3] > 100
+    # the legacy functions, less those the later migrations drop, are there in both
+    assert want is not None and want[3] > 50
     assert got == want
     assert pieces > 2 * len(migrate.all_migrations())
