@@ -79,10 +79,6 @@ def test_every_relative_link_resolves(page: Path) -> None:
     assert not broken, f"{page.relative_to(ROOT)}:\n" + "\n".join(broken)
 
 
-@pytest.mark.xfail(
-    reason="benchmark results are being moved into results/latest and results/archive",
-    strict=False,
-)
 def test_every_link_into_benchmark_results_resolves() -> None:
     broken = [
         f"{page.relative_to(ROOT)}: {link}"

@@ -216,13 +216,14 @@ def build_layout(admin_dsn: str, prefix: str, ds: Dataset, parts: int) -> Layout
                 "SELECT partstrat FROM pg_partitioned_table"
                 " WHERE partrelid = 'shardstore.chunk_vectors'::regclass"
             ).fetchone()
-            got = conn.execute(
-                "SELECT count(*) FROM shardstore.vec_sync_partitions_v1()"
-            ).fetchone()
             # the range layout (before the vector_layout migration) has one vector partition
-            # per agent_history partition; the hash layout one range holding every chunk
-            if strategy == "r" and got[0] != parts:
-                raise RuntimeError(f"{got[0]} vector partitions, wanted {parts}")
+            # per agent_history partition, made by its vec_sync_partitions_v1()
+            if strategy == "r":
+                got = conn.execute(
+                    "SELECT count(*) FROM shardstore.vec_sync_partitions_v1()"
+                ).fetchone()
+                if got[0] != parts:
+                    raise RuntimeError(f"{got[0]} vector partitions, wanted {parts}")
             t0 = time.perf_counter()
             copy_vectors(conn, ds, base, parts)
             load_s = time.perf_counter() - t0

@@ -12,7 +12,7 @@ with its primary key. Contenders, each one step less than the one before:
 * ``append_one_v2``: the statement ``append_turn`` sends (``query("append_one")``): two
   PL/pgSQL layers around the fast path's CTE;
 * ``one_layer``: the same CTE inside one PL/pgSQL function (a scratch function, not
-  shipped), with append_v1 as its fallback;
+  shipped), with append_v2 as its fallback;
 * ``cte_full``: the fast path's CTE sent as plain SQL (head UPDATE with its checks, the
   idempotency-key CTE, the buffer INSERT);
 * ``cte_nokeyed``: without the idempotency-key CTE;
@@ -119,9 +119,9 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    RETURN QUERY SELECT * FROM shardstore.append_v1(
+    RETURN QUERY SELECT * FROM shardstore.append_v2(
         p_session_id, jsonb_build_array(p_message), ARRAY[p_tokens], ARRAY[p_bytes],
-        ARRAY[p_key], p_budget_tokens, p_budget_bytes, p_interval, p_origin);
+        ARRAY[p_key], p_budget_tokens, p_budget_bytes, p_interval, p_origin, 0);
 END
 $f$"""
 

@@ -4,7 +4,7 @@
     python -m benchmarks.probes.profile_core [--dsn DSN] [--big 100000]
 
 Prints markdown: a client-side decomposition of one append (client prep, pool, the SQL
-call, the floor INSERT), server-side EXPLAIN (ANALYZE, WAL) of each statement append_v1 runs,
+call, the floor INSERT), server-side EXPLAIN (ANALYZE, WAL) of each statement append_v2 runs,
 the fold, a one-statement SQL alternative for the common (no-fold) append, and the pieces of
 tail_v1 at a small and a big history. Diagnostic only; numbers are medians of many calls.
 """
@@ -178,8 +178,8 @@ def profile_append(
     contenders: dict[str, Callable[[], None]] = {
         "floor INSERT (direct conn)": floor,
         "store.append_turn (full path)": full,
-        "append_v1 SQL, direct conn, params precomputed": raw_append(s_raw, "raw", budget),
-        "append_v1 SQL, direct conn, never folds": raw_append(s_nofold, "nofold", 10**12),
+        "append_v2 SQL, direct conn, params precomputed": raw_append(s_raw, "raw", budget),
+        "append_v2 SQL, direct conn, never folds": raw_append(s_nofold, "nofold", 10**12),
         "one-statement CTE append (alternative, no fold)": fast,
         "SELECT 1 (direct conn)": lambda: raw.execute("SELECT 1").fetchone() and None,
         "pool checkout+return only": pool,
@@ -220,7 +220,7 @@ def profile_append(
         ],
     )
 
-    # server side: each statement of the append_v1 fast path, EXPLAIN (ANALYZE, WAL)
+    # server side: each statement of the append_v2 fast path, EXPLAIN (ANALYZE, WAL)
     sid = store.create_session("p", "explain")
     store.append_turn(sid, msgs[0])
     rows: dict[str, list[dict[str, Any]]] = {}
@@ -283,7 +283,7 @@ def profile_append(
         "## Append: server side, per statement (EXPLAIN ANALYZE, WAL; commit excluded)",
         "",
         "200 samples each; execution ms and WAL are medians, FPI is the mean per call. "
-        "The first four rows run inside one transaction, like append_v1's body.",
+        "The first four rows run inside one transaction, like append_v2's body.",
         "",
     )
     rep.table(
@@ -310,7 +310,7 @@ def profile_append(
                 (s,),
             ).fetchone()
             assert row is not None
-            samples.append(explain(raw, "SELECT shardstore.fold_v1(%s, %s, %s)", (s, *row)))
+            samples.append(explain(raw, "SELECT shardstore.fold_chunk(%s, %s, %s)", (s, *row)))
             size = raw.execute(
                 "SELECT pg_column_size(conversation_chunk), "
                 "octet_length(conversation_chunk::text) FROM "
@@ -321,7 +321,7 @@ def profile_append(
             sizes.append(size[0] / size[1])
         fold_rows.append([comp, *summarize(samples), f"{med(sizes):.2f}"])
     raw.execute("RESET default_toast_compression")
-    rep.add("## Fold of one ~20-turn chunk (fold_v1), by TOAST compression", "")
+    rep.add("## Fold of one ~20-turn chunk (fold_chunk), by TOAST compression", "")
     rep.table(
         [
             "compression",

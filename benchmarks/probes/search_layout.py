@@ -49,7 +49,7 @@ from benchmarks.lib.vectors import (
     vec_text,
 )
 from shardstore.sql import query
-from shardstore.vector_ops import best_per_chunk
+from shardstore.vector_ops import DEFAULT_MAX_SCAN_TUPLES, best_per_chunk
 
 K = 10
 RANGE_EF = 100  # main's Settings.hnsw_ef_search: LIMIT and hnsw.ef_search of its ANN statement
@@ -67,7 +67,9 @@ def range_search(conn: psycopg.Connection[Any]) -> Callable[[list[float], str], 
         limit = RANGE_EF
         with conn.transaction():
             while True:
-                conn.execute("SELECT shardstore.vec_search_settings_v1(%s)", (limit,))
+                conn.execute(
+            "SELECT shardstore.vec_search_settings_v2(%s, %s)", (limit, DEFAULT_MAX_SCAN_TUPLES)
+        )
                 rows = conn.cursor(row_factory=dict_row).execute(
                     query("vec_search_ann"), ann_params(text, tenant, limit), prepare=False
                 ).fetchall()

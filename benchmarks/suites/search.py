@@ -61,7 +61,7 @@ from benchmarks.lib.vectors import (
 )
 from shardstore.settings import Settings
 from shardstore.sql import query
-from shardstore.vector_ops import MAX_CANDIDATES, best_per_chunk
+from shardstore.vector_ops import DEFAULT_MAX_SCAN_TUPLES, MAX_CANDIDATES, best_per_chunk
 
 TARGET_RECALL = 0.95
 TARGET_P50_MS = 50.0
@@ -168,7 +168,9 @@ def run_ann(conn: psycopg.Connection[Any], v: Variant, ds: Dataset, qi: int,
     them), plain tuples for EXPLAIN."""
     limit = v.limit
     with conn.transaction():
-        conn.execute("SELECT shardstore.vec_search_settings_v1(%s)", (limit,))
+        conn.execute(
+            "SELECT shardstore.vec_search_settings_v2(%s, %s)", (limit, DEFAULT_MAX_SCAN_TUPLES)
+        )
         for name, value in v.settings:
             conn.execute("SELECT set_config(%s, %s, true)", (name, value))
         cur: Any = conn.cursor() if prefix else conn.cursor(row_factory=dict_row)
