@@ -1,9 +1,11 @@
--- An append (append_to_open_chunk when p_fast and it applies, else append_v1: the same rules and
--- results) and a checkpoint positioned at the last appended turn, in one statement. The
--- checkpoint's key is 't:' || the last turn's key: when that turn is a duplicate (a retry)
--- the first checkpoint's id is returned and nothing is stored (NULL if that append wrote
--- none). Every row carries the checkpoint id. As for append_to_open_chunk, a concurrent retry may
--- fail the fast path with a unique violation; the caller then reruns with p_fast false.
+-- An append and a checkpoint positioned at its last turn, in one call. One turn with p_fast
+-- tries append_to_open_chunk; otherwise, or when that finds no row, append_v2 (same rules and
+-- results). The checkpoint's key is 't:' || the last turn's key: when that turn is a
+-- duplicate (a retry) the checkpoint the first append wrote is returned (NULL if it wrote
+-- none) and nothing is stored. The append holds the session row, so no turn comes between it
+-- and the checkpoint. Every row returned carries the checkpoint id. As for
+-- append_to_open_chunk, a concurrent retry may fail the fast path with a unique violation;
+-- the caller then reruns with p_fast false.
 CREATE OR REPLACE FUNCTION shardstore.append_checkpoint_v1(p_session_id uuid, p_messages jsonb, p_tokens integer[], p_bytes integer[], p_keys text[], p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone, p_fast boolean, p_checkpoint_id uuid, p_state jsonb)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_duplicate boolean, r_sealed boolean, r_checkpoint_id uuid)
  LANGUAGE plpgsql

@@ -1,4 +1,7 @@
--- As in 0023, with the seal's statement between the fast path and the batch function.
+-- One turn, by the cheapest path that applies: append_to_open_chunk (the turn fits the open
+-- chunk), then append_seal_one (it seals the open chunk and starts the next; r_sealed true),
+-- else append_v2 with a batch of one (a new session's first turn, a duplicate key, a purged or
+-- missing session, Citus). Result rows as append_v2's.
 CREATE OR REPLACE FUNCTION shardstore.append_one_v2(p_session_id uuid, p_message jsonb, p_tokens integer, p_bytes integer, p_key text, p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_duplicate boolean, r_sealed boolean)
  LANGUAGE plpgsql

@@ -1,23 +1,13 @@
--- 0044: a single turn that seals its chunk is one UPDATE and one INSERT, as a turn that fits
--- is (issue 14 goal 1).
---
--- Why. append_one_v2 tries the fast path (append_to_open_chunk: one UPDATE of the session head,
--- the buffer row inserted from its RETURNING); a turn that does not fit the open chunk falls
--- back to append_v1 -> append_v2, the batch function in PL/pgSQL (the head read and locked,
--- a loop, the keep-window checks, an INSERT ... SELECT FROM unnest, the head written back):
--- ~0.4 ms more than a turn that fits on this VM (bench_seal: a sealing call's p50 0.86 ms
--- against 0.47 for all calls, after 0043), paid by ~1 call in 20 at the defaults and by
--- every few calls with small chunks.
---
--- What. append_seal_one is the fast path's statement for the turn that does not fit: the
--- same session, purge and key conditions, the negation of the fit (over the token or byte
--- budget, or the open chunk's time bucket is over), and the head moved to a new open chunk
--- holding just this turn (chunk + 1, started now, one turn, its tokens and bytes), exactly
--- what append_v2 does for one turn with open turns (none of it goes straight to
--- agent_history: the chunk it seals had turns). append_one_v2 tries it when the fast path
--- finds no row and reports the seal; anything else (a new session's first turn, a
--- duplicate key, a purged or missing session, a head another call moved in between) still
--- goes to append_v1 as before. On Citus it returns no row (append_v1's row-wise path stays).
+-- A single turn that does not fit the open chunk (over the token or byte budget, or past the
+-- open chunk's time bucket), for a live session with open turns and a key (if any) not seen:
+-- seals the open chunk and starts the next one holding just this turn (chunk + 1, one turn,
+-- its tokens and bytes), in one UPDATE of the session head (which holds the session row to
+-- commit) and one INSERT into the buffer: what append_v2 writes for that turn. The sealed
+-- chunk stays buffered for a fold; nothing goes to agent_history here. No row otherwise (a
+-- new session's first turn, a duplicate key, a purged or missing session, a head another call
+-- moved meanwhile): the caller goes on to append_v2. Where Citus is loaded it returns no row
+-- at once (append_v2's row-wise path). Why one statement: the batch function cost a sealing
+-- call ~0.4 ms more (docs/decisions/0013-seal-lock-and-statement.md).
 CREATE OR REPLACE FUNCTION shardstore.append_seal_one(p_session_id uuid, p_message jsonb, p_tokens integer, p_bytes integer, p_key text, p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint)
  LANGUAGE plpgsql

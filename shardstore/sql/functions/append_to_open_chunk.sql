@@ -1,14 +1,15 @@
--- As in 0001, in PL/pgSQL (Citus cannot plan a LANGUAGE sql function's parameters), and the
--- rows carry the session's tenant. Same rules and results: one turn that fits the open
--- chunk of a live session whose key (if any) is new; no row otherwise. A concurrent retry
--- with the same key fails the turn_keys insert (unique violation) and rolls the statement
--- back; the caller reruns through append_v1.
--- Two forms of the same writes, chosen by whether Citus is loaded (docs/scale-out.md,
--- "Measured", server-side per call): on plain PostgreSQL ONE statement, the CTE of 0001
--- (~55-75 us on 18, as fast as the SQL function; ~60 us on 16, where the SQL function
--- re-plans at every call and costs ~480 us; as separate statements ~135-200 us); on Citus
--- separate single-shard statements (~1-1.5 ms through the coordinator, delegated), because
--- Citus plans the CTE's INSERT ... SELECT through the coordinator (~20 ms).
+-- The fast path of an append: one turn that fits the open chunk (within the token and byte
+-- budgets, in the open chunk's time bucket) of a live session that has open turns, whose key
+-- (if any) is new. It moves the session head (the UPDATE holds the session row to commit) and
+-- inserts the key's row and the buffer row; returns the turn and chunk seq, or no row when a
+-- condition fails (the caller goes on to append_seal_one or append_v2). A concurrent call with
+-- the same key fails the turn_keys insert (unique violation), rolling the statement back; the
+-- caller reruns it as a batch (append_v2), which reports the duplicate. PL/pgSQL because Citus
+-- cannot plan a LANGUAGE sql function's parameters. Two forms of the same writes: on plain
+-- PostgreSQL one statement (a CTE: as fast as a SQL function on PG 18, ~8x cheaper on PG 16,
+-- which re-plans a SQL function at every call); where Citus is loaded, three single-shard
+-- statements, since Citus runs the CTE's INSERT ... SELECT through the coordinator (~20 ms
+-- against ~1-1.5 ms). Measurements: docs/scale-out.md, "Measured".
 CREATE OR REPLACE FUNCTION shardstore.append_to_open_chunk(p_session_id uuid, p_message jsonb, p_tokens integer, p_bytes integer, p_key text, p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint)
  LANGUAGE plpgsql

@@ -1,24 +1,19 @@
--- 0043: a single turn that seals its chunk no longer waits for a background fold or a text
--- pass (issue 14 goal 1, the p99 line).
---
--- Why. append_one_v2's fast path (append_to_open_chunk) is one UPDATE of the session row, which
--- takes FOR NO KEY UPDATE; when the turn seals the chunk it falls back to append_v2, which
--- locked the row FOR UPDATE. Folds (fold_sealed_v2/v3, since 0025) and text passes
--- (text_index_buffered_v1, 0038) hold the row FOR KEY SHARE while they work, and FOR UPDATE
--- conflicts with KEY SHARE: every seal waited for the fold of the previous seal or for the
--- text pass the folder had started. Measured (benchmarks/bench_seal.py: 1 writer, agent
--- messages, background folds, blocks of 500 calls, 7 rounds, two databases on one server):
--- a sealing call's p50 2.03 ms [1.15-2.61] before, 0.86 [0.73-1.03] with FOR NO KEY UPDATE;
--- the blocks' p99 6.97x the bare INSERT's p99 before, 5.85x after.
---
--- What. append_v2 is 0040's function with the session row locked FOR NO KEY UPDATE (what
--- its closing UPDATE takes anyway, and what the fast path takes). Nothing it does needs a
--- fold or a text pass excluded: it writes only turns numbered from the head on (new buffer
--- rows, new chunks from the open one up: a fold moves only chunks below the head it read;
--- a text pass indexes committed buffer rows, which a batch adds to but never removes), and
--- the row locks of the rows it inserts are its own. Rewinds, purges, flushes and
--- import_turns_v3 still take FOR UPDATE (lock_session_v1): they exclude folds, text passes
--- and appends as before. On Citus append_v2 still takes the row-wise path of 0017.
+-- A batch of turns for one session (and a single turn no fast path took). Locks the session
+-- row FOR NO KEY UPDATE (SS404: no such session, SS410: purged). Per message: a key seen
+-- before returns its turn (r_duplicate) and writes nothing; otherwise the turn takes the next
+-- seq, the open chunk sealed first (r_sealed) when the turn would pass the token or byte
+-- budget or falls in a later time bucket. Turn times never go back (the later of the
+-- statement's time and the last turn's). Chunks the batch both started and sealed go straight
+-- to agent_history (chunk_map, embed and summary queues, text windows) but the newest ones
+-- holding the newest p_keep_turns turns, which stay buffered as fold_sealed would leave them;
+-- every other turn goes to turn_buffer; the head is written back last.
+-- Why FOR NO KEY UPDATE: folds and text passes hold the row FOR KEY SHARE while they work,
+-- and FOR UPDATE would make every seal wait for them. Nothing here needs them excluded: it
+-- writes only turns numbered from the head on (a fold moves only chunks below the head it
+-- read; a text pass indexes committed buffer rows, which a batch never removes). Rewinds,
+-- purges, flushes and imports take FOR UPDATE (lock_session_v1) and exclude all of these.
+-- Measured: docs/decisions/0013-seal-lock-and-statement.md; the keep window:
+-- docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md.
 CREATE OR REPLACE FUNCTION shardstore.append_v2(p_session_id uuid, p_messages jsonb, p_tokens integer[], p_bytes integer[], p_keys text[], p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone, p_keep_turns integer)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_duplicate boolean, r_sealed boolean)
  LANGUAGE plpgsql
@@ -46,8 +41,8 @@ DECLARE
 BEGIN
     -- On Citus the set-based INSERT ... SELECT FROM unnest statements below run as an
     -- INSERT ... SELECT through the coordinator (COPY into the shards), which Citus refuses
-    -- under row-level security, and a delegated call cannot create a partition: keep the
-    -- row-by-row path of 0017 there (citus.version exists where the library is loaded).
+    -- under row-level security, and a delegated call cannot create a partition: take the
+    -- row-by-row path there (citus.version exists where the library is loaded).
     IF current_setting('citus.version', true) IS NOT NULL THEN
         RETURN QUERY SELECT * FROM shardstore.append_rowwise(
             p_session_id, p_messages, p_tokens, p_bytes, p_keys, p_budget_tokens,
@@ -122,7 +117,7 @@ BEGIN
                     WHERE b.session_id = p_session_id AND b.chunk_seq = v_c0)) THEN
         v_direct := v_c0 + 1;
     END IF;
-    -- The newest of those stay buffered, as fold_sealed_v2 would leave them (0035): going
+    -- The newest of those stay buffered, as fold_sealed would leave them: going
     -- down from the newest sealed chunk, one is kept while the turns newer than it number
     -- fewer than p_keep_turns. Direct: v_direct .. v_upto - 1.
     v_upto := s.open_chunk_seq;

@@ -1,4 +1,11 @@
--- 0014's body, the clock in variables (taken after the row lock where one is held).
+-- Claims an artifact row for an object put (file or s3 backend). A new row is inserted
+-- 'uploading', marked unreferenced from now: 'claimed'. An existing one is locked FOR UPDATE
+-- (waiting for a sweep that holds it while it removes the object): 'ready' gives 'existing'
+-- (a mark re-stamped, required_for_resume OR-ed, tokens filled); a row of another backend
+-- not ready gives 'busy'; else the row is taken over ('uploading', our key): 'claimed'. A row
+-- swept between the insert and the lock is inserted again, at most 5 times, then 'busy'.
+-- Clocks are variables read after the row lock, not clock_timestamp() in the DML: Citus
+-- refuses volatile functions there.
 CREATE OR REPLACE FUNCTION shardstore.artifact_claim_v1(p_tenant text, p_artifact uuid, p_sha256 text, p_size bigint, p_content_type text, p_backend text, p_key text, p_tokens bigint, p_required boolean)
  RETURNS TABLE(r_status text, r_content_type text, r_size bigint, r_tokens bigint, r_required boolean, r_backend text, r_key text, r_created_at timestamp with time zone)
  LANGUAGE plpgsql

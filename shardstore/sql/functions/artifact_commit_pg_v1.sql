@@ -1,5 +1,12 @@
--- 0029's body; the chunks named by tenant and upload, verified on their shard (only the
--- digests travel), the clock in variables.
+-- Commits a put to the postgres backend. The upload's chunks (named by tenant and upload, so
+-- they are read on their shard and only the digests travel) must match p_chunk_digests
+-- (numbered 0..n-1, sha256 of each, computed here); else they are deleted and the result is
+-- 'corrupt'. Then the row is inserted 'ready', unreferenced since now ('created'); when the
+-- content is stored already, the row is locked FOR UPDATE (waiting for a sweep that holds it
+-- while deleting), our chunks are dropped, and the result is 'existing' (the row touched: a
+-- mark re-stamped, required_for_resume OR-ed, tokens filled) or 'busy' when the row is not
+-- 'ready'. A row swept between the insert and the lock is inserted again, at most 5 times,
+-- then 'busy'. Clocks are variables, not clock_timestamp() in the DML: Citus refuses it.
 CREATE OR REPLACE FUNCTION shardstore.artifact_commit_pg_v1(p_tenant text, p_artifact uuid, p_sha256 text, p_size bigint, p_content_type text, p_key text, p_upload uuid, p_chunk_digests text[], p_tokens bigint, p_required boolean)
  RETURNS TABLE(r_status text, r_content_type text, r_size bigint, r_tokens bigint, r_required boolean, r_backend text, r_key text, r_created_at timestamp with time zone)
  LANGUAGE plpgsql

@@ -1,4 +1,9 @@
--- 0034's artifacts_mark_v2, naming the bound tenant under row security.
+-- The sweep's mark phase, one batch, for p_tenant (NULL: every tenant, or the bound tenant
+-- under row security, named so that Citus can route the statements to its shard). Up to
+-- p_batch unmarked artifacts without a live ref are read unlocked and handed to
+-- artifacts_released_v1, which locks each one on its own, checks again and marks it;
+-- r_marked is how many it marked, or p_batch when the batch was full (the caller loops while
+-- it gets p_batch). Then 'ready' artifacts marked but live again are unmarked (r_cleared).
 CREATE OR REPLACE FUNCTION shardstore.artifacts_mark_v2(p_batch integer, p_tenant text)
  RETURNS TABLE(r_marked bigint, r_cleared bigint)
  LANGUAGE plpgsql

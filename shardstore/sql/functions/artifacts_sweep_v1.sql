@@ -1,4 +1,12 @@
--- 0034's artifacts_sweep_v1, naming the bound tenant under row security.
+-- The sweep, one batch of up to p_batch artifacts of p_tenant (NULL: every tenant, or the
+-- bound tenant under row security, named as in artifacts_mark_v2 so that Citus routes to one
+-- shard): marked before now - p_grace (and not before p_since when given), with no live ref,
+-- 'ready' or 'uploading' (an object-backend upload only when an hour old: a dead client's PUT
+-- can still land). Candidates are read unlocked, then each is locked FOR UPDATE SKIP LOCKED
+-- and checked again: a postgres-backend row is deleted with its chunks and its expired refs
+-- (r_deleted), another backend's becomes 'deleting' (its object is removed by the caller).
+-- Row by row because Citus has no LIMIT ... FOR UPDATE SKIP LOCKED across shards. A dry run
+-- lists the candidates and changes nothing.
 CREATE OR REPLACE FUNCTION shardstore.artifacts_sweep_v1(p_grace interval, p_batch integer, p_tenant text, p_since timestamp with time zone, p_dry_run boolean)
  RETURNS TABLE(r_tenant text, r_artifact uuid, r_backend text, r_key text, r_size bigint, r_deleted boolean)
  LANGUAGE plpgsql
@@ -7,7 +15,7 @@ DECLARE
     v_cutoff timestamptz := statement_timestamp() - p_grace;
     c        record;
     v_row    shardstore.artifacts%ROWTYPE;
-    -- as artifacts_mark_v2 (0041): under row security, the bound tenant named
+    -- under row security, the bound tenant named (see artifacts_mark_v2)
     v_tenant text := CASE WHEN p_tenant IS NULL AND row_security_active('shardstore.artifacts')
                           THEN shardstore.rls_tenant_v2() ELSE p_tenant END;
     v_all    boolean := p_tenant IS NULL AND NOT row_security_active('shardstore.artifacts');

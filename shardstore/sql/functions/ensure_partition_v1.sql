@@ -1,39 +1,16 @@
--- 0036: a JSONL import writes the chunks a batch starts and seals straight into
--- agent_history, and no fold scans a session's buffer from its first entry (issue 14 goal 6).
---
--- Why. The 10^7-turn scale run imports its 10^6-turn session in one transaction (an import
--- is all or nothing per session), 500 turns per import_turns call, each followed by
--- fold_sealed_v2. Every turn went into turn_buffer and was deleted by the fold of the next
--- call, and rows deleted by the importing transaction itself stay in the buffer's primary
--- key (session_id, turn_seq) until it ends. fold_sealed_v2 and fold_chunk find a session's
--- buffered rows by session_id alone, so each fold walked every turn imported so far: a fold
--- of one batch took ~3 s after ~50,000 turns and grew with each batch (quadratic; seen at
--- 170 turns/s and falling). The same walk happens, more slowly, to any session whose dead
--- buffer rows a long transaction elsewhere keeps from being vacuumed.
---
--- What.
---   * import_turns_v2 is import_turns with append_v1's direct path (0022): the chunks the
---     batch both starts and seals go straight into agent_history, with what fold_chunk would
---     write for them (envelopes with each turn's own created_at, chunk_start = the first
---     turn's created_at as fold_sealed chooses, chunk_end, chunk_map, embed_queue and
---     summary_queue rows, turn_text windows); only the chunk open before the batch (when it
---     held turns) and the one left open go into turn_buffer. When the batch seals the chunk
---     open before it, v2 folds it (fold_chunk, at the start fold_sealed_v2 would choose), so the
---     caller folds nothing and r_sealed is false. On Citus it is import_turns (row by row,
---     the caller folds when r_sealed), as append_v1 keeps its row-wise path there.
---   * fold_chunk bounds its buffer scan below by the first turn of the newest chunk in
---     chunk_map before the one it folds (every turn of a chunk comes after every turn of an
---     earlier chunk), so the dead rows of earlier chunks are not walked. Same rows moved.
---   * ensure_partition_v1, finding the partition already attached, opens it before it
---     returns: a partition another connection attached after this transaction locked
---     agent_history is not in this backend's partition descriptor until it reads the
---     invalidation, which it does when it first locks a relation, and the insert that
---     followed failed with "no partition of relation agent_history found for row" (seen in
---     a 20,000-turn import: the importer premakes partitions on another connection).
--- The importer fills a session it created in the same transaction, so no sealed chunk other
--- than the one open before a batch is ever buffered when import_turns_v2 runs; were one
--- there, it would wait for the next fold_sealed (maintenance, a later append) as a lagging
--- fold does.
+-- Makes sure the partition of agent_history that holds chunk_start p_at exists and is
+-- attached, and returns its name (agent_history_pYYYYMMDDtHHMMSS; bounds from config's
+-- partition interval and origin; SS500 when the store is not initialised). A new one is
+-- created LIKE agent_history with a CHECK of its bounds, then attached; a concurrent writer's
+-- creation is tolerated, and a table it created but had not attached yet is attached here.
+-- The ATTACH holds agent_history's SHARE UPDATE EXCLUSIVE lock to commit, so importers and
+-- maintenance make partitions in transactions of their own beforehand
+-- (docs/decisions/0019-imports-write-sealed-chunks-directly.md). A partition found attached is
+-- opened before returning (plain PostgreSQL): one attached by another connection after this
+-- transaction locked agent_history is not in this backend's partition descriptor until it
+-- reads the invalidation, on its first lock of a relation, and the insert that follows would
+-- fail with "no partition of relation agent_history found for row". On Citus the coordinator
+-- premakes partitions before any statement needs them.
 CREATE OR REPLACE FUNCTION shardstore.ensure_partition_v1(p_at timestamp with time zone)
  RETURNS text
  LANGUAGE plpgsql

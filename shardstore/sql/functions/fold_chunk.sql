@@ -1,25 +1,16 @@
--- 0041: folds and a tenant store's artifact sweep run on Citus again.
---
--- Why. 0038 made fold_chunk skip the turns text_index_buffered_v1 had already indexed with a
--- NOT EXISTS on turn_text inside the statement that moves the chunk. On Citus the moved
--- rows are an intermediate result, and joining them to a second distributed table fails:
--- "complex joins are only supported when all distributed tables are co-located and joined
--- on their distribution columns" (every fold, flush and maintenance fold: seen in
--- tests/test_citus.py on a Citus 13.2 cluster). Plain PostgreSQL was not affected.
---
--- What. fold_chunk reads the session's indexed turn numbers from the previous chunk's first
--- turn on (v_lo: every turn of this chunk lies above it) into an array before the
--- statement, a one-shard query on Citus and one hash partition of turn_text on plain
--- PostgreSQL, and the statement filters the moved rows by it. Same rows written; a window
--- inserted concurrently after the read is still caught by ON CONFLICT DO NOTHING, as
--- before.
---
--- And artifacts_mark_v2 and artifacts_sweep_v1 (0034), every sweep: called by a tenant store
--- (row security on, the tenant bound) for all tenants (p_tenant NULL), its anti-join of
--- artifacts and artifact_refs, both filtered by their policies, is refused by Citus with
--- the same error (test_every_public_method_tenant_bound, Citus 13.2). Under row security
--- the caller sees its bound tenant's rows only, so the functions now name that tenant
--- themselves (row_security_active): the same rows, and one-shard statements on Citus.
+-- Folds one chunk: moves its buffered turns (p_session_id, p_chunk_seq) into agent_history at
+-- p_chunk_start in one statement (deleted from turn_buffer, aggregated in turn order as the
+-- chunk's envelopes {s, t, b, at, k, m}, appended to the chunk's row when a flush folded part
+-- of it before) with the text windows of the turns not indexed yet; then the chunk_map row and
+-- the chunk queued for embedding and a summary. Makes the partition if it is missing. Returns
+-- the number of turns moved (0: none buffered, nothing written). Takes no session lock: its
+-- callers hold the session row.
+-- The turns already indexed (by a text pass over the buffer) are read into an array before
+-- the statement, not joined inside it: on Citus the moved rows are an intermediate result,
+-- and joining them to a second distributed table (turn_text) fails ("complex joins are only
+-- supported when all distributed tables are co-located ..."). The read is one shard on Citus,
+-- one hash partition of turn_text on plain PostgreSQL; a window inserted after it is still
+-- caught by ON CONFLICT DO NOTHING.
 CREATE OR REPLACE FUNCTION shardstore.fold_chunk(p_session_id uuid, p_chunk_seq bigint, p_chunk_start timestamp with time zone)
  RETURNS integer
  LANGUAGE plpgsql
@@ -92,7 +83,7 @@ BEGIN
     INSERT INTO shardstore.chunk_map (session_id, chunk_seq, chunk_start, first_turn_seq, tenant_id)
     VALUES (p_session_id, p_chunk_seq, p_chunk_start, v_first, v_tenant)
     ON CONFLICT (session_id, chunk_seq) DO NOTHING;
-    -- the chunk's content changed: (re-)embed it (what the trigger vec_enqueue did)
+    -- the chunk's content changed: (re-)embed it and summarise it again
     INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
     VALUES (p_session_id, p_chunk_seq, p_chunk_start, v_now, v_tenant)
     ON CONFLICT DO NOTHING;

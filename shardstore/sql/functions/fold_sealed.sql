@@ -1,4 +1,13 @@
--- fold_sealed_v2's body (0035), its buffer scans bounded below by p_from_turn
+-- Folds a session's sealed chunks (those below the open chunk) from turn_buffer into
+-- agent_history, one fold_chunk each, oldest first, but the newest ones holding the session's
+-- newest p_keep_turns turns (the open chunk's turns count), which stay buffered so that a
+-- tail reads buffer rows (docs/decisions/0006-folds-keep-the-tail-buffered.md). A chunk
+-- flushed while open keeps the start chunk_map recorded; otherwise it starts at its first
+-- buffered turn. The buffer is scanned from turn p_from_turn on: a caller that folded earlier
+-- in its transaction passes its first turn, so that the dead buffer entries it left are not
+-- walked. Holds the session row FOR KEY SHARE: it excludes rewinds, purges and flushes (FOR
+-- UPDATE), never appends (FOR NO KEY UPDATE). Returns the number of turns moved (0 when the
+-- session does not exist).
 CREATE OR REPLACE FUNCTION shardstore.fold_sealed(p_session_id uuid, p_keep_turns integer, p_from_turn bigint)
  RETURNS integer
  LANGUAGE plpgsql

@@ -1,5 +1,8 @@
--- As in 0031, with the configuration read once (text_config_v1 is VOLATILE now: in the
--- statement it would be read again for every turn).
+-- Turns p_first..p_last of (p_session, p_chunk) at p_start were copied there (a fork's
+-- copy-on-write): writes their text windows (current configuration; none when off) and
+-- queues the chunk for a summary. Called by the function that writes copy records (no
+-- trigger: Citus distributes no table with one). The configuration is read once, into a
+-- variable: text_config_v1 is VOLATILE, so inside the statement it would run for every turn.
 CREATE OR REPLACE FUNCTION shardstore.fork_copy_indexed(p_session uuid, p_chunk bigint, p_start timestamp with time zone, p_first bigint, p_last bigint)
  RETURNS void
  LANGUAGE plpgsql

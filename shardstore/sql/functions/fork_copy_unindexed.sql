@@ -1,6 +1,7 @@
--- A copy record of turns p_first..p_last of (p_session, p_chunk) deleted: their text rows go,
--- and the chunk's summary (it may tell of erased turns), the chunk queued again when it still
--- exists (0019's fork_copy_gone_v1, called instead of triggered).
+-- Un-indexes turns p_first..p_last of (p_session, p_chunk) whose copy record is being deleted:
+-- their turn_text rows go, and the chunk's summary (it may tell of erased turns); the chunk
+-- is queued for a summary again when it still exists in agent_history at p_start. Called by
+-- the functions that delete copy records (no trigger: Citus distributes no table with one).
 CREATE OR REPLACE FUNCTION shardstore.fork_copy_unindexed(p_session uuid, p_chunk bigint, p_start timestamp with time zone, p_first bigint, p_last bigint)
  RETURNS void
  LANGUAGE plpgsql

@@ -1,6 +1,10 @@
--- 0013's result, as PL/pgSQL (Citus plans no LANGUAGE sql function with parameters on a
--- distributed table, nor a recursive CTE across sessions): the recursive query as a loop,
--- one single-session lookup per ancestor.
+-- Where a session's history lives along its fork chain: one row per session that holds some
+-- of it, the session itself first (depth 0, no upper bounds), then each ancestor that still
+-- contributes, up to 100,000 levels. r_chunk_lo is that session's first own chunk (its
+-- fork_chunk, 0 for a root); r_chunk_hi and r_turn_hi are the lowest fork_chunk and fork_at
+-- of the sessions below it on the path (its chunks and turns below those). Reads only.
+-- PL/pgSQL, a loop with one single-session lookup per ancestor, because Citus plans neither a
+-- LANGUAGE sql function with parameters nor a recursive CTE across sessions.
 CREATE OR REPLACE FUNCTION shardstore.fork_segments_v1(p_session_id uuid)
  RETURNS TABLE(r_session_id uuid, r_chunk_lo bigint, r_chunk_hi bigint, r_turn_hi bigint, r_depth integer)
  LANGUAGE plpgsql

@@ -1,4 +1,8 @@
--- As in 0006, and SELECT on shardstore.turns.
+-- Grants a tenant role what the store needs: USAGE on the schema, each registered table's
+-- tenant_grants (table_registry), SELECT on the view turns, EXECUTE on every function of the
+-- schema but the operators' (the RLS switches, this one, policy install and adoption, table
+-- registration); with p_tenant, binds the role to that tenant in rls_role_tenants (replacing
+-- an earlier binding). Safe to run again. Operators only (not granted to PUBLIC).
 CREATE OR REPLACE FUNCTION shardstore.grant_tenant_role_v2(p_role regrole, p_tenant text DEFAULT NULL::text)
  RETURNS void
  LANGUAGE plpgsql

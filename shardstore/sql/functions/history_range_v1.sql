@@ -49,7 +49,7 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    -- EXECUTE: planned with the keys' values (as in chunk_list_v1)
+    -- EXECUTE: planned with the keys' values (like chunk_list_v1)
     RETURN QUERY EXECUTE $q$
     SELECT 'chunk'::text, h.chunk_seq, h.conversation_chunk::text, NULL::bigint, NULL::integer,
            NULL::timestamptz, NULL::text, NULL::text

@@ -1,4 +1,9 @@
--- 0015's body, plus tenant_id on the buffered turns and their keys.
+-- The row-by-row import, which import_turns_v3 runs where Citus is loaded: the same lock
+-- (lock_session_v1), checks and refusals as import_turns_v3 ('seq', 'time', 'future', 'key',
+-- r_index the refused turn's 0-based index; turns before it may be written, and the caller
+-- rolls its transaction back), each turn into turn_buffer (and turn_keys) with its own time,
+-- chunks sealed where the budgets or time buckets say. Writes nothing to agent_history:
+-- r_sealed tells the caller to fold.
 CREATE OR REPLACE FUNCTION shardstore.import_turns(p_session_id uuid, p_first_seq bigint, p_messages jsonb, p_tokens integer[], p_bytes integer[], p_keys text[], p_at timestamp with time zone[], p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone)
  RETURNS TABLE(r_status text, r_index integer, r_sealed boolean)
  LANGUAGE plpgsql

@@ -1,4 +1,18 @@
--- import_turns_v2's body (0036) with the keep window and a bounded fold at the end
+-- Imports a batch of past turns into a session, keeping their turn_seqs (from p_first_seq,
+-- gap-free), created_at times and keys, under the session row's lock (lock_session_v1).
+-- Refusals (r_index: the refused turn's 0-based index; turns before it may be written, and the
+-- caller rolls its transaction back): 'seq' when p_first_seq does not continue the session (an
+-- empty one may start past 0), 'time' when a turn is earlier than the one before, 'future'
+-- when more than 5 minutes past the server's clock, 'key' when its key is used. The chunks the
+-- batch starts and seals go straight to agent_history with what fold_chunk would write (each
+-- turn's own time, chunk_start its first turn's), but the newest ones holding the newest
+-- p_keep_turns turns stay buffered as fold_sealed leaves them; the chunk open before the batch
+-- and the one left open go to turn_buffer. Then fold_sealed folds the sealed chunks the keep
+-- window leaves out, scanning the buffer from v_lo: the importer fills a session in one
+-- transaction, whose earlier folds leave dead entries in the buffer's primary key, and a scan
+-- from the session's first entry made each batch walk all turns imported so far (quadratic:
+-- docs/decisions/0019-imports-write-sealed-chunks-directly.md). r_sealed is always false.
+-- Where Citus is loaded: import_turns (row by row; the caller folds when r_sealed).
 CREATE OR REPLACE FUNCTION shardstore.import_turns_v3(p_session_id uuid, p_first_seq bigint, p_messages jsonb, p_tokens integer[], p_bytes integer[], p_keys text[], p_at timestamp with time zone[], p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone, p_keep_turns integer)
  RETURNS TABLE(r_status text, r_index integer, r_sealed boolean)
  LANGUAGE plpgsql
@@ -90,7 +104,8 @@ BEGIN
                        ORDER BY m.chunk_seq DESC LIMIT 1), 0);
     -- Chunks v_direct .. open_chunk_seq - 1 were started and sealed by this batch. The chunk
     -- open before it is not one of them when it held turns already: buffered, or folded by
-    -- a flush (chunk_map), or in the buffer though the head counts none (append_v1's rule).
+    -- a flush (chunk_map), or in the buffer though the head counts none (kept as it was, as
+    -- append_v2 does).
     v_direct := v_c0;
     IF s.open_chunk_seq > v_c0 AND (
            v_had
@@ -101,7 +116,7 @@ BEGIN
                       AND b.chunk_seq = v_c0)) THEN
         v_direct := v_c0 + 1;
     END IF;
-    -- The newest of those stay buffered, as fold_sealed_v2 would leave them (0035): going
+    -- The newest of those stay buffered, as fold_sealed would leave them: going
     -- down from the newest sealed chunk, one is kept while the turns newer than it number
     -- fewer than p_keep_turns. Direct: v_direct .. v_upto - 1.
     v_upto := s.open_chunk_seq;
@@ -179,7 +194,7 @@ BEGIN
            open_tokens = s.open_tokens, open_bytes = s.open_bytes, last_turn_at = v_prev
      WHERE session_id = p_session_id;
     -- fold the buffered sealed chunks the keep window leaves out (the chunk open before the
-    -- batch when it sealed it, an earlier batch's kept chunks), at the starts fold_sealed_v2
+    -- batch when it sealed it, an earlier batch's kept chunks), at the starts fold_sealed
     -- chooses; the scan starts at v_lo, below which lie only this transaction's dead rows
     PERFORM shardstore.fold_sealed(p_session_id, p_keep_turns, v_lo);
     r_status := 'ok'; r_index := v_n; r_sealed := false;

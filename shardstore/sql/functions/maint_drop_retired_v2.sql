@@ -1,6 +1,9 @@
--- As maint_drop_retired_v1, and registered turn-level tables lose the rows of the dropped
--- chunks' turns (and of every earlier turn: a session's chunks up to the newest one in the
--- table are all older than it).
+-- Drops a retired table (agent_history_r...; any other name raises; 0 when it is gone) under
+-- ACCESS EXCLUSIVE, waiting at most p_lock_timeout. First deletes, for each session in it, the
+-- chunk_map and turn_keys rows of its chunks up to the newest one in the table, and the rows
+-- of registered (non-builtin, purge_rows) session tables tied to those chunks or turns: a
+-- session's chunks up to its newest in the table are all older than it, so every earlier
+-- chunk's rows go too. Returns the number of chunk rows dropped.
 CREATE OR REPLACE FUNCTION shardstore.maint_drop_retired_v2(p_name text, p_lock_timeout interval)
  RETURNS bigint
  LANGUAGE plpgsql

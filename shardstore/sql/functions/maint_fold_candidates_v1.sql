@@ -1,4 +1,7 @@
--- As in 0003, in PL/pgSQL.
+-- Sessions with buffered turns to fold: not purged, and either idle since before p_before or
+-- holding turns of an already sealed chunk (chunk_seq below the open one) buffered before
+-- p_before. Reads only; takes no row lock. PL/pgSQL because Citus cannot plan a LANGUAGE sql
+-- function's parameters.
 CREATE OR REPLACE FUNCTION shardstore.maint_fold_candidates_v1(p_before timestamp with time zone)
  RETURNS SETOF uuid
  LANGUAGE plpgsql

@@ -4,7 +4,8 @@
 -- chunks; the chunk holding the cut is rewritten without the purged turns. The session stays
 -- live; its open chunk's counters are recomputed. A purged session returns "purged": true
 -- and is left alone; an unknown one raises SS404 when p_strict, else returns "missing": true.
--- Dry run as in purge_session_data. Returns {"tables": {...}, "cut": first turn kept}.
+-- Locks the session row FOR UPDATE. A dry run does it all and rolls it back (SS299, caught)
+-- to return the report. Returns {"tables": {...}, "cut": first turn kept}.
 CREATE OR REPLACE FUNCTION shardstore.purge_range_data(p_session_id uuid, p_before_seq bigint, p_before timestamp with time zone, p_dry_run boolean, p_skip_parts text[], p_strict boolean)
  RETURNS jsonb
  LANGUAGE plpgsql

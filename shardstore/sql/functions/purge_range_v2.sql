@@ -1,4 +1,10 @@
--- As in 0013, and deleted copy records un-indexed.
+-- Entry point of a range purge (purge_range_data does the purge; arguments and result are
+-- its). Locks the session row FOR UPDATE first; when the session is live and the cut is past
+-- turn 0, every live fork of it gets its own copy of what it reads (fork_cow) and the session
+-- copies in what it read from its own parent (fork_materialise), so the purge changes no
+-- other session's history. Then copy records wholly before the cut are deleted and their
+-- turns un-indexed (fork_copy_unindexed), and those straddling it start at the cut. A dry
+-- run does all of it and rolls it back (SS298, caught) to return the report.
 CREATE OR REPLACE FUNCTION shardstore.purge_range_v2(p_session_id uuid, p_before_seq bigint, p_before timestamp with time zone, p_dry_run boolean, p_skip_parts text[], p_strict boolean)
  RETURNS jsonb
  LANGUAGE plpgsql

@@ -1,8 +1,12 @@
--- As register_session_table_v1 (0006), with one more argument: session_nullable lets the
--- session column be NULL (a row tied to no session, which no purge of a session matches; the
--- table must then carry tenant_column, which its policy compares). Recorded in
--- table_registry.session_nullable. The checks are v1's otherwise; calling it again updates
--- the registration.
+-- Registers a table whose rows belong to sessions (or updates its registration) in
+-- table_registry, installs its tenant policy and adopts it into the RLS switches, so that
+-- purges delete its rows with their sessions, turns or chunks (purge_rows) and tenant roles
+-- get tenant_grants on it. Checks (SQLSTATE 22023): a table, not a partition; rows belong to
+-- turns or to chunks, not both; chunk_start_column only with chunk_column; column types
+-- (session uuid, turn and chunk bigint or integer, chunk start timestamptz, tenant text);
+-- tenant and session columns NOT NULL, except that session_nullable lets the session column
+-- be NULL (a row tied to no session, which no session purge matches), and then tenant_column
+-- is required, which the policy compares. Operators only (not granted to PUBLIC).
 CREATE OR REPLACE FUNCTION shardstore.register_session_table_v2(table_name regclass, session_column name DEFAULT 'session_id'::name, turn_column name DEFAULT NULL::name, chunk_column name DEFAULT NULL::name, chunk_start_column name DEFAULT NULL::name, tenant_column name DEFAULT NULL::name, purge_order integer DEFAULT NULL::integer, note text DEFAULT NULL::text, purge_rows boolean DEFAULT true, tenant_grants text DEFAULT 'SELECT, INSERT, UPDATE, DELETE'::text, session_nullable boolean DEFAULT false)
  RETURNS void
  LANGUAGE plpgsql

@@ -1,7 +1,10 @@
--- summary_insert (0012): storing a summary failed on Citus ("functions used in the DO
--- UPDATE SET clause of INSERTs on distributed tables must be marked IMMUTABLE": now() in
--- ON CONFLICT DO UPDATE SET). The time is taken into a variable first and inserted; the
--- update takes EXCLUDED's (0012's body otherwise; the same time as before).
+-- Stores a chunk's summary if the chunk is still what was summarised. 'gone': the chunk no
+-- longer exists (its queue row is deleted). 'changed' (stores nothing): its first turn, count
+-- or end differ, a writer holds its row (SKIP LOCKED), the session is purged or missing, the
+-- chunk is not sealed yet or still has buffered turns (a fold will add to it). Else the
+-- summary is upserted, the queue row deleted: 'stored'. The chunk row stays locked FOR SHARE
+-- to commit, so it cannot change under the summary. The time is a variable, not now() in ON
+-- CONFLICT DO UPDATE SET: Citus requires IMMUTABLE functions there.
 CREATE OR REPLACE FUNCTION shardstore.summary_insert(p_session_id uuid, p_chunk_seq bigint, p_chunk_start timestamp with time zone, p_first bigint, p_count integer, p_end timestamp with time zone, p_summary text, p_tokens integer, p_model text)
  RETURNS text
  LANGUAGE plpgsql

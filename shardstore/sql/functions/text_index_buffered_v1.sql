@@ -1,6 +1,8 @@
--- The windows of a session's buffered turns that have none, written as fold_chunk writes them.
--- Returns the number of turns indexed (0: none left, text indexing off, or the session is
--- gone or purged).
+-- A text pass over one session's buffer: writes the windows of its buffered turns that have
+-- none, as fold_chunk writes them. Holds the session row FOR KEY SHARE (it excludes rewinds,
+-- purges and flushes, never appends) and the buffer rows it indexes FOR KEY SHARE SKIP LOCKED
+-- (a turn a fold is moving is skipped; the fold indexes it). Returns the number of turns
+-- indexed (0: none left, text search off, or the session is gone or purged).
 CREATE OR REPLACE FUNCTION shardstore.text_index_buffered_v1(p_session_id uuid)
  RETURNS integer
  LANGUAGE plpgsql
@@ -14,7 +16,7 @@ DECLARE
     k        record;
 BEGIN
     IF v_config IS NULL THEN
-        RETURN 0;  -- text indexing is off (0026)
+        RETURN 0;  -- text indexing is off
     END IF;
     SELECT * INTO s FROM shardstore.sessions x WHERE x.session_id = p_session_id FOR KEY SHARE;
     IF NOT FOUND OR s.purged_at IS NOT NULL THEN

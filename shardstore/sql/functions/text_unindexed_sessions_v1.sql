@@ -1,4 +1,6 @@
--- As in 0038, a reader too.
+-- Sessions with buffered turns that have no text window yet, with how many, oldest buffered
+-- turn first, at most p_limit; none while text search is off (text_config_read_v1() NULL).
+-- Reads only, no lock.
 CREATE OR REPLACE FUNCTION shardstore.text_unindexed_sessions_v1(p_limit integer)
  RETURNS TABLE(r_session_id uuid, r_turns bigint)
  LANGUAGE plpgsql

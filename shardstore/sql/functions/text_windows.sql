@@ -1,4 +1,9 @@
--- As in 0022, each window's lexemes as hashes; none with the configuration off (NULL).
+-- The text windows of one message: its string values (at any depth, in document order) joined
+-- by spaces, cut into windows of 100,000 characters, each window's lexemes as text_lexemes
+-- hashes; windows without a lexeme are left out, and a message without text, or p_config NULL
+-- (text search off), gives no row. Every writer of turn_text (fold_chunk, append_v2,
+-- import_turns_v3, text_index_buffered_v1, fork_copy_indexed, text_configure_v1's rebuild)
+-- inserts r_tsv into turn_text.tsv unchanged.
 CREATE OR REPLACE FUNCTION shardstore.text_windows(p_config regconfig, p_message jsonb)
  RETURNS TABLE(r_window integer, r_tsv integer[])
  LANGUAGE sql
