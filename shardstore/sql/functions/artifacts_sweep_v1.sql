@@ -1,5 +1,5 @@
 -- The sweep, one batch of up to p_batch artifacts of p_tenant (NULL: every tenant, or the
--- bound tenant under row security, named as in artifacts_mark_v2 so that Citus routes to one
+-- bound tenant under row security, named like artifacts_mark_v2 does so that Citus routes to one
 -- shard): marked before now - p_grace (and not before p_since when given), with no live ref,
 -- 'ready' or 'uploading' (an object-backend upload only when an hour old: a dead client's PUT
 -- can still land). Candidates are read unlocked, then each is locked FOR UPDATE SKIP LOCKED

@@ -1,4 +1,11 @@
--- As in 0017, and a deleted copy record un-indexed by fork_copy_unindexed.
+-- Removes from every fork the turns it copied from session p_origin (a purge of the origin
+-- calls it), copy record by copy record in (session, chunk) order, each copying session's row
+-- locked FOR UPDATE. The copied turns leave the chunk: the chunk and its chunk_map row go when
+-- nothing else is left in it; otherwise it is rewritten without them (chunk_map's first turn
+-- updated, the chunk queued for embedding and a summary again) and, when it is the fork's
+-- open chunk, the session's open counters are recomputed. The chunk's vectors and its
+-- embed_queue row are deleted, the copy record deleted and its turns un-indexed
+-- (fork_copy_unindexed). Adds what it removed to the purge report p_acc and returns it.
 CREATE OR REPLACE FUNCTION shardstore.fork_erase(p_origin uuid, p_acc jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql

@@ -1,4 +1,14 @@
--- As in 0017, and the copied turns indexed by fork_copy_indexed.
+-- Copies into fork p_child the chunks it reads from its ancestors (all of them, or with p_from
+-- those from the chunk holding turn p_from on), so that the ancestors may change. Locks the
+-- child's row FOR UPDATE; 0 when it is missing, not a fork, or p_from lies past its fork
+-- point. Nearest ancestor first (fork_segments_v1), each chunk in range is built from its
+-- folded envelopes and buffered turns up to the inherited bound, the buffered rows held FOR
+-- SHARE so that no fold moves them meanwhile, and written as the child's own chunk
+-- (agent_history, chunk_map, embed queue), with a copy record per origin (the owner, and what
+-- the owner had copied into that chunk itself) and the copied turns indexed
+-- (fork_copy_indexed). Then the child's fork link moves down: cleared when it copied from its
+-- first chunk or nothing inherited is left, else set to the owner of the new last inherited
+-- turn. Returns the number of chunks copied.
 CREATE OR REPLACE FUNCTION shardstore.fork_materialise(p_child uuid, p_from bigint)
  RETURNS bigint
  LANGUAGE plpgsql

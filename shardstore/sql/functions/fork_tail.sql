@@ -1,8 +1,11 @@
--- A fork's tail, as before: the segment and gap lookups split as above, and a folded chunk
--- read by itself, its turns taken from the value. Its read joined agent_history with
--- jsonb_array_elements in a FOR over EXECUTE, which under tail_v1's plan cache mode gets a
--- generic plan too: on Citus, a fork's tail failed there as soon as it reached a folded
--- chunk.
+-- A fork's tail (tail_v1 and tail_at_v1 call it): its turns at or below p_upto (NULL: to the
+-- end) along its lineage (fork_segments_v1), newest first, each segment's chunks walked down
+-- from its bound as tail_v1 walks a session's, at most p_n, stopping before p_max_tokens.
+-- Reads only, no lock. It runs under tail_v1's generic plans, so each statement reads one
+-- table filtered by the session (see tail_v1): a segment's newest chunk and the chunk below a
+-- gap are two statements compared in PL/pgSQL, and a folded chunk is read by itself
+-- (EXECUTE ... INTO) and its turns taken from the value in memory, since a join of
+-- agent_history with jsonb_array_elements fails on Citus under a generic plan.
 CREATE OR REPLACE FUNCTION shardstore.fork_tail(p_session_id uuid, p_upto bigint, p_n integer, p_max_tokens bigint)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamp with time zone, r_key text, r_message jsonb)
  LANGUAGE plpgsql

@@ -1,4 +1,12 @@
--- the inserting functions of 0016, unchanged but for tenant_id
+-- The LangGraph checkpointer's put: appends the checkpoint's new messages (if any) and writes
+-- the checkpoint, in one call. The session head must be what the caller read (p_expect_turns
+-- turns, the last at p_expect_at), else 'stale' with the actual head and nothing written. With
+-- messages the session row is locked first (lock_session_v1, FOR UPDATE) so that the head
+-- checked is the one appended to; without, purge_guard (KEY SHARE; SS404 / SS410). One message
+-- tries append_to_open_chunk, else append_v2 (no keys). The checkpoint is upserted in
+-- checkpoints (id p_shard_id, at the last turn, its parent found by LangGraph id) and in
+-- langgraph_checkpoints, and its pending writes move to its position. Returns 'ok', the new
+-- head and whether a chunk was sealed.
 CREATE OR REPLACE FUNCTION shardstore.langgraph_put_v1(p_session_id uuid, p_ns text, p_checkpoint_id text, p_parent_id text, p_run_id text, p_shard_id uuid, p_expect_turns bigint, p_expect_at timestamp with time zone, p_messages jsonb, p_tokens integer[], p_bytes integer[], p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone, p_state jsonb, p_metadata jsonb)
  RETURNS TABLE(r_status text, r_turns bigint, r_last_at timestamp with time zone, r_sealed boolean)
  LANGUAGE plpgsql

@@ -1,9 +1,15 @@
--- Citus 14.0 with row security on: a DELETE whose filter is `(a, b) IN (SELECT * FROM
--- unnest(...))` fails on the worker ("subquery has too many columns"; a SELECT of the same
--- filter works), so no purge and no rewind of a tenant role ran there once the tenant
--- reached the shards. The same filter as EXISTS works. purge_rows and rewind_turns are
--- 0017's bodies with only that filter rewritten (each of its occurrences, also in SELECTs,
--- for one form).
+-- Deletes a session's rows for a purge and returns the report (per table: rows deleted,
+-- rewritten, bytes; purge_acc): with p_cut NULL everything the session holds, else its turns
+-- before p_cut (chunks wholly before it deleted, the chunk holding it rewritten without them
+-- and queued for embedding and a summary again). In order: the write buffer; the chunks,
+-- read after it; detached partitions (purge_detached_tables), which agent_history no longer
+-- reaches; every other registered table (purge_targets), in registry order. Partitions named
+-- in p_skip_parts are left out of the report. The caller holds the session row FOR UPDATE,
+-- which excludes folds, text passes and the writers of registered tables (purge_guard: KEY
+-- SHARE). Sizes are read by a SELECT before each DELETE, not in RETURNING: Citus allows only
+-- immutable functions there. Pairs of (chunk_seq, chunk_start) are matched by EXISTS over
+-- unnest(...), not `(a, b) IN (SELECT * FROM unnest(...))`, which Citus 14.0 with row
+-- security fails on the worker ("subquery has too many columns").
 CREATE OR REPLACE FUNCTION shardstore.purge_rows(p_session_id uuid, p_cut bigint, p_skip_parts text[])
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -35,9 +41,11 @@ DECLARE
     v_where     text;
 BEGIN
     SELECT s.tenant_id INTO v_tenant FROM shardstore.sessions s WHERE s.session_id = p_session_id;
-    -- 1. the write buffer, first: see the concurrency note in 0002. Its rows are locked
-    -- first (a fold holding them finishes before), measured, then deleted: sizes are not
-    -- taken in RETURNING, which Citus allows only immutable functions in.
+    -- 1. the write buffer, first, and the chunk list read after it: a fold that committed
+    -- before is in the list, one still moving these rows is waited for (they are locked
+    -- first), one starting later finds them gone; so no purged turn survives in
+    -- agent_history (docs/purge.md). Measured, then deleted: sizes are not taken in
+    -- RETURNING, which Citus allows only immutable functions in.
     PERFORM 1 FROM shardstore.turn_buffer x
       WHERE x.session_id = p_session_id AND (p_cut IS NULL OR x.turn_seq < p_cut)
         FOR UPDATE;
@@ -198,11 +206,11 @@ BEGIN
                               WHERE h.session_id = $1 AND h.chunk_seq = $2 AND h.chunk_start = $3'
                        INTO v_after USING p_session_id, v_rw_seq, v_rw_start;
                     v_acc := shardstore.purge_acc(v_acc, v_part, 0, 1, greatest(v_before - v_after, 0));
-                    -- the rewritten chunk is embedded again (what vec_enqueue_changed did)
+                    -- the rewritten chunk is embedded again
                     INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
                     VALUES (p_session_id, v_rw_seq, v_rw_start, v_now, v_tenant)
                     ON CONFLICT DO NOTHING;
-                    -- and summarised again (what the trigger summary_requeue of 0012 did)
+                    -- and summarised again
                     INSERT INTO shardstore.summary_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
                     VALUES (p_session_id, v_rw_seq, v_rw_start, v_now, v_tenant)
                     ON CONFLICT DO NOTHING;

@@ -1,4 +1,9 @@
--- As in 0009, and a fork's is fork_tail.
+-- A session's turns at or below p_upto, newest first: at most p_n, stopping before the turn
+-- that would pass p_max_tokens; none when p_upto < 0; SS404 for an unknown or purged session;
+-- a fork's is fork_tail. Walks down from the chunk holding p_upto: buffered turns, then the
+-- folded chunk's envelopes, jumping gaps. Reads only, no lock. It runs with the default plan
+-- cache mode, under which Citus plans each call with its values, so its one-statement gap
+-- lookup (two scalar subqueries) works there.
 CREATE OR REPLACE FUNCTION shardstore.tail_at_v1(p_session_id uuid, p_upto bigint, p_n integer, p_max_tokens bigint)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamp with time zone, r_key text, r_message jsonb)
  LANGUAGE plpgsql

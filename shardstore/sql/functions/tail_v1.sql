@@ -1,24 +1,14 @@
--- tail() across a gap, and a fork's tail, on Citus: one shard per statement.
---
--- Why. tail_v1 runs with plan_cache_mode = force_generic_plan (planned once per
--- connection), and the setting holds for fork_tail, which it calls for a fork. Citus
--- plans a statement with unresolved parameters only when it is a single-table query on the
--- distribution column (its fast path); anything else under a generic plan fails with
--- "could not create distributed plan ... parameters in SQL functions". Both functions
--- found the next chunk below a gap (chunks removed by a range purge, purge_before or
--- retention) with one statement of two scalar subqueries,
--- greatest((SELECT max(chunk_seq) FROM chunk_map ...), (SELECT max(chunk_seq) FROM
--- turn_buffer ...)), and fork_tail found an ancestor segment's newest chunk the same
--- way. So on Citus, tail(n) of a session whose window reached past a purged gap failed, and
--- so did every tail of a fork (a fork's own segment starts with no chunk of its own: a gap
--- at once), and context() with them (it reads its turns through tail_v1). On one server
--- all worked.
---
--- What. Each such statement is split in two, one table each, filtered by the session: the
--- same maxima, compared in PL/pgSQL. Same rows, order, stopping rules and errors; the
--- split costs one more statement only at a gap (tail_v1) and per ancestor segment
--- (fork_tail). tail_at_v1 has the same shape but runs with the default plan cache mode,
--- under which Citus plans each call with its values, so it is left as it is.
+-- A session's newest turns, newest first: at most p_n, stopping before the turn that would
+-- pass p_max_tokens (NULL: no bound); SS404 / SS410 for an unknown / purged session; a fork's
+-- tail is fork_tail. Reads only, no lock (STABLE: one snapshot for all its reads). First the
+-- buffer in one index scan while turn seqs run consecutive down from the newest, then chunk by
+-- chunk down from where that stopped: buffered turns, then the folded chunk's newest envelopes
+-- as one slice (decompressed once); a gap (chunks removed by a range purge or retention) is
+-- jumped. Planned once per connection (force_generic_plan, which holds for fork_tail too):
+-- Citus plans a statement with unresolved parameters only when it is a single-table query on
+-- the distribution column, so every statement reads one table filtered by the session (the
+-- chunk below a gap: two statements, chunk_map and turn_buffer, compared in PL/pgSQL). Why
+-- the buffer scan and the slice: docs/decisions/0007-tail-reads.md.
 CREATE OR REPLACE FUNCTION shardstore.tail_v1(p_session_id uuid, p_n integer, p_max_tokens bigint)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamp with time zone, r_key text, r_message jsonb)
  LANGUAGE plpgsql

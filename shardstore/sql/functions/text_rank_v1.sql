@@ -1,4 +1,17 @@
--- As in 0039, with each candidate window's length and mask instead of its vector.
+-- Full-text search: the p_n best turns for p_query, each scored by its best window (BM25, a
+-- query lexeme counted once per window, k1 1.2, b 0.75, length in lexemes), in a scope: one
+-- live session and its fork lineage (p_session; p_tenant and p_agent, when given, must match
+-- it), or a tenant's live sessions (of p_agent when given); turns created in [p_since,
+-- p_until); N is the scope's number of turns. Candidates: the buffered turns without windows
+-- yet, windowed on the fly as fold_chunk would; the newest p_sample folded windows (a fork's
+-- own, then each ancestor's inherited part), of which only those sharing a query lexeme are
+-- kept; and, for each lexeme rare in that sample (its df scaled to N at most p_cap), every
+-- folded window holding it unless more than p_cap do. A common lexeme adds candidates only
+-- from the sample, its df the sample's estimate; a rare one's df is counted over the
+-- candidates; a scope that fits in the sample is ranked exactly. A window is read as its length
+-- and a bitmask of the query lexemes it holds (text_mask_sql, text_mask), never as a vector.
+-- Reads only, without the writers' lock (text_config_read_v1). One statement per lineage
+-- segment: Citus plans no LATERAL subquery over a function's rows. Design: docs/search.md.
 CREATE OR REPLACE FUNCTION shardstore.text_rank_v1(p_session uuid, p_tenant text, p_agent text, p_since timestamp with time zone, p_until timestamp with time zone, p_query text, p_n integer, p_sample integer, p_cap integer)
  RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_turn_seq bigint, r_score double precision)
  LANGUAGE plpgsql
@@ -162,7 +175,7 @@ BEGIN
     v_sample := greatest(v_buffered + v_folded, 1);
     FOR i IN 1 .. cardinality(v_lex) LOOP
         IF v_exact THEN
-            v_df := array_append(v_df, NULL::float8);  -- counted over the candidates, as 0012 did
+            v_df := array_append(v_df, NULL::float8);  -- counted over the candidates
             CONTINUE;
         END IF;
         SELECT count(*) INTO v_hits FROM unnest(v_smp) AS x(mask) WHERE get_bit(x.mask, i - 1) = 1;

@@ -1,9 +1,9 @@
--- Step 3 of embedding a session's buffered turns: those with turn_seq in [p_from, p_to) (p_to
--- NULL: no upper bound) that have no vector yet, in turn order, each as the envelope
--- fold_chunk will write, with the chunk_start its chunk is (or will be) folded at: the open
--- chunk's from the session head, a chunk flushed while open from chunk_map, else its first
--- buffered turn's time (the starts fold_sealed and flush_v1 use). No row for a purged or
--- missing session. Reads only, no lock.
+-- For the embedding of buffered turns (vec_claim_v2): a session's buffered turns with
+-- turn_seq in [p_from, p_to) (p_to NULL: no upper bound) that have no vector yet, in turn
+-- order, each as the envelope fold_chunk will write, with the chunk_start its chunk is (or
+-- will be) folded at: the open chunk's from the session head, a chunk flushed while open from
+-- chunk_map, else its first buffered turn's time (the starts fold_sealed and flush_v1 use).
+-- No row for a purged or missing session. Reads only, no lock.
 CREATE OR REPLACE FUNCTION shardstore.vec_buffered_turns(p_session uuid, p_from bigint, p_to bigint)
  RETURNS TABLE(r_chunk_seq bigint, r_chunk_start timestamp with time zone, r_turn_seq bigint, r_envelope jsonb)
  LANGUAGE plpgsql

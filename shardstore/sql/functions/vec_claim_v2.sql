@@ -1,12 +1,14 @@
--- 4. the claim. Units, at most p_limit: first queued chunks (kind 'q', locked FOR UPDATE
--- SKIP LOCKED as in vec_claim_v1; r_chunk_text holds only the envelopes of turns without
--- vectors, '[]' when every turn has them; r_found false for a chunk that vanished), then
--- buffered turns (kind 'b', one unit per chunk of a session whose embedding lock this
--- worker got; r_mark: the watermark to record once they are stored; a session whose
--- buffered turns all have vectors already gives one unit with r_chunk_seq NULL, to move
--- its watermark). Vectors of a chunk written under another chunk_start in the same
--- partition (a buffered chunk whose first turns retention removed before the fold) count
--- as its own: vec_store_v2 moves them.
+-- An embedding worker's claim: at most p_limit units. First queued chunks (kind 'q', oldest
+-- first), each embed_queue row locked FOR UPDATE SKIP LOCKED (another worker's claim is
+-- skipped, never waited for); r_chunk_text holds only the envelopes of turns without vectors,
+-- '[]' when every turn has them; r_found false for a chunk that no longer exists. Then
+-- buffered turns (kind 'b', from vec_buffered_turns): one unit per chunk of a session at or
+-- above its watermark whose embedding lock (vec_session_lock: tried, never waited for) this
+-- worker got; r_mark is the watermark to record once they are stored; a session whose
+-- buffered turns all have vectors already gives one unit with r_chunk_seq NULL, to move its
+-- watermark. Vectors of a chunk written under another chunk_start in the same partition (a
+-- buffered chunk whose first turns retention removed before the fold) count as its own:
+-- vec_store_v2 moves them.
 CREATE OR REPLACE FUNCTION shardstore.vec_claim_v2(p_session uuid, p_limit integer)
  RETURNS TABLE(r_kind text, r_session_id uuid, r_chunk_seq bigint, r_chunk_start timestamp with time zone, r_first_turn_seq bigint, r_turn_count integer, r_found boolean, r_chunk_text text, r_mark bigint)
  LANGUAGE plpgsql

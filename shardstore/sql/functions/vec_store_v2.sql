@@ -1,8 +1,16 @@
--- vec_store_v2 (0024): embedding as a tenant role failed on Citus ("COPY FROM not supported
--- with row-level security"): the windows of a unit were one INSERT ... SELECT FROM unnest(...)
--- with a window function, which Citus cannot route to one shard and runs through the
--- coordinator as a COPY. They are now one INSERT ... VALUES each, in a loop (0024's body
--- otherwise).
+-- Stores the vectors of units claimed by vec_claim_v2; r_stored counts the units stored,
+-- r_left those left for a later claim. A queued chunk ('q') that is gone leaves the queue; one
+-- that changed since the claim, is held by a writer (FOR SHARE SKIP LOCKED), belongs to a
+-- purged session or to another worker's embedding (vec_session_lock, tried) is left; else its
+-- vectors written under an earlier start in the same partition move to its start, the new
+-- windows are written and its queue row deleted. Buffered turns ('b'): the session row held FOR
+-- KEY SHARE SKIP LOCKED (rewinds and purges kept out), the embedding lock tried, each turn's
+-- buffer row held FOR KEY SHARE SKIP LOCKED or found folded into the same chunk; a turn a fold
+-- or retention holds leaves the unit for later. Turns already stored are skipped. Then each
+-- 'b' session's watermark moves up to r_mark once no buffered turn below it lacks a vector.
+-- Never waits for a row lock. One INSERT ... VALUES per window, in a loop: Citus routes each
+-- to the session's shard, while it ran the set-based INSERT ... SELECT FROM unnest through the
+-- coordinator as a COPY, which it refuses under row-level security.
 CREATE OR REPLACE FUNCTION shardstore.vec_store_v2(u_kind text[], u_session uuid[], u_chunk bigint[], u_start timestamp with time zone[], u_first bigint[], u_count integer[], u_mark bigint[], w_unit integer[], w_turn bigint[], w_at timestamp with time zone[], w_vec text[], OUT r_stored integer, OUT r_left integer)
  RETURNS record
  LANGUAGE plpgsql
