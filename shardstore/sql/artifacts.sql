@@ -1,4 +1,4 @@
--- Artifacts (migration 0012): statements by name, see shardstore/artifacts/.
+-- Artifacts: statements by name, see shardstore/artifacts/ and docs/artifacts.md.
 
 -- name: artifact_chunk_put
 INSERT INTO shardstore.artifact_chunks (upload_id, chunk_no, tenant_id, data)
@@ -30,7 +30,7 @@ SELECT shardstore.artifact_ref_many_v1(%s, %s::uuid[], %s, %s::text[], %s, %s::b
                                        %s::boolean[]);
 
 -- name: artifact_unref
--- the reference removed, its artifact marked if that was its last live one (0033)
+-- the reference removed, its artifact marked if that was its last live one
 SELECT shardstore.artifact_unref_v1(%s, %s, %s, %s);
 
 -- name: artifact_get
@@ -87,7 +87,7 @@ SELECT s.tenant_id, s.purged_at IS NOT NULL AS purged FROM shardstore.sessions s
  WHERE s.session_id = %s;
 
 -- name: artifact_session_refs
--- the artifacts a session's refs name (a session purge marks these after it, 0033)
+-- the artifacts a session's refs name (a session purge marks these after it)
 SELECT DISTINCT r.artifact_id FROM shardstore.artifact_refs r
  WHERE r.tenant_id = %s AND r.session_id = %s;
 

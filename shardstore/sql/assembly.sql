@@ -12,7 +12,7 @@
 -- segment, cut where the stored message tokens (by the counter %(counter)s; others count 0)
 -- of the ones before a summary and its own pass %(bound)s (NULL: no cut). A fork reads its
 -- ancestors' summaries of chunks it inherits whole (last turn within its bound). Each
--- segment's summaries are one call of ctx_summaries_v1 (0027: Citus plans no LATERAL
+-- segment's summaries are one call of ctx_summaries_v1 (Citus plans no LATERAL
 -- subquery with a LIMIT over a CTE), and the session's row is read by ctx_head_v1: the
 -- statement then names no distributed table and on Citus runs on the coordinator, its
 -- functions' queries routed to the shard (pushed down whole, tail_v1 would query the

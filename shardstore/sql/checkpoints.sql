@@ -1,4 +1,4 @@
--- Checkpoints (migration 0009): statements by name, see shardstore/checkpoints.py.
+-- Checkpoints: statements by name, see shardstore/checkpoints.py.
 
 -- name: checkpoint_write
 SELECT r_status AS status, r_checkpoint_id AS checkpoint_id, r_turn_seq AS turn_seq,
@@ -41,7 +41,7 @@ SELECT r_sessions AS sessions, r_deleted AS deleted, r_last AS last
   FROM shardstore.checkpoints_keep_v1(%s, %s, %s);
 
 -- name: append_checkpoint_one
--- one turn and its checkpoint (0023): a plain row, no arrays
+-- one turn and its checkpoint: scalar arguments, one plain row back, no arrays
 SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed, r_checkpoint_id
   FROM shardstore.append_checkpoint_v2(%s, %s::jsonb, %s::integer, %s::integer, %s::text,
                                        %s::bigint, %s::bigint, make_interval(secs => %s), %s,
@@ -55,7 +55,7 @@ SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed, r_checkpoint_id
 -- non-NULL id (the nil UUID when there is no `before`; the page then ignores the anchor):
 -- on Citus the statement is then routed to the session's shard whole. Filtered through
 -- the join only, or compared with NULL (folded to false, which leaves the anchor no
--- shard), it was refused there ("complex joins are only supported when all distributed
+-- shard), Citus refuses it ("complex joins are only supported when all distributed
 -- tables are co-located ...").
 SELECT s.purged_at IS NOT NULL AS purged,
        (%(before_id)s::uuid IS NULL OR a.seq IS NOT NULL) AS anchor_found,

@@ -1,4 +1,5 @@
--- Embedding of buffered turns and of queued chunks, turn by turn (migration 0021).
+-- Embedding of buffered turns and of queued chunks, turn by turn (vec_claim_v2,
+-- vec_store_v2; one vector per turn: docs/decisions/0016-one-vector-per-turn.md).
 
 -- Work waiting for the embedding pass: queued chunks, plus the chunks of buffered turns at
 -- or above their session's watermark (of one session, when given). An upper bound: a

@@ -1,5 +1,6 @@
 -- Facts (shardstore/facts.py): durable memory about a subject with provenance. The writers
--- are the functions of migration 0008; reads name the index facts_recall's prefix.
+-- are functions (fact_remember_v1, fact_forget_v1, facts_purge_subject_v1); reads name the
+-- index facts_recall's prefix.
 
 -- name: fact_remember
 SELECT r_status AS status, r_detail AS detail, r_fact_id AS fact_id,

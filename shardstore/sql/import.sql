@@ -12,7 +12,7 @@ RETURNING session_id;
 UPDATE shardstore.sessions SET created_at = %s WHERE session_id = %s AND next_turn_seq = 0;
 
 -- name: import_turns
--- a batch of past turns; sealed chunks holding the newest keep_turns turns stay buffered (0040)
+-- a batch of past turns; sealed chunks holding the newest keep_turns turns stay buffered
 SELECT r_status AS status, r_index AS index, r_sealed AS sealed
   FROM shardstore.import_turns_v3(%s, %s, %s::jsonb, %s::integer[], %s::integer[], %s::text[],
                                   %s::timestamptz[], %s, %s, make_interval(secs => %s), %s, %s);

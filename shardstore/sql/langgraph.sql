@@ -1,4 +1,4 @@
--- LangGraph checkpointer (migration 0016): statements by name, see
+-- LangGraph checkpointer: statements by name, see
 -- shardstore/integrations/langgraph.py.
 
 -- name: lg_sessions

@@ -41,7 +41,7 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
 -- name: session_list
 -- live sessions newest first, paged by the keyset (created_at, session_id): sent unprepared
 -- so that it is planned with its values and the NULL filters fold away, reading one of the
--- partial indexes of migration 0010 in order (sessions_list*)
+-- partial indexes sessions_list* in order
 SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, created_at,
        next_turn_seq AS turn_count, open_chunk_seq + (open_turns > 0)::int AS chunk_count,
        purged_at IS NOT NULL AS purged, last_turn_at
@@ -62,14 +62,15 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
 SELECT created_at, session_id FROM shardstore.sessions WHERE session_id = %s;
 
 -- name: append
--- a batch; sealed chunks holding the newest keep_turns turns stay buffered (0040)
+-- a batch; sealed chunks holding the newest keep_turns turns stay buffered
 SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
        r_duplicate AS duplicate, r_sealed AS sealed
   FROM shardstore.append_v2(%s, %s::jsonb, %s::integer[], %s::integer[], %s::text[], %s, %s,
                             make_interval(secs => %s), %s, %s);
 
 -- name: append_one
--- one turn: append_seal_one's fast path, else the batch path (append_v2) in the same call
+-- one turn: the fast path (append_to_open_chunk), else the one-statement seal
+-- (append_seal_one), else the batch path (append_v2), in the same call
 SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed
   FROM shardstore.append_one_v2(%s, %s::jsonb, %s::integer, %s::integer, %s::text, %s::bigint,
                                 %s::bigint, make_interval(secs => %s), %s);
@@ -78,11 +79,11 @@ SELECT r_turn_seq, r_chunk_seq, r_tokens, r_duplicate, r_sealed
 SELECT shardstore.flush_v1(%s);
 
 -- name: fold_sealed
--- the sealed chunks, less the newest ones holding the session's newest keep_turns turns (0035)
+-- the sealed chunks, less the newest ones holding the session's newest keep_turns turns
 SELECT shardstore.fold_sealed_v2(%s, %s);
 
 -- name: fold_sealed_indexed
--- the same, and the windows of the session's buffered turns that have none (0038), in one
+-- the same, and the windows of the session's buffered turns that have none, in one
 -- round trip; either order gives the same rows (a fold does not index a turn twice); and
 -- whether the database indexes text at all, which the background folder keeps to know
 -- whether text passes are worth asking for
@@ -96,8 +97,9 @@ SELECT shardstore.fold_sealed_v2(%s, %s), shardstore.text_index_buffered_v1(%s),
 -- concatenation, because json_build_object/json_build_array look up every argument's type
 -- output at every row and a timestamp's JSON form costs as much again: on 20 buffered
 -- ~700-token turns this takes 68 us in the server against 92 us for json_build_array and
--- 133 us for 0037's json_build_object + ordered json_agg (the floor's 20 rows: 65 us;
--- docs/architecture.md "Round 9"). The aggregate reads the function scan's rows in the
+-- 133 us for json_build_object + ordered json_agg (the floor's 20 rows: 65 us;
+-- docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md). The
+-- aggregate reads the function scan's rows in the
 -- order tail_v1 returns them (one scan, no join, no sort); no rows give NULL.
 SELECT '[' || string_agg('[' || t.r_turn_seq || ',' || t.r_chunk_seq || ',' || t.r_tokens
                          || ',' || (extract(epoch FROM t.r_created_at) * 1000000)::bigint

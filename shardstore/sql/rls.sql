@@ -1,5 +1,7 @@
 -- Tenant isolation with Row-Level Security (shardstore/rls.py, docs/security.md). The
--- policies and switches are the functions of migrations 0004 and 0006 (the registry).
+-- switches are functions over the table registry (enable_rls_v2, disable_rls_v2,
+-- rls_enabled_v2); the policies (rls_install_policy) compare a tenant column with
+-- rls_tenant_v2(), or look the session's tenant up against rls_tenant_v1().
 
 -- name: rls_enable
 SELECT t FROM shardstore.enable_rls_v2(%s) AS t;

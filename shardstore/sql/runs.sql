@@ -1,4 +1,4 @@
--- Runs (shardstore/runs.py): the writers are run_open_v1 / run_update_v1 of migration 0007;
+-- Runs (shardstore/runs.py): the writers are the functions run_open_v1 / run_update_v1;
 -- every statement returns a run's columns by name (awaiting and metadata as JSON text, read
 -- by jsoncodec), the writers an outcome beside them.
 

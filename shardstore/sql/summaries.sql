@@ -1,4 +1,4 @@
--- Chunk summaries and their queue (migration 0012, shardstore/summaries.py).
+-- Chunk summaries and their queue (shardstore/summaries.py).
 
 -- name: summary_queue_count
 SELECT count(*)
@@ -9,7 +9,7 @@ SELECT count(*)
 -- Claims the oldest queued chunk no other worker holds that is sealed (before the session's
 -- open chunk) and wholly folded, skipping the chunks this pass already tried; the lock
 -- lasts until the worker's transaction ends (a worker that dies leaves nothing locked).
--- Each candidate is locked on its own (summary_claim_v1, 0027: one shard at a time on Citus).
+-- Each candidate is locked on its own (summary_claim_v1: one shard at a time on Citus).
 -- name: summary_claim
 SELECT r_session_id AS session_id, r_chunk_seq AS chunk_seq, r_chunk_start AS chunk_start,
        r_first_turn_seq AS first_turn_seq, r_turn_count AS turn_count, r_chunk_end AS chunk_end,

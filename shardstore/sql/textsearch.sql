@@ -1,11 +1,11 @@
--- Full-text and hybrid search (migration 0012, shardstore/textsearch.py).
+-- Full-text and hybrid search (shardstore/textsearch.py, docs/search.md).
 
 -- The best-matching turns of a scope for a text query: every turn window in turn_text (folded
--- turns, and buffered ones a pass indexed: 0038) and every other buffered turn of the scope
+-- turns, and buffered ones a text pass indexed) and every other buffered turn of the scope
 -- (indexed on the fly, as fold_chunk indexes them), a
 -- session's fork lineage included, scored by BM25 over a bounded candidate set (see
--- text_rank_v1 in migration 0019: a common lexeme adds candidates only from the scope's
--- %(sample)s newest windows; rarer ones add every window holding them). At most %(n)s
+-- text_rank_v1: a common lexeme adds candidates only from the scope's %(sample)s newest
+-- windows; rarer ones add every window holding them, unless more than %(cap)s do). At most %(n)s
 -- turns, best first, ties by position; session_id is the session whose row holds the turn.
 -- name: text_search
 SELECT r.r_session_id AS session_id, r.r_chunk_seq AS chunk_seq, r.r_turn_seq AS first_turn_seq,
@@ -43,7 +43,7 @@ SELECT shardstore.text_configure_v1(%s::regconfig);
 -- name: text_config_get
 SELECT shardstore.text_config_read_v1()::text;
 
--- The windows of a session's buffered turns that have none (migration 0038); the number of
+-- The windows of a session's buffered turns that have none; the number of
 -- turns indexed.
 -- name: text_index_buffered
 SELECT shardstore.text_index_buffered_v1(%s);

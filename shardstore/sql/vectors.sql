@@ -1,10 +1,10 @@
--- Embeddings and vector search (migration 0005).
+-- Embeddings and vector search (shardstore/embedding.py, docs/search.md).
 
 -- name: vec_config_get
 SELECT model, dimension, window_tokens FROM shardstore.embedding_config;
 
 -- name: vec_configure
--- v2 (0021): a reset clears the buffered-turn watermarks too
+-- a reset (or the first model) also clears the buffered-turn watermarks
 SELECT shardstore.vec_configure_v2(%s, %s, %s, %s)::text;
 
 -- name: vec_requeue_all

@@ -1,11 +1,11 @@
--- * append_checkpoint_v2: append_checkpoint_v1 for ONE turn, the form append_turn(...,
---   checkpoint=state) sends: scalar arguments (no arrays to build and unpack), the turn
---   through append_one_v2 (one round trip even when it seals), one row back. Same rules:
---   the checkpoint's key is 't:' || the turn's key; a duplicate turn stores nothing and
---   returns the first checkpoint's id (NULL if that append wrote none); a failing
---   checkpoint insert rolls the turn back; a concurrent retry of the key fails the fast
---   path's turn_keys insert and the client reruns through append_checkpoint_v1 with
---   p_fast false. Batches keep append_checkpoint_v1.
+-- One turn and a checkpoint at it, the form append_turn(..., checkpoint=state) sends: scalar
+-- arguments (no arrays to build and unpack), the turn through append_one_v2 (one round trip
+-- even when it seals), one row back. The checkpoint's key is 't:' || the turn's key: a
+-- duplicate turn stores nothing and returns the first checkpoint's id (NULL if that append
+-- wrote none); a failing checkpoint insert rolls the turn back. The append holds the session
+-- row, so the head read after it is this turn's. A concurrent retry of the key fails the fast
+-- path's turn_keys insert (unique violation) and the client reruns through
+-- append_checkpoint_v1 with p_fast false. Batches use append_checkpoint_v1.
 CREATE OR REPLACE FUNCTION shardstore.append_checkpoint_v2(p_session_id uuid, p_message jsonb, p_tokens integer, p_bytes integer, p_key text, p_budget_tokens bigint, p_budget_bytes bigint, p_interval interval, p_origin timestamp with time zone, p_checkpoint_id uuid, p_state jsonb)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_duplicate boolean, r_sealed boolean, r_checkpoint_id uuid)
  LANGUAGE plpgsql

@@ -1,11 +1,10 @@
--- ctx_summaries_v1 (new; used by the `ctx_read` statement of shardstore/sql/assembly.sql):
--- the summaries of one lineage segment a context may use, newest first: chunk_seq in
--- [p_chunk_from, p_chunk_to), last_turn_seq in [p_turn_min, p_turn_max], at most p_limit
--- (NULL: all). The statement had these as LATERAL subqueries over the segments with a
--- LIMIT, which Citus cannot plan ("Limit clause is currently unsupported when a lateral
--- subquery references a column from complex subqueries, CTEs or local tables"); as a
--- function each is one index range of one session (one shard), as tail_v1 in the same
--- statement.
+-- The summaries of one lineage segment a context may use (the ctx_read statement of
+-- shardstore/sql/assembly.sql), newest first: chunk_seq in [p_chunk_from, p_chunk_to),
+-- last_turn_seq in [p_turn_min, p_turn_max], at most p_limit (NULL: all). A function, not a
+-- LATERAL subquery with a LIMIT over the segments, which Citus cannot plan ("Limit clause is
+-- currently unsupported when a lateral subquery references a column from complex subqueries,
+-- CTEs or local tables"): each call is one index range of one session (one shard), like
+-- tail_v1 in the same statement.
 CREATE OR REPLACE FUNCTION shardstore.ctx_summaries_v1(p_session uuid, p_chunk_from bigint, p_chunk_to bigint, p_turn_min bigint, p_turn_max bigint, p_limit integer)
  RETURNS TABLE(chunk_seq bigint, first_turn_seq bigint, last_turn_seq bigint, summary text, tokens integer, model text, created_at timestamp with time zone, message_tokens integer, counted_by text)
  LANGUAGE plpgsql

@@ -1,7 +1,7 @@
 -- The LangGraph checkpointer's get_tuple in one round trip.
 --
 -- langgraph_get_v1 reads, in one statement and so one snapshot (a STABLE function's
--- queries all see the snapshot of the statement that calls it), what get_tuple read in a
+-- queries all see the snapshot of the statement that calls it), what would otherwise take a
 -- repeatable-read transaction of three statements: the checkpoint (the one named, else the
 -- newest of its namespace), its pending writes in LangGraph's order, and the session's head
 -- (the turn count, the last append's time, whether it was purged, and the first turn still

@@ -1,7 +1,7 @@
 -- restore(n | max_tokens) and checkpoints() in one round trip each.
 --
 -- restore_window_v1 reads, in one statement and so one snapshot (a STABLE function's
--- queries all see the snapshot of the statement that calls it), what restore() read in a
+-- queries all see the snapshot of the statement that calls it), what would otherwise take a
 -- repeatable-read transaction of five statements: the session's head, the checkpoint (the
 -- newest, or the one named), the window of turns up to its position (tail_at_v1, newest
 -- first, as tail_window's JSON array), the message of the turn just before the window

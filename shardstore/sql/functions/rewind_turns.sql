@@ -65,7 +65,8 @@ BEGIN
                       WHERE m.session_id = p_session_id AND m.first_turn_seq <= p_to))
       INTO v_cut_chunk;
 
-    -- 1. buffered turns from the cut on, first (see the concurrency note at the top)
+    -- 1. buffered turns from the cut on, first, and the folded chunks read after (as
+    -- purge_rows does: a fold moving these rows is waited for, one committed before is seen)
     DELETE FROM shardstore.turn_buffer b WHERE b.session_id = p_session_id AND b.turn_seq >= p_to;
 
     -- 2. the new open chunk, and its kept buffered turns locked (no fold moves them now)

@@ -1,4 +1,7 @@
--- 3. the connection's tenant, as a function a policy may call without a subquery
+-- The tenant this connection may see (its role's binding in rls_role_tenants, else SET
+-- [LOCAL] shardstore.tenant_id; NULL: none), as a function a policy may call without a
+-- subquery (what Citus needs). rls_tenant_v1 with a SQL-standard body: names are bound when
+-- it is created.
 CREATE OR REPLACE FUNCTION shardstore.rls_tenant_v2()
  RETURNS text
  LANGUAGE sql

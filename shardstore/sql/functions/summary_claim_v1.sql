@@ -1,11 +1,12 @@
--- summary_claim_v1 (new; the `summary_claim` statement was one SELECT): a summary worker
--- claimed its chunk with FOR UPDATE OF the queue SKIP LOCKED in a query over every session,
--- which Citus refuses across shards, and whose correlated unnest() of the chunks already
--- tried failed to plan there ("failed to postpone qual containing lateral reference"). Now
--- the candidates are read unlocked, oldest first, a page at a time, and each is locked on
--- its own (one shard) until one is got: the claim the statement made (the oldest sealed,
--- wholly folded chunk of a live session that no other worker holds and this pass has not
--- tried), with the chunk's row (NULL columns: the chunk is gone).
+-- A summary worker's claim: the oldest queued chunk (p_session's, or any session's) that is
+-- sealed and wholly folded, of a live session, that no other worker holds and this pass has
+-- not tried (p_tried_sessions / p_tried_chunks), with the chunk's row (NULL columns: the chunk
+-- is gone); no row when there is none. Candidates are read unlocked, oldest first, 64 at a
+-- time, and each queue row is locked on its own (FOR UPDATE SKIP LOCKED: never waits) until
+-- one is got; the lock is held to the caller's commit. One row at a time because Citus
+-- refuses FOR UPDATE ... SKIP LOCKED over every session's shards, and failed to plan a
+-- correlated unnest() of the chunks already tried ("failed to postpone qual containing
+-- lateral reference").
 CREATE OR REPLACE FUNCTION shardstore.summary_claim_v1(p_session uuid, p_tried_sessions uuid[], p_tried_chunks bigint[])
  RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_chunk_start timestamp with time zone, r_first_turn_seq bigint, r_turn_count integer, r_chunk_end timestamp with time zone, r_chunk_text text)
  LANGUAGE plpgsql
