@@ -9,7 +9,8 @@ it in one statement.
 
 Each public function below whose first parameter is ``store`` is a store method, bound
 once into :class:`shardstore.Store` and once into :class:`shardstore.AsyncStore`; its
-docstring is the method's. Schema: migration 0009; statements: ``sql/checkpoints.sql``.
+docstring is the method's. Schema: docs/checkpoints.md, "How it works"; statements:
+``sql/checkpoints.sql``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from .models import Turn
 from .plans import trim_tail
 from .sql import query
 
-# idempotency keys are namespaced in the table (see migration 0009)
+# idempotency keys are namespaced in the table: 'c:' for a checkpoint's own key, 't:' for
+# one written with a turn (append_checkpoint_v1/v2), so the two kinds never collide
 _CHECKPOINT_KEY = "c:"
 
 

@@ -8,7 +8,9 @@ believe on 3 March?" (:func:`recall` with ``as_of``) and "why does it think that
 (:func:`fact_history`, each version's ``source_session_id`` / ``source_turn_seq``) have
 answers.
 
-Rules (migration 0008 enforces them in the database too):
+Rules (the database enforces them too: ``fact_remember_v1`` / ``fact_forget_v1``, the
+unique index ``facts_current`` and the session-table registry; docs/facts.md,
+"How it works"):
 
 * per (tenant, subject, key) at most one version is valid at any instant; writers of one
   key serialise, and a second open version is refused by a unique index;

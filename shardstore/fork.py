@@ -1,10 +1,11 @@
 """Fork: a new session whose history is another session's turns 0..N, shared, not copied.
 
 Each public function below whose first parameter is ``store`` is a store method, bound once
-into :class:`shardstore.Store` and once into :class:`shardstore.AsyncStore`; its docstring
-is the method's. Schema: the fork migration (``fork_v1``, the lineage columns of
-``sessions``, ``fork_segments_v1``, copy-on-write); statements: ``sql/fork.sql``. How reads
-follow a lineage is in :mod:`shardstore.history` (``segments_op``).
+into :class:`shardstore.Store` and once into :class:`shardstore.AsyncStore`; its docstring is
+the method's. Schema: docs/fork.md, "How it works" (the lineage columns of ``sessions``,
+``fork_copies``; ``fork_v1``, ``fork_segments_v1``, copy-on-write); statements:
+``sql/fork.sql``. How reads follow a lineage is in :mod:`shardstore.history`
+(``segments_op``).
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 
 * :class:`HistoryPartitions` is :class:`partition_manager.RangeTable` for
   ``agent_history``, with the steps that have side effects done by shardstore's SQL
-  functions (``maint_*_v1`` in migrations 0003 and later, shared with the in-database
-  ``CALL shardstore.run_maintenance()``): the partitioning comes from ``shardstore.config``,
-  ATTACH goes through ``maint_attach_partition_v1``, retiring and dropping through
-  ``maint_retire_v1`` / ``maint_drop_retired`` (which also forget the dropped chunks'
-  locations, idempotency keys and registered chunk-level rows);
+  functions (the ``maint_*`` functions, which the in-database
+  ``CALL shardstore.run_maintenance()`` calls too): the partitioning comes from
+  ``shardstore.config``, ATTACH goes through ``maint_attach_partition_v1``, retiring and
+  dropping through ``maint_retire_v1`` / ``maint_drop_retired_v2`` (which also forget the
+  dropped chunks' locations, idempotency keys and the rows of registered tables keyed by
+  those chunks or their turns);
 * :class:`_Hooks` adds shardstore's work to a run: fold idle sessions' buffers, delete rows
   older than the retention boundary, log the run in ``maintenance_runs``;
 * :func:`maintain` is the store method (one operation on one connection: the partition run,
@@ -57,7 +58,7 @@ DEFAULT_FLUSH_IDLE = timedelta(minutes=5)
 DEFAULT_LOCK_TIMEOUT = timedelta(seconds=1)
 MAX_LOCK_TIMEOUT = timedelta(milliseconds=2**31 - 1)
 # Fixed forever: every maintenance run (Python or CALL shardstore.run_maintenance()) takes
-# this session-level advisory lock; 0003_maintenance.sql has the same number.
+# this session-level advisory lock; sql/functions/run_maintenance.sql has the same number.
 MAINTENANCE_LOCK_KEY = 0x5348_4152_4453_0002
 EXPIRE_BATCH = 1000
 # the longest embed_seconds: a day (a run is meant to fit a schedule)
@@ -123,7 +124,7 @@ class HistoryPartitions(RangeTable):
         return str(retired)
 
     def drop_op(self, retired: str, lock_timeout: timedelta) -> Op[None]:
-        """``maint_drop_retired``: drop the retired table and forget its chunks."""
+        """``maint_drop_retired_v2``: drop the retired table and forget its chunks."""
         yield Q(query("maint_drop_retired"), (retired, lock_timeout.total_seconds()), fetch="one")
 
 

@@ -4,16 +4,17 @@ everything older than a point in time, from every shardstore table.
 Guarantees (docs/purge.md explains them at length):
 
 * **Atomic per session.** Each session is purged by one SQL function call
-  (``purge_session_data`` / ``purge_range_data`` in migration 0002); a batch of sessions is one
-  transaction. A crash or an error leaves every session either untouched or fully purged,
-  and running the same purge again finishes the job (the plan is recomputed from what is
-  left: purged sessions are tombstoned, range-purged ones no longer have older turns).
+  (``purge_session_v2`` / ``purge_range_v2`` / ``purge_expired_v1``, around
+  ``purge_session_data`` / ``purge_range_data``); a batch of sessions is one transaction. A
+  crash or an error leaves every session either untouched or fully purged, and running the
+  same purge again finishes the job (the plan is recomputed from what is left: purged
+  sessions are tombstoned, range-purged ones no longer have older turns).
 * **Complete.** A purge clears the write buffer, the chunks (by exact partition key; the
   chunk holding a range cut is rewritten without the purged turns), chunk locations,
   idempotency keys, detached partitions waiting for archive, and every table registered in
   ``shardstore.purge_targets`` (later tables register there). It is safe against
-  concurrent appends (they wait or get ``SessionPurged``) and background folds (see the
-  concurrency note in 0002_purge.sql).
+  concurrent appends (they wait or get ``SessionPurged``) and background folds (docs/purge.md,
+  "Guarantees").
 * **Tombstone.** A purged session keeps its sessions row with ``purged_at`` set, its
   ``tenant_id``, ``created_at`` and turn count; ``subject_id``, ``agent_id`` and
   ``metadata`` are cleared. Appending, reading or re-creating it raises ``SessionPurged``.
@@ -178,7 +179,8 @@ class _Acc:
         self.tables[table] = self.tables.get(table, TableRemoval()) + removal
 
     def merge(self, session_id: uuid.UUID, doc: dict[str, Any]) -> None:
-        """Add one session's result (the JSON a purge_*_v1 function returned)."""
+        """Add one session's result (the JSON a purge_session_v2, purge_range_v2 or
+        purge_expired_v1 call returned)."""
         touched = False
         for table, (rows, rewritten, size) in (doc.get("tables") or {}).items():
             self.add(table, TableRemoval(int(rows), int(rewritten), int(size)))
@@ -333,9 +335,9 @@ def purge_sessions_op(
 
 
 def subject_facts_op(acc: _Acc, tenant_id: str, subject_id: str) -> Op[None]:
-    """The subject's facts (migration 0008), also those with no source turn: one statement
-    after the subject's sessions are purged (which removed the facts sourced in them). A dry
-    run counts them and removes nothing."""
+    """The subject's facts, also those with no source turn: one statement
+    (``facts_purge_subject_v1``) after the subject's sessions are purged (which removed the
+    facts sourced in them). A dry run counts them and removes nothing."""
     (doc,) = yield Q(
         query("facts_purge_subject"), (tenant_id, subject_id, acc.dry_run), fetch="one"
     )

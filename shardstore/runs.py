@@ -5,10 +5,11 @@ waits for an approval (what it waits for and since when are on the row), and end
 or ``failed``; a closed run never changes again. "What is waiting on a human?" is one
 indexed query: ``runs(status="awaiting_human", tenant_id=t)``.
 
-The table (migration 0007) is a registered session table: purges and retention remove a
-session's runs with it, and Row-Level Security scopes them to the connection's tenant.
-Every write is one call of a SQL function (``run_open_v1`` / ``run_update_v1``) that takes
-the session's purge guard, so a run is never written into a purged session.
+The table (``shardstore.runs``; docs/runs.md, "How it works") is a registered session table:
+purges and retention remove a session's runs with it, and Row-Level Security scopes them to
+the connection's tenant. Every write is one call of a SQL function (``run_open_v1`` /
+``run_update_v1``) that takes the session's purge guard, so a run is never written into a
+purged session.
 
 Each public function below whose first parameter is ``store`` is a store method, bound once
 into :class:`shardstore.Store` and once into :class:`shardstore.AsyncStore`.

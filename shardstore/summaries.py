@@ -1,12 +1,12 @@
 """Chunk summaries: a worker pass that summarises sealed chunks with the user's model, and
 their listing. Summaries never replace turns: ``history()`` is the same before and after.
 
-Lifecycle (migration 0012): a fold queues its chunk; :func:`summarize` takes sealed,
-wholly folded chunks from the queue, one per transaction, calls the summarizer with the
-chunk's turns while holding the queue row (``FOR UPDATE SKIP LOCKED``: several workers
-never summarise the same chunk), and stores the summary only if the chunk is unchanged;
-a range purge or rewind that rewrites a chunk deletes its summary and queues it again;
-purges delete the summaries of what they purge (the session-table registry).
+Lifecycle (docs/context.md, "How it works"): a fold queues its chunk; :func:`summarize` takes
+sealed, wholly folded chunks from the queue, one per transaction, calls the summarizer with
+the chunk's turns while holding the queue row (``FOR UPDATE SKIP LOCKED``: several workers
+never summarise the same chunk), and stores the summary only if the chunk is unchanged; a
+range purge or rewind that rewrites a chunk deletes its summary and queues it again; purges
+delete the summaries of what they purge (the session-table registry).
 
 Each public function whose first parameter is ``store`` is a store method, bound into
 :class:`shardstore.Store` and :class:`shardstore.AsyncStore` alike.

@@ -1,11 +1,12 @@
 """The artifact store's operations and store methods: put (upload, verify, then make
 visible), read, reference, unreference, list.
 
-The protocol (migration 0014 explains the race it wins): bytes are uploaded first and
-become visible ('ready') only after their stored hash was verified; a reference can only
-name a ready artifact and is written in one statement that also marks the artifact row, so
-a sweep racing it either sees the reference or finds the row changed and leaves it. A put
-that dies leaves an unreferenced row (or only staged bytes) that the sweep collects.
+The protocol (docs/artifacts.md, "How it works", explains the race it wins): bytes are
+uploaded first and become visible ('ready') only after their stored hash was verified; a
+reference can only name a ready artifact and is written in one statement that also marks
+the artifact row, so a sweep racing it either sees the reference or finds the row changed
+and leaves it. A put that dies leaves an unreferenced row (or only staged bytes) that the
+sweep collects.
 
 * postgres backend: the chunks, their verification and the row go in one transaction; a
   client that dies mid-upload leaves nothing.

@@ -3,14 +3,15 @@ the immediate release a GDPR purge makes.
 
 Mark: an artifact without a live reference gets ``unreferenced_since``; one that has a live
 reference again is cleared. The paths that remove references mark what they released
-themselves (migration 0033): unref, keep_checkpoints and rewind at once, a purge in its
-release step (below); retention leaves it to this mark phase (the grace then starts at the
-sweep that finds the artifact without a live reference). Sweep: artifacts unreferenced for
-longer than the grace period, and uploads that never became ready or referenced, are
-deleted — postgres rows with their chunks in one statement; objects elsewhere by marking
-the row 'deleting', removing the object while holding the row, then the row. A sweep that
-dies leaves 'deleting' rows; the next one finishes them. Staged uploads of clients that died
-are removed when older than the grace (and than an hour)."""
+themselves (``artifacts_released_v1``; not a trigger, since Citus distributes no table with
+one: docs/artifacts.md, "How it works"): unref, keep_checkpoints and rewind at once, a purge
+in its release step (below); retention leaves it to this mark phase (the grace then starts at
+the sweep that finds the artifact without a live reference). Sweep: artifacts unreferenced
+for longer than the grace period, and uploads that never became ready or referenced, are
+deleted — postgres rows with their chunks in one statement; objects elsewhere by marking the
+row 'deleting', removing the object while holding the row, then the row. A sweep that dies
+leaves 'deleting' rows; the next one finishes them. Staged uploads of clients that died are
+removed when older than the grace (and than an hour)."""
 
 from __future__ import annotations
 

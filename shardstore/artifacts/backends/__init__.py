@@ -22,7 +22,7 @@ class Staging(Protocol):
 
 
 class ObjectBackend(Protocol):
-    """An object store the artifact protocol drives (see migration 0014): stage the bytes,
+    """An object store the artifact protocol drives (docs/artifacts.md): stage the bytes,
     place them at their key atomically, verify what is stored, read, delete."""
 
     @property
