@@ -1,10 +1,11 @@
 """Embedding models and the cutting of chunks into model-sized windows.
 
 A chunk (~10k tokens) is far longer than an embedding model's window (256 word pieces for
-all-MiniLM-L6-v2, 8,192 for BGE-M3). shardstore stores one vector per *window*: consecutive
-turns packed up to the model's window, a turn longer than a window split into several. So a
-single fact stays findable however long its chunk is (docs/architecture.md, "Search", has
-the measurement against one pooled vector per chunk).
+all-MiniLM-L6-v2, 8,192 for BGE-M3). shardstore stores one vector per *window*: one window
+per turn, a turn longer than the model's window split into several (:func:`plan_windows`).
+So a single fact stays findable however long its chunk is
+(docs/decisions/0016-one-vector-per-turn.md has the measurement against one pooled vector
+per chunk and against turns packed into shared windows).
 
 The model is anything with the :class:`Embedder` shape; :class:`SentenceTransformerEmbedder`
 is the implementation shipped (``pip install 'shardstore[embeddings]'``). Loading never
@@ -336,9 +337,9 @@ def plan_windows(
     Every turn is in at least one window; windows are in turn order and never empty.
 
     Turns are not packed together: a short fact sharing a window with its neighbours is
-    averaged away by the model's mean pooling (benchmarks/window_vs_pooled.py: packing to
-    the window size found the planted fact's chunk first for 35% of questions, one turn
-    per window for 88%)."""
+    averaged away by the model's mean pooling (benchmarks/probes/window_vs_pooled.py:
+    packing to the window size found the planted fact's chunk first for 35% of questions,
+    one turn per window for 88%; docs/decisions/0016-one-vector-per-turn.md)."""
     if window_tokens < 1:
         raise ValueError("window_tokens must be >= 1")
     texts = [t[2] for t in turns]

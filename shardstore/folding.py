@@ -7,8 +7,9 @@ waits for a fold. If a process dies first, the chunk waits in the buffer for the
 fold of that session, ``store.flush()`` or maintenance: nothing is lost either way.
 
 A fold leaves the newest sealed chunks holding the session's newest ``default_tail_turns``
-turns in the buffer (``keep_turns``, migration 0035): a default ``tail()`` then reads
-buffer rows only. They are folded by a later seal's fold, ``flush()`` or maintenance.
+turns in the buffer (``keep_turns``): a default ``tail()`` then reads buffer rows only
+(docs/decisions/0006-folds-keep-the-tail-buffered.md). They are folded by a later seal's
+fold, ``flush()`` or maintenance.
 """
 
 from __future__ import annotations

@@ -197,7 +197,8 @@ def sessions(
     ``since``: only sessions created at or after this timezone-aware time. Paging is by
     keyset: pass the last SessionInfo of a page (or its session id) as ``before`` to get
     the sessions listed after it; sessions created meanwhile never shift a page. One range
-    scan of an index of migration 0010 when ``tenant_id`` is given.
+    scan of a partial index on live sessions (``sessions_list`` or its subject or agent
+    variant) when ``tenant_id`` is given.
 
     ``external_id``: only sessions an adapter or importer made for this framework id (a
     LangGraph thread id, an Agents or LangChain session id: ``metadata["external_id"]``,
@@ -275,8 +276,9 @@ def append_op(
         ctx.partition_origin,
     )
     if len(batch.texts) == 1:
-        # one statement whatever happens (append_one_v2: the fast path, else append_v2);
-        # a unique violation is a concurrent retry of the same key: rerun as a batch below
+        # one statement whatever happens (append_one_v2: the open chunk's fast path, the
+        # seal's statement, else append_v2); a unique violation is a concurrent retry of
+        # the same key: rerun as a batch below
         first = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
         one = yield from rerun_on_deadlock(
             Q(query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION)
@@ -287,7 +289,8 @@ def append_op(
             return AppendOutcome(sid, [result], bool(sealed))
     texts = "[" + ",".join(batch.texts) + "]"
     # the chunks holding the newest default_tail_turns turns stay buffered, as the fold after
-    # a seal leaves them (0040), so that a default tail() after a batch reads buffer rows
+    # a seal leaves them, so that a default tail() after a batch reads buffer rows
+    # (docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md)
     keep = ctx.settings.default_tail_turns
     params = (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking, keep)
     rows = yield from rerun_on_deadlock(Q(query("append"), params, named=True))
@@ -366,11 +369,13 @@ def fold_sealed_op(session_id: uuid.UUID, keep_turns: int = 0) -> Op[int]:
     """Fold a session's sealed chunks from the buffer into agent_history, except the newest
     ones holding any of its newest ``keep_turns`` turns (0: every sealed chunk): those stay
     buffered until a later fold, so that a tail of up to ``keep_turns`` turns reads buffer
-    rows only, never a compressed chunk (migration 0035). Returns the turns moved.
+    rows only, never a compressed chunk (docs/decisions/0006-folds-keep-the-tail-buffered.md).
+    Returns the turns moved.
 
     With ``keep_turns``, the session's buffered turns that have no full-text windows get
-    them in the same statement (migration 0038; the kept chunks' turns, mostly), so that text
-    search does not index them again on every call while they wait."""
+    them in the same statement (``text_index_buffered_v1``; the kept chunks' turns, mostly),
+    so that text search does not index them again on every call while they wait
+    (docs/decisions/0010-text-index-for-buffered-turns.md)."""
     moved, _text_search = yield from _fold_sealed(session_id, keep_turns)
     return moved
 
@@ -396,10 +401,11 @@ def _fold_sealed(session_id: uuid.UUID, keep_turns: int) -> Op[tuple[int, bool]]
 
 TEXT_INDEX_EVERY = 16
 """With a background folder, a session is handed to it every this many turns even without a
-seal, so that its open chunk's turns get their full-text windows (0038) off the append path
-and text search does not index them at every call; 0 turns that off. Not while the folder's
-last pass found text search off (``configure_text_search(None)``): each seal's fold tells
-it again, so a database switched back on gets its passes from the next seal on."""
+seal, so that its open chunk's turns get their full-text windows off the append path
+and text search does not index them at every call
+(docs/decisions/0010-text-index-for-buffered-turns.md); 0 turns that off. Not while the
+folder's last pass found text search off (``configure_text_search(None)``): each seal's fold
+tells it again, so a database switched back on gets its passes from the next seal on."""
 
 
 def _indexing_due(results: Sequence[AppendResult]) -> bool:

@@ -75,7 +75,7 @@ class Chunk:
     write buffer); every other chunk is sealed and takes no more turns. ``partition`` names
     the ``agent_history`` partition holding a chunk's folded turns; None while all its turns
     are still in the write buffer (the open chunk, a sealed chunk whose fold has not run, or
-    one of the newest sealed chunks, which folds keep there for ``tail()``: migration 0035).
+    one of the newest sealed chunks, which folds keep there for ``tail()``).
     """
 
     chunk_seq: int

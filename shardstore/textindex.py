@@ -1,4 +1,5 @@
-"""Full-text windows of buffered turns, written ahead of their fold (migration 0038).
+"""Full-text windows of buffered turns, written ahead of their fold, so that text search does
+not index them on the fly at every call (docs/decisions/0010-text-index-for-buffered-turns.md).
 
 Folded turns always have their windows in ``shardstore.turn_text`` (``fold_chunk`` writes them
 as it folds). A buffered turn gets them from :func:`index_buffered_op`: the store runs it after

@@ -1,10 +1,11 @@
 """Full-text and hybrid search: operations (sans-IO) and the pure fusion rule.
 
 Text search reads ``shardstore.turn_text`` (each turn window's lexemes as sorted hashes,
-migration 0042; written by ``fold_chunk`` as it folds the turns, and for buffered turns by
-:mod:`shardstore.textindex`) and indexes the buffered turns that have none yet on the fly,
-so every appended turn is found without any worker having run. Hybrid search fuses the
-text ranking with the vector ranking by reciprocal rank fusion (:func:`fuse`), turn by turn.
+docs/decisions/0012-text-windows-as-lexeme-hashes.md says why; written by ``fold_chunk`` as
+it folds the turns, and for buffered turns by :mod:`shardstore.textindex`) and indexes the
+buffered turns that have none yet on the fly, so every appended turn is found without any
+worker having run. Hybrid search fuses the text ranking with the vector ranking by reciprocal
+rank fusion (:func:`fuse`), turn by turn.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def text_ranking_op(ctx: Context, scope: SearchScope, text: str, n: int) -> Op[l
     """The ``n`` best-matching turns of the scope for ``text``, best first (folded and
     buffered turns alike, a session's fork lineage included; ``session_id`` is the turn's
     owner). The work is bounded: at most :data:`TEXT_SAMPLE` windows plus
-    :data:`TEXT_CAP` per rare query lexeme are scored (``text_rank_v1``, migration 0019)."""
+    :data:`TEXT_CAP` per rare query lexeme are scored (``text_rank_v1``; docs/search.md,
+    "How full-text search works")."""
     params = _params(ctx, scope, "", n)
     params.update(q=text, sample=TEXT_SAMPLE, cap=TEXT_CAP)
     rows = yield Q(query("text_search"), params, prepare=False, named=True)

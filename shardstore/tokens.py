@@ -38,7 +38,7 @@ class TiktokenCounter:
     switch interval, so no other thread waits longer than a thread of Python code could
     make it wait; larger tool outputs go to tiktoken and do not stall the application's
     other threads. Below the limit splintr is 2-15x faster than tiktoken on every kind of
-    text measured (docs/architecture.md "Round 12"). Both give the same count for every text
+    text measured (docs/decisions/0005-token-counter.md). Both give the same count for every text
     (``tests/test_tokens.py`` checks it on arbitrary text, special-token spellings and
     multi-megabyte inputs), so stored counts do not depend on which one ran.
     ``fast=False`` keeps to tiktoken."""
@@ -83,9 +83,9 @@ class TiktokenCounter:
 class _SplintrCl100k:
     """splintr's cl100k_base BPE, counting without building a token list: ``encode_flat``
     returns the ids packed 4 bytes each. It keeps a bounded LRU cache of split pieces, so
-    text whose words recur (most conversations) counts 3-6x faster than rs-bpe, the
-    counter before it, and text of unique pieces about as fast (docs/architecture.md
-    "Round 10")."""
+    text whose words recur (most conversations) counts 3-6x faster than rs-bpe, another
+    exact BPE counter, and text of unique pieces about as fast
+    (docs/decisions/0005-token-counter.md)."""
 
     def __init__(self, tokenizer: Any) -> None:
         self._encode_flat = tokenizer.encode_flat

@@ -180,14 +180,15 @@ class LifoConnectionPool(ConnectionPool[Any]):
     """psycopg_pool's pool, except that a checkout gets the connection returned last.
 
     psycopg_pool hands out its idle connections in FIFO order, so one thread's consecutive
-    calls rotate over every idle connection: each call lands on a server backend that has
-    not run for a while (cold caches; on a small machine, a context switch). Measured with
-    9 idle connections, one caller, interleaved on a quiet 2-core VM: append_turn p50 0.84x
+    calls rotate over every idle connection: each call lands on a server backend that has not
+    run for a while (cold caches; on a small machine, a context switch). Measured with 9 idle
+    connections, one caller, interleaved on a quiet 2-core VM: append_turn p50 0.84x
     [0.78-0.87] and tail(20) 0.89x [0.85-0.92] of the FIFO pool's, the same as a pool of one
-    connection (docs/architecture.md, "Round 3"). Taking the newest instead keeps a lone
-    caller on one hot backend; the oldest idle connections stay at the other end, which is
-    where the pool's shrinking takes them from. Only the order changes (under the pool's own
-    lock); if psycopg_pool renames what this overrides, the pool is FIFO again, nothing else."""
+    connection (docs/decisions/0006-folds-keep-the-tail-buffered.md). Taking the newest
+    instead keeps a lone caller on one hot backend; the oldest idle connections stay at the
+    other end, which is where the pool's shrinking takes them from. Only the order changes
+    (under the pool's own lock); if psycopg_pool renames what this overrides, the pool is
+    FIFO again, nothing else."""
 
     def _get_ready_connection(self, timeout: float | None) -> Any:
         idle = getattr(self, "_pool", None)

@@ -1,5 +1,5 @@
 """Moving in and out: importers from a single-row table, from LangGraph's PostgresSaver
-tables and from JSONL exports, and the JSONL exporter (docs/architecture.md "Moving in").
+tables and from JSONL exports, and the JSONL exporter (docs/importers.md).
 
 Each is a store method (``store.import_single_row``, ``store.import_langgraph``,
 ``store.import_jsonl``, ``store.export_sessions``) and a CLI command (``shardstore import

@@ -22,8 +22,8 @@ store's count is used: chunk budgets depend on it, whatever a file claims.
 
 An export of each session is read in one snapshot. An import into a database that lacks
 the session recreates it exactly: session id, owners, metadata, ``created_at``, and each
-turn's ``turn_seq``, ``created_at`` and idempotency key (``import_turns_v3``, migrations
-0015, 0036 and 0040; the chunker's rules applied to those times). Each session is one
+turn's ``turn_seq``, ``created_at`` and idempotency key (``import_turns_v3``: the chunker's
+rules applied to those times; docs/importers.md, "How it works"). Each session is one
 transaction: a bad line raises ``ImportRejected`` naming it, with nothing of that session
 written (sessions before it stay; a re-run with ``on_existing="skip"`` goes on after them).
 """

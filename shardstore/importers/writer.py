@@ -4,11 +4,13 @@ and encoded one by one (so an error names the source element), and batches appen
 Two append paths. :func:`append_op` is the ordinary one (``append_v2`` keeping nothing,
 turns stamped at import time), for sources that keep no per-turn times (single-row tables,
 LangGraph). :func:`append_exact_op` keeps each turn's ``created_at`` and ``turn_seq``
-(``import_turns_v3``, migrations 0015, 0036 and 0040) for JSONL exports. Both apply the chunker's
-rules server-side and write the chunks a batch starts and seals straight into agent_history;
-a chunk that was open before the batch and is sealed by it is folded in the caller's
-transaction (an import runs a session in one transaction, which a background folder on
-another connection could not see)."""
+(``import_turns_v3``) for JSONL exports. Both apply the chunker's rules server-side.
+:func:`append_op` writes the chunks a batch starts and seals straight into agent_history;
+:func:`append_exact_op` does too, except the newest ones holding the session's newest
+``default_tail_turns`` turns, which stay buffered as a fold leaves them. On Citus both buffer
+the batch and fold what it sealed, keeping nothing. A chunk that was open before the batch
+and is sealed by it is folded in the caller's transaction (an import runs a session in one
+transaction, which a background folder on another connection could not see)."""
 
 from __future__ import annotations
 
@@ -123,7 +125,8 @@ def append_op(ctx: Context, sid: uuid.UUID, batch: Batch) -> Op[None]:
     if not batch:
         return
     # keeping nothing: the fold below runs in the import's transaction, where a kept chunk's
-    # dead rows would be walked by every later fold of the session (0036)
+    # dead rows would be walked by every later fold of the session
+    # (docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md)
     keep = 0
     params = (
         sid, _array(batch.texts), batch.tokens, batch.sizes, batch.keys, *_chunking(ctx), keep
@@ -161,8 +164,9 @@ def premake_op(store: Any, partitions: Partitions, times: Sequence[datetime]) ->
     until it commits: its ATTACH holds agent_history's SHARE UPDATE EXCLUSIVE lock, which
     every other partition creation needs (maintenance's premake, a live fold crossing into
     a new partition, another import) and two imports creating partitions in different
-    orders deadlock (benchmarks/scale.py saw it). A store on a single connection has no
-    other connection: its folds create partitions in the transaction as before."""
+    orders deadlock (the ``scale`` benchmark, benchmarks/suites/scale.py, saw it). A store
+    on a single connection has no other connection: its folds create partitions in the
+    session's transaction."""
     if not store._connector.pooled:
         return
     ctx = store._ctx

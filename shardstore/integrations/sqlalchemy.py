@@ -70,7 +70,7 @@ def _build() -> MetaData:
         Column("open_tokens", BigInteger, nullable=False),
         Column("open_bytes", BigInteger, nullable=False),
         _at("last_turn_at", nullable=True),
-        # a fork's lineage (migration 0013): the session owning its last inherited turn,
+        # a fork's lineage (docs/fork.md): the session owning its last inherited turn,
         # that turn, and the first chunk the fork owns; NULL for a session that is no fork
         Column("fork_parent", Uuid),
         Column("fork_at", BigInteger),
@@ -131,7 +131,7 @@ def _build() -> MetaData:
     Table(
         "turns",
         meta,
-        # a view (migration 0032): one row per turn a session holds, folded or buffered;
+        # a view (docs/integrations.md): one row per turn a session holds, folded or buffered;
         # a fork's inherited turns are rows of the session holding them
         Column("session_id", Uuid),
         Column("tenant_id", Text),
