@@ -1,8 +1,8 @@
 -- The last step of an object put: locks the artifact row FOR UPDATE while it is 'uploading',
--- then makes it 'ready' with unreferenced_since = the clock read after the lock (so a sweep
--- that ran meanwhile cannot hold an older cutoff against it). Returns false when the row is
--- gone or no longer uploading. The clock is a variable, not clock_timestamp() in the UPDATE,
--- because Citus refuses volatile functions in DML.
+-- then makes it 'ready', unreferenced since the clock read after the lock (its grace starts
+-- when it becomes ready). Returns false when the row is gone or no longer uploading. The
+-- clock is a variable, not clock_timestamp() in the UPDATE, because Citus refuses volatile
+-- functions in DML.
 CREATE OR REPLACE FUNCTION shardstore.artifact_mark_ready_v1(p_tenant text, p_artifact uuid)
  RETURNS boolean
  LANGUAGE plpgsql

@@ -1,13 +1,14 @@
 -- Adds (or widens) an owner's reference to a 'ready' artifact of p_tenant. The owner is
 -- checked first and held FOR KEY SHARE to commit: a checkpoint of the tenant (its session
 -- looked up unlocked, on any shard, when not given; the ref takes the checkpoint's turn), a
--- turn below its session's next_turn_seq, or a trajectory's session; the session must be the
--- tenant's ('no_owner') and live ('purged'). Other owner types name no session or turn. Then
--- the artifact row is updated (unmarked, ever_referenced, required OR-ed): a sweep holding it
--- is waited for, and 'missing' is returned when no ready row is left. The ref is upserted
--- (required OR-ed, the later expiry, NULL: never), and a ref naming a session links the
--- session to the artifact in artifact_links for good (the link stays when the ref goes).
--- Returns 'ok'. The clock is a variable: Citus refuses clock_timestamp() in DML.
+-- turn below its session's next_turn_seq, or a trajectory's session; a turn's or trajectory's
+-- session must be the tenant's ('no_owner') and not purged ('purged'). Other owner types
+-- name no session or turn. Then the artifact row is updated (unmarked, ever_referenced,
+-- required OR-ed): a sweep holding it is waited for, and 'missing' is returned when no ready
+-- row is left. The ref is upserted (required OR-ed, the later expiry, NULL: never), and a ref
+-- naming a session links the session to the artifact in artifact_links for good (the link
+-- stays when the ref goes). Returns 'ok'. The clock is a variable: Citus refuses
+-- clock_timestamp() in DML.
 CREATE OR REPLACE FUNCTION shardstore.artifact_ref_v1(p_tenant text, p_artifact uuid, p_owner_type text, p_owner_id text, p_session uuid, p_turn bigint, p_required boolean, p_expires timestamp with time zone)
  RETURNS text
  LANGUAGE plpgsql

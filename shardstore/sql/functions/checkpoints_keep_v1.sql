@@ -1,7 +1,7 @@
 -- Retention of checkpoints, one page of sessions: for each of up to p_batch sessions with
 -- checkpoints after p_after (session id order), deletes all but its newest p_keep checkpoints
 -- (by seq; p_keep 0: all of them), with their artifact refs, and marks the artifacts left
--- without a live ref (artifacts_released_v1). One session at a time, every statement naming
+-- without a live ref (artifacts_released_v1), one session at a time, each statement naming
 -- it. Returns the sessions visited, the checkpoints deleted, and the last session id (the
 -- next page's p_after). Takes no session lock.
 CREATE OR REPLACE FUNCTION shardstore.checkpoints_keep_v1(p_keep integer, p_after uuid, p_batch integer)

@@ -6,9 +6,9 @@
 -- SHARE so that no fold moves them meanwhile, and written as the child's own chunk
 -- (agent_history, chunk_map, embed queue), with a copy record per origin (the owner, and what
 -- the owner had copied into that chunk itself) and the copied turns indexed
--- (fork_copy_indexed). Then the child's fork link moves down: cleared when it copied from its
--- first chunk or nothing inherited is left, else set to the owner of the new last inherited
--- turn. Returns the number of chunks copied.
+-- (fork_copy_indexed). Then the child's fork link moves down: cleared when the copy started
+-- at chunk 0 (p_from NULL or 0, or no stored chunk holds it) or nothing inherited is left,
+-- else set to the owner of the new last inherited turn. Returns the number of chunks copied.
 CREATE OR REPLACE FUNCTION shardstore.fork_materialise(p_child uuid, p_from bigint)
  RETURNS bigint
  LANGUAGE plpgsql

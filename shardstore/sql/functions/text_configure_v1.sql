@@ -1,11 +1,13 @@
 -- Sets the text search configuration (p_config; NULL switches text search off) and rebuilds
--- every text window from the chunks in agent_history, in one transaction; returns how many
--- windows it wrote. It first takes the advisory lock of text_config_v1 exclusively: it waits
--- for every writer transaction that read the old configuration (their chunks are then seen and
--- their windows deleted) and writers starting meanwhile wait for its commit. A writer waiting
--- behind it while it waits for a writer that waits for the first one's row lock is a soft
--- deadlock, which PostgreSQL's detector resolves by reordering the lock queue (after
--- deadlock_timeout), aborting no one. Operators only (not granted to PUBLIC).
+-- every text window from the chunks in agent_history, in one transaction (buffered turns'
+-- windows are deleted and left to the next text pass); returns how many windows it wrote.
+-- It first takes the advisory lock of text_config_v1 exclusively: it waits for every writer
+-- transaction that read the old configuration (their chunks are then seen and their windows
+-- deleted), and writers starting meanwhile wait for its commit. A writer waiting behind it
+-- while it waits for a writer that waits for the first one's row lock is a soft deadlock,
+-- which PostgreSQL's detector resolves by reordering the lock queue (after deadlock_timeout),
+-- aborting no one. Not granted to PUBLIC (grant_tenant_role_v2 does grant it to tenant roles,
+-- with every function it does not revoke by name).
 CREATE OR REPLACE FUNCTION shardstore.text_configure_v1(p_config regconfig)
  RETURNS bigint
  LANGUAGE plpgsql
