@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 import warnings
@@ -32,6 +33,24 @@ def pytest_configure(config: pytest.Config) -> None:
     # shutil assumes where there is no terminal; pytest-xdist's workers set COLUMNS=80, and
     # a developer's terminal may be narrow too (subprocesses inherit this)
     os.environ["COLUMNS"] = "120"
+    _share_the_cores_among_workers()
+
+
+def _share_the_cores_among_workers() -> None:
+    """Under pytest-xdist, each worker's torch runs on its share of the cores, not on all
+    of them: the workers already keep every core busy, and a model forward pass split over
+    threads that wait for each other on a busy core cost twice the CPU time of the same
+    pass on one thread (the MiniLM tests, measured on 2 cores with both workers running).
+    A value set by the caller wins; subprocesses inherit it."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers < 2:
+        return
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, str(threads))
+    torch = sys.modules.get("torch")  # already imported by a plugin: env vars come too late
+    if torch is not None:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
