@@ -9,8 +9,8 @@
   driver (:mod:`partition_manager.driver`) sync or asyncio;
 * :mod:`partition_manager.archive` — archive hooks (callables, shell commands).
 
-Nothing here imports shardstore (which configures this library for its own tables);
-``python -m partition_manager`` is the ``shardstore maintain`` command, for convenience.
+Nothing here imports shardstore (which configures this library for its own tables, and
+runs it as ``shardstore maintain``); tests/test_import_graph.py checks it.
 """
 
 from __future__ import annotations

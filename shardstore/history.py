@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import jsoncodec
+from .artifacts import links as artifact_links
+from .artifacts import offload
 from .core import validate
 from .core.context import Context
 from .core.retry import rerun_on_deadlock, retrying
@@ -437,22 +439,22 @@ def _append_op(
     state: str | None = None,
     links: dict[uuid.UUID, bool] | None = None,
 ) -> Op[Any]:
-    offload = store._artifacts
-    if offload is not None and offload.offload_over is not None:
-        from .artifacts import offload as offloading  # imports this module
-
-        if offloading.needs_offload(messages, offload.offload_over):
-            return (
-                yield from offloading.append_offloaded_op(
-                    store, session_id, messages, keys, state, links
-                )
+    referenced = yield from offload.prepare_op(store, session_id, messages, state, links)
+    if referenced is not None:
+        # the append, the turns' references and the checkpoint's commit together
+        yield Tx.BEGIN
+        if state is None:
+            outcome = yield from append_op(
+                store._ctx, referenced.session_id, referenced.messages, keys
             )
-    if links and state is not None:  # links come only with a checkpoint's state
-        from .artifacts import offload as offloading
-
-        return (
-            yield from offloading.append_linked_op(store, session_id, messages, keys, state, links)
-        )
+        else:
+            outcome = yield from append_checkpoint_op(
+                store._ctx, referenced.session_id, referenced.messages, keys, state
+            )
+        yield from offload.reference_op(referenced, outcome.results)
+        yield Tx.COMMIT
+        yield from _after_append_op(store, outcome)
+        return outcome.results
     if state is None:
         outcome = yield from append_op(store._ctx, session_id, messages, keys)
     else:
@@ -473,8 +475,6 @@ def _links(checkpoint: Any) -> dict[uuid.UUID, bool] | None:
     for a malformed one, before anything is written."""
     if checkpoint is None:
         return None
-    from .artifacts import links as artifact_links
-
     if not artifact_links.has_marker(checkpoint):
         return None
     return artifact_links.wanted(checkpoint, None)
@@ -675,8 +675,6 @@ def _expanded(store: Any, turns: list[Turn], expand: bool) -> Op[list[Turn]]:
     """The turns, with offloaded strings put back when ``expand``."""
     if not expand or not turns:
         return turns
-    from .artifacts import offload  # imports this module
-
     return (yield from offload.expand_op(store, turns))
 
 

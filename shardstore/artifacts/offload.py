@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import jsoncodec
 from ..core import validate
-from ..core.steps import Op, Q, Tx
+from ..core.steps import Op, Q
 from ..errors import InvalidInput
 from ..models import Turn
 from ..sql import query
@@ -144,73 +144,55 @@ def _ref_new_checkpoint_op(
     yield from ref_checkpoint_op(tenant, sid, last.checkpoint_id, links)
 
 
-def append_offloaded_op(
+@dataclasses.dataclass(frozen=True, slots=True)
+class Referenced:
+    """An append that references artifacts: its session's tenant, the messages to store
+    (big strings replaced by cards), each message's artifact ids, and those its checkpoint's
+    state names (``links``)."""
+
+    session_id: uuid.UUID
+    tenant: str
+    messages: list[Any]
+    ids: list[list[uuid.UUID]]
+    links: dict[uuid.UUID, bool] | None
+
+
+def prepare_op(
     store: Any,
     session_id: Any,
     messages: list[Any],
-    keys: list[Any],
     state: str | None,
-    links: dict[uuid.UUID, bool] | None = None,
-) -> Op[Any]:
-    """An append whose big strings go to artifacts first; the append, the turns'
-    references and those of its checkpoint (``links``: the artifacts its state names)
-    commit together (see the module docstring)."""
-    sid = validate.session_id(session_id)
-    tenant, stored, ids = yield from offload_messages_op(store, sid, messages)
-    return (yield from _append_with_refs_op(store, sid, tenant, stored, keys, state, ids, links))
-
-
-def append_linked_op(
-    store: Any,
-    session_id: Any,
-    messages: list[Any],
-    keys: list[Any],
-    state: str,
-    links: dict[uuid.UUID, bool],
-) -> Op[Any]:
-    """An append with a checkpoint whose state names artifacts (nothing to offload): the
-    turns, the checkpoint and its references commit together; a refused reference
-    (``ArtifactNotFound``) rolls the append back."""
-    sid = validate.session_id(session_id)
-    tenant = yield from session_tenant_op(sid)
-    no_ids: list[list[uuid.UUID]] = [[] for _ in messages]
-    return (
-        yield from _append_with_refs_op(store, sid, tenant, messages, keys, state, no_ids, links)
-    )
-
-
-def _append_with_refs_op(
-    store: Any,
-    sid: uuid.UUID,
-    tenant: str,
-    messages: list[Any],
-    keys: list[Any],
-    state: str | None,
-    ids: list[list[uuid.UUID]],
     links: dict[uuid.UUID, bool] | None,
-) -> Op[Any]:
-    """One transaction: the append (with its checkpoint when ``state``), each turn's
-    references to the artifacts ``ids`` lists for its message, and the checkpoint's to
-    ``links``."""
-    from .. import history as history_ops  # history calls this module lazily
+) -> Op[Referenced | None]:
+    """What an append needs of the artifacts before its transaction: with ``offload_over``,
+    its big strings uploaded (verified, unreferenced) and replaced by cards; with a
+    checkpoint whose state names artifacts, the session's tenant. None when the append
+    references no artifact (the plain path)."""
+    config = store._artifacts
+    over = None if config is None else config.offload_over
+    if over is not None and needs_offload(messages, over):
+        sid = validate.session_id(session_id)
+        tenant, stored, ids = yield from offload_messages_op(store, sid, messages)
+        return Referenced(sid, tenant, stored, ids, links)
+    if links and state is not None:  # links come only with a checkpoint's state
+        sid = validate.session_id(session_id)
+        tenant = yield from session_tenant_op(sid)
+        return Referenced(sid, tenant, messages, [[] for _ in messages], links)
+    return None
 
-    yield Tx.BEGIN
-    if state is None:
-        outcome = yield from history_ops.append_op(store._ctx, sid, messages, keys)
-    else:
-        outcome = yield from history_ops.append_checkpoint_op(
-            store._ctx, sid, messages, keys, state
-        )
+
+def reference_op(referenced: Referenced, results: Sequence[Any]) -> Op[None]:
+    """In the append's transaction, after it: each turn's references to the artifacts its
+    message holds, and the new checkpoint's to those its state names; a refused reference
+    (``ArtifactNotFound``) rolls the append back."""
+    sid, tenant = referenced.session_id, referenced.tenant
     per_turn = [
         (result.turn_seq, aid)
-        for result, mine in zip(outcome.results, ids, strict=True)
+        for result, mine in zip(results, referenced.ids, strict=True)
         for aid in dict.fromkeys(mine)
     ]
     yield from ref_turns_op(tenant, sid, per_turn)
-    yield from _ref_new_checkpoint_op(tenant, sid, outcome.results, links)
-    yield Tx.COMMIT
-    yield from history_ops._after_append_op(store, outcome)
-    return outcome.results
+    yield from _ref_new_checkpoint_op(tenant, sid, results, referenced.links)
 
 
 # ---------------------------------------------------------------- expand

@@ -1,5 +1,4 @@
-"""``shardstore maintain``: one partition maintenance run (``python -m partition_manager``
-runs the same command).
+"""``shardstore maintain``: one partition maintenance run.
 
 The embedding step embeds at most ``--max-embed`` chunks for at most ``--embed-seconds``
 (300 s by default) and reports what it left queued; ``took`` is the whole run.
