@@ -102,3 +102,25 @@ class Emit:
 
 Step = Q | Tx | Try | Sleep | Call | Emit
 Op = Generator[Step, Any, T]
+
+
+def collect(op: Op[Any]) -> Op[list[Any]]:
+    """Run a streaming operation inside this one and return what it emits, as a list; every
+    other step passes through to the driver (an exception the driver raises goes into the
+    streaming operation, which may handle it)."""
+    items: list[Any] = []
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(value) if error is None else op.throw(error)
+        except StopIteration:
+            return items
+        value, error = None, None
+        if isinstance(step, Emit):
+            items.extend(step.items)
+            continue
+        try:
+            value = yield step
+        except BaseException as exc:  # raised into the child, which may handle it
+            error = exc

@@ -28,7 +28,7 @@ from .artifacts.model import ArtifactRef
 from .artifacts.ops import session_tenant_op
 from .core import validate
 from .core.rows import record
-from .core.steps import Emit, Op, Q, Tx
+from .core.steps import Op, Q, Tx, collect
 from .errors import CheckpointNotFound, InvalidInput, SessionNotFound, SessionPurged
 from .models import Turn
 from .plans import trim_tail
@@ -177,26 +177,6 @@ def checkpoint(
     )
 
 
-def _collect(op: Op[Any]) -> Op[list[Any]]:
-    """Run a streaming operation inside this one and return what it emits, as a list."""
-    items: list[Any] = []
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = op.send(value) if error is None else op.throw(error)
-        except StopIteration:
-            return items
-        value, error = None, None
-        if isinstance(step, Emit):
-            items.extend(step.items)
-            continue
-        try:
-            value = yield step
-        except BaseException as exc:  # raised into the child, which may handle it
-            error = exc
-
-
 def restore(
     store: Any,
     session_id: uuid.UUID | str,
@@ -250,7 +230,7 @@ def _restore_snapshot_op(
     upto = int(head["turn_count"]) - 1 if found is None else found.turn_seq
     turns: list[Turn]
     if n is None and max_tokens is None:
-        turns = yield from _collect(history_ops.history(store, sid, 0, upto + 1))
+        turns = yield from collect(history_ops.history(store, sid, 0, upto + 1))
     else:
         rows = yield _named("tail_at", (sid, upto, n, max_tokens))
         window = [record(Turn, r, message=jsoncodec.loads(r["message"])) for r in reversed(rows)]

@@ -48,7 +48,7 @@ def _big(value: str, over: int) -> bytes | None:
     return raw if len(raw) > over else None
 
 
-def _collect(value: Any, over: int, found: dict[str, bytes], depth: int = 0) -> None:
+def _big_strings(value: Any, over: int, found: dict[str, bytes], depth: int = 0) -> None:
     # The walk may run before the message is validated (needs_offload decides the path):
     # below the deepest level a valid message has it stops, so a message nested too deeply
     # (or holding a cycle) is left to jsoncodec to refuse as InvalidMessage, never a
@@ -62,10 +62,10 @@ def _collect(value: Any, over: int, found: dict[str, bytes], depth: int = 0) -> 
                 found[value] = raw
     elif isinstance(value, dict):
         for item in value.values():
-            _collect(item, over, found, depth + 1)
+            _big_strings(item, over, found, depth + 1)
     elif isinstance(value, list):
         for item in value:
-            _collect(item, over, found, depth + 1)
+            _big_strings(item, over, found, depth + 1)
 
 
 def needs_offload(messages: Sequence[Any], over: int) -> bool:
@@ -75,7 +75,7 @@ def needs_offload(messages: Sequence[Any], over: int) -> bool:
     append's validation either way."""
     for message in messages:
         found: dict[str, bytes] = {}
-        _collect(message, over, found)
+        _big_strings(message, over, found)
         if found:
             return True
     return False
@@ -112,7 +112,7 @@ def offload_messages_op(
     for message in messages:
         found: dict[str, bytes] = {}
         if not has_marker(message):
-            _collect(message, over, found)
+            _big_strings(message, over, found)
         cards: dict[str, dict[str, Any]] = {}
         mine: list[uuid.UUID] = []
         for text, raw in found.items():

@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 
 from .. import rewind as rewind_ops
 from ..aio import AsyncStore
-from ..checkpoints import _collect
 from ..core import validate
-from ..core.steps import Op, Q, Tx
+from ..core.steps import Op, Q, Tx, collect
 from ..errors import ConfigurationError, Conflict, InvalidInput, SessionConflict, SessionPurged
 from ..history import (
     append_turns,
@@ -120,7 +119,7 @@ class MappedSession:
         if limit == 0 or not (yield from self._resolve_op(create=False)):
             return []
         if limit is None:
-            turns: list[Turn] = yield from _collect(history(self.store, self.session_id))
+            turns: list[Turn] = yield from collect(history(self.store, self.session_id))
             return [t.message for t in turns]
         newest = yield from window_op(self.session_id, limit, None)
         return [t.message for t in newest]

@@ -45,7 +45,7 @@ from .. import history as history_ops
 from .. import jsoncodec
 from .. import purge as purge_ops
 from ..core import validate
-from ..core.steps import Emit, Op, Q, Tx
+from ..core.steps import Op, Q, Tx, collect
 from ..errors import Conflict, InvalidInput, MissingDependency, SessionNotFound, SessionPurged
 from ..sql import query
 from .ids import external_metadata, external_session_id
@@ -238,26 +238,6 @@ def _head(row: Mapping[str, Any]) -> _Head:
     return _Head(int(row["turns"]), row["last_at"], int(row["first"]))
 
 
-def _collect(op: Op[Any]) -> Op[list[Any]]:
-    """Run a streaming operation inside this one; return what it emits, as a list."""
-    items: list[Any] = []
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = op.send(value) if error is None else op.throw(error)
-        except StopIteration:
-            return items
-        value, error = None, None
-        if isinstance(step, Emit):
-            items.extend(step.items)
-            continue
-        try:
-            value = yield step
-        except BaseException as exc:  # raised into the child, which may handle it
-            error = exc
-
-
 def _named(name: str, params: Any, fetch: Any = "all", **kw: Any) -> Q:
     return Q(query(name), params, fetch=fetch, named=True, **kw)
 
@@ -396,7 +376,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         have = head.first + len(log.messages)
         upto = min(upto, head.turns)
         if have < upto:
-            turns = yield from _collect(history_ops.history(self.store, sid, have, head.turns))
+            turns = yield from collect(history_ops.history(self.store, sid, have, head.turns))
             fresh = [turn_message(t.message) for t in turns]
             log = _Log(head, log.messages + fresh)
             if keep:
