@@ -7,7 +7,6 @@ so the event loop goes on while a batch is fetched."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
@@ -20,24 +19,19 @@ from psycopg import sql
 from ..core import validate
 from ..core.executor import translate
 from ..errors import DatabaseUnavailable, ImportRejected, InvalidInput, ShardstoreError
+from ..sql import named_statements
 
 T = TypeVar("T")
-_BLOCK = re.compile(r"^-- name: (\w+)\n(.*?)(?=^-- name: |\Z)", re.S | re.M)
 
 
 @cache
 def _statements() -> dict[str, str]:
-    text = resources.files(__package__).joinpath("source.sql").read_text("utf-8")
-    found = {}
-    for name, body in _BLOCK.findall(text):
-        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
-        found[name] = "\n".join(lines).rstrip().rstrip(";")
-    return found
+    return named_statements(resources.files(__package__).joinpath("source.sql").read_text("utf-8"))
 
 
 def source_query(name: str) -> str:
     """The SQL text of a statement sent to the source database (``source.sql``, parsed
-    as :func:`shardstore.sql.query` parses its files)."""
+    by :func:`shardstore.sql.named_statements`)."""
     return _statements()[name]
 
 

@@ -10,6 +10,18 @@ from importlib import resources
 _BLOCK = re.compile(r"^-- name: (\w+)\n(.*?)(?=^-- name: |\Z)", re.S | re.M)
 
 
+def named_statements(text: str) -> dict[str, str]:
+    """The statements of one file of named SQL: each ``-- name: <name>`` line starts one,
+    which runs to the next; comment lines and the closing semicolon are dropped."""
+    found: dict[str, str] = {}
+    for name, body in _BLOCK.findall(text):
+        if name in found:
+            raise RuntimeError(f"SQL statement {name!r} is defined twice")
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        found[name] = "\n".join(lines).rstrip().rstrip(";")
+    return found
+
+
 @cache
 def _queries() -> dict[str, str]:
     found: dict[str, str] = {}
@@ -18,11 +30,10 @@ def _queries() -> dict[str, str]:
         key=lambda f: f.name,
     )
     for file in files:
-        for name, body in _BLOCK.findall(file.read_text("utf-8")):
+        for name, body in named_statements(file.read_text("utf-8")).items():
             if name in found:
                 raise RuntimeError(f"SQL statement {name!r} is defined twice ({file.name})")
-            lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
-            found[name] = "\n".join(lines).rstrip().rstrip(";")
+            found[name] = body
     return found
 
 
