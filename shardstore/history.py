@@ -20,7 +20,7 @@ from .artifacts import links as artifact_links
 from .artifacts import offload
 from .core import validate
 from .core.context import Context
-from .core.retry import rerun_on_deadlock, retrying
+from .core.rerun import rerun_on_deadlock, retrying
 from .core.rows import record
 from .core.steps import Call, Emit, Op, Q, StatementFailed, Tx
 from .errors import (

@@ -43,7 +43,7 @@ from typing import Any
 from .artifacts import sweep as artifact_sweep
 from .artifacts.config import config_of
 from .core import validate
-from .core.retry import retrying
+from .core.rerun import retrying
 from .core.steps import Call, Op, Q, Tx
 from .errors import Conflict, InvalidInput, SessionPurged
 from .history import parse_bound

@@ -1,5 +1,5 @@
 """The retry policy for your own calls: repeat a call while it fails with a retryable
-error. The policy itself is the operation :func:`shardstore.core.retry.retrying` (what
+error. The policy itself is the operation :func:`shardstore.core.rerun.retrying` (what
 ``append_turn(..., retry=True)`` runs); these helpers apply it to any callable.
 
 Safe for appends that carry idempotency keys (a repeat of an append that did commit returns
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from partition_manager import driver
 
-from .core.retry import FIRST_DELAY, MAX_DELAY, retrying
+from .core.rerun import FIRST_DELAY, MAX_DELAY, retrying
 from .core.steps import Call, Op
 
 __all__ = ["FIRST_DELAY", "MAX_DELAY", "acall", "call", "retrying"]

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from .core import validate
-from .core.retry import retrying
+from .core.rerun import retrying
 from .core.steps import Op, Q
 from .errors import Conflict, InvalidInput
 from .sql import query

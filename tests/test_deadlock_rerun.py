@@ -1,4 +1,4 @@
-"""A write the server picks as a deadlock's victim is run again (core.retry.rerun_on_deadlock):
+"""A write the server picks as a deadlock's victim is run again (core.rerun.rerun_on_deadlock):
 the victim statement was rolled back whole, so nothing of it was written, and the store
 reruns it instead of raising ``Conflict`` at the caller. Each test builds a real deadlock
 with a transaction of its own (X) that holds what the store's statement needs and then
@@ -196,9 +196,9 @@ def test_a_write_still_deadlocking_after_its_reruns_raises_conflict(
 ) -> None:
     """With no reruns left the victim's Conflict reaches the caller, and nothing of the
     batch was written."""
-    from shardstore.core import retry
+    from shardstore.core import rerun
 
-    monkeypatch.setattr(retry, "_DEADLOCK_RERUNS", 0)
+    monkeypatch.setattr(rerun, "_DEADLOCK_RERUNS", 0)
     store = make_store()
     sid = store.create_session("acme")
     store.append_turn(sid, {"role": "user", "content": "first"})
@@ -229,11 +229,11 @@ def test_the_rerun_statement_is_the_statement_with_the_deadlock_recovered() -> N
     dataclasses.replace): it must carry every field of the statement it guards."""
     import dataclasses
 
-    from shardstore.core import retry
+    from shardstore.core import rerun
     from shardstore.core.steps import Q
 
     q = Q("SELECT %s", (1,), fetch="one", prepare=False, recover=frozenset({"23505"}), named=True)
-    op = retry.rerun_on_deadlock(q)
+    op = rerun.rerun_on_deadlock(q)
     guarded = op.send(None)
     assert guarded == dataclasses.replace(q, recover=frozenset({"23505", "40P01"}))
     assert [f.name for f in dataclasses.fields(Q)] == [
