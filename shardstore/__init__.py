@@ -47,7 +47,7 @@ from .errors import (
 from .facts import Fact
 from .importers import ExportReport, ImportReport, Skipped
 from .models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
-from .plans import TailWindow
+from .pairing import TailWindow
 from .purge import PurgeReport, TableRemoval
 from .runs import Run
 from .settings import Settings

@@ -26,7 +26,7 @@ from .facts import Fact
 from .facts import recall as facts_recall
 from .history import tail_op
 from .models import SearchHit, Turn, new_turn
-from .plans import (
+from .pairing import (
     is_reasoning,
     is_tool_result,
     may_follow_reasoning,
@@ -94,7 +94,7 @@ def message_counter(counter: TokenCounter) -> Count:
 def units(turns: Sequence[Turn]) -> list[list[Turn]]:
     """Turns (oldest first, already trimmed) grouped into what must stay together: a tool
     result joins the unit of the turn before it (back to its call), and so does the item
-    after a ``reasoning`` item, in every format :mod:`shardstore.plans` knows. A Responses
+    after a ``reasoning`` item, in every format :mod:`shardstore.pairing` knows. A Responses
     result whose call (by ``call_id``) is in an older unit merges every unit from that one
     on: parallel calls are separate items, so ``[call c1][call c2, output c1, output c2]``
     is one unit, never a newest unit holding ``output c1`` without its call."""
@@ -405,7 +405,7 @@ def context(
 
 
 def newest_unit_op(ctx: OpContext, sid: uuid.UUID, turn_count: int) -> Op[list[Turn]]:
-    """The newest turns by count, oldest first and trimmed (:func:`plans.trim_tail`), in
+    """The newest turns by count, oldest first and trimmed (:func:`pairing.trim_tail`), in
     windows of 2, 4, 8... turns until one holds the newest turn's whole unit (the call its
     results answer, the reasoning item before it) or the whole session: the newest unit
     whatever its size in the store's tokens (empty only when no turn can open a window)."""

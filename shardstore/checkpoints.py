@@ -31,7 +31,7 @@ from .core.rows import record
 from .core.steps import Op, Q, Tx, collect
 from .errors import CheckpointNotFound, InvalidInput, SessionNotFound, SessionPurged
 from .models import Turn
-from .plans import trim_tail
+from .pairing import trim_tail
 from .sql import query
 
 # idempotency keys are namespaced in the table: 'c:' for a checkpoint's own key, 't:' for

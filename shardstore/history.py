@@ -32,7 +32,7 @@ from .errors import (
     TurnTooLarge,
 )
 from .models import AppendResult, Chunk, PartitionInfo, SessionInfo, Stats, Turn, new_turn
-from .plans import (
+from .pairing import (
     HELD_OVER_MAX_TOKENS,
     TailWindow,
     explain_tail,
@@ -646,7 +646,7 @@ def before_window(turns: Sequence[Turn], before: str | None) -> dict[str, Any] |
 def before_window_op(sid: uuid.UUID, turns: Sequence[Turn]) -> Op[dict[str, Any] | None]:
     """The message of the turn just before a window, looked up (one more statement) only
     when the window's first item is a Responses item, which a ``reasoning`` item outside
-    the window may precede (plans.trim_tail); None otherwise."""
+    the window may precede (pairing.trim_tail); None otherwise."""
     if not turns or turns[0].turn_seq == 0 or not may_follow_reasoning(turns[0].message):
         return None
     rows = yield _named("tail_at", (sid, turns[0].turn_seq - 1, 1, None))

@@ -34,7 +34,7 @@ from .embedding import (
 from .errors import EmbeddingModelMismatch, InvalidInput
 from .history import envelope_turn
 from .models import SearchHit
-from .plans import HIT_CONTEXT_TURNS, whole_window
+from .pairing import HIT_CONTEXT_TURNS, whole_window
 from .sql import query
 
 MAX_K = 1000

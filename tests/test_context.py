@@ -18,7 +18,7 @@ import shardstore
 from shardstore import assembly
 from shardstore.cli.app import main
 from shardstore.models import Turn
-from shardstore.plans import (
+from shardstore.pairing import (
     is_reasoning,
     is_tool_result,
     responses_call_id,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import shardstore
 from shardstore.embedding import message_text
 from shardstore.models import Turn
-from shardstore.plans import is_reasoning, is_tool_result, trim_tail, whole_window
+from shardstore.pairing import is_reasoning, is_tool_result, trim_tail, whole_window
 
 from .embedders import HashEmbedder
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 import shardstore
 from shardstore.jsoncodec import encode_message
-from shardstore.plans import trim_tail
+from shardstore.pairing import trim_tail
 
 from .model import SessionModel
 

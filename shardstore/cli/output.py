@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ..checkpoints import Checkpoint
 from ..facts import Fact
 from ..models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
-from ..plans import HELD_OVER_MAX_TOKENS, TailWindow
+from ..pairing import HELD_OVER_MAX_TOKENS, TailWindow
 from ..runs import Run
 
 # ---------------------------------------------------------------- JSON
