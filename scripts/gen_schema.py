@@ -12,12 +12,15 @@ on in the baseline and the function files.
 What it writes:
 
 * ``migrations/baseline/before_functions.sql`` and ``after_functions.sql``: pg_dump of the
-  schema less its functions, cut around them (policies and row security need the functions;
-  every function body may need the tables, constraints and indexes), with the rows the
-  legacy migrations insert into the registry and configuration tables;
-* ``shardstore/sql/functions/<name>.sql``: ``pg_get_functiondef`` of every overload of the
-  name, the comment block that preceded its last CREATE in the legacy migrations (the
-  catalog does not keep it), its COMMENT and its grants.
+  schema less its functions and views, cut around them (policies and row security need the
+  functions; every function body may need the tables, constraints and indexes), with the
+  rows the legacy migrations insert into the registry and configuration tables in the
+  second part (the registry names the views);
+* with ``--fold`` only, ``shardstore/sql/functions/<name>.sql``: ``pg_get_functiondef`` of
+  every overload of the name, the comment block that preceded its last CREATE in the legacy
+  migrations (the catalog does not keep it), its COMMENT and its grants; never a name a
+  versioned migration dropped since. The view files (``shardstore/sql/views/``) are
+  written by hand.
 
 The function files are the source once written: a file edited by hand since it was
 generated (it differs from what the previous legacy set generates) is kept, unless the
@@ -54,6 +57,7 @@ LEGACY = MIGRATIONS / "legacy"
 BASELINE = MIGRATIONS / "baseline"
 FUNCTIONS = ROOT / "shardstore" / "sql" / "functions"
 FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+DROPPED = re.compile(r"\bshardstore\.([a-z_][a-z0-9_]*)\(", re.I)
 CREATE = re.compile(
     r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\s+shardstore\.\"?([a-z_][a-z0-9_]*)",
     re.I,
@@ -255,6 +259,8 @@ def baseline_parts(dsn: str, version: int) -> tuple[str, str]:
                 continue
             if desc in ROUTINES or (desc in ("ACL", "COMMENT") and words and words[0] in ROUTINES):
                 continue
+            if desc == "VIEW" or (desc in ("ACL", "COMMENT") and words and words[0] == "VIEW"):
+                continue  # the view files hold them
             if any(re.search(rf"(^|\W){t}(\W|$)", tag) for t in RUNNER_TABLES):
                 continue
             (after if desc in AFTER_FUNCTIONS else before).append(line)
@@ -279,18 +285,25 @@ def baseline_parts(dsn: str, version: int) -> tuple[str, str]:
         members = extension_members(conn)
         rows = data_rows(conn)
     head = (
-        f"-- The schema as the legacy migrations 1..{version} leave it, less its functions\n"
-        "-- (shardstore/sql/functions/). Written by scripts/gen_schema.py from pg_dump: never\n"
-        "-- edit it; a change to a table is a new versioned migration in migrations/.\n"
-        "-- A fresh database runs this part, then every function file, then\n"
+        f"-- The schema as the legacy migrations 1..{version} leave it, less its functions"
+        " and views\n"
+        "-- (shardstore/sql/functions/, shardstore/sql/views/). Written by scripts/gen_schema.py\n"
+        "-- from pg_dump: never edit it; a change to a table is a new versioned migration in\n"
+        "-- migrations/. A fresh database runs this part, then every function and view file,"
+        " then\n"
         "-- after_functions.sql.\n\n"
     )
     ext = "".join(f"CREATE EXTENSION IF NOT EXISTS {name};\n" for name, _ in extensions)
-    first = head + ext + "\n" + tidy(parts[0], members) + "\n" + rows
+    first = head + ext + "\n" + tidy(parts[0], members)
     second = (
-        f"-- The part of the baseline (legacy migrations 1..{version}) that needs the\n"
-        "-- functions: policies and row security. Written by scripts/gen_schema.py.\n\n"
+        f"-- The part of the baseline (legacy migrations 1..{version}) that needs the functions"
+        " and\n"
+        "-- views: policies and row security, and the rows of the registry (which names the"
+        " views)\n"
+        "-- and of the configuration. Written by scripts/gen_schema.py.\n\n"
         + tidy(parts[1], members)
+        + "\n"
+        + rows
     )
     return first, second
 
@@ -434,7 +447,12 @@ def main() -> None:
                 with scratch_database(admin) as dsn:
                     replay(dsn, older)
                     old = function_files(dsn, older)
-    write_functions(new, old)
+    if args.fold:
+        # the function files are the source; a folded migration from a branch that still
+        # defined functions in migrations brings its definitions in, except for the names
+        # a versioned migration retired (DROP FUNCTION) since
+        retired = set(DROPPED.findall(" ".join(p.read_text() for p in MIGRATIONS.glob("*.sql"))))
+        write_functions({k: v for k, v in new.items() if k not in retired}, old)
     BASELINE.mkdir(exist_ok=True)
     (BASELINE / "before_functions.sql").write_text(first)
     (BASELINE / "after_functions.sql").write_text(second)

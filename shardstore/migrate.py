@@ -3,26 +3,28 @@
 Where the schema lives (docs/architecture.md, "The SQL layer"):
 
 * ``shardstore/sql/functions/<name>.sql``: the current definition of every function and
-  procedure of schema ``shardstore`` (all overloads of a name, their grants and comments).
-  These files are the source: a change to a function is an edit of its file.
+  procedure of schema ``shardstore`` (all overloads of a name, their grants and comments),
+  and ``shardstore/sql/views/<name>.sql`` of every view. These files are the source: a
+  change to a function or a view is an edit of its file.
 * ``migrations/baseline/``: the rest of the schema as the legacy migrations left it, squashed
-  (``before_functions.sql``: tables, sequences, views, constraints, indexes, the registry
-  rows; ``after_functions.sql``: what needs the functions, policies and row security).
+  (``before_functions.sql``: tables, sequences, constraints, indexes, the registry rows;
+  ``after_functions.sql``: what needs the functions, policies and row security).
 * ``migrations/legacy/NNNN_<feature>.sql``: the historical migrations 1..B, kept only so
   that a database created by an older shardstore (at any version) upgrades. Never edited.
 * ``migrations/NNNN_<feature>.sql`` (versions after B): what must run once (tables, columns,
   indexes, data moves, DROPs); they never define a function.
 
-A fresh database gets the baseline (with the function files between its two parts) and is
+A fresh database gets the baseline (with the function and view files between its two parts) and is
 recorded at versions 1..B, as a database that replayed the legacy files is; an existing one
-gets its missing legacy and versioned migrations one by one. Then every function file whose
-sha256 differs from the one recorded in ``shardstore.schema_functions`` is applied (all of
-them after any versioned migration ran, since a migration may drop a function), in
-dependency order. Everything happens under ``pg_advisory_xact_lock``, so concurrent
-migrators serialise, and running the runner on an up-to-date database changes nothing.
+gets its missing legacy and versioned migrations one by one. Then every function or view
+file whose sha256 differs from the one recorded in ``shardstore.schema_functions`` is
+applied (all of them after any versioned migration ran, since a migration may drop a
+function or a view), in dependency order. Everything happens under
+``pg_advisory_xact_lock``, so concurrent migrators serialise, and running the runner on an
+up-to-date database changes nothing.
 
 The files ship inside the wheel: ``migrations/`` as the package ``shardstore.migrations``
-(a package-dir mapping, see setup.py), the function files as data of ``shardstore.sql``.
+(a package-dir mapping, see setup.py), the function and view files as data of ``shardstore.sql``.
 """
 
 from __future__ import annotations
@@ -48,16 +50,18 @@ MIGRATIONS_PACKAGE = "shardstore.migrations"
 LEGACY_FOLDER = "legacy"
 BASELINE_FOLDER = "baseline"
 BASELINE_PARTS = ("before_functions.sql", "after_functions.sql")
-# the package whose functions/ folder holds one file per SQL function
+# the package whose functions/ and views/ folders hold one file per SQL function or view
 FUNCTIONS_PACKAGE = "shardstore.sql"
 FUNCTIONS_FOLDER = "functions"
+VIEWS_FOLDER = "views"
+DEFINITION_FOLDERS = (FUNCTIONS_FOLDER, VIEWS_FOLDER)
 # the runner's own tables (the baseline leaves them out: the runner makes them first)
 SCHEMA_MIGRATIONS_DDL = (
     "CREATE TABLE IF NOT EXISTS shardstore.schema_migrations ("
     " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
     " applied_at timestamptz NOT NULL DEFAULT now())"
 )
-# which function file is installed: its name and the sha256 of its text
+# which function or view file is installed: its name and the sha256 of its text
 SCHEMA_FUNCTIONS_DDL = (
     "CREATE TABLE IF NOT EXISTS shardstore.schema_functions ("
     " name text PRIMARY KEY, checksum text NOT NULL,"
@@ -66,7 +70,10 @@ SCHEMA_FUNCTIONS_DDL = (
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _FUNCTION_FILE = re.compile(r"^([a-z_][a-z0-9_]*)\.sql$")
 _COMMENT = re.compile(r"--[^\n]*")
-_CHECKED_BODY = re.compile(r"\bLANGUAGE\s+'?sql\b|\bBEGIN\s+ATOMIC\b", re.I)
+# definitions PostgreSQL resolves when they are created: SQL-language bodies and views
+_CHECKED_BODY = re.compile(
+    r"\bLANGUAGE\s+'?sql\b|\bBEGIN\s+ATOMIC\b|\bCREATE\s+(?:OR\s+REPLACE\s+)?VIEW\b", re.I
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +96,9 @@ class Migration:
 
 
 @dataclass(frozen=True, slots=True)
-class FunctionFile:
-    """``shardstore/sql/functions/<name>.sql``: every overload of one function name."""
+class DefinitionFile:
+    """``shardstore/sql/functions/<name>.sql`` (every overload of one function name) or
+    ``shardstore/sql/views/<name>.sql`` (one view)."""
 
     name: str
     sql: str
@@ -156,9 +164,10 @@ def baseline() -> Baseline:
 
 
 def _references(sql: str, names: set[str], own: str) -> set[str]:
-    """The other functions a file needs at creation: those a LANGUAGE sql or BEGIN ATOMIC
-    body names (PostgreSQL resolves them then); a PL/pgSQL body is resolved at its first
-    call, so it needs none (and PL/pgSQL functions may call each other in cycles)."""
+    """The other functions and views a file needs at creation: those a view, a LANGUAGE sql
+    or a BEGIN ATOMIC body names (PostgreSQL resolves them then); a PL/pgSQL body is
+    resolved at its first call, so it needs none (and PL/pgSQL functions may call each
+    other in cycles)."""
     code = _COMMENT.sub("", sql)
     if not _CHECKED_BODY.search(code):
         return set()
@@ -167,16 +176,19 @@ def _references(sql: str, names: set[str], own: str) -> set[str]:
 
 
 @cache
-def function_files() -> tuple[FunctionFile, ...]:
-    """Every function file, callees before callers: a LANGUAGE sql body (and a BEGIN ATOMIC
-    one) is checked when it is created, so what it calls must exist by then (see
-    _references); ties go by name."""
-    folder = resources.files(FUNCTIONS_PACKAGE) / FUNCTIONS_FOLDER
-    files: dict[str, FunctionFile] = {}
-    for entry in folder.iterdir():
-        match = _FUNCTION_FILE.match(entry.name)
-        if match:
-            files[match.group(1)] = FunctionFile(match.group(1), entry.read_text("utf-8"))
+def definition_files() -> tuple[DefinitionFile, ...]:
+    """Every function and view file, what is used before its users: a view, a LANGUAGE sql
+    body (and a BEGIN ATOMIC one) is checked when it is created, so what it names must exist
+    by then (see _references); ties go by name. A name is a function's or a view's, never
+    both."""
+    files: dict[str, DefinitionFile] = {}
+    for sub in DEFINITION_FOLDERS:
+        for entry in (resources.files(FUNCTIONS_PACKAGE) / sub).iterdir():
+            match = _FUNCTION_FILE.match(entry.name)
+            if match:
+                if match.group(1) in files:
+                    raise RuntimeError(f"{match.group(1)} is both a function and a view file")
+                files[match.group(1)] = DefinitionFile(match.group(1), entry.read_text("utf-8"))
     names = set(files)
     needs = {name: _references(f.sql, names, name) for name, f in files.items()}
     users: dict[str, set[str]] = {name: set() for name in files}
@@ -211,8 +223,8 @@ def _apply(statements: list[str]) -> Iterator[Q]:
 
 
 def _baseline_op(base: Baseline, legacy: list[Migration]) -> Op[list[int]]:
-    """A fresh database: the baseline and the function files in one transaction, recorded as
-    the legacy versions it stands for (and each function file's checksum)."""
+    """A fresh database: the baseline and the function and view files in one transaction,
+    recorded as the legacy versions it stands for (and each file's checksum)."""
     yield Tx.BEGIN
     yield Q("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,), fetch="none")
     (recorded,) = yield Q("SELECT count(*) FROM shardstore.schema_migrations", fetch="one")
@@ -220,7 +232,7 @@ def _baseline_op(base: Baseline, legacy: list[Migration]) -> Op[list[int]]:
         yield Tx.COMMIT
         return []
     yield from _apply(split_statements(base.before_functions))
-    for f in function_files():
+    for f in definition_files():
         yield from _apply(f.statements)
     yield from _apply(split_statements(base.after_functions))
     for m in legacy:
@@ -230,7 +242,7 @@ def _baseline_op(base: Baseline, legacy: list[Migration]) -> Op[list[int]]:
             (m.version, m.name, m.checksum),
             fetch="none",
         )
-    for f in function_files():
+    for f in definition_files():
         yield Q(
             "INSERT INTO shardstore.schema_functions (name, checksum) VALUES (%s, %s)",
             (f.name, f.checksum),
@@ -241,12 +253,12 @@ def _baseline_op(base: Baseline, legacy: list[Migration]) -> Op[list[int]]:
 
 
 def _functions_op(every: bool) -> Op[None]:
-    """Apply each function file whose checksum is not the recorded one (``every``: all)."""
+    """Apply each function or view file whose checksum is not the recorded one (``every``: all)."""
     yield Tx.BEGIN
     yield Q("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,), fetch="none")
     rows = yield Q("SELECT name, checksum FROM shardstore.schema_functions")
     recorded = dict(rows)
-    shipped = function_files()
+    shipped = definition_files()
     for f in shipped:
         if every or recorded.get(f.name) != f.checksum:
             yield from _apply(f.statements)
@@ -266,7 +278,7 @@ def _functions_op(every: bool) -> Op[None]:
 
 
 def migrate_op(*, use_baseline: bool = True) -> Op[list[int]]:
-    """Apply every pending migration, then every changed function file; returns the
+    """Apply every pending migration, then every changed function or view file; returns the
     versions applied by this call (on a fresh database, those the baseline stands for).
     ``use_baseline=False`` replays the legacy migrations one by one on a fresh database too,
     as the shardstore versions before the baseline did (the tests prove that both routes
@@ -276,10 +288,10 @@ def migrate_op(*, use_baseline: bool = True) -> Op[list[int]]:
     shipped = {m.version: m.checksum for m in migrations}
     base = baseline()
     # a caller may ask for the schema of an older version (tests build old databases so):
-    # the function files and the baseline are the newest schema, which needs every legacy
+    # the function and view files and the baseline are the newest schema, which needs every legacy
     # migration
     current = bool(migrations) and migrations[-1].version >= base.version
-    functions = {f.name: f.checksum for f in function_files()} if current else {}
+    functions = {f.name: f.checksum for f in definition_files()} if current else {}
     # an up-to-date database needs no lock and no DDL, so a role without CREATE rights
     # (e.g. a tenant role under Row-Level Security) can connect
     table, ftable, readable = yield Q(
@@ -295,7 +307,7 @@ def migrate_op(*, use_baseline: bool = True) -> Op[list[int]]:
             if not current:
                 return applied
             if ftable is not None and not readable:
-                # only the schema's owner applies function files: others check the versions
+                # only the schema's owner applies these files: others check the versions
                 return applied
             if ftable is not None:
                 rows = yield Q("SELECT name, checksum FROM shardstore.schema_functions")

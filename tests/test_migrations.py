@@ -19,7 +19,14 @@ from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore.core.executor import run_sync
-from shardstore.migrate import BASELINE_PARTS, Migration, all_migrations, function_files, migrate_op
+from shardstore.migrate import (
+    BASELINE_PARTS,
+    DEFINITION_FOLDERS,
+    Migration,
+    all_migrations,
+    definition_files,
+    migrate_op,
+)
 from shardstore.sql import _queries
 
 
@@ -106,11 +113,10 @@ def test_the_files_are_read_from_the_package_unchanged() -> None:
     from importlib import resources
 
     from shardstore.migrate import (
-        FUNCTIONS_FOLDER,
         FUNCTIONS_PACKAGE,
         LEGACY_FOLDER,
         MIGRATIONS_PACKAGE,
-        function_files,
+        definition_files,
     )
 
     root = resources.files(MIGRATIONS_PACKAGE)
@@ -122,11 +128,16 @@ def test_the_files_are_read_from_the_package_unchanged() -> None:
     assert names == sorted(_shipped_path(m) for m in shipped)
     for version, checksum in APPLIED_CHECKSUMS.items():
         assert shipped[version - 1].checksum == checksum, version
-    # the function files are read whole, one per file of shardstore/sql/functions/
-    folder = resources.files(FUNCTIONS_PACKAGE) / FUNCTIONS_FOLDER
-    on_disk = {e.name[: -len(".sql")]: e.read_text("utf-8") for e in folder.iterdir()
-               if e.name.endswith(".sql")}  # fmt: skip
-    assert {f.name: f.sql for f in function_files()} == on_disk
+    # the function and view files are read whole, one per file of shardstore/sql/functions/
+    # and shardstore/sql/views/
+    on_disk = {
+        e.name[: -len(".sql")]: e.read_text("utf-8")
+        for sub in DEFINITION_FOLDERS
+        for e in (resources.files(FUNCTIONS_PACKAGE) / sub).iterdir()
+        if e.name.endswith(".sql")
+    }
+    assert {f.name: f.sql for f in definition_files()} == on_disk
+    assert {"turns", "purge_targets"} <= set(on_disk)
 
 
 def test_a_database_of_version_5_upgrades_with_rls_on(
@@ -208,11 +219,16 @@ def test_the_wheel_ships_the_migrations(empty_dsn: str, tmp_path: Path) -> None:
         assert f"shardstore/migrations/{_shipped_path(m)}" in names
     for part in BASELINE_PARTS:
         assert f"shardstore/migrations/baseline/{part}" in names
-    for f in function_files():
-        assert f"shardstore/sql/functions/{f.name}.sql" in names
+    shipped_files = {
+        f"shardstore/sql/{sub}/{f.name}.sql"
+        for f in definition_files()
+        for sub in DEFINITION_FOLDERS
+        if f"shardstore/sql/{sub}/{f.name}.sql" in names
+    }
+    assert len(shipped_files) == len(definition_files())
     script = (
         "import sys, psycopg, shardstore, shardstore.migrations as pkg\n"
-        "from shardstore.migrate import all_migrations, function_files\n"
+        "from shardstore.migrate import all_migrations, definition_files\n"
         "assert shardstore.__file__.startswith(sys.argv[2]), shardstore.__file__\n"
         "assert pkg.__file__.startswith(sys.argv[2]), pkg.__file__\n"
         "shardstore.connect(sys.argv[1]).close()\n"
@@ -221,7 +237,7 @@ def test_the_wheel_ships_the_migrations(empty_dsn: str, tmp_path: Path) -> None:
         "assert rows == {m.version: m.checksum for m in all_migrations()}, rows\n"
         "with psycopg.connect(sys.argv[1]) as c:\n"
         "    done = dict(c.execute('SELECT name, checksum FROM shardstore.schema_functions'))\n"
-        "assert done == {f.name: f.checksum for f in function_files()}, done\n"
+        "assert done == {f.name: f.checksum for f in definition_files()}, done\n"
         "assert len(done) > 100, done\n"
         "print(len(rows))\n"
     )

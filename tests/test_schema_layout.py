@@ -21,6 +21,7 @@ from shardstore.sqlsplit import split_statements
 
 ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS = ROOT / "shardstore" / "sql" / "functions"
+VIEWS = ROOT / "shardstore" / "sql" / "views"
 LEGACY = ROOT / "migrations" / "legacy"
 CREATE = re.compile(
     r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\s+(?:\"?shardstore\"?\.)?\"?(\w+)",
@@ -158,7 +159,7 @@ def test_a_fresh_install_runs_the_baseline(empty_database: Callable[[], str]) ->
         files: dict[str, str] = dict(
             conn.execute("SELECT name, checksum FROM shardstore.schema_functions")
         )
-        assert files == {f.name: f.checksum for f in migrate.function_files()}
+        assert files == {f.name: f.checksum for f in migrate.definition_files()}
 
 
 def test_fresh_equals_replayed_from_the_first_migration(
@@ -184,6 +185,13 @@ def test_fresh_equals_replayed_from_the_first_migration(
             )
         }
     assert names == {p.stem for p in FUNCTIONS.glob("*.sql")}
+    # and its views the view files'
+    with psycopg.connect(fresh, autocommit=True) as conn:
+        views = {
+            r[0]
+            for r in conn.execute("SELECT viewname FROM pg_views WHERE schemaname = 'shardstore'")
+        }
+    assert views == {p.stem for p in VIEWS.glob("*.sql")}
 
 
 def test_a_database_at_an_intermediate_version_upgrades_to_the_same_catalog(
@@ -202,12 +210,12 @@ def test_a_database_at_an_intermediate_version_upgrades_to_the_same_catalog(
 
 def test_a_changed_function_file_is_applied_once(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner applies a file whose checksum is not the recorded one, and only then."""
-    shipped = migrate.function_files()
+    shipped = migrate.definition_files()
     target = next(f for f in shipped if f.name == "rls_tenant_v2")
-    edited = migrate.FunctionFile(target.name, target.sql + "-- an edit\n")
+    edited = migrate.DefinitionFile(target.name, target.sql + "-- an edit\n")
     assert edited.checksum != target.checksum
     replaced = tuple(edited if f.name == target.name else f for f in shipped)
-    monkeypatch.setattr(migrate, "function_files", lambda: replaced)
+    monkeypatch.setattr(migrate, "definition_files", lambda: replaced)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER FUNCTION shardstore.rls_tenant_v2() SET application_name = 'stale'")
         assert run_sync(conn, migrate.migrate_op()) == []
@@ -230,7 +238,7 @@ def test_a_changed_function_file_is_applied_once(dsn: str, monkeypatch: pytest.M
 
 def test_function_files_apply_in_dependency_order() -> None:
     """A LANGUAGE sql body names only functions whose files come before its own."""
-    files = migrate.function_files()
+    files = migrate.definition_files()
     position = {f.name: i for i, f in enumerate(files)}
     for f in files:
         for dep in migrate._references(f.sql, set(position), f.name):
@@ -270,6 +278,22 @@ def test_every_function_is_defined_in_one_file_named_after_it() -> None:
     assert {
         n for n, files in where.items() if files[0].startswith("shardstore/sql/functions/")
     } == {p.stem for p in FUNCTIONS.glob("*.sql")}
+
+
+VIEW = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:\"?shardstore\"?\.)?\"?(\w+)", re.I)
+
+
+def test_every_view_is_defined_in_one_file_named_after_it() -> None:
+    """A view's one definition is its file (shardstore/sql/views/<name>.sql): not the
+    baseline, not a migration after it."""
+    for path in VIEWS.glob("*.sql"):
+        assert VIEW.findall(_code(path.read_text())) == [path.stem], path
+    base = migrate.baseline()
+    for part in (base.before_functions, base.after_functions):
+        assert VIEW.findall(_code(part)) == []
+    for m in migrate.all_migrations():
+        if not m.legacy:
+            assert VIEW.findall(_code(m.sql)) == [], f"{m.version:04d}_{m.name}.sql defines a view"
 
 
 def test_no_migration_after_the_baseline_defines_a_function() -> None:

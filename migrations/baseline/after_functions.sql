@@ -1,5 +1,6 @@
--- The part of the baseline (legacy migrations 1..48) that needs the
--- functions: policies and row security. Written by scripts/gen_schema.py.
+-- The part of the baseline (legacy migrations 1..48) that needs the functions and
+-- views: policies and row security, and the rows of the registry (which names the views)
+-- and of the configuration. Written by scripts/gen_schema.py.
 
 ALTER TABLE shardstore.rls_role_tenants ENABLE ROW LEVEL SECURITY;
 
@@ -124,3 +125,39 @@ CREATE POLICY tenant_read ON shardstore.embedding_config FOR SELECT USING (true)
 CREATE POLICY tenant_read ON shardstore.table_registry FOR SELECT USING (true);
 
 CREATE POLICY tenant_read ON shardstore.text_search_config FOR SELECT USING (true);
+
+INSERT INTO shardstore.table_registry (table_name, kind, session_column, turn_column, chunk_column, chunk_start_column, tenant_column, "position", builtin, purge_rows, rewrite_reset, rls, tenant_grants, note, session_nullable) VALUES
+    ('shardstore.agent_history', 'session', 'session_id', NULL, 'chunk_seq', 'chunk_start', 'tenant_id', '20', 'true', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'chunks, by exact partition key; the chunk holding a range cut is rewritten', 'false'),
+    ('shardstore.artifact_chunks', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'artifact bytes (postgres backend), by tenant', 'false'),
+    ('shardstore.artifact_erasures', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, INSERT, DELETE', 'artifacts a purge has still to erase, by tenant', 'false'),
+    ('shardstore.artifact_links', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'which sessions ever referenced an artifact', 'true'),
+    ('shardstore.artifact_refs', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'who references an artifact', 'true'),
+    ('shardstore.artifacts', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'artifact objects, by tenant', 'false'),
+    ('shardstore.checkpoints', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'agent checkpoints: state + position, no messages', 'false'),
+    ('shardstore.chunk_map', 'session', 'session_id', NULL, 'chunk_seq', NULL, 'tenant_id', '30', 'true', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'chunk locations', 'false'),
+    ('shardstore.chunk_summaries', 'session', 'session_id', NULL, 'chunk_seq', NULL, 'tenant_id', '64', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'summaries of sealed chunks (0012)', 'false'),
+    ('shardstore.chunk_vectors', 'session', 'session_id', 'first_turn_seq', NULL, NULL, 'tenant_id', '50', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'one embedding per window of a turn (embeddings can be inverted back to text)', 'false'),
+    ('shardstore.config', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, INSERT, UPDATE', 'partitioning settings', 'false'),
+    ('shardstore.embed_marks', 'session', 'session_id', 'upto', NULL, NULL, 'tenant_id', '61', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'embedding watermark: buffered turns below upto were embedded (a hint, no text)', 'false'),
+    ('shardstore.embed_queue', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '60', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'chunks waiting to be embedded (keys only)', 'false'),
+    ('shardstore.embedding_config', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, UPDATE', 'the embedding model', 'false'),
+    ('shardstore.facts', 'session', 'source_session_id', 'source_turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'facts with provenance (0008); purge_subject clears the subject''s', 'true'),
+    ('shardstore.fork_copies', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'fork: origin of turns copied into a fork by copy-on-write (GDPR erase of copies)', 'false'),
+    ('shardstore.langgraph_checkpoints', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'LangGraph checkpoint ids and namespaces', 'false'),
+    ('shardstore.langgraph_writes', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'LangGraph pending writes', 'false'),
+    ('shardstore.maintenance_runs', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', NULL, 'maintenance run log', 'false'),
+    ('shardstore.purge_targets', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'false', 'SELECT', 'view of the registry (0002 name)', 'false'),
+    ('shardstore.rls_role_tenants', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'false', 'SELECT', 'role bindings; row security always on', 'false'),
+    ('shardstore.runs', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'agent runs in flight (0007)', 'false'),
+    ('shardstore.schema_migrations', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'false', 'SELECT', 'applied migrations', 'false'),
+    ('shardstore.sessions', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '0', 'false', 'false', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'one row per session; purges leave a tombstone', 'false'),
+    ('shardstore.summary_queue', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '62', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'chunks waiting for a summary (keys only, 0012)', 'false'),
+    ('shardstore.table_registry', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT', 'this registry', 'false'),
+    ('shardstore.text_search_config', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT', 'the text search language (0012)', 'false'),
+    ('shardstore.turn_buffer', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '1', 'true', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'buffered turns; always cleared first', 'false'),
+    ('shardstore.turn_keys', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '40', 'true', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'idempotency keys', 'false'),
+    ('shardstore.turn_text', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '66', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'full-text index of every folded turn (0012)', 'false');
+
+INSERT INTO shardstore.text_search_config (singleton, config) VALUES
+    ('true', 'english');
+

@@ -1,7 +1,7 @@
--- The schema as the legacy migrations 1..48 leave it, less its functions
--- (shardstore/sql/functions/). Written by scripts/gen_schema.py from pg_dump: never
--- edit it; a change to a table is a new versioned migration in migrations/.
--- A fresh database runs this part, then every function file, then
+-- The schema as the legacy migrations 1..48 leave it, less its functions and views
+-- (shardstore/sql/functions/, shardstore/sql/views/). Written by scripts/gen_schema.py
+-- from pg_dump: never edit it; a change to a table is a new versioned migration in
+-- migrations/. A fresh database runs this part, then every function and view file, then
 -- after_functions.sql.
 
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -785,19 +785,6 @@ CREATE TABLE shardstore.table_registry (
     CONSTRAINT table_registry_tenant_grants_check CHECK ((tenant_grants ~ '^(SELECT|INSERT|UPDATE|DELETE)(, (SELECT|INSERT|UPDATE|DELETE))*$'::text))
 );
 
-CREATE VIEW shardstore.purge_targets AS
- SELECT table_name,
-    session_column,
-    turn_column,
-    chunk_column,
-    chunk_start_column,
-    "position",
-    builtin,
-    rewrite_reset,
-    note
-   FROM shardstore.table_registry r
-  WHERE ((kind = 'session'::text) AND purge_rows);
-
 CREATE TABLE shardstore.summary_queue (
     session_id uuid NOT NULL,
     chunk_seq bigint NOT NULL,
@@ -1023,30 +1010,6 @@ CREATE TABLE shardstore.turn_text_h15 (
     created_at timestamp with time zone CONSTRAINT turn_text_created_at_not_null NOT NULL,
     tsv integer[] CONSTRAINT turn_text_tsv_not_null NOT NULL
 );
-
-CREATE VIEW shardstore.turns WITH (security_invoker='true') AS
- SELECT h.session_id,
-    h.tenant_id,
-    ((e.v ->> 's'::text))::bigint AS turn_seq,
-    h.chunk_seq,
-    ((e.v ->> 'at'::text))::timestamp with time zone AS created_at,
-    ((e.v ->> 't'::text))::integer AS tokens,
-    (e.v ->> 'k'::text) AS idempotency_key,
-    (e.v -> 'm'::text) AS message
-   FROM (shardstore.agent_history h
-     CROSS JOIN LATERAL jsonb_array_elements(h.conversation_chunk) e(v))
-UNION ALL
- SELECT b.session_id,
-    b.tenant_id,
-    b.turn_seq,
-    b.chunk_seq,
-    b.created_at,
-    b.tokens,
-    b.idempotency_key,
-    b.message
-   FROM shardstore.turn_buffer b;
-
-COMMENT ON VIEW shardstore.turns IS 'one row per turn a session holds (folded or buffered); messages as stored (jsoncodec escapes)';
 
 ALTER TABLE ONLY shardstore.chunk_vectors ATTACH PARTITION shardstore.chunk_vectors_h00 FOR VALUES WITH (modulus 32, remainder 0);
 
@@ -1774,39 +1737,3 @@ ALTER INDEX shardstore.turn_text_pkey ATTACH PARTITION shardstore.turn_text_h15_
 ALTER INDEX shardstore.turn_text_tenant ATTACH PARTITION shardstore.turn_text_h15_tenant_id_created_at_idx;
 
 ALTER INDEX shardstore.turn_text_tsv ATTACH PARTITION shardstore.turn_text_h15_tsv_idx;
-
-INSERT INTO shardstore.table_registry (table_name, kind, session_column, turn_column, chunk_column, chunk_start_column, tenant_column, "position", builtin, purge_rows, rewrite_reset, rls, tenant_grants, note, session_nullable) VALUES
-    ('shardstore.agent_history', 'session', 'session_id', NULL, 'chunk_seq', 'chunk_start', 'tenant_id', '20', 'true', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'chunks, by exact partition key; the chunk holding a range cut is rewritten', 'false'),
-    ('shardstore.artifact_chunks', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'artifact bytes (postgres backend), by tenant', 'false'),
-    ('shardstore.artifact_erasures', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, INSERT, DELETE', 'artifacts a purge has still to erase, by tenant', 'false'),
-    ('shardstore.artifact_links', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'which sessions ever referenced an artifact', 'true'),
-    ('shardstore.artifact_refs', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'who references an artifact', 'true'),
-    ('shardstore.artifacts', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'artifact objects, by tenant', 'false'),
-    ('shardstore.checkpoints', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'agent checkpoints: state + position, no messages', 'false'),
-    ('shardstore.chunk_map', 'session', 'session_id', NULL, 'chunk_seq', NULL, 'tenant_id', '30', 'true', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'chunk locations', 'false'),
-    ('shardstore.chunk_summaries', 'session', 'session_id', NULL, 'chunk_seq', NULL, 'tenant_id', '64', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'summaries of sealed chunks (0012)', 'false'),
-    ('shardstore.chunk_vectors', 'session', 'session_id', 'first_turn_seq', NULL, NULL, 'tenant_id', '50', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'one embedding per window of a turn (embeddings can be inverted back to text)', 'false'),
-    ('shardstore.config', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, INSERT, UPDATE', 'partitioning settings', 'false'),
-    ('shardstore.embed_marks', 'session', 'session_id', 'upto', NULL, NULL, 'tenant_id', '61', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'embedding watermark: buffered turns below upto were embedded (a hint, no text)', 'false'),
-    ('shardstore.embed_queue', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '60', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'chunks waiting to be embedded (keys only)', 'false'),
-    ('shardstore.embedding_config', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT, UPDATE', 'the embedding model', 'false'),
-    ('shardstore.facts', 'session', 'source_session_id', 'source_turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'facts with provenance (0008); purge_subject clears the subject''s', 'true'),
-    ('shardstore.fork_copies', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'fork: origin of turns copied into a fork by copy-on-write (GDPR erase of copies)', 'false'),
-    ('shardstore.langgraph_checkpoints', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'LangGraph checkpoint ids and namespaces', 'false'),
-    ('shardstore.langgraph_writes', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'LangGraph pending writes', 'false'),
-    ('shardstore.maintenance_runs', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', NULL, 'maintenance run log', 'false'),
-    ('shardstore.purge_targets', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'false', 'SELECT', 'view of the registry (0002 name)', 'false'),
-    ('shardstore.rls_role_tenants', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'false', 'SELECT', 'role bindings; row security always on', 'false'),
-    ('shardstore.runs', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '100', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'agent runs in flight (0007)', 'false'),
-    ('shardstore.schema_migrations', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'false', 'SELECT', 'applied migrations', 'false'),
-    ('shardstore.sessions', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '0', 'false', 'false', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'one row per session; purges leave a tombstone', 'false'),
-    ('shardstore.summary_queue', 'session', 'session_id', NULL, NULL, NULL, 'tenant_id', '62', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'chunks waiting for a summary (keys only, 0012)', 'false'),
-    ('shardstore.table_registry', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT', 'this registry', 'false'),
-    ('shardstore.text_search_config', 'global', NULL, NULL, NULL, NULL, NULL, '100', 'false', 'false', '{}', 'true', 'SELECT', 'the text search language (0012)', 'false'),
-    ('shardstore.turn_buffer', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '1', 'true', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'buffered turns; always cleared first', 'false'),
-    ('shardstore.turn_keys', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '40', 'true', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'idempotency keys', 'false'),
-    ('shardstore.turn_text', 'session', 'session_id', 'turn_seq', NULL, NULL, 'tenant_id', '66', 'false', 'true', '{}', 'true', 'SELECT, INSERT, UPDATE, DELETE', 'full-text index of every folded turn (0012)', 'false');
-
-INSERT INTO shardstore.text_search_config (singleton, config) VALUES
-    ('true', 'english');
-
