@@ -142,7 +142,7 @@ def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) ->
     counter = make_counter(tokenizer)
     connector = Connector(dsn, config)
     store = Store(connector, config, counter)
-    store._artifacts = artifacts
+    store.artifact_config = artifacts
     try:
         store._run(setup_op(store))
     except BaseException:
@@ -162,7 +162,7 @@ async def connect_async(
     counter = make_counter(tokenizer)
     connector = await AsyncConnector.create(dsn, config)
     store = AsyncStore(connector, config, counter)
-    store._artifacts = artifacts
+    store.artifact_config = artifacts
     try:
         await store._run(setup_op(store))
     except BaseException:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import assembly, base, facts, maintenance, purge, textsearch, tracing
 from . import checkpoints as checkpoint_ops
@@ -21,6 +21,7 @@ from .artifacts import sweep as artifact_sweep
 from .core.bind import amethod, areader, astream
 from .core.connector import AsyncConnector
 from .core.executor import run_async, stream_async
+from .core.state import StoreState
 from .core.steps import Op
 from .folding import AsyncFolder
 from .importers import jsonl as jsonl_ops
@@ -42,13 +43,13 @@ class AsyncStore(base.StoreBase):
     ) -> None:
         super().__init__(connector, settings, counter)
         if connector.pooled and settings.background_fold:
-            self._folder = AsyncFolder(self._run, settings.default_tail_turns)
+            self.background_folder = AsyncFolder(self._run, settings.default_tail_turns)
 
     async def _run(self, op: Op[T]) -> T:
-        return await run_async(self._connector, op)
+        return await run_async(self.connector, op)
 
     def _stream(self, op: Op[Any]) -> AsyncIterator[Any]:
-        return stream_async(self._connector, op)
+        return stream_async(self.connector, op)
 
     create_session = amethod(history_ops.create_session)
     session = amethod(history_ops.session)
@@ -110,17 +111,23 @@ class AsyncStore(base.StoreBase):
     async def drain_folds(self) -> None:
         """Wait until every chunk sealed by this store's appends so far has been folded
         (see :meth:`shardstore.Store.drain_folds`)."""
-        if self._folder is not None:
-            await self._folder.drain()
+        if self.background_folder is not None:
+            await self.background_folder.drain()
 
     async def close(self) -> None:
         """Finish queued folds, then close the pool if this store created it."""
-        if self._folder is not None:
-            await self._folder.close()
-        await self._connector.close()
+        if self.background_folder is not None:
+            await self.background_folder.close()
+        await self.connector.close()
 
     async def __aenter__(self) -> AsyncStore:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+if TYPE_CHECKING:  # mypy checks that the store is what operations take
+
+    def _implements(store: AsyncStore) -> StoreState:
+        return store

@@ -19,6 +19,7 @@ from typing import Any
 from . import jsoncodec
 from .core import validate
 from .core.context import Context as OpContext
+from .core.state import StoreState
 from .core.steps import Op, Q, Tx
 from .embedding import message_text
 from .errors import SessionNotFound, SessionPurged
@@ -277,7 +278,7 @@ def plan(
 
 
 def context(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     max_tokens: int,
     *,
@@ -324,8 +325,8 @@ def context(
     hits_wanted = validate.count(k, "k", high=MAX_K)
     subject = validate.optional_text(facts_subject, "facts_subject")
     own = tokenizer is not None
-    counter: TokenCounter = make_counter(tokenizer) if own else store._ctx.counter
-    ctx: OpContext = store._ctx
+    counter: TokenCounter = make_counter(tokenizer) if own else store.ctx.counter
+    ctx: OpContext = store.ctx
     count = message_counter(counter)
 
     def turn_tokens(turn: Turn) -> int:
@@ -333,7 +334,7 @@ def context(
 
     vector = None
     if wanted is not None:  # the query's embedding, before the snapshot (a model call)
-        vector = yield from query_vector_op(store._vectors, wanted)
+        vector = yield from query_vector_op(store.vector_state, wanted)
     fetch = min(validate.MAX_INT64, budget * CUSTOM_FETCH_FACTOR) if own else budget
     # one statement reads the head, the window and the summaries (one snapshot); facts,
     # recall and (with your tokenizer) a re-read of the newest unit are more statements,
@@ -381,7 +382,7 @@ def context(
     hits: list[SearchHit] = []
     if wanted is not None:
         scope = search_scope(sid, None, None, None, None, hits_wanted)
-        fused = yield from hybrid_ranking_op(ctx, store._vectors, scope, wanted, vector)
+        fused = yield from hybrid_ranking_op(ctx, store.vector_state, scope, wanted, vector)
         older = [r for r in fused if r.first_turn_seq < start]
         hits = yield from hits_op(best_chunks(older, hits_wanted), sid)
     if joined:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .core import validate
 from .core.context import Context
+from .core.state import StoreState
 from .core.steps import Op, Q
 from .history import configure_op
 from .maintenance import premake_op
@@ -23,37 +24,38 @@ class StoreBase:
     """State of a store: settings, tokenizer, partitioning, embedding model, connector.
     The two stores add how operations run (sync or asyncio) and their method bindings."""
 
-    _folder: Any = None
-    _artifacts: Any = None  # shardstore.artifacts.config.ArtifactConfig, set by connect()
+    background_folder: Any = None
+    artifact_config: Any = None  # shardstore.artifacts.config.ArtifactConfig, set by connect()
 
     def __init__(self, connector: Any, settings: Settings, counter: TokenCounter) -> None:
-        self._connector = connector
+        self.connector = connector
         self.settings = settings
-        self._ctx = Context(settings, counter)
-        self._vectors = VectorState(settings.embedding_model)
+        self.ctx = Context(settings, counter)
+        self.vector_state = VectorState(settings.embedding_model)
         self.partition_interval: timedelta = settings.partition_interval or timedelta(days=7)
 
     @property
     def dsn(self) -> str | None:
         """The DSN this store connected with (resolved from the environment or the embedded
         server when not given); None when it was given a pool or a connection."""
-        dsn: str | None = self._connector.dsn
+        dsn: str | None = self.connector.dsn
         return dsn
 
-    def _partitioning(self, interval: timedelta, origin: Any) -> None:
-        self.partition_interval = interval
-        self._ctx = dataclasses.replace(
-            self._ctx, partition_interval=interval, partition_origin=origin
-        )
 
 
-def setup_op(store: StoreBase) -> Op[None]:
+def record_partitioning(store: StoreState, interval: timedelta, origin: Any) -> None:
+    """Give the store the partitioning read from the database (``shardstore.config``)."""
+    store.partition_interval = interval
+    store.ctx = dataclasses.replace(store.ctx, partition_interval=interval, partition_origin=origin)
+
+
+def setup_op(store: StoreState) -> Op[None]:
     """Make the schema current, read (or record) the partitioning, premake partitions and
     check the embedding model against the one recorded in the database."""
     yield from migrate_op()
-    store._connector.prologue, _ = yield from tenant_binding_op(store._connector, None)
+    store.connector.prologue, _ = yield from tenant_binding_op(store.connector, None)
     interval, origin = yield from configure_op(store.settings.partition_interval)
-    store._partitioning(interval, origin)
+    record_partitioning(store, interval, origin)
     yield from premake_op(store.settings.premake)
     yield from check_model_op(store.settings.embedding_model)
 
@@ -85,7 +87,7 @@ def tenant_binding_op(connector: Any, tenant: str | None) -> Op[tuple[Q | None, 
     return Q(query(name), (tenant,), fetch="none", prepare=False), False
 
 
-def premake_partitions(store: Any, premake: int | None = None) -> Op[list[str]]:
+def premake_partitions(store: StoreState, premake: int | None = None) -> Op[list[str]]:
     """Create the current partition and ``premake`` (an int from 0 to 1000; default: the
     store's setting) more ahead; returns new names. ``InvalidInput`` for another value."""
     ahead = store.settings.premake if premake is None else premake

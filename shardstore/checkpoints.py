@@ -28,6 +28,7 @@ from .artifacts.model import ArtifactRef
 from .artifacts.ops import session_tenant_op
 from .core import validate
 from .core.rows import record
+from .core.state import StoreState
 from .core.steps import Op, Q, Tx, collect
 from .errors import CheckpointNotFound, InvalidInput, SessionNotFound, SessionPurged
 from .models import Turn
@@ -99,7 +100,7 @@ def _named(name: str, params: Any, fetch: Any = "all") -> Q:
 
 
 def checkpoint(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     state: dict[str, Any],
     *,
@@ -128,7 +129,7 @@ def checkpoint(
     same transaction; those with ``required_for_resume`` are kept for as long as the
     checkpoint exists. ``ArtifactNotFound`` (nothing written) if one is not stored."""
     sid = validate.session_id(session_id)
-    limit = store._ctx.settings.chunk_max_bytes
+    limit = store.ctx.settings.chunk_max_bytes
     state_text = history_ops.encode_state(state, "state", limit)
     calls = (
         None if tool_calls is None else history_ops.encode_value(tool_calls, "tool_calls", limit)
@@ -178,7 +179,7 @@ def checkpoint(
 
 
 def restore(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     checkpoint_id: uuid.UUID | str | None = None,
     *,
@@ -214,7 +215,7 @@ def restore(
 
 
 def _restore_snapshot_op(
-    store: Any, sid: uuid.UUID, cid: uuid.UUID | None, n: int | None, max_tokens: int | None
+    store: StoreState, sid: uuid.UUID, cid: uuid.UUID | None, n: int | None, max_tokens: int | None
 ) -> Op[Restored]:
     """:func:`restore` in a repeatable-read transaction of several statements: for the
     whole history (streamed) and for a checkpoint with artifacts."""
@@ -244,7 +245,7 @@ def _restore_snapshot_op(
 
 
 def checkpoints(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     *,
     limit: int | None = None,

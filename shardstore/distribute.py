@@ -35,6 +35,7 @@ import psycopg
 
 from .core import validate
 from .core.executor import run_sync
+from .core.state import StoreState
 from .core.steps import Op, Q
 from .errors import ConfigurationError
 from .sql import query
@@ -233,7 +234,7 @@ def distribute_op(delegate: bool = True) -> Op[DistributeReport]:
     )
 
 
-def distribute(store: Any, *, delegate: bool = True) -> Op[DistributeReport]:
+def distribute(store: StoreState, *, delegate: bool = True) -> Op[DistributeReport]:
     """Distribute this store's tables on Citus, idempotently, and report what changed.
 
     On a Citus coordinator: reference tables for the config-like tables, every registered

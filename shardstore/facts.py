@@ -34,6 +34,7 @@ from typing import Any
 from . import jsoncodec
 from .core import validate
 from .core.rows import record
+from .core.state import StoreState
 from .core.steps import Op, Q, Tx
 from .errors import InvalidInput, SessionNotFound, SessionPurged
 from .sql import query
@@ -108,7 +109,7 @@ def _refused(status: str, detail: str | None, source: tuple[uuid.UUID, int] | No
 
 
 def remember(
-    store: Any,
+    store: StoreState,
     tenant_id: str,
     subject: str,
     key: str,
@@ -159,7 +160,7 @@ def remember(
 
 
 def recall(
-    store: Any,
+    store: StoreState,
     tenant_id: str,
     subject: str,
     keys: Sequence[str] | None = None,
@@ -176,7 +177,7 @@ def recall(
     return [_fact(r) for r in rows]
 
 
-def forget(store: Any, tenant_id: str, subject: str, key: str) -> Op[Fact | None]:
+def forget(store: StoreState, tenant_id: str, subject: str, key: str) -> Op[Fact | None]:
     """Close the version of ``key`` valid now (its ``valid_to`` becomes now) and return it;
     None when no version is valid. Soft: :func:`fact_history` still shows it, and
     :func:`recall` as of an earlier time still finds it. (A version remembered with a
@@ -189,7 +190,7 @@ def forget(store: Any, tenant_id: str, subject: str, key: str) -> Op[Fact | None
     return _fact(row, tenant_id=tenant, subject=subj, key=name)
 
 
-def fact_history(store: Any, tenant_id: str, subject: str, key: str) -> Op[list[Fact]]:
+def fact_history(store: StoreState, tenant_id: str, subject: str, key: str) -> Op[list[Fact]]:
     """Every version of ``key`` of ``subject``, oldest first (closed ones included)."""
     tenant, subj = _ids(tenant_id, subject)
     name = _key(key)

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import jsoncodec
 from .core import validate
+from .core.state import StoreState
 from .core.steps import Op, Q
 from .errors import (
     CheckpointNotFound,
@@ -92,7 +93,7 @@ def fork_op(
 
 
 def fork(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     *,
     at_turn_seq: int | None = None,

@@ -22,6 +22,7 @@ from .core import validate
 from .core.context import Context
 from .core.rerun import rerun_on_deadlock, retrying
 from .core.rows import record
+from .core.state import StoreState
 from .core.steps import Call, Emit, Op, Q, StatementFailed, Tx
 from .errors import (
     ConfigurationError,
@@ -139,7 +140,7 @@ def _head_op(sid: uuid.UUID, *, live: bool) -> Op[Mapping[str, Any]]:
 
 
 def create_session(
-    store: Any,
+    store: StoreState,
     tenant_id: str,
     subject_id: str | None = None,
     agent_id: str | None = None,
@@ -152,7 +153,7 @@ def create_session(
     return (yield from create_session_op(tenant_id, subject_id, agent_id, session_id, metadata))
 
 
-def session(store: Any, session_id: uuid.UUID | str) -> Op[SessionInfo]:
+def session(store: StoreState, session_id: uuid.UUID | str) -> Op[SessionInfo]:
     """A session's owners, metadata and counts; ``SessionNotFound`` if unknown."""
     head = yield from _head_op(validate.session_id(session_id), live=False)
     return record(SessionInfo, head, metadata=jsoncodec.loads(head["metadata"]))
@@ -181,7 +182,7 @@ def _cursor_op(before: Any) -> Op[tuple[datetime, uuid.UUID] | None]:
 
 
 def sessions(
-    store: Any,
+    store: StoreState,
     *,
     tenant_id: str | None = None,
     subject_id: str | None = None,
@@ -415,12 +416,12 @@ def _indexing_due(results: Sequence[AppendResult]) -> bool:
     return every > 0 and any(not r.duplicate and r.turn_seq % every == every - 1 for r in results)
 
 
-def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
+def _after_append_op(store: StoreState, outcome: AppendOutcome) -> Op[None]:
     """A sealed chunk goes to the store's background folder, or (on a caller's connection,
     or with ``background_fold=False``) is folded now, in the same transaction. Every
     :data:`TEXT_INDEX_EVERY` turns the background folder also gets the session without a
     seal (its fold then only indexes the buffer for text search); inline, nothing."""
-    folder = store._folder
+    folder = store.background_folder
     if not outcome.sealed:
         if folder is not None and folder.text_search and _indexing_due(outcome.results):
             yield Call(folder.submit, (outcome.session_id,), inline=True)
@@ -428,11 +429,11 @@ def _after_append_op(store: Any, outcome: AppendOutcome) -> Op[None]:
     if folder is not None:
         yield Call(folder.submit, (outcome.session_id,), inline=True)
     else:
-        yield from fold_sealed_op(outcome.session_id, store._ctx.settings.default_tail_turns)
+        yield from fold_sealed_op(outcome.session_id, store.ctx.settings.default_tail_turns)
 
 
 def _append_op(
-    store: Any,
+    store: StoreState,
     session_id: Any,
     messages: list[Any],
     keys: list[Any],
@@ -445,28 +446,28 @@ def _append_op(
         yield Tx.BEGIN
         if state is None:
             outcome = yield from append_op(
-                store._ctx, referenced.session_id, referenced.messages, keys
+                store.ctx, referenced.session_id, referenced.messages, keys
             )
         else:
             outcome = yield from append_checkpoint_op(
-                store._ctx, referenced.session_id, referenced.messages, keys, state
+                store.ctx, referenced.session_id, referenced.messages, keys, state
             )
         yield from offload.reference_op(referenced, outcome.results)
         yield Tx.COMMIT
         yield from _after_append_op(store, outcome)
         return outcome.results
     if state is None:
-        outcome = yield from append_op(store._ctx, session_id, messages, keys)
+        outcome = yield from append_op(store.ctx, session_id, messages, keys)
     else:
-        outcome = yield from append_checkpoint_op(store._ctx, session_id, messages, keys, state)
+        outcome = yield from append_checkpoint_op(store.ctx, session_id, messages, keys, state)
     yield from _after_append_op(store, outcome)
     return outcome.results
 
 
-def _state(store: Any, checkpoint: Any) -> str | None:
+def _state(store: StoreState, checkpoint: Any) -> str | None:
     if checkpoint is None:
         return None
-    return encode_state(checkpoint, "checkpoint", store._ctx.settings.chunk_max_bytes)
+    return encode_state(checkpoint, "checkpoint", store.ctx.settings.chunk_max_bytes)
 
 
 def _links(checkpoint: Any) -> dict[uuid.UUID, bool] | None:
@@ -481,7 +482,7 @@ def _links(checkpoint: Any) -> dict[uuid.UUID, bool] | None:
 
 
 def append_turn(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     message: dict[str, Any],
     idempotency_key: str | None = None,
@@ -518,7 +519,7 @@ def append_turn(
 
 
 def append_turns(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     messages: Sequence[dict[str, Any]],
     idempotency_keys: Sequence[str | None] | None = None,
@@ -546,7 +547,7 @@ def append_turns(
     return results  # type: ignore[no-any-return]
 
 
-def flush(store: Any, session_id: uuid.UUID | str) -> Op[int]:
+def flush(store: StoreState, session_id: uuid.UUID | str) -> Op[int]:
     """Fold a session's buffered turns into its open chunk in ``agent_history`` (the
     chunk stays open for more turns). Returns how many turns moved."""
     sid = validate.session_id(session_id)
@@ -654,7 +655,7 @@ def before_window_op(sid: uuid.UUID, turns: Sequence[Turn]) -> Op[dict[str, Any]
 
 
 def tail(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     n: int | None = None,
     max_tokens: int | None = None,
@@ -667,11 +668,11 @@ def tail(
 
     ``expand=True``: offloaded strings (``connect(offload_over=...)``) are put back, each
     message exactly as appended; tokens stay those of the stored cards."""
-    turns = yield from tail_op(store._ctx, session_id, n, max_tokens)
+    turns = yield from tail_op(store.ctx, session_id, n, max_tokens)
     return (yield from _expanded(store, turns, validate.flag(expand, "expand")))
 
 
-def _expanded(store: Any, turns: list[Turn], expand: bool) -> Op[list[Turn]]:
+def _expanded(store: StoreState, turns: list[Turn], expand: bool) -> Op[list[Turn]]:
     """The turns, with offloaded strings put back when ``expand``."""
     if not expand or not turns:
         return turns
@@ -679,7 +680,7 @@ def _expanded(store: Any, turns: list[Turn], expand: bool) -> Op[list[Turn]]:
 
 
 def tail_explained(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     n: int | None = None,
     max_tokens: int | None = None,
@@ -693,7 +694,7 @@ def tail_explained(
     n = validate.optional_count(n, "n")
     max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
     if n is None and max_tokens is None:
-        n = store._ctx.settings.default_tail_turns
+        n = store.ctx.settings.default_tail_turns
     yield Tx.BEGIN_SNAPSHOT
     window = yield from window_op(sid, n, max_tokens)
     newest = [] if window else (yield from window_op(sid, 1, None))
@@ -705,7 +706,7 @@ def tail_explained(
 
 
 def history(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     from_seq: int = 0,
     to_seq: int | None = None,
@@ -746,7 +747,7 @@ _GENERAL_PATH = frozenset({"fork", "long"})
 
 
 def _emit_range_op(
-    store: Any, rows: Sequence[Mapping[str, Any]], lo: int, hi: int | None, expand: bool
+    store: StoreState, rows: Sequence[Mapping[str, Any]], lo: int, hi: int | None, expand: bool
 ) -> Op[None]:
     """Emit history_range_v1's rows as :func:`_history_segment_op` emits a segment: chunk
     by chunk in order, a chunk's folded turns (``lo <= turn_seq < hi``) before its
@@ -775,7 +776,9 @@ def _emit_range_op(
     return None
 
 
-def _history_segment_op(store: Any, seg: Segment, lo: int, end: int, expand: bool) -> Op[None]:
+def _history_segment_op(
+    store: StoreState, seg: Segment, lo: int, end: int, expand: bool
+) -> Op[None]:
     """Emit one segment's turns with ``lo <= turn_seq < end``, chunk by chunk (offloaded
     strings put back when ``expand``)."""
     sid = seg.session_id
@@ -814,7 +817,9 @@ def _history_segment_op(store: Any, seg: Segment, lo: int, end: int, expand: boo
             yield Emit((yield from _expanded(store, by_chunk[chunk_seq], expand)))
 
 
-def chunks(store: Any, session_id: uuid.UUID | str, last: int | None = None) -> Op[list[Chunk]]:
+def chunks(
+    store: StoreState, session_id: uuid.UUID | str, last: int | None = None
+) -> Op[list[Chunk]]:
     """Chunk metadata oldest first (the ``last`` newest when given); the open chunk,
     if it holds turns, is the final entry with ``is_open=True``.
 
@@ -902,7 +907,7 @@ def _segment_chunks_op(seg: Segment, first: int, upper: int) -> Op[dict[int, Chu
     return merged
 
 
-def stats(store: Any) -> Op[Stats]:
+def stats(store: StoreState) -> Op[Stats]:
     """Counts of sessions, turns, chunks and buffered turns; every partition with its
     bounds, chunk rows and bytes on disk."""
     yield Tx.BEGIN_SNAPSHOT

@@ -42,6 +42,7 @@ from partition_manager.table import Layout, RangeTable
 from .core import validate
 from .core.connector import AsyncConnector
 from .core.executor import translate
+from .core.state import StoreState
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -436,7 +437,7 @@ def _embed_seconds(value: Any) -> float | None:
 
 
 def maintain(
-    store: Any,
+    store: StoreState,
     *,
     dry_run: bool = False,
     premake: int | None = None,
@@ -534,8 +535,8 @@ def maintain(
         dry_run=dry_run,
         archive=hook,
         lock_key=MAINTENANCE_LOCK_KEY,
-        lock=_run_lock(store._connector),
-        detach_concurrently=not store._connector.pooler,
+        lock=_run_lock(store.connector),
+        detach_concurrently=not store.connector.pooler,
         hooks=_Hooks(wait),
         fatal=_fatal,
     )
@@ -693,7 +694,7 @@ def _run_lock(connector: Any) -> RunLock | None:
 
 
 def _artifact_step(
-    store: Any, report: MaintenanceReport, grace: timedelta | None, dry_run: bool
+    store: StoreState, report: MaintenanceReport, grace: timedelta | None, dry_run: bool
 ) -> Op[MaintenanceReport]:
     """The artifact sweep of a run."""
     from .artifacts.sweep import sweep_artifacts  # the artifact package imports settings
@@ -705,7 +706,7 @@ def _artifact_step(
 
 
 def _embed_step(
-    store: Any,
+    store: StoreState,
     report: MaintenanceReport,
     cap: int | None,
     budget: float | None,
@@ -715,7 +716,7 @@ def _embed_step(
     from .search import embed_run  # search imports the store's building blocks
 
     try:
-        backlog = yield from maintenance_backlog_op(store._vectors)
+        backlog = yield from maintenance_backlog_op(store.vector_state)
         if not backlog:
             return report
         limit = backlog if cap is None else min(backlog, cap)

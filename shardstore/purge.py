@@ -44,6 +44,7 @@ from .artifacts import sweep as artifact_sweep
 from .artifacts.config import config_of
 from .core import validate
 from .core.rerun import retrying
+from .core.state import StoreState
 from .core.steps import Call, Op, Q, Tx
 from .errors import Conflict, InvalidInput, SessionPurged
 from .history import parse_bound
@@ -457,7 +458,7 @@ def _hook(
 
 
 def _releasing_op(
-    store: Any,
+    store: StoreState,
     dry_run: bool,
     tenant: str | None,
     purge: Op[PurgeReport],
@@ -496,7 +497,7 @@ def _releasing_op(
 
 
 def _erasing_op(
-    store: Any,
+    store: StoreState,
     dry_run: bool,
     tenant: str | None,
     purge: Op[PurgeReport],
@@ -573,7 +574,7 @@ def _batched_op(
 
 
 def purge_session(
-    store: Any, session_id: uuid.UUID | str, *, dry_run: bool = False, vacuum: bool = False
+    store: StoreState, session_id: uuid.UUID | str, *, dry_run: bool = False, vacuum: bool = False
 ) -> Op[PurgeReport]:
     """Remove every trace of one session's conversation and leave a tombstone (later
     appends, reads and ``create_session`` with its id raise ``SessionPurged``).
@@ -623,7 +624,7 @@ def _sessions_op(
 
 
 def purge_subject(
-    store: Any,
+    store: StoreState,
     tenant_id: str,
     subject_id: str,
     *,
@@ -653,7 +654,7 @@ def purge_subject(
 
 
 def purge_tenant(
-    store: Any,
+    store: StoreState,
     tenant_id: str,
     *,
     dry_run: bool = False,
@@ -679,7 +680,7 @@ def purge_tenant(
 
 
 def purge_range(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     before_turn_seq: int | None = None,
     before: datetime | None = None,
@@ -702,7 +703,7 @@ def purge_range(
 
 
 def purge_before(
-    store: Any,
+    store: StoreState,
     timestamp: datetime,
     tenant_id: str | None = None,
     *,

@@ -9,10 +9,10 @@ docstring is the method's. Schema: ``sql/functions/rewind_v3.sql`` (which calls
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from .core import validate
 from .core.rerun import retrying
+from .core.state import StoreState
 from .core.steps import Op, Q
 from .errors import Conflict, InvalidInput
 from .sql import query
@@ -38,7 +38,7 @@ def _rewind_op(session_id: uuid.UUID, to_turn_seq: int) -> Op[int]:
     return int(row["removed"])
 
 
-def rewind(store: Any, session_id: uuid.UUID | str, to_turn_seq: int) -> Op[int]:
+def rewind(store: StoreState, session_id: uuid.UUID | str, to_turn_seq: int) -> Op[int]:
     """Remove the session's turns from ``to_turn_seq`` on (retry a reply, edit the last
     message) and return how many were removed, atomically, in one statement.
 

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 
 from .aio import AsyncStore
-from .base import tenant_binding_op
+from .base import record_partitioning, tenant_binding_op
 from .core import validate
 from .core.connector import AsyncConnector, Connector, TenantConnection
 from .core.executor import translate
@@ -194,7 +194,7 @@ def connect_tenant(
     connector = Connector(source, config)
     store = Store(connector, config, make_counter(tokenizer))
     try:
-        store._partitioning(*store._run(_tenant_setup_op(connector, bound, config)))
+        record_partitioning(store, *store._run(_tenant_setup_op(connector, bound, config)))
     except BaseException:
         connector.close()
         raise
@@ -215,7 +215,7 @@ async def connect_tenant_async(
     connector = await AsyncConnector.create(source, config)
     store = AsyncStore(connector, config, make_counter(tokenizer))
     try:
-        store._partitioning(*(await store._run(_tenant_setup_op(connector, bound, config))))
+        record_partitioning(store, *(await store._run(_tenant_setup_op(connector, bound, config))))
     except BaseException:
         await connector.close()
         raise

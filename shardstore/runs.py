@@ -26,6 +26,7 @@ from typing import Any
 from . import jsoncodec
 from .core import validate
 from .core.rows import record
+from .core.state import StoreState
 from .core.steps import Op, Q
 from .errors import InvalidInput, RunClosed, RunConflict, RunNotFound
 from .sql import query
@@ -97,7 +98,7 @@ def _update_op(run_id: uuid.UUID, action: str, *params: Any) -> Op[Run]:
 
 
 def open_run(
-    store: Any,
+    store: StoreState,
     session_id: uuid.UUID | str,
     *,
     framework: str,
@@ -125,7 +126,7 @@ def open_run(
     return _run(row)
 
 
-def mark_awaiting(store: Any, run_id: uuid.UUID | str, awaiting: dict[str, Any]) -> Op[Run]:
+def mark_awaiting(store: StoreState, run_id: uuid.UUID | str, awaiting: dict[str, Any]) -> Op[Run]:
     """Mark a run as waiting on a human: status ``awaiting_human``, ``awaiting`` the dict
     given (what approval it waits for, JSON-ready), ``awaiting_since`` now (marking a
     waiting run again replaces both). ``RunNotFound`` for an unknown run, ``RunClosed``
@@ -135,7 +136,7 @@ def mark_awaiting(store: Any, run_id: uuid.UUID | str, awaiting: dict[str, Any])
     return (yield from _update_op(rid, "await", text, None, None, None, None))
 
 
-def resume_run(store: Any, run_id: uuid.UUID | str) -> Op[Run]:
+def resume_run(store: StoreState, run_id: uuid.UUID | str) -> Op[Run]:
     """Put a waiting run back to ``running`` (``awaiting`` and ``awaiting_since`` are
     cleared); a running run is returned unchanged, so a repeated call is harmless.
     ``RunNotFound`` for an unknown run, ``RunClosed`` for a closed one."""
@@ -144,7 +145,7 @@ def resume_run(store: Any, run_id: uuid.UUID | str) -> Op[Run]:
 
 
 def record_step(
-    store: Any, run_id: uuid.UUID | str, *, steps: int = 1, usd_cost: float | None = None
+    store: StoreState, run_id: uuid.UUID | str, *, steps: int = 1, usd_cost: float | None = None
 ) -> Op[Run]:
     """Add ``steps`` (an int >= 0, default 1) to a run's step count and ``usd_cost`` (a
     finite number >= 0, default nothing) to its cost, in one atomic update; returns the run
@@ -157,7 +158,7 @@ def record_step(
 
 
 def close_run(
-    store: Any, run_id: uuid.UUID | str, status: str, *, error: str | None = None
+    store: StoreState, run_id: uuid.UUID | str, status: str, *, error: str | None = None
 ) -> Op[Run]:
     """Close a run as ``"done"`` or ``"failed"`` (``error``: the failure text, for
     ``"failed"`` only); ``closed_at`` is now and the run never changes again. Closing a
@@ -171,7 +172,7 @@ def close_run(
     return (yield from _update_op(rid, "close", None, None, None, final, message))
 
 
-def get_run(store: Any, run_id: uuid.UUID | str) -> Op[Run]:
+def get_run(store: StoreState, run_id: uuid.UUID | str) -> Op[Run]:
     """The run with this id; ``RunNotFound`` if there is none (or it belongs to another
     tenant)."""
     rid = validate.uuid_value(run_id, "run_id")
@@ -182,7 +183,7 @@ def get_run(store: Any, run_id: uuid.UUID | str) -> Op[Run]:
 
 
 def runs(
-    store: Any,
+    store: StoreState,
     *,
     tenant_id: str | None = None,
     session_id: uuid.UUID | str | None = None,

@@ -15,6 +15,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .core import validate
+from .core.state import StoreState
 from .core.steps import Call, Op
 from .models import SearchHit
 from .textsearch import MODES, search_hybrid_op, search_text_op, text_query
@@ -35,7 +36,7 @@ def _bar(progress: bool) -> Any:
 
 
 def embed(
-    store: Any,
+    store: StoreState,
     *,
     limit: int | None = None,
     batch_size: int = DEFAULT_BATCH,
@@ -69,7 +70,7 @@ def embed(
 
 
 def embed_run(
-    store: Any,
+    store: StoreState,
     *,
     limit: int | None,
     batch_size: int = DEFAULT_BATCH,
@@ -86,7 +87,7 @@ def embed_run(
     bar = _bar(progress)
     try:
         run: EmbedRun = yield from embed_run_op(
-            store._vectors, limit, batch_size, bar, session_id, seconds
+            store.vector_state, limit, batch_size, bar, session_id, seconds
         )
     finally:
         bar.close()
@@ -94,7 +95,7 @@ def embed_run(
 
 
 def reembed(
-    store: Any, model: Any = None, *, progress: bool = False, batch_size: int = DEFAULT_BATCH
+    store: StoreState, model: Any = None, *, progress: bool = False, batch_size: int = DEFAULT_BATCH
 ) -> Op[int]:
     """Switch the database to ``model`` (default: this store's ``embedding_model``):
     drop every stored vector, record the new model, queue every chunk and embed them all.
@@ -102,12 +103,12 @@ def reembed(
     ``InvalidInput`` before any vector is dropped."""
     size = validate.count(batch_size, "batch_size", high=10_000)
     show = validate.flag(progress, "progress")
-    yield from prepare_op(store._vectors, model, reset=True)
+    yield from prepare_op(store.vector_state, model, reset=True)
     return (yield from embed(store, progress=show, batch_size=size))
 
 
 def search(
-    store: Any,
+    store: StoreState,
     query: Query,
     *,
     session_id: Any = None,
@@ -140,9 +141,9 @@ def search(
     scope = search_scope(session_id, tenant_id, agent_id, since, until, k)
     hits: list[SearchHit]
     if chosen == "text":
-        hits = yield from search_text_op(store._ctx, scope, text_query(query))
+        hits = yield from search_text_op(store.ctx, scope, text_query(query))
     elif chosen == "hybrid":
-        hits = yield from search_hybrid_op(store._ctx, store._vectors, scope, text_query(query))
+        hits = yield from search_hybrid_op(store.ctx, store.vector_state, scope, text_query(query))
     else:
-        hits = yield from search_query_op(store._ctx, store._vectors, scope, query)
+        hits = yield from search_query_op(store.ctx, store.vector_state, scope, query)
     return hits

@@ -5,7 +5,7 @@ feature module and bound here with one line (its docstring is the method's);
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import assembly, base, facts, maintenance, purge, textsearch, tracing
 from . import checkpoints as checkpoint_ops
@@ -22,6 +22,7 @@ from .artifacts import sweep as artifact_sweep
 from .core.bind import method, reader, stream
 from .core.connector import Connector
 from .core.executor import run_sync, stream_sync
+from .core.state import StoreState
 from .core.steps import Op
 from .folding import BackgroundFolder
 from .importers import jsonl as jsonl_ops
@@ -44,13 +45,13 @@ class Store(base.StoreBase):
     def __init__(self, connector: Connector, settings: Settings, counter: TokenCounter) -> None:
         super().__init__(connector, settings, counter)
         if connector.pooled and settings.background_fold:
-            self._folder = BackgroundFolder(self._run, settings.default_tail_turns)
+            self.background_folder = BackgroundFolder(self._run, settings.default_tail_turns)
 
     def _run(self, op: Op[T]) -> T:
-        return run_sync(self._connector, op)
+        return run_sync(self.connector, op)
 
     def _stream(self, op: Op[Any]) -> Iterator[Any]:
-        return stream_sync(self._connector, op)
+        return stream_sync(self.connector, op)
 
     create_session = method(history_ops.create_session)
     session = method(history_ops.session)
@@ -113,18 +114,24 @@ class Store(base.StoreBase):
         """Block until every chunk sealed by this store's appends so far has been folded into
         ``agent_history``. Reads never need this (they merge buffer and chunks); it is for
         benchmarks, tests and orderly shutdown."""
-        if self._folder is not None:
-            self._folder.drain()
+        if self.background_folder is not None:
+            self.background_folder.drain()
 
     def close(self) -> None:
         """Finish queued folds, then close the connection pool if this store created it
         (idempotent)."""
-        if self._folder is not None:
-            self._folder.close()
-        self._connector.close()
+        if self.background_folder is not None:
+            self.background_folder.close()
+        self.connector.close()
 
     def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+if TYPE_CHECKING:  # mypy checks that the store is what operations take
+
+    def _implements(store: Store) -> StoreState:
+        return store

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from . import jsoncodec
 from .core import validate
 from .core.rows import record
+from .core.state import StoreState
 from .core.steps import Call, Op, Q, Tx
 from .errors import InvalidInput
 from .history import envelope_turn, session
@@ -108,7 +109,7 @@ def queue_count_op(session_id: uuid.UUID | None) -> Op[int]:
 
 
 def summarize_one_op(
-    store: Any,
+    store: StoreState,
     summarizer: Any,
     model: str,
     session_id: uuid.UUID | None,
@@ -149,7 +150,7 @@ def summarize_one_op(
     ]
     answer = yield Call(summarizer, (turns,))
     text = summary_text(answer)
-    counter = store._ctx.counter
+    counter = store.ctx.counter
     tokens = counter.count(text)
     first = int(row["first_turn_seq"])
     # the message a context renders for it, counted once here so that context() need not
@@ -175,7 +176,7 @@ def summarize_one_op(
 
 
 def summarize(
-    store: Any,
+    store: StoreState,
     summarizer: Summarizer,
     *,
     session_id: uuid.UUID | str | None = None,
@@ -228,7 +229,7 @@ def summarize(
     return done
 
 
-def summaries(store: Any, session_id: uuid.UUID | str) -> Op[list[ChunkSummary]]:
+def summaries(store: StoreState, session_id: uuid.UUID | str) -> Op[list[ChunkSummary]]:
     """The stored summaries of a session, oldest chunk first (chunks not summarised yet
     are absent); ``SessionNotFound`` for an unknown session."""
     sid = validate.session_id(session_id)

@@ -16,6 +16,7 @@ from typing import Any
 
 from .core import validate
 from .core.context import Context
+from .core.state import StoreState
 from .core.steps import Call, Op, Q, StatementFailed
 from .embedding import model_safe, vector_literal
 from .errors import ConfigurationError, InvalidInput
@@ -212,7 +213,7 @@ def search_hybrid_op(
 _BAD_CONFIG = frozenset({"42704", "22P02", "42602"})
 
 
-def configure_text_search(store: Any, language: str | None) -> Op[int]:
+def configure_text_search(store: StoreState, language: str | None) -> Op[int]:
     """Switch the language of full-text search (a PostgreSQL text search configuration:
     ``"english"``, the default, ``"german"``, ``"simple"``...) and rebuild every stored
     turn's index in one transaction: searches see the old index until it commits, then the
@@ -259,7 +260,7 @@ def text_language_op() -> Op[str | None]:
     return None if row is None or row[0] is None else str(row[0])
 
 
-def text_search_language(store: Any) -> Op[str | None]:
+def text_search_language(store: StoreState) -> Op[str | None]:
     """The text search configuration turns are indexed with (``"english"`` unless switched
     with :meth:`configure_text_search`), or None when full-text indexing is off."""
     return text_language_op()

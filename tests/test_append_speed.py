@@ -152,7 +152,7 @@ def test_a_sealing_append_is_one_statement(make_store: MakeStore) -> None:
     assert [(t.turn_seq, t.chunk_seq, t.tokens) for t in turns] == [
         (r.turn_seq, r.chunk_seq, r.tokens) for r in results
     ]
-    budget = store._ctx.settings.budget_tokens
+    budget = store.ctx.settings.budget_tokens
     assert all(c.token_count <= budget for c in store.chunks(sid) if c.turn_count > 1)
     checkpoints = store.checkpoints(sid)
     assert len(checkpoints) == 8
@@ -172,7 +172,7 @@ def test_a_lone_caller_keeps_one_connection(make_store: MakeStore) -> None:
     """With several idle connections, consecutive calls of one thread land on the backend
     used last (LIFO); concurrent callers still get connections of their own."""
     store = make_store(pool_min_size=4, pool_max_size=4)
-    store._connector._pool.wait()
+    store.connector._pool.wait()
 
     def pid() -> int:
         def op() -> Any:
@@ -207,7 +207,7 @@ def test_async_store_keeps_one_connection(new_database: Callable[[], str]) -> No
     async def main() -> set[int]:
         store = await shardstore.connect_async(new_database(), pool_min_size=3, pool_max_size=3)
         try:
-            await store._connector._pool.wait()
+            await store.connector._pool.wait()
 
             def op() -> Any:
                 (value,) = yield Q("SELECT pg_backend_pid()", fetch="one")
@@ -292,7 +292,7 @@ def test_a_seal_does_not_need_the_batch_function(dsn: str) -> None:
             (r.turn_seq, r.chunk_seq) for r in results
         ]
         assert [t.message for t in turns] == [_message(i, 12) for i in range(25)]
-        budget = store._ctx.settings.budget_tokens
+        budget = store.ctx.settings.budget_tokens
         assert all(c.token_count <= budget for c in store.chunks(sid) if c.turn_count > 1)
         assert len(store.checkpoints(sid)) == 4
     finally:

@@ -60,7 +60,7 @@ def test_same_content_three_puts_three_checkpoints_stored_once(
     sha = refs[0].sha256
     key = f"acme/sha256/{sha[:2]}/{sha[2:4]}/{sha}"  # the issue's {tenant}/sha256/ab/cd/{hash}
     assert refs[0].uri.endswith("/" + key)
-    if astore._artifacts.backend is not None:
+    if astore.artifact_config.backend is not None:
         assert stored_objects(astore, dsn) == [key]
     with psycopg.connect(dsn) as conn:
         (rows,) = conn.execute("SELECT count(*) FROM shardstore.artifacts").fetchone()  # type: ignore[misc]
@@ -274,7 +274,7 @@ def test_purge_subject_removes_refs_and_bytes_at_once(
     assert not [t for t, rs in rows.items() for r in rs if marker in r or hexed in r]
     for key in stored_objects(store, dsn):
         if kind != "postgres":
-            with store._artifacts.backend.open(key) as f:
+            with store.artifact_config.backend.open(key) as f:
                 assert marker.encode() not in f.read()
     assert store.get_artifact("t", shared.artifact_id) == b"shared bytes"
     assert store.get_artifact("t", keep.artifact_id)

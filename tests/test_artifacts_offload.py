@@ -89,7 +89,7 @@ def test_shapes_round_trip_with_cards_in_the_turn(
     # tokens: the card's, counted over the message as the client stored it (jsonb then
     # reorders keys); the ref estimates the string's
     sent = _swap(message, BIG, card(ArtifactRef.from_json(cards[0]), BIG, sid))
-    assert result.tokens == stored.tokens == ostore._ctx.counter.count(
+    assert result.tokens == stored.tokens == ostore.ctx.counter.count(
         jsoncodec.encode_message(sent)
     )
     assert cards[0][MARKER]["tokens"] == (len(BIG.encode()) + 3) // 4
@@ -266,8 +266,8 @@ def test_the_offloaded_string_is_never_tokenized(make_store: Any) -> None:
     lengths = {}
     for over in (65536, None):
         store = make_store(offload_over=over)
-        spy = _SpyCounter(store._ctx.counter)
-        store._ctx = dataclasses.replace(store._ctx, counter=spy)
+        spy = _SpyCounter(store.ctx.counter)
+        store.ctx = dataclasses.replace(store.ctx, counter=spy)
         sid = store.create_session("t")
         result = store.append_turn(sid, msg)
         assert spy.lengths, "the append counted nothing"

@@ -703,15 +703,15 @@ def test_every_public_method_tenant_bound(
     store.append_turns(theirs, [_msg(i) for i in range(12)])
     s, closer = _scoped_store(kind, unbound_role, tenant)
     try:
-        assert s._connector.prologue is not None  # the tenant travels per transaction
+        assert s.connector.prologue is not None  # the tenant travels per transaction
         sid = s.create_session(tenant, "alice", "agent")
         assert s.session(sid).tenant_id == tenant
         # without the binding the shards see no tenant (a session-level setting, of the
         # connection or of the DSN's options, stays on the coordinator)
-        saved, s._connector.prologue = s._connector.prologue, None
+        saved, s.connector.prologue = s.connector.prologue, None
         with pytest.raises(SessionNotFound):
             s.session(sid)
-        s._connector.prologue = saved
+        s.connector.prologue = saved
         # append_turn: plain, with a key (and its repeat), with a checkpoint, with both
         assert s.append_turn(sid, _msg(0)).turn_seq == 0
         assert s.append_turn(sid, _msg(1), idempotency_key="k1").turn_seq == 1

@@ -99,7 +99,7 @@ def test_prepared_statements_can_be_turned_off(dsn: str, threshold: int | None) 
             store.append_turn(sid, {"role": "user", "content": f"m{i}"}, idempotency_key=f"k{i}")
             store.tail(sid, n=3)
         assert [t.message["content"] for t in store.history(sid)] == [f"m{i}" for i in range(30)]
-        with store._connector.connection() as conn:
+        with store.connector.connection() as conn:
             row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
     assert row is not None
     if threshold is None:

@@ -114,7 +114,7 @@ def test_retry_across_outage_stores_once(server: CrashableServer) -> None:
 
 
 def _prepared_count(store: shardstore.Store) -> int:
-    pool = store._connector._pool
+    pool = store.connector._pool
     assert pool is not None
     with pool.connection() as conn:
         row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
@@ -166,7 +166,7 @@ def test_call_while_server_down_fails_within_connect_timeout(server: CrashableSe
     dsn = server.create_database()
     store = shardstore.connect(dsn, connect_timeout=2, prepare_threshold=None)
     try:
-        pool = store._connector._pool
+        pool = store.connector._pool
         assert pool is not None
         assert pool.timeout <= 2
     finally:

@@ -115,7 +115,7 @@ def test_background_folds_keep_the_same_turns(
             assert _kept(conn, a) == _kept(conn, b), f"after turn {i}"
             free.append_turn(c, message)
         free.drain_folds()
-        assert lockstep._folder is not None and lockstep._folder.text_search
+        assert lockstep.background_folder is not None and lockstep.background_folder.text_search
         _check_keep(dsn, c, keep)
         kept_free, kept_lockstep = set(_kept(conn, c)), set(_kept(conn, b))
         # the same rule applied after the last append: the least a fold can keep

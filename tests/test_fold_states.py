@@ -53,7 +53,7 @@ def test_reads_agree_before_and_after_folding(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
     store = make_store(chunk_tokens=120)
-    store._folder = _NeverFold()  # sealed chunks are handed to a folder that never folds
+    store.background_folder = _NeverFold()  # sealed chunks are handed to a folder that never folds
     sid = store.create_session("acme")
     for i in range(12):
         store.append_turn(sid, {"role": "user", "content": f"first part {i}"})

@@ -120,7 +120,7 @@ def _import_both(
     checked here against the keep window, then folded, so that both store the same rows."""
     with shardstore.connect(a, **SETTINGS) as store:
         store.import_jsonl(io.StringIO(text), batch_size=batch)
-        keep = store._ctx.settings.default_tail_turns
+        keep = store.ctx.settings.default_tail_turns
     imported = [d["session_id"] for d in map(json.loads, text.splitlines()) if d["kind"] == "end"]
     with psycopg.connect(a) as c:
         for sid in imported:
@@ -219,7 +219,7 @@ def test_a_batch_buffers_only_the_open_chunk_and_the_keep_window(dsn: str) -> No
     shardstore.connect(dsn, **SETTINGS).close()
     with psycopg.connect(dsn) as conn:
         store = shardstore.connect(conn, **SETTINGS)
-        keep = store._ctx.settings.default_tail_turns
+        keep = store.ctx.settings.default_tail_turns
         sid = store.create_session("acme", "user:1", "agent-x")
         conn.commit()
         start = datetime.now(UTC) - 3 * HOUR
@@ -227,7 +227,7 @@ def test_a_batch_buffers_only_the_open_chunk_and_the_keep_window(dsn: str) -> No
         for _ in range(3):
             batch = Batch()
             for _ in range(60):
-                batch.add(store._ctx, _message(seq, 30), f"turn {seq}")
+                batch.add(store.ctx, _message(seq, 30), f"turn {seq}")
                 batch.times.append(start + timedelta(seconds=seq))
                 seq += 1
             with conn.transaction():
@@ -236,7 +236,7 @@ def test_a_batch_buffers_only_the_open_chunk_and_the_keep_window(dsn: str) -> No
                 row = conn.execute(
                     query("import_turns"),
                     (sid, seq - 60, _array(batch.texts), batch.tokens, batch.sizes,
-                     batch.keys, batch.times, *_chunking(store._ctx), keep),
+                     batch.keys, batch.times, *_chunking(store.ctx), keep),
                 ).fetchone()
                 assert row is not None and row[0] == "ok" and row[2] is False
                 done = _buffer_counts(conn)

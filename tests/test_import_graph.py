@@ -1,6 +1,7 @@
 """The modules of shardstore and partition_manager import each other one way: no cycle,
 counting the imports inside functions (a lazy import hides a cycle, it does not remove
-it), and partition_manager imports nothing of shardstore."""
+it; imports for annotations only, under ``if TYPE_CHECKING:``, never run and do not
+count), and partition_manager imports nothing of shardstore."""
 
 from __future__ import annotations
 
@@ -26,7 +27,18 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The modules of this tree that module ``name`` imports, anywhere in it."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    # imports under `if TYPE_CHECKING:` never run: annotations only
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -67,7 +67,7 @@ def test_a_connection_joins_the_application_transaction(engine: sa.Engine, dsn: 
     with engine.connect() as conn:
         store = shardstore.connect(conn, chunk_tokens=200)
         conn.commit()  # connect's setup is the application's to commit too
-        assert not store._connector.pooled  # folds run inline, in the same transaction
+        assert not store.connector.pooled  # folds run inline, in the same transaction
         sid = store.create_session("acme")
         conn.execute(orders.insert().values(id=1, session_id=sid))
         results = store.append_turns(sid, [{"role": "user", "content": "x " * 80}] * 12)
@@ -146,7 +146,7 @@ def test_a_closed_connection_is_refused(engine: sa.Engine, dsn: str) -> None:
 def test_an_engine_lends_connections(engine: sa.Engine, dsn: str) -> None:
     store = shardstore.connect(engine, chunk_tokens=200)
     try:
-        assert store._connector.pooled and store.dsn is None
+        assert store.connector.pooled and store.dsn is None
         sid = store.create_session("acme")
         store.append_turns(sid, [{"role": "user", "content": "y " * 80}] * 20)
         store.drain_folds()  # background folds take connections from the engine too

@@ -148,7 +148,7 @@ def test_retention_drops_old_partitions_sessions_and_buffered_turns(
     time.sleep(3.2)
     # seals the chunk holding "stuck" without folding it (as if the process died)
     recent = {"role": "user", "content": "recent"}
-    run_sync(admin, append_op(store._ctx, mixed, [recent], ["m-3"]))
+    run_sync(admin, append_op(store.ctx, mixed, [recent], ["m-3"]))
     archived: list[tuple[str, int]] = []
 
     def archive(table: str) -> None:
@@ -337,10 +337,11 @@ def test_cli_report_and_exit_codes(make_store: MakeStore, dsn: str, capsys: Any)
     assert rows[-1] == ("python", False) and ("python", True) in rows
 
 
-def test_python_dash_m_partition_manager(make_store: MakeStore, dsn: str) -> None:
+def test_maintain_command_in_a_process_of_its_own(make_store: MakeStore, dsn: str) -> None:
+    """What cron runs: the maintain command as a process, its JSON report on stdout."""
     make_store(partition_interval=SECOND, premake=1)
     done = subprocess.run(
-        [sys.executable, "-m", "partition_manager", "--dsn", dsn, "--json", "--premake", "3"],
+        [sys.executable, "-m", "shardstore", "--dsn", dsn, "--json", "maintain", "--premake", "3"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -91,7 +91,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     def _expect(self, message: dict[str, Any], key: str | None) -> tuple[int, int, int, bool]:
         text = encode_message(message)
-        tokens = self.store._ctx.counter.count(text)
+        tokens = self.store.ctx.counter.count(text)
         return self.model.append(message, tokens, len(text.encode()), key)
 
     @rule(message=messages(), key=keys)

@@ -33,7 +33,7 @@ def test_the_pooler_is_in_front(pgbouncer: Pooler, dsn: str, pooled_dsn: str) ->
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert not behind_pooler(conn)
     with shardstore.connect(pooled_dsn) as store:
-        assert store._connector.pooler is True
+        assert store.connector.pooler is True
 
 
 @pytest.fixture
@@ -315,14 +315,14 @@ def test_maintenance_lock_behind_the_pooler(pooled_dsn: str, dsn: str) -> None:
         reports = [store.maintain(embed=False) for _ in range(8)]
         assert [r.already_running for r in reports] == [False] * 8
         assert all(r.healthy for r in reports)
-        held = store._connector.acquire()  # another run holds the lock now
+        held = store.connector.acquire()  # another run holds the lock now
         try:
             held.execute("BEGIN")
             held.execute("SELECT pg_advisory_xact_lock(%s)", (MAINTENANCE_LOCK_KEY,))
             assert store.maintain(embed=False).already_running
             held.execute("COMMIT")
         finally:
-            store._connector.release(held)
+            store.connector.release(held)
         assert not store.maintain(embed=False).already_running
     with psycopg.connect(dsn, autocommit=True) as conn:
         (locks,) = conn.execute(

@@ -97,7 +97,7 @@ def append_unfolded(
 ) -> bool:
     """Append without folding a chunk it seals (as if the process died before its fold):
     the sealed chunk stays in the write buffer. Returns whether a chunk was sealed."""
-    outcome = store._run(append_op(store._ctx, sid, [msg], [key]))
+    outcome = store._run(append_op(store.ctx, sid, [msg], [key]))
     return outcome.sealed
 
 

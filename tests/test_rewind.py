@@ -94,7 +94,7 @@ def raw_append(
         (
             sid,
             "[" + ",".join(texts) + "]",
-            [store._ctx.counter.count(t) for t in texts],
+            [store.ctx.counter.count(t) for t in texts],
             [len(t.encode()) for t in texts],
             [None] * len(texts),
             store.settings.budget_tokens,

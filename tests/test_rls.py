@@ -305,7 +305,7 @@ def test_disable_restores_full_access(world: World) -> None:
 def test_connect_works_for_a_role_without_ddl_rights(world: World) -> None:
     with _tenant_conn(world, "acme") as conn:
         store = shardstore.connect(conn)
-        assert store._connector.prologue is not None  # bound per transaction all the same
+        assert store.connector.prologue is not None  # bound per transaction all the same
         assert store.session(world.acme).tenant_id == "acme"
 
 
@@ -381,14 +381,14 @@ def test_tenant_is_bound_per_transaction_by_default(world: World) -> None:
     the connection."""
     with _tenant_conn(world, "acme") as conn:
         store = rls.connect_tenant(conn)
-        assert store._connector.prologue is not None
+        assert store.connector.prologue is not None
         rls.set_session_tenant(conn, "globex")  # too late: the store is acme's
         assert store.session(world.acme).tenant_id == "acme"
         with pytest.raises(shardstore.SessionNotFound):
             store.session(world.other)
     with _tenant_conn(world, None) as conn:
         store = rls.connect_tenant(conn, tenant="globex")
-        assert store._connector.prologue is not None
+        assert store.connector.prologue is not None
         assert rls.current_tenant(conn) is None
         assert store.session(world.other).tenant_id == "globex"
         with pytest.raises(shardstore.SessionNotFound):
@@ -408,7 +408,7 @@ def test_connect_tenant_needs_a_tenant(world: World) -> None:
         rls.grant_tenant_role(admin, world.role, tenant="acme")
     with _tenant_conn(world, None) as conn:  # the role's binding decides: nothing to bind
         store = rls.connect_tenant(conn)
-        assert store._connector.prologue is None
+        assert store.connector.prologue is None
         assert store.session(world.acme).tenant_id == "acme"
 
 
@@ -442,7 +442,7 @@ def test_dsn_options_tenant_is_bound_per_transaction(world: World) -> None:
     )
     store = rls.connect_tenant(dsn, pool_min_size=1, pool_max_size=2)
     try:
-        assert store._connector.tenant == "globex"
+        assert store.connector.tenant == "globex"
         assert store.session(world.other).tenant_id == "globex"
         with pytest.raises(shardstore.SessionNotFound):
             store.session(world.acme)

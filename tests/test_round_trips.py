@@ -131,7 +131,7 @@ def test_a_tenant_store_binds_in_the_same_round_trip(proxy: WireProxy, tenant_ro
     try:
         conn.execute(f'SET ROLE "{tenant_role}"')
         store = rls.connect_tenant(conn, tenant="acme", **SETTINGS)
-        assert store._connector.prologue is not None
+        assert store.connector.prologue is not None
         seen = _counts(proxy, _calls(store, sid, run))
         assert seen == {name: [1, 1, 1] for name in seen}
     finally:

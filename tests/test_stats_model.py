@@ -125,7 +125,7 @@ def _general_chunks(store: shardstore.Store, sid: uuid.UUID, last: int | None) -
         head = yield from h._head_op(sid, live=True)
         return (yield from _general_chunks_op(h, sid, head, last))
 
-    return run_sync(store._connector, op())
+    return run_sync(store.connector, op())
 
 
 def _general_chunks_op(h: Any, sid: uuid.UUID, head: Any, last: int | None) -> Any:

@@ -413,7 +413,7 @@ class _Handovers:
 
     def __init__(self, store: Any, run: Callable[[Any], Any]) -> None:
         self.store, self.run, self.calls = store, run, 0
-        folder = store._folder
+        folder = store.background_folder
         submit = folder.submit
 
         def counted(session_id: uuid.UUID) -> None:
@@ -456,7 +456,7 @@ def test_no_text_passes_while_text_search_is_off(
         run(store.configure_text_search(None))
         turns = _Handovers(store, run)
         turns.append(rng, TEXT_INDEX_EVERY)  # the first due turn goes: the folder knew nothing
-        assert store._folder.text_search is False
+        assert store.background_folder.text_search is False
         off = turns.append(rng, 80)
         assert sum(due and not sealed for sealed, due, _ in off) >= 2  # the check below bites
         assert all(sealed for sealed, _, handed in off if handed)
@@ -468,7 +468,7 @@ def test_no_text_passes_while_text_search_is_off(
         rows: list[tuple[bool, bool, bool]] = []
         while not any(sealed for sealed, _, _ in rows):
             rows += turns.append(rng, 1)
-        assert store._folder.text_search is True
+        assert store.background_folder.text_search is True
         after = turns.append(rng, 60)
         assert any(due and not sealed and handed for sealed, due, handed in after)
         assert all(handed for sealed, due, handed in after if due or sealed)

@@ -208,7 +208,7 @@ def build_layout(admin_dsn: str, prefix: str, ds: Dataset, parts: int) -> Layout
         store._run(configure_op(MODEL, DIM, WINDOW_TOKENS, False))
         with psycopg.connect(dsn, autocommit=True) as conn:
             now = conn.execute("SELECT now()").fetchone()[0]
-            top = partition_floor(now, DAY, store._ctx.partition_origin)
+            top = partition_floor(now, DAY, store.ctx.partition_origin)
             base = top - (parts - 1) * DAY
             store._run(ensure_partitions_op([base + i * DAY for i in range(parts)]))
             conn.execute("DROP INDEX shardstore.chunk_vectors_hnsw")

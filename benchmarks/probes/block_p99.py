@@ -43,7 +43,7 @@ from shardstore.history import TEXT_INDEX_EVERY, fold_sealed_op
 
 def _fold_worker(jobs: Any, done: Any, dsn: str) -> None:
     store = shardstore.connect(dsn, background_fold=False)
-    keep = store._ctx.settings.default_tail_turns
+    keep = store.ctx.settings.default_tail_turns
     while True:
         job = jobs.get()
         if job is None:
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.fast_max_chars:
         settings["tokenizer"] = limited_counter(a.fast_max_chars)
     store = shardstore.connect(a.dsn, **settings)
-    folder: Any = store._folder
+    folder: Any = store.background_folder
     drain = folder.drain
     proc = None
     if a.variant == "nofold":

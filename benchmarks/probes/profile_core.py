@@ -120,7 +120,7 @@ def profile_append(
     msgs: list[dict[str, Any]],
     texts: list[str],
 ) -> None:
-    ctx = store._ctx
+    ctx = store.ctx
     budget, maxb = store.settings.budget_tokens, store.settings.chunk_max_bytes
     prepped = [prepare_turns(ctx, [m], [None]) for m in msgs]
     s_full = store.create_session("p", "full")
@@ -149,7 +149,7 @@ def profile_append(
                 APPEND_SQL,
                 (
                     sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, bud, maxb,
-                    store._ctx.partition_interval.total_seconds(), store._ctx.partition_origin, 0,
+                    store.ctx.partition_interval.total_seconds(), store.ctx.partition_origin, 0,
                 ),
             ).fetchall()
 
@@ -169,7 +169,7 @@ def profile_append(
         ).fetchall()
 
     def pool() -> None:
-        with store._connector.connection():
+        with store.connector.connection():
             pass
 
     def prep() -> None:
@@ -259,7 +259,7 @@ def profile_append(
                 APPEND_SQL,
                 (
                     sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, 10**12, maxb,
-                    store._ctx.partition_interval.total_seconds(), store._ctx.partition_origin, 0,
+                    store.ctx.partition_interval.total_seconds(), store.ctx.partition_origin, 0,
                 ),
             )
         )

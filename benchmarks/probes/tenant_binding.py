@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rls.set_session_tenant(conn, tenant)
             stores[per] = rls.connect_tenant(conn, tenant=tenant, background_fold=False)
             if not per:  # the session-level setting alone decides on this direct connection
-                stores[per]._connector.prologue = None
+                stores[per].connector.prologue = None
         for store in stores.values():  # warm plans and caches
             for _ in range(20):
                 store.append_turn(sid, MESSAGE)

@@ -166,7 +166,7 @@ class Bench:
             return
         from shardstore.history import prepare_turns
 
-        ctx = self.cs[SS].store._ctx  # type: ignore[attr-defined]
+        ctx = self.cs[SS].store.ctx  # type: ignore[attr-defined]
         prep, tok, enc = [], [], []
         clock = time.perf_counter_ns
         for m in self.corpus.msgs[:2000]:

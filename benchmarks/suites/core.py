@@ -202,7 +202,7 @@ def bench_append(
     # client-side share: validation + JSON encoding + token counting, no server involved
     from shardstore.history import prepare_turns
 
-    ctx = store._ctx
+    ctx = store.ctx
     t0 = time.perf_counter_ns()
     for m in msgs[:n]:
         prepare_turns(ctx, [m], [None])
@@ -485,7 +485,7 @@ def environment(
         row = admin.execute("SELECT current_setting(%s)", (name,)).fetchone()
         return str(row[0]) if row else "?"
 
-    tokens = [store._ctx.counter.count(t) for t in texts[:500]]
+    tokens = [store.ctx.counter.count(t) for t in texts[:500]]
     for _ in range(50):
         admin.execute("SELECT 1")
     rtt = pct(time_calls(lambda: admin.execute("SELECT 1").fetchone(), 500), 50)
@@ -522,7 +522,7 @@ def environment(
             "shardstore settings",
             f"chunk_tokens={store.settings.chunk_tokens} "
             f"(packs {store.settings.budget_tokens}), "
-            f"tokenizer={store._ctx.counter.name}",
+            f"tokenizer={store.ctx.counter.name}",
         ],
         [
             "messages",

@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             store.maintain(embed=False)
             sid = plan.long_sid()
             st = store.stats()
-            conn_src = store._connector
+            conn_src = store.connector
             res: dict[str, list[float]] = {
                 k: [] for k in ("new", "old", "ratio", "s_new", "s_old", "s_ratio")
             }

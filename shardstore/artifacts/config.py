@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from ..core.state import StoreState
 from ..errors import ConfigurationError
 from ..settings import parse_interval
 from .backends import ObjectBackend, open_backend
@@ -67,7 +68,6 @@ def pop_config(settings: dict[str, Any]) -> ArtifactConfig:
     )
 
 
-def config_of(store: Any) -> ArtifactConfig:
+def config_of(store: StoreState) -> ArtifactConfig:
     """The store's artifact configuration (the default for a store built by hand)."""
-    config: ArtifactConfig = getattr(store, "_artifacts", None) or DEFAULT
-    return config
+    return store.artifact_config or DEFAULT

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..core.state import StoreState
 from ..core.steps import Op, Q
 from ..errors import ArtifactNotFound, InvalidInput
 from ..sql import query
@@ -93,7 +94,7 @@ def ref_turns_op(
 
 
 def checkpoint_refs_op(
-    store: Any, session_id: uuid.UUID, checkpoint_id: uuid.UUID
+    store: StoreState, session_id: uuid.UUID, checkpoint_id: uuid.UUID
 ) -> Op[list[ArtifactRef]]:
     """The artifacts a checkpoint references (its state's and the given ones); a required
     one that is not ready raises ``ArtifactNotFound`` (the sweep protocol never lets that

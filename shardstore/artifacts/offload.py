@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import jsoncodec
 from ..core import validate
+from ..core.state import StoreState
 from ..core.steps import Op, Q
 from ..errors import InvalidInput
 from ..models import Turn
@@ -97,7 +98,7 @@ def card(ref: ArtifactRef, text: str, session_id: uuid.UUID) -> dict[str, Any]:
 
 
 def offload_messages_op(
-    store: Any, sid: uuid.UUID, messages: Sequence[Any]
+    store: StoreState, sid: uuid.UUID, messages: Sequence[Any]
 ) -> Op[tuple[str, list[Any], list[list[uuid.UUID]]]]:
     """(tenant, the messages with big strings replaced by cards, each message's artifact
     ids). Every message is validated first: a refused one uploads nothing."""
@@ -158,7 +159,7 @@ class Referenced:
 
 
 def prepare_op(
-    store: Any,
+    store: StoreState,
     session_id: Any,
     messages: list[Any],
     state: str | None,
@@ -168,7 +169,7 @@ def prepare_op(
     its big strings uploaded (verified, unreferenced) and replaced by cards; with a
     checkpoint whose state names artifacts, the session's tenant. None when the append
     references no artifact (the plain path)."""
-    config = store._artifacts
+    config = store.artifact_config
     over = None if config is None else config.offload_over
     if over is not None and needs_offload(messages, over):
         sid = validate.session_id(session_id)
@@ -230,7 +231,7 @@ def _restore(value: Any, texts: dict[int, str]) -> Any:
     return value
 
 
-def expand_op(store: Any, turns: Sequence[Turn]) -> Op[list[Turn]]:
+def expand_op(store: StoreState, turns: Sequence[Turn]) -> Op[list[Turn]]:
     """The turns with every card their turn references replaced by the original string
     (other turns unchanged, the same objects)."""
     found = []
@@ -280,7 +281,7 @@ def expand_op(store: Any, turns: Sequence[Turn]) -> Op[list[Turn]]:
     return out
 
 
-def expand(store: Any, turns: Sequence[Turn]) -> Op[list[Turn]]:
+def expand(store: StoreState, turns: Sequence[Turn]) -> Op[list[Turn]]:
     """The turns with their offloaded strings put back: each message exactly as it was
     appended (the cards that ``tail()`` and ``history()`` return are replaced by the
     artifacts' text). Tokens stay those of the stored cards. ``ArtifactNotFound`` if an

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core import validate
+from ..core.state import StoreState
 from ..core.steps import Call, Emit, Op, Q, Sleep, Tx
 from ..errors import (
     ArtifactCorrupt,
@@ -285,7 +286,7 @@ def _owner(value: Any) -> tuple[str, str, uuid.UUID | None, int | None] | None:
 
 
 def put_artifact(
-    store: Any,
+    store: StoreState,
     tenant_id: str,
     data: bytes | str | Any,
     *,
@@ -403,14 +404,14 @@ def _aid(value: Any) -> uuid.UUID:
     return validate.uuid_value(value, "artifact_id")
 
 
-def get_artifact(store: Any, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[bytes]:
+def get_artifact(store: StoreState, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[bytes]:
     """The artifact's bytes, checked against its sha256 and size (``ArtifactCorrupt``
     otherwise). ``ArtifactNotFound`` if this tenant has no ready artifact of that id."""
     tenant = validate.text(tenant_id, "tenant_id")
     return (yield from read_all_op(config_of(store), tenant, _aid(artifact_id)))
 
 
-def open_artifact(store: Any, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[None]:
+def open_artifact(store: StoreState, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[None]:
     """The artifact as a readable binary stream (``read(n)``; asyncio: ``stream = await
     store.open_artifact(...)``, then ``await stream.read(n)``), fetched 1 MiB at a time;
     the sha256 is checked as the end is read. Holds a connection (postgres backend) until
@@ -423,7 +424,7 @@ def open_artifact(store: Any, tenant_id: str, artifact_id: uuid.UUID | str) -> O
 
 
 def ref_artifact(
-    store: Any,
+    store: StoreState,
     tenant_id: str,
     artifact_id: uuid.UUID | str,
     owner_type: str,
@@ -449,7 +450,7 @@ def ref_artifact(
 
 
 def unref_artifact(
-    store: Any, tenant_id: str, artifact_id: uuid.UUID | str, owner_type: str, owner_id: str
+    store: StoreState, tenant_id: str, artifact_id: uuid.UUID | str, owner_type: str, owner_id: str
 ) -> Op[bool]:
     """Remove one reference; True if it existed. An artifact left without a live reference
     is marked in the same statement and deleted by a sweep after ``artifact_grace`` (counted
@@ -462,7 +463,7 @@ def unref_artifact(
 
 
 def list_artifacts(
-    store: Any, tenant_id: str, *, state: str | None = None, limit: int | None = None
+    store: StoreState, tenant_id: str, *, state: str | None = None, limit: int | None = None
 ) -> Op[list[ArtifactInfo]]:
     """A tenant's artifacts, newest first (at most ``limit``; ``state``: only ``uploading``,
     ``ready`` or ``deleting`` ones), with their live reference counts."""

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..core import validate
+from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
 from ..errors import InvalidInput
 from ..sql import query
@@ -212,7 +213,7 @@ def sweep_op(
 
 
 def sweep_artifacts(
-    store: Any, *, grace: timedelta | None = None, dry_run: bool = False
+    store: StoreState, *, grace: timedelta | None = None, dry_run: bool = False
 ) -> Op[SweepReport]:
     """Mark artifacts without a live reference and delete those unreferenced for longer
     than ``grace`` (default: the store's ``artifact_grace``, one day), uploads that were
@@ -247,7 +248,7 @@ def clock_op() -> Op[datetime]:
 
 
 def release_op(
-    store: Any,
+    store: StoreState,
     since: datetime,
     tenant: str | None = None,
     held: Sequence[uuid.UUID] | None = None,

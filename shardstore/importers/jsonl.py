@@ -42,6 +42,7 @@ from typing import Any, TextIO
 from .. import history as history_ops
 from .. import jsoncodec
 from ..core import validate
+from ..core.state import StoreState
 from ..core.steps import Call, Emit, Op, Q, Tx
 from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
 from ..models import SessionInfo, Turn
@@ -170,7 +171,7 @@ def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
             error = exc
 
 
-def _export_one_op(store: Any, sid: uuid.UUID, sink: _Sink, bar: Progress) -> Op[int]:
+def _export_one_op(store: StoreState, sid: uuid.UUID, sink: _Sink, bar: Progress) -> Op[int]:
     """One session's lines, from one snapshot; returns its turn count."""
     yield Tx.BEGIN_SNAPSHOT
     info: SessionInfo = yield from history_ops.session(store, sid)
@@ -186,7 +187,7 @@ def _export_one_op(store: Any, sid: uuid.UUID, sink: _Sink, bar: Progress) -> Op
 
 
 def export_sessions(
-    store: Any,
+    store: StoreState,
     session_ids: uuid.UUID | str | Sequence[uuid.UUID | str] | None = None,
     *,
     tenant_id: str | None = None,
@@ -430,7 +431,7 @@ def _skip_session_op(reader: _Reader, head: _Head, where: str) -> Op[None]:
 
 
 def _session_op(
-    store: Any,
+    store: StoreState,
     reader: _Reader,
     head: _Head,
     where: str,
@@ -440,7 +441,7 @@ def _session_op(
     partitions: Partitions,
 ) -> Op[None]:
     """One session: created and filled in one transaction, or skipped / refused."""
-    ctx = store._ctx
+    ctx = store.ctx
     sid = head.session_id
     yield Tx.BEGIN
     made = yield Q(
@@ -515,7 +516,7 @@ def _session_op(
 
 
 def import_jsonl(
-    store: Any,
+    store: StoreState,
     source: Any,
     *,
     on_existing: str = "refuse",
@@ -543,7 +544,7 @@ def import_jsonl(
     show = validate.flag(progress, "progress")
     if isinstance(source, io.BufferedIOBase | io.RawIOBase):
         raise InvalidInput("source must be opened in text mode, not binary")
-    lines = _Lines(source, 2 * store._ctx.settings.chunk_max_bytes + _LINE_SLACK)
+    lines = _Lines(source, 2 * store.ctx.settings.chunk_max_bytes + _LINE_SLACK)
     reader = _Reader(lines, size)
     tally = Tally()
     bar = Progress(show, "importing")

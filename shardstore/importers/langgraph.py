@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import validate
+from ..core.state import StoreState
 from ..core.steps import Call, Op, Try, Tx
 from ..errors import (
     ImportRejected,
@@ -120,7 +121,7 @@ class LangGraphSource:
 
 
 def _thread_op(
-    store: Any,
+    store: StoreState,
     source: LangGraphSource,
     thread_id: str,
     tenant: str,
@@ -135,7 +136,7 @@ def _thread_op(
     except InvalidInput:
         raise ImportRejected(f"{where}: the thread id cannot name a session") from None
     messages: list[Any] = yield Call(source.messages, (thread_id, where))
-    ctx = store._ctx
+    ctx = store.ctx
     yield Tx.BEGIN
     try:
         have, existed = yield from open_session_op(
@@ -165,7 +166,7 @@ def _thread_op(
 
 
 def import_langgraph(
-    store: Any,
+    store: StoreState,
     source_dsn: str,
     *,
     tenant_id: str,

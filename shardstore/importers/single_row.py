@@ -38,6 +38,7 @@ import psycopg
 from psycopg import sql
 
 from ..core import validate
+from ..core.state import StoreState
 from ..core.steps import Call, Op, Try, Tx
 from ..errors import ImportRejected, InvalidInput, SessionConflict, SessionPurged
 from ..integrations.ids import external_metadata, external_session_id
@@ -292,7 +293,7 @@ def parse_element(text: str, where: str) -> dict[str, Any]:
 
 
 def _row_op(
-    store: Any,
+    store: StoreState,
     source: TableSource,
     head: Head,
     spec: TableSpec,
@@ -310,7 +311,7 @@ def _row_op(
         sid = external_session_id(framework, tenant, head.label)
     except InvalidInput:
         raise ImportRejected(f"{where}: the id cannot name a session") from None
-    ctx = store._ctx
+    ctx = store.ctx
     yield Tx.BEGIN
     try:
         have, existed = yield from open_session_op(
@@ -349,7 +350,7 @@ def _row_op(
 
 
 def import_single_row(
-    store: Any,
+    store: StoreState,
     source_dsn: str,
     table: str,
     *,
@@ -400,7 +401,7 @@ def import_single_row(
     show = validate.flag(progress, "progress")
     if not isinstance(source_dsn, str) or not source_dsn:
         raise InvalidInput("source_dsn must be a non-empty DSN string")
-    source = TableSource(source_dsn, spec, store._ctx.settings.chunk_max_bytes)
+    source = TableSource(source_dsn, spec, store.ctx.settings.chunk_max_bytes)
     tally = Tally()
     bar = Progress(show, f"importing {spec.table}")
     try:

@@ -24,6 +24,7 @@ from partition_manager.plan import bounds_for
 
 from .. import jsoncodec
 from ..core.context import Context
+from ..core.state import StoreState
 from ..core.steps import Call, Op, Q
 from ..errors import ImportRejected, InvalidInput
 from ..history import create_session_op, ensure_partitions_op, fold_sealed_op
@@ -157,7 +158,7 @@ def partition_check(ctx: Context, at: datetime, where: str) -> None:
         ) from None
 
 
-def premake_op(store: Any, partitions: Partitions, times: Sequence[datetime]) -> Op[None]:
+def premake_op(store: StoreState, partitions: Partitions, times: Sequence[datetime]) -> Op[None]:
     """Make sure the partitions holding ``times`` exist, each created in a transaction of
     its own on another connection of the store's pool, before the session's transaction
     folds chunks into them. A partition created inside that transaction would stay locked
@@ -167,9 +168,9 @@ def premake_op(store: Any, partitions: Partitions, times: Sequence[datetime]) ->
     orders deadlock (the ``scale`` benchmark, benchmarks/suites/scale.py, saw it). A store
     on a single connection has no other connection: its folds create partitions in the
     session's transaction."""
-    if not store._connector.pooled:
+    if not store.connector.pooled:
         return
-    ctx = store._ctx
+    ctx = store.ctx
     lowers = {bounds_for(t, ctx.partition_interval, ctx.partition_origin).lower for t in times}
     missing = sorted(lowers - partitions.known)
     if missing:

@@ -129,7 +129,7 @@ class MappedSession:
         cut off (:meth:`~shardstore.Store.tail`)."""
         if not (yield from self._resolve_op(create=False)):
             return []
-        turns = yield from tail_op(self.store._ctx, self.session_id, n)
+        turns = yield from tail_op(self.store.ctx, self.session_id, n)
         return [t.message for t in turns]
 
     def add_op(self, items: Sequence[dict[str, Any]]) -> Op[None]:
@@ -141,7 +141,7 @@ class MappedSession:
             # the whole batch is checked (shape, JSON, size) before the session is made:
             # bad input writes nothing, not even the session; later appends check it
             # themselves before their one statement
-            prepare_turns(self.store._ctx, items, [None] * len(items))
+            prepare_turns(self.store.ctx, items, [None] * len(items))
         yield from self._resolve_op(create=True)
         yield from append_turns(self.store, self.session_id, list(items))
 

@@ -437,7 +437,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             "cp": self._enc(rest),
             "ch": {k: self._enc(v) for k, v in values.items()},
         }
-        ctx = self.store._ctx
+        ctx = self.store.ctx
         chunking = (
             ctx.settings.budget_tokens,
             ctx.settings.chunk_max_bytes,
