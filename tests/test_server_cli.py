@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardstore import embedded
+from shardstore import embedded_server as embedded
 from shardstore.cli.app import Runner, build_parser, main
 
 

@@ -186,7 +186,7 @@ class Runner:
         import shardstore
 
         if self.embedded:
-            from ..embedded import embedded_dsn
+            from ..embedded_server import embedded_dsn
 
             # the "starting" line only when it really starts (not when it runs already)
             self.dsn = embedded_dsn(on_start=self._announce_start)

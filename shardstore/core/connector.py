@@ -30,7 +30,7 @@ def resolve_dsn(dsn: str | None) -> str:
     env = os.environ.get("SHARDSTORE_DSN")
     if env:
         return env
-    from ..embedded import embedded_dsn
+    from ..embedded_server import embedded_dsn
 
     dsn = embedded_dsn()
     return dsn

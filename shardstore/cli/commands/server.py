@@ -1,6 +1,6 @@
 """``shardstore server (status | start | stop | path)``: the embedded Postgres.
 
-The embedded server (:mod:`shardstore.embedded`) is the database of every command when
+The embedded server (:mod:`shardstore.embedded_server`) is the database of every command when
 neither ``--dsn`` nor ``$SHARDSTORE_DSN`` names another; it lives in
 ``$SHARDSTORE_DATA_DIR``, else the user data directory, is started on demand and keeps
 running after the command that started it ends, so that later commands reuse it. These
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ... import embedded
+from ... import embedded_server as embedded
 from ..app import EXIT_OK, Commands, Runner
 from ..output import kv, size
 
