@@ -51,7 +51,9 @@ def test_everything_at_once(make_store: Callable[..., shardstore.Store], tmp_pat
         "partition_interval": timedelta(seconds=1),
         "premake": 2,
         "pool_max_size": 48,
-        "embedding_model": HashEmbedder(),
+        # a small dimension: every turn's vector is formatted, sent and put in the HNSW index
+        # at the end, and this test checks which turns have vectors, not how they rank
+        "embedding_model": HashEmbedder(dimension=32),
     }
     store = make_store(**settings)
     budget = store.settings.budget_tokens
