@@ -104,23 +104,39 @@ Step = Q | Tx | Try | Sleep | Call | Emit
 Op = Generator[Step, Any, T]
 
 
-def collect(op: Op[Any]) -> Op[list[Any]]:
-    """Run a streaming operation inside this one and return what it emits, as a list; every
-    other step passes through to the driver (an exception the driver raises goes into the
-    streaming operation, which may handle it)."""
-    items: list[Any] = []
+def relay(op: Op[T], on_emit: Callable[[Sequence[Any]], Op[None]]) -> Op[T]:
+    """Run a streaming operation inside this one and return its result: every step but
+    :class:`Emit` passes through to the driver, and what it emits goes to
+    ``on_emit(items)``, an operation run here. An exception the driver or ``on_emit`` raises
+    goes into the streaming operation, which may handle it."""
     value: Any = None
     error: BaseException | None = None
     while True:
         try:
             step = op.send(value) if error is None else op.throw(error)
-        except StopIteration:
-            return items
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
         value, error = None, None
         if isinstance(step, Emit):
-            items.extend(step.items)
+            try:
+                yield from on_emit(step.items)
+            except BaseException as exc:
+                error = exc
             continue
         try:
             value = yield step
         except BaseException as exc:  # raised into the child, which may handle it
             error = exc
+
+
+def collect(op: Op[Any]) -> Op[list[Any]]:
+    """Run a streaming operation inside this one and return what it emits, as a list."""
+    items: list[Any] = []
+
+    def keep(batch: Sequence[Any]) -> Op[None]:
+        items.extend(batch)
+        yield from ()
+
+    yield from relay(op, keep)
+    return items

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..core import validate
 from ..core.state import StoreState
-from ..core.steps import Call, Emit, Op, Q, Sleep, Tx
+from ..core.steps import Call, Emit, Op, Q, Sleep, Tx, collect
 from ..errors import (
     ArtifactCorrupt,
     ArtifactNotFound,
@@ -374,29 +374,9 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
         raise ArtifactCorrupt(f"artifact {artifact_id} does not match its sha256 and size")
 
 
-def collect_op(op: Op[Any]) -> Op[list[Any]]:
-    """Run a streaming operation inside this one; what it emits, as a list."""
-    items: list[Any] = []
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = op.send(value) if error is None else op.throw(error)
-        except StopIteration:
-            return items
-        value, error = None, None
-        if isinstance(step, Emit):
-            items.extend(step.items)
-            continue
-        try:
-            value = yield step
-        except BaseException as exc:  # raised into the child, which may handle it
-            error = exc
-
-
 def read_all_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[bytes]:
     """The artifact's bytes, whole."""
-    pieces = yield from collect_op(read_op(config, tenant, artifact_id))
+    pieces = yield from collect(read_op(config, tenant, artifact_id))
     return b"".join(pieces)
 
 

@@ -12,6 +12,19 @@ from partition_manager.steps import (
     Try,
     Tx,
     collect,
+    relay,
 )
 
-__all__ = ["Call", "Emit", "Op", "Q", "Sleep", "StatementFailed", "Step", "Try", "Tx", "collect"]
+__all__ = [
+    "Call",
+    "Emit",
+    "Op",
+    "Q",
+    "Sleep",
+    "StatementFailed",
+    "Step",
+    "Try",
+    "Tx",
+    "collect",
+    "relay",
+]

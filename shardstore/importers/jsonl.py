@@ -43,7 +43,7 @@ from .. import history as history_ops
 from .. import jsoncodec
 from ..core import validate
 from ..core.state import StoreState
-from ..core.steps import Call, Emit, Op, Q, Tx
+from ..core.steps import Call, Op, Q, Tx, relay
 from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
 from ..models import SessionInfo, Turn
 from ..sql import query
@@ -148,27 +148,15 @@ def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
     """Run the streaming ``history`` operation inside this one, writing what it emits
     (a chunk of turns at a time) to the sink; returns the number of turns written."""
     written = 0
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = op.send(value) if error is None else op.throw(error)
-        except StopIteration:
-            return written
-        value, error = None, None
-        if isinstance(step, Emit):
-            try:
-                yield Call(sink.write, ([turn_line(t) for t in step.items],))
-            except BaseException as exc:
-                error = exc
-                continue
-            written += len(step.items)
-            bar.done(len(step.items))
-            continue
-        try:
-            value = yield step
-        except BaseException as exc:  # raised into the child, which may handle it
-            error = exc
+
+    def write(turns: Sequence[Any]) -> Op[None]:
+        nonlocal written
+        yield Call(sink.write, ([turn_line(t) for t in turns],))
+        written += len(turns)
+        bar.done(len(turns))
+
+    yield from relay(op, write)
+    return written
 
 
 def _export_one_op(store: StoreState, sid: uuid.UUID, sink: _Sink, bar: Progress) -> Op[int]:
