@@ -16,11 +16,12 @@ What it writes:
   functions; every function body may need the tables, constraints and indexes), with the
   rows the legacy migrations insert into the registry and configuration tables in the
   second part (the registry names the views);
-* with ``--fold`` only, ``shardstore/sql/functions/<name>.sql``: ``pg_get_functiondef`` of
+* with ``--fold`` only, ``shardstore/<feature>/sql/functions/<name>.sql``: ``pg_get_functiondef`` of
   every overload of the name, the comment block that preceded its last CREATE in the legacy
   migrations (the catalog does not keep it), its COMMENT and its grants; never a name a
-  versioned migration dropped since. The view files (``shardstore/sql/views/``) are
-  written by hand.
+  versioned migration dropped since. A name with no file yet is written to the
+  feature ``--new-into`` names (printed, to be moved where it belongs). The view files
+  (``shardstore/<feature>/sql/views/``) are written by hand.
 
 The function files are the source once written: a file edited by hand since it was
 generated (it differs from what the previous legacy set generates) is kept, unless the
@@ -49,13 +50,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shardstore.migrate import SCHEMA_MIGRATIONS_DDL  # noqa: E402
-from shardstore.sqlsplit import split_statements  # noqa: E402
+from shardstore.schema.migrate import SCHEMA_MIGRATIONS_DDL  # noqa: E402
+from shardstore.schema.sqlsplit import split_statements  # noqa: E402
 
 MIGRATIONS = ROOT / "migrations"
 LEGACY = MIGRATIONS / "legacy"
 BASELINE = MIGRATIONS / "baseline"
-FUNCTIONS = ROOT / "shardstore" / "sql" / "functions"
+PACKAGE = ROOT / "shardstore"
+FUNCTION_GLOB = "*/sql/functions/*.sql"
 FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 DROPPED = re.compile(r"\bshardstore\.([a-z_][a-z0-9_]*)\(", re.I)
 CREATE = re.compile(
@@ -173,7 +175,7 @@ SELECT p.proname, p.oid::regprocedure::text, pg_get_functiondef(p.oid),
 
 
 def function_files(dsn: str, files: list[Path]) -> dict[str, str]:
-    """name -> the text of shardstore/sql/functions/<name>.sql."""
+    """name -> the text of shardstore/<feature>/sql/functions/<name>.sql."""
     comments = comment_blocks(files)
     out: dict[str, list[str]] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -287,7 +289,7 @@ def baseline_parts(dsn: str, version: int) -> tuple[str, str]:
     head = (
         f"-- The schema as the legacy migrations 1..{version} leave it, less its functions"
         " and views\n"
-        "-- (shardstore/sql/functions/, shardstore/sql/views/). Written by scripts/gen_schema.py\n"
+        "-- (shardstore/<feature>/sql/). Written by scripts/gen_schema.py\n"
         "-- from pg_dump: never edit it; a change to a table is a new versioned migration in\n"
         "-- migrations/. A fresh database runs this part, then every function and view file,"
         " then\n"
@@ -426,6 +428,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", help="a server whose user may create databases")
     parser.add_argument("--fold", action="store_true", help="move migrations/NNNN_* to legacy/")
+    parser.add_argument(
+        "--new-into",
+        default="schema",
+        help="the feature package a function with no file yet is written to (with --fold)",
+    )
     args = parser.parse_args()
     if args.fold:
         fold()
@@ -439,7 +446,7 @@ def main() -> None:
             new = function_files(dsn, files)
             first, second = baseline_parts(dsn, version)
         old: dict[str, str] | None = None
-        if previous is not None and FUNCTIONS.exists():
+        if previous is not None and any(PACKAGE.glob(FUNCTION_GLOB)):
             if previous == version:
                 old = new
             else:
@@ -452,16 +459,17 @@ def main() -> None:
         # defined functions in migrations brings its definitions in, except for the names
         # a versioned migration retired (DROP FUNCTION) since
         retired = set(DROPPED.findall(" ".join(p.read_text() for p in MIGRATIONS.glob("*.sql"))))
-        write_functions({k: v for k, v in new.items() if k not in retired}, old)
+        write_functions({k: v for k, v in new.items() if k not in retired}, old, args.new_into)
     BASELINE.mkdir(exist_ok=True)
     (BASELINE / "before_functions.sql").write_text(first)
     (BASELINE / "after_functions.sql").write_text(second)
     print(f"baseline of legacy migrations 1..{version}; {len(new)} function files")
 
 
-def write_functions(new: dict[str, str], old: dict[str, str] | None) -> None:
-    FUNCTIONS.mkdir(parents=True, exist_ok=True)
-    existing = {p.stem: p.read_text("utf-8") for p in FUNCTIONS.glob("*.sql")}
+def write_functions(new: dict[str, str], old: dict[str, str] | None, new_into: str) -> None:
+    paths = {p.stem: p for p in PACKAGE.glob(FUNCTION_GLOB)}
+    existing = {name: p.read_text("utf-8") for name, p in paths.items()}
+    fresh_folder = PACKAGE / new_into / "sql" / "functions"
     conflicts = []
     for name, text in sorted(new.items()):
         current = existing.get(name)
@@ -471,10 +479,14 @@ def write_functions(new: dict[str, str], old: dict[str, str] | None) -> None:
             if generated_before != text:
                 conflicts.append(name)
             continue
-        (FUNCTIONS / f"{name}.sql").write_text(text)
+        if name not in paths:
+            fresh_folder.mkdir(parents=True, exist_ok=True)
+            paths[name] = fresh_folder / f"{name}.sql"
+            print(f"new function file {paths[name].relative_to(ROOT)}: move it to its feature")
+        paths[name].write_text(text)
     for name in sorted(set(existing) - set(new)):
         if old is not None and old.get(name) == existing[name]:
-            (FUNCTIONS / f"{name}.sql").unlink()  # dropped by a folded legacy migration
+            paths[name].unlink()  # dropped by a folded legacy migration
     if conflicts:
         raise SystemExit(
             "edited by hand and changed by a folded legacy migration (merge by hand): "

@@ -15,11 +15,10 @@ from typing import Any
 from .aio import AsyncStore
 from .artifacts import ArtifactInfo, ArtifactRef, SweepReport
 from .artifacts.config import pop_config
-from .assembly import Context, ContextPart
 from .base import setup_op
-from .checkpoints import Checkpoint, Restored
+from .context.assembly import Context, ContextPart
+from .context.summaries import ChunkSummary
 from .core.connector import AsyncConnector, Connector
-from .embedding import Embedder, SentenceTransformerEmbedder
 from .errors import (
     AccessDenied,
     ArtifactCorrupt,
@@ -44,16 +43,20 @@ from .errors import (
     ShardstoreError,
     TurnTooLarge,
 )
-from .facts import Fact
+from .history.pairing import TailWindow
+from .history.tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_counter
 from .importers import ExportReport, ImportReport, Skipped
+from .lifecycle.purge import PurgeReport, TableRemoval
 from .models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
-from .pairing import TailWindow
-from .purge import PurgeReport, TableRemoval
-from .runs import Run
+
+# the tenant-isolation module keeps its documented place, ``from shardstore import rls``
+from .schema import rls
+from .search.embedding import Embedder, SentenceTransformerEmbedder
 from .settings import Settings
+from .state.checkpoints import Checkpoint, Restored
+from .state.facts import Fact
+from .state.runs import Run
 from .store import Store
-from .summaries import ChunkSummary
-from .tokens import HFTokenizerCounter, TiktokenCounter, TokenCounter, make_counter
 
 __all__ = [
     "AccessDenied",
@@ -112,9 +115,10 @@ __all__ = [
     "TurnTooLarge",
     "connect",
     "connect_async",
+    "rls",
 ]
 
-from .maintenance import MaintenanceReport
+from .lifecycle.maintenance import MaintenanceReport
 
 Tokenizer = TokenCounter | str | os.PathLike[str] | None
 

@@ -9,15 +9,15 @@ from typing import Any
 
 from .core import validate
 from .core.context import Context
+from .core.sql import query
 from .core.state import StoreState
 from .core.steps import Op, Q
-from .history import configure_op
-from .maintenance import premake_op
-from .migrate import migrate_op
+from .history.ops import configure_op
+from .history.tokens import TokenCounter
+from .lifecycle.maintenance import premake_op
+from .schema.migrate import migrate_op
+from .search.vectors import VectorState, check_model_op
 from .settings import Settings
-from .sql import query
-from .tokens import TokenCounter
-from .vector_ops import VectorState, check_model_op
 
 
 class StoreBase:
@@ -40,7 +40,6 @@ class StoreBase:
         server when not given); None when it was given a pool or a connection."""
         dsn: str | None = self.connector.dsn
         return dsn
-
 
 
 def record_partitioning(store: StoreState, interval: timedelta, origin: Any) -> None:
@@ -91,7 +90,5 @@ def premake_partitions(store: StoreState, premake: int | None = None) -> Op[list
     """Create the current partition and ``premake`` (an int from 0 to 1000; default: the
     store's setting) more ahead; returns new names. ``InvalidInput`` for another value."""
     ahead = store.settings.premake if premake is None else premake
-    created: list[str] = yield from premake_op(
-        validate.count(ahead, "premake", low=0, high=1000)
-    )
+    created: list[str] = yield from premake_op(validate.count(ahead, "premake", low=0, high=1000))
     return created

@@ -9,8 +9,8 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-from .embedding import is_embedder
 from .errors import ConfigurationError
+from .search.embedding import is_embedder
 
 DEFAULT_PARTITION_INTERVAL = timedelta(days=7)
 JSONB_MAX_BYTES = 268_435_455
@@ -35,7 +35,7 @@ class Settings:
       A store on a caller's connection always folds inline, in the caller's transaction.
     - ``embedding_model``: the model for ``embed()`` and text ``search()``: a name
       (``"all-MiniLM-L6-v2"``, ``"BAAI/bge-m3"``), a local directory or an
-      :class:`~shardstore.embedding.Embedder`. None: the model recorded in the database,
+      :class:`~shardstore.search.embedding.Embedder`. None: the model recorded in the database,
       else ``BAAI/bge-m3``. Loaded on first use, never downloaded.
     - ``hnsw_ef_search``: candidates a tenant search asks its leaf's HNSW index for (at
       least 4 x k; scaled up by the tenant's share of the leaf). Higher finds more of the
@@ -165,6 +165,4 @@ def parse_interval(text: str) -> timedelta:
             return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2).lower()])
         except OverflowError:
             pass
-    raise ConfigurationError(
-        f"cannot read interval {text[:80]!r}; write e.g. '7 days', '1h', '1s'"
-    )
+    raise ConfigurationError(f"cannot read interval {text[:80]!r}; write e.g. '7 days', '1h', '1s'")

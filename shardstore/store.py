@@ -7,30 +7,35 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import assembly, base, facts, maintenance, purge, textsearch, tracing
-from . import checkpoints as checkpoint_ops
-from . import distribute as distribute_ops
-from . import fork as fork_ops
-from . import history as history_ops
-from . import rewind as rewind_ops
-from . import runs as runs_ops
-from . import search as search_ops
-from . import summaries as summary_ops
+from . import base
 from .artifacts import offload as artifact_offload
 from .artifacts import ops as artifact_ops
 from .artifacts import sweep as artifact_sweep
+from .context import assembly
+from .context import summaries as summary_ops
 from .core.bind import method, reader, stream
 from .core.connector import Connector
 from .core.executor import run_sync, stream_sync
 from .core.state import StoreState
 from .core.steps import Op
-from .folding import BackgroundFolder
+from .history import ops as history_ops
+from .history.folding import BackgroundFolder
+from .history.tokens import TokenCounter
 from .importers import jsonl as jsonl_ops
 from .importers import langgraph as langgraph_ops
 from .importers import single_row as single_row_ops
+from .integrations import tracing
+from .lifecycle import maintenance, purge
 from .models import Turn
+from .schema import distribute as distribute_ops
+from .search import ops as search_ops
+from .search import text as textsearch
 from .settings import Settings
-from .tokens import TokenCounter
+from .state import checkpoints as checkpoint_ops
+from .state import facts
+from .state import fork as fork_ops
+from .state import rewind as rewind_ops
+from .state import runs as runs_ops
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore.core.executor import run_sync
-from shardstore.migrate import migrate_op
+from shardstore.schema.migrate import migrate_op
 
 from .pooler import pgbouncer, pooled_dsn  # noqa: F401  (the pooler tests' fixtures)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardstore.pairing import is_tool_result
+from shardstore.history.pairing import is_tool_result
 
 
 @dataclass

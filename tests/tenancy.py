@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from shardstore import rls
+from shardstore.schema import rls
 
 
 def make_tenant_role(dsn: str, *, grant: bool = True) -> str:

@@ -113,7 +113,7 @@ def test_a_batch_is_stored_as_the_turn_by_turn_path_stores_it(dsn: str, prefix: 
             sids.append(sid)
         store.drain_folds()
         for sid in sids:  # what the folds kept in the buffer (0035) folded too
-            store._run(shardstore.history.fold_sealed_op(sid, 0))
+            store._run(shardstore.history.ops.fold_sealed_op(sid, 0))
         batched_rows, single_rows = (_stored(dsn, s) for s in sids)
         assert len(batched_rows["chunks"]) > 5  # the batch sealed many chunks
         assert batched_rows == single_rows
@@ -149,9 +149,7 @@ def _buffered(dsn: str, sid: Any) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("keep", [1, 20, 45])
-def test_a_batch_buffers_the_open_chunk_and_the_chunks_a_tail_reads(
-    dsn: str, keep: int
-) -> None:
+def test_a_batch_buffers_the_open_chunk_and_the_chunks_a_tail_reads(dsn: str, keep: int) -> None:
     """In the batch's own transaction: turn_buffer gets exactly the turns of the open chunk
     and of the sealed chunks holding the newest ``default_tail_turns`` turns (the keep window
     a fold leaves, 0040), and loses none; agent_history gets one row per other chunk."""

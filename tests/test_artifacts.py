@@ -17,8 +17,8 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
 from shardstore.artifacts.source import CHUNK
+from shardstore.schema import rls
 
 from .test_artifact_support import (
     BACKENDS,

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
 from shardstore.artifacts.model import artifact_id_for, object_key
+from shardstore.schema import rls
 
 from .test_artifact_support import (
     BACKENDS,

@@ -21,7 +21,7 @@ from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore.core.executor import run_sync
-from shardstore.migrate import all_migrations, migrate_op
+from shardstore.schema.migrate import all_migrations, migrate_op
 
 from .test_artifact_support import check_invariant
 
@@ -250,7 +250,7 @@ def test_migration_deletes_refs_of_checkpoints_already_gone(
 ) -> None:
     """Before it, keep_checkpoints left the refs of the checkpoints it deleted (dead by the
     checkpoint's absence): the migration deletes them and marks their artifacts."""
-    from shardstore import migrate
+    from shardstore.schema import migrate
 
     full = all_migrations()
     [mine] = [i for i, m in enumerate(full) if "artifact_refs_untriggered" in m.name]

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardstore
-from shardstore import jsoncodec
 from shardstore.artifacts.model import MARKER, ArtifactRef
 from shardstore.artifacts.offload import card
+from shardstore.core import jsoncodec
 
 from .test_artifact_support import check_invariant, count_rows
 
@@ -89,8 +89,8 @@ def test_shapes_round_trip_with_cards_in_the_turn(
     # tokens: the card's, counted over the message as the client stored it (jsonb then
     # reorders keys); the ref estimates the string's
     sent = _swap(message, BIG, card(ArtifactRef.from_json(cards[0]), BIG, sid))
-    assert result.tokens == stored.tokens == ostore.ctx.counter.count(
-        jsoncodec.encode_message(sent)
+    assert (
+        result.tokens == stored.tokens == ostore.ctx.counter.count(jsoncodec.encode_message(sent))
     )
     assert cards[0][MARKER]["tokens"] == (len(BIG.encode()) + 3) // 4
     assert ostore.tail(sid, expand=True)[-1].message == message

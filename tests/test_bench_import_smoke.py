@@ -14,7 +14,10 @@ def test_bench_import_quick(dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "import"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "import", "--quick", "--dsn", dsn, "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     table = out.with_suffix(".md").read_text()

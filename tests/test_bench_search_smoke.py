@@ -21,18 +21,40 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_search_scale_quick(server_dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     cmd = [
-        sys.executable, "-m", "benchmarks", "search", "--quick", "--dsn", server_dsn,
-        "--out", str(out / "search"),
-        "--chunks", "2000", "--partitions", "2,3", "--queries", "20", "--big-queries", "10",
-        "--variant-queries", "5", "--warmup", "2", "--variants", "largest",
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "search",
+        "--quick",
+        "--dsn",
+        server_dsn,
+        "--out",
+        str(out / "search"),
+        "--chunks",
+        "2000",
+        "--partitions",
+        "2,3",
+        "--queries",
+        "20",
+        "--big-queries",
+        "10",
+        "--variant-queries",
+        "5",
+        "--warmup",
+        "2",
+        "--variants",
+        "largest",
     ]
-    proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
-    )
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     md = (out / "search.md").read_text(encoding="utf-8")
-    for section in ("## Targets", "## 1. store.search", "## 2. Setting variants",
-                    "## 3. Load and HNSW build", "## 4. Plans"):
+    for section in (
+        "## Targets",
+        "## 1. store.search",
+        "## 2. Setting variants",
+        "## 3. Load and HNSW build",
+        "## 4. Plans",
+    ):
         assert section in md, section
     # | partitions | tenant | path | recall@10 | ...
     rows = re.findall(r"^\| (\d+) \| ([^|]+) \| ([^|]+) \| ([0-9.]+) \|", md, flags=re.MULTILINE)

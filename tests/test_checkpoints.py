@@ -1,4 +1,4 @@
-"""Checkpoints and restore (issue 11, shardstore/checkpoints.py, migration 0009): positions,
+"""Checkpoints and restore (issue 11, shardstore/state/checkpoints.py, migration 0009): positions,
 idempotency, atomicity with appends, size, hostile input, purge / retention / RLS, asyncio,
 a stateful model, and kills of the writer process and of the server."""
 
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import shardstore
-from shardstore import rls
+from shardstore.schema import rls
 
 from .checkpoint_writer import check, run_kills
 from .faults import CrashableServer, holding, wait_for_backend
@@ -454,7 +454,7 @@ def test_retention_and_keep_checkpoints(make_store: Callable[..., Any], dsn: str
 
 
 def test_keep_checkpoints_visits_every_session(make_store: Callable[..., Any], dsn: str) -> None:
-    from shardstore import checkpoints as cp_ops
+    from shardstore.state import checkpoints as cp_ops
 
     store = make_store()
     sids = [store.create_session("acme") for _ in range(7)]

@@ -20,8 +20,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import shardstore
-from shardstore import rls
 from shardstore.errors import ConfigurationError, SessionNotFound, SessionPurged
+from shardstore.schema import rls
 
 from .embedders import HashEmbedder
 
@@ -1045,7 +1045,7 @@ def test_lexeme_hashes_upgrade_a_distributed_schema(
     turns) upgraded past 0042: every window becomes its lexeme hashes on the shards, every
     text ranking (session and tenant, exact and sampled) is the same, and turns appended
     after the upgrade, sealing chunks (0043), are found."""
-    from shardstore import distribute, migrate
+    from shardstore.schema import distribute, migrate
 
     from .test_text_lexeme_hashes import LEXEME_MIGRATION, _both_rankings, build_sessions
 

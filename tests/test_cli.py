@@ -516,7 +516,7 @@ def test_synthetic_conversation_is_deterministic_and_well_formed() -> None:
 
 def test_tail_explained_matches_tail_and_says_what_it_held(dsn: str) -> None:
     import shardstore
-    from shardstore.pairing import HELD_ORPHAN_RESULT, HELD_OVER_MAX_TOKENS
+    from shardstore.history.pairing import HELD_ORPHAN_RESULT, HELD_OVER_MAX_TOKENS
 
     with shardstore.connect(dsn) as store:
         sid = store.create_session("acme")

@@ -15,16 +15,16 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import shardstore
-from shardstore import assembly
 from shardstore.cli.app import main
-from shardstore.models import Turn
-from shardstore.pairing import (
+from shardstore.context import assembly
+from shardstore.history.pairing import (
     is_reasoning,
     is_tool_result,
     responses_call_id,
     responses_result_id,
 )
-from shardstore.tokens import TiktokenCounter, make_counter
+from shardstore.history.tokens import TiktokenCounter, make_counter
+from shardstore.models import Turn
 
 SMALL = {"chunk_tokens": 400}
 

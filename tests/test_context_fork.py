@@ -22,9 +22,10 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import assembly, textsearch
+from shardstore.context import assembly
+from shardstore.history.tokens import make_counter
 from shardstore.models import Turn
-from shardstore.tokens import make_counter
+from shardstore.search import text as textsearch
 
 StoreFactory = Callable[..., shardstore.Store]
 SMALL: dict[str, Any] = {

@@ -237,6 +237,11 @@ def test_the_rerun_statement_is_the_statement_with_the_deadlock_recovered() -> N
     guarded = op.send(None)
     assert guarded == dataclasses.replace(q, recover=frozenset({"23505", "40P01"}))
     assert [f.name for f in dataclasses.fields(Q)] == [
-        "sql", "params", "fetch", "prepare", "recover", "named"
+        "sql",
+        "params",
+        "fetch",
+        "prepare",
+        "recover",
+        "named",
     ]
     op.close()

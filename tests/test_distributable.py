@@ -19,8 +19,8 @@ import pytest
 
 import shardstore
 from shardstore.cli import main
-from shardstore.distribute import CHECKS, DistributeReport, distributability_problems
 from shardstore.errors import InvalidInput
+from shardstore.schema.distribute import CHECKS, DistributeReport, distributability_problems
 
 
 def _problems(dsn: str) -> dict[str, list[tuple[Any, ...]]]:

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardstore
-from shardstore.embedding import message_text, plan_windows
+from shardstore.search.embedding import message_text, plan_windows
 
 from .embedders import HashEmbedder
 

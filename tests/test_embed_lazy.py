@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 import shardstore
-from shardstore import embedding, vector_ops
 from shardstore.cli.app import main
+from shardstore.search import embedding
+from shardstore.search import vectors as vector_ops
 
 from .embedders import HashEmbedder
 

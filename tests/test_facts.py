@@ -1,4 +1,4 @@
-"""Facts (migration 0008, shardstore/facts.py): versions that never overlap per key,
+"""Facts (migration 0008, shardstore/state/facts.py): versions that never overlap per key,
 provenance checked against the history, purges and retention, Row-Level Security,
 concurrent and killed writers, and an in-memory model under hypothesis."""
 
@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import shardstore
-from shardstore import rls
 from shardstore.cli.app import main as cli_main
+from shardstore.schema import rls
 
 from .test_purge_support import hits, table_rows
 
@@ -347,8 +347,6 @@ def test_purge_before_and_retention_remove_sourced_facts(
 
 
 # ---------------------------------------------------------------- Row-Level Security
-
-
 
 
 def test_rls_scopes_facts_to_the_tenant(

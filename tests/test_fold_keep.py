@@ -98,7 +98,7 @@ def test_background_folds_keep_the_same_turns(
     must end between the two states a fold can leave: the lockstep store's (folds as soon
     as they are due) and a fold run after the last append."""
     keep = 20  # default_tail_turns
-    every = shardstore.history.TEXT_INDEX_EVERY
+    every = shardstore.history.ops.TEXT_INDEX_EVERY
     inline = make_store(chunk_tokens=100, background_fold=False)
     lockstep = make_store(chunk_tokens=100)
     free = make_store(chunk_tokens=100)
@@ -109,7 +109,7 @@ def test_background_folds_keep_the_same_turns(
             turn = inline.append_turn(a, message).turn_seq
             if every and turn % every == every - 1:
                 # the fold of the background folder's text pass (a seal folded already)
-                inline._run(shardstore.history.fold_sealed_op(a, keep))
+                inline._run(shardstore.history.ops.fold_sealed_op(a, keep))
             lockstep.append_turn(b, message)
             lockstep.drain_folds()
             assert _kept(conn, a) == _kept(conn, b), f"after turn {i}"
@@ -119,7 +119,7 @@ def test_background_folds_keep_the_same_turns(
         _check_keep(dsn, c, keep)
         kept_free, kept_lockstep = set(_kept(conn, c)), set(_kept(conn, b))
         # the same rule applied after the last append: the least a fold can keep
-        inline._run(shardstore.history.fold_sealed_op(a, keep))
+        inline._run(shardstore.history.ops.fold_sealed_op(a, keep))
         kept_last = set(_kept(conn, a))
         assert kept_last <= kept_free <= kept_lockstep, (kept_last, kept_free, kept_lockstep)
         assert len(kept_free) < len(free.chunks(c))
@@ -180,6 +180,6 @@ def test_keep_zero_folds_every_sealed_chunk(
         store.append_turn(sid, {"role": "user", "content": f"turn {i} " + "w " * (i % 6)})
     chunks, _, open_seq = _buffer(dsn, sid)
     assert set(chunks) - {open_seq}
-    store._run(shardstore.history.fold_sealed_op(sid, 0))
+    store._run(shardstore.history.ops.fold_sealed_op(sid, 0))
     assert set(_buffer(dsn, sid)[0]) == {open_seq}
     assert [t.turn_seq for t in store.history(sid)] == list(range(40))

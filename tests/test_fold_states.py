@@ -65,7 +65,7 @@ def test_reads_agree_before_and_after_folding(
     assert len(buffered - {open_seq}) >= 2, "sealed chunks must be waiting in the buffer"
     before = _snapshot(store, sid)
 
-    store._run(shardstore.history.fold_sealed_op(sid))
+    store._run(shardstore.history.ops.fold_sealed_op(sid))
     assert _buffered_chunks(dsn, sid) == {open_seq}
     assert _snapshot(store, sid) == before
 
@@ -110,6 +110,6 @@ def test_history_across_many_batches_of_chunks(
     for m in messages[150:]:
         store.append_turn(sid, m)
     store.drain_folds()
-    assert len(store.chunks(sid)) > 3 * shardstore.history.HISTORY_BATCH
+    assert len(store.chunks(sid)) > 3 * shardstore.history.ops.HISTORY_BATCH
     assert [t.message for t in store.history(sid)] == messages
     assert [t.turn_seq for t in store.history(sid, from_seq=77, to_seq=251)] == list(range(77, 251))

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
 from shardstore.cli.app import main as cli_main
+from shardstore.schema import rls
 
 from .embedders import HashEmbedder
 from .tenancy import as_tenant, drop_tenant_role, make_tenant_role

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 
 import shardstore
 from shardstore.cli import main as cli_main
-from shardstore.jsoncodec import MAX_DEPTH
+from shardstore.core.jsoncodec import MAX_DEPTH
 
 FIXTURE_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 
@@ -356,7 +356,7 @@ CAP = 64 * 1024
 def _sized(text_unit: str, target: int) -> dict[str, Any]:
     """A message whose stored JSON is exactly ``target`` bytes (or as close as the unit's
     width allows, never over)."""
-    from shardstore.jsoncodec import encode_message
+    from shardstore.core.jsoncodec import encode_message
 
     def size(n: int) -> int:
         return len(encode_message({"role": "user", "content": text_unit * n}).encode())
@@ -370,7 +370,7 @@ def _sized(text_unit: str, target: int) -> dict[str, Any]:
 def test_turns_near_the_byte_cap(
     counted: tuple[shardstore.Store, type[CountingConnection]], dsn: str, unit: str
 ) -> None:
-    from shardstore.jsoncodec import encode_message
+    from shardstore.core.jsoncodec import encode_message
 
     store, counter = counted
     sid = store.create_session("acme")

@@ -29,12 +29,16 @@ KILLS = 5
 
 
 def _run(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "shardstore", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "shardstore", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
-def _kill_loop(args: list[str], check: Callable[[], int], committed: Callable[[], int],
-               seed: int) -> int:
+def _kill_loop(
+    args: list[str], check: Callable[[], int], committed: Callable[[], int], seed: int
+) -> int:
     """Start and SIGKILL the import KILLS times; check after each kill; then run it to
     completion. Returns how many kills found a partial import. Each kill comes at a
     random time (1-4 s in) or, sooner, at once (0-20 ms) after a random number of
@@ -70,17 +74,18 @@ def _kill_loop(args: list[str], check: Callable[[], int], committed: Callable[[]
     return partial
 
 
-def _committed(conn: psycopg.Connection[Any], sessions: dict[Any, list[Any]]
-               ) -> Callable[[], int]:
+def _committed(conn: psycopg.Connection[Any], sessions: dict[Any, list[Any]]) -> Callable[[], int]:
     """How many of the sessions exist (each is created in its import's transaction), on
     one autocommit connection kept open, so a poll is one round trip (a new connection per
     poll let the import commit several sessions between two polls)."""
     ids = list(sessions)
 
     def count() -> int:
-        row = conn.execute("SELECT count(*) FROM shardstore.sessions"
-                           " WHERE session_id = ANY(%s)", (ids,)).fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM shardstore.sessions WHERE session_id = ANY(%s)", (ids,)
+        ).fetchone()
         return int(row[0]) if row else 0
+
     return count
 
 
@@ -102,12 +107,29 @@ def test_kill_single_row_import(dsn: str, new_database: Callable[[], str]) -> No
     rows = [(f"r{i}", chat(TURNS, f"-{i}")) for i in range(ROWS)]
     make_source(source, rows)
     sessions = {sid_of(name): msgs for name, msgs in rows}
-    args = ["--dsn", dsn, "import", "single-row", "--source-dsn", source, "--table",
-            "agent_sessions", "--id-column", "session_id", "--history-column",
-            "conversation_history", "--tenant", "acme", "--batch", "50", "--quiet"]
+    args = [
+        "--dsn",
+        dsn,
+        "import",
+        "single-row",
+        "--source-dsn",
+        source,
+        "--table",
+        "agent_sessions",
+        "--id-column",
+        "session_id",
+        "--history-column",
+        "conversation_history",
+        "--tenant",
+        "acme",
+        "--batch",
+        "50",
+        "--quiet",
+    ]
     with shardstore.connect(dsn) as store, psycopg.connect(dsn, autocommit=True) as conn:
-        partial = _kill_loop(args, lambda: _whole_or_absent(store, sessions),
-                             _committed(conn, sessions), 11)
+        partial = _kill_loop(
+            args, lambda: _whole_or_absent(store, sessions), _committed(conn, sessions), 11
+        )
         assert store.stats().turns == ROWS * TURNS
     assert partial >= 1, "no kill landed between the first and the last session"
 
@@ -121,17 +143,28 @@ def test_kill_jsonl_import(dsn: str, new_database: Callable[[], str], tmp_path: 
             msgs = chat(TURNS, f"-{i}")
             keys = [f"k{i}-{n}" for n in range(TURNS)]
             for at in range(0, TURNS, 500):
-                a.append_turns(sid, msgs[at:at + 500], keys[at:at + 500])
+                a.append_turns(sid, msgs[at : at + 500], keys[at : at + 500])
             sessions[sid] = msgs
         out = io.StringIO()
         a.export_sessions(list(sessions), out=out)
     path = tmp_path / "export.jsonl"
     path.write_text(out.getvalue(), "utf-8")
-    args = ["--dsn", dsn, "import", "jsonl", str(path), "--on-existing", "skip", "--batch",
-            "50", "--quiet"]
+    args = [
+        "--dsn",
+        dsn,
+        "import",
+        "jsonl",
+        str(path),
+        "--on-existing",
+        "skip",
+        "--batch",
+        "50",
+        "--quiet",
+    ]
     with shardstore.connect(dsn) as store, psycopg.connect(dsn, autocommit=True) as conn:
-        partial = _kill_loop(args, lambda: _whole_or_absent(store, sessions),
-                             _committed(conn, sessions), 12)
+        partial = _kill_loop(
+            args, lambda: _whole_or_absent(store, sessions), _committed(conn, sessions), 12
+        )
         for i, sid in enumerate(sessions):  # keys came along, each once, in order
             got = [t.idempotency_key for t in store.history(sid)]
             assert got == [f"k{i}-{n}" for n in range(TURNS)]

@@ -20,13 +20,25 @@ from hypothesis import strategies as st
 
 import shardstore
 import shardstore.importers.writer as writer
+from shardstore.core.sql import query
 from shardstore.importers.writer import Batch, _array, _chunking
-from shardstore.sql import query
 
 HOUR = timedelta(hours=1)
 SETTINGS = {"chunk_tokens": 240, "partition_interval": HOUR, "background_fold": False}
-WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot",
-         "golf", "hotel", "india", "juliet", "kilo", "lima"]
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+]
 
 
 def _message(i: int, size: int) -> dict[str, Any]:
@@ -40,18 +52,30 @@ def _jsonl(sid: uuid.UUID, sizes: list[int], gaps: list[int], keyed: bool) -> st
     so chunks seal by tokens and by partition."""
     span = timedelta(minutes=sum(gaps)) + HOUR  # the last turn an hour ago at the latest
     at = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - max(30 * HOUR, span)
-    docs: list[dict[str, Any]] = [{
-        "kind": "session", "format": "shardstore.jsonl", "version": 1,
-        "session_id": str(sid), "tenant_id": "acme", "subject_id": "user:1",
-        "agent_id": "agent-x", "metadata": {}, "created_at": at.isoformat(),
-    }]
+    docs: list[dict[str, Any]] = [
+        {
+            "kind": "session",
+            "format": "shardstore.jsonl",
+            "version": 1,
+            "session_id": str(sid),
+            "tenant_id": "acme",
+            "subject_id": "user:1",
+            "agent_id": "agent-x",
+            "metadata": {},
+            "created_at": at.isoformat(),
+        }
+    ]
     for i, (size, gap) in enumerate(zip(sizes, gaps, strict=True)):
         at += timedelta(minutes=gap)
-        docs.append({
-            "kind": "turn", "turn_seq": i, "created_at": at.isoformat(),
-            "idempotency_key": f"k{i}" if keyed and i % 3 == 0 else None,
-            "message": _message(i, size),
-        })
+        docs.append(
+            {
+                "kind": "turn",
+                "turn_seq": i,
+                "created_at": at.isoformat(),
+                "idempotency_key": f"k{i}" if keyed and i % 3 == 0 else None,
+                "message": _message(i, size),
+            }
+        )
     docs.append({"kind": "end", "session_id": str(sid), "turns": len(sizes)})
     return "".join(json.dumps(d) + "\n" for d in docs)
 
@@ -111,9 +135,7 @@ def two_databases(new_database: Callable[[], str]) -> Iterator[tuple[str, str]]:
     yield a, b
 
 
-def _import_both(
-    a: str, b: str, text: str, batch: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _import_both(a: str, b: str, text: str, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """``text`` imported into ``a`` by import_turns_v3 and into ``b`` by import_turns
     (the path before 0036: every turn buffered, then fold_sealed keeping nothing). In ``a``
     the sealed chunks holding the newest default_tail_turns turns stay buffered (0040):
@@ -144,9 +166,11 @@ def _check_keep_window(dsn: str, sid: str, keep: int) -> None:
             "SELECT next_turn_seq FROM shardstore.sessions WHERE session_id = %s", (sid,)
         ).fetchone() or (0,)
         buffered = [
-            int(t) for (t,) in c.execute(
+            int(t)
+            for (t,) in c.execute(
                 "SELECT turn_seq FROM shardstore.turn_buffer WHERE session_id = %s"
-                " ORDER BY turn_seq", (sid,)
+                " ORDER BY turn_seq",
+                (sid,),
             )
         ]
         assert buffered[-keep:] == list(range(max(0, total - keep), total))
@@ -178,11 +202,17 @@ def test_an_import_stores_what_the_buffered_path_stored(
 
 
 @pytest.mark.slow
-@settings(max_examples=12, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
-    turns=st.lists(st.tuples(st.integers(0, 150), st.sampled_from([0, 0, 1, 30, 61, 200])),
-                   min_size=0, max_size=80),
+    turns=st.lists(
+        st.tuples(st.integers(0, 150), st.sampled_from([0, 0, 1, 30, 61, 200])),
+        min_size=0,
+        max_size=80,
+    ),
     batch=st.integers(1, 40),
     keyed=st.booleans(),
 )
@@ -235,19 +265,30 @@ def test_a_batch_buffers_only_the_open_chunk_and_the_keep_window(dsn: str) -> No
                 ready = _buffer_counts(conn)
                 row = conn.execute(
                     query("import_turns"),
-                    (sid, seq - 60, _array(batch.texts), batch.tokens, batch.sizes,
-                     batch.keys, batch.times, *_chunking(store.ctx), keep),
+                    (
+                        sid,
+                        seq - 60,
+                        _array(batch.texts),
+                        batch.tokens,
+                        batch.sizes,
+                        batch.keys,
+                        batch.times,
+                        *_chunking(store.ctx),
+                        keep,
+                    ),
                 ).fetchone()
                 assert row is not None and row[0] == "ok" and row[2] is False
                 done = _buffer_counts(conn)
                 ins, dele = done[0] - ready[0], done[1] - ready[1]
                 rows = conn.execute(
                     "SELECT turn_seq, chunk_seq FROM shardstore.turn_buffer"
-                    " WHERE session_id = %s ORDER BY turn_seq", (sid,)
+                    " WHERE session_id = %s ORDER BY turn_seq",
+                    (sid,),
                 ).fetchall()
                 folded = conn.execute(
                     "SELECT count(*), sum(turn_count) FROM shardstore.agent_history"
-                    " WHERE session_id = %s", (sid,)
+                    " WHERE session_id = %s",
+                    (sid,),
                 ).fetchone()
                 assert folded is not None
                 buffered = len(rows)

@@ -28,8 +28,20 @@ SMALL = {"chunk_tokens": 120, "background_fold": False}
 
 HARD_STRINGS = st.one_of(
     st.text(max_size=30),
-    st.sampled_from(["\x00", "a\x00b", "\ud800", "x\udfffy", "\ue000lead", "\ue001\ue002",
-                     '\\"\\n', "\u2028\u2029", "𝄞", "\t\r\n"]),
+    st.sampled_from(
+        [
+            "\x00",
+            "a\x00b",
+            "\ud800",
+            "x\udfffy",
+            "\ue000lead",
+            "\ue001\ue002",
+            '\\"\\n',
+            "\u2028\u2029",
+            "𝄞",
+            "\t\r\n",
+        ]
+    ),
 )
 HARD_NUMBERS = st.one_of(
     st.integers(-(2**70), 2**70),
@@ -48,13 +60,15 @@ def messages(draw: st.DrawFn) -> list[dict[str, Any]]:
         elif pick == 1:
             out.append(PLAIN[draw(st.sampled_from(sorted(PLAIN)))](i))
         else:
-            out.append({
-                "role": draw(st.sampled_from(["user", "assistant", "x\ud800"])),
-                "content": draw(HARD_STRINGS),
-                "n": draw(HARD_NUMBERS),
-                "nested": {draw(HARD_STRINGS): [draw(HARD_NUMBERS), None, True]},
-                "pad": "word " * draw(st.integers(0, 60)),
-            })
+            out.append(
+                {
+                    "role": draw(st.sampled_from(["user", "assistant", "x\ud800"])),
+                    "content": draw(HARD_STRINGS),
+                    "n": draw(HARD_NUMBERS),
+                    "nested": {draw(HARD_STRINGS): [draw(HARD_NUMBERS), None, True]},
+                    "pad": "word " * draw(st.integers(0, 60)),
+                }
+            )
     return out
 
 
@@ -65,28 +79,36 @@ def scenarios(draw: st.DrawFn) -> list[dict[str, Any]]:
         msgs = draw(messages())
         keyed = draw(st.booleans())
         keys = [f"k{s}-{i}-{draw(HARD_STRINGS)}".replace("\x00", "0") for i in range(len(msgs))]
-        sessions.append({
-            "subject": draw(st.one_of(st.none(), st.just(f"user:{s}"))),
-            "agent": draw(st.one_of(st.none(), st.just("agent é"))),
-            "metadata": {"k": draw(HARD_STRINGS), "n": draw(HARD_NUMBERS), "l": [1, {"a": None}]},
-            "messages": msgs,
-            "keys": [k if keyed and "\ud800" not in k and "\udfff" not in k else None
-                     for k in keys],
-            "batches": draw(st.integers(1, 4)),
-            "flush": draw(st.booleans()),
-        })
+        sessions.append(
+            {
+                "subject": draw(st.one_of(st.none(), st.just(f"user:{s}"))),
+                "agent": draw(st.one_of(st.none(), st.just("agent é"))),
+                "metadata": {
+                    "k": draw(HARD_STRINGS),
+                    "n": draw(HARD_NUMBERS),
+                    "l": [1, {"a": None}],
+                },
+                "messages": msgs,
+                "keys": [
+                    k if keyed and "\ud800" not in k and "\udfff" not in k else None for k in keys
+                ],
+                "batches": draw(st.integers(1, 4)),
+                "flush": draw(st.booleans()),
+            }
+        )
     return sessions
 
 
 def fill(store: shardstore.Store, scenario: list[dict[str, Any]]) -> list[uuid.UUID]:
     ids = []
     for spec in scenario:
-        sid = store.create_session("acme", spec["subject"], spec["agent"],
-                                   metadata=spec["metadata"])
+        sid = store.create_session(
+            "acme", spec["subject"], spec["agent"], metadata=spec["metadata"]
+        )
         msgs, keys = spec["messages"], spec["keys"]
         step = max(1, len(msgs) // spec["batches"])
         for at in range(0, len(msgs), step):
-            store.append_turns(sid, msgs[at:at + step], keys[at:at + step])
+            store.append_turns(sid, msgs[at : at + step], keys[at : at + step])
         if spec["flush"]:
             store.flush(sid)
         ids.append(sid)
@@ -108,14 +130,19 @@ def export_text(store: shardstore.Store, ids: list[uuid.UUID]) -> str:
 
 
 @pytest.mark.slow
-@settings(max_examples=15, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(scenario=scenarios())
 def test_round_trip_into_a_fresh_database(
     new_database: Callable[[], str], scenario: list[dict[str, Any]]
 ) -> None:
-    with shardstore.connect(new_database(), **SMALL) as a, \
-            shardstore.connect(new_database(), **SMALL) as b:
+    with (
+        shardstore.connect(new_database(), **SMALL) as a,
+        shardstore.connect(new_database(), **SMALL) as b,
+    ):
         ids = fill(a, scenario)
         text = export_text(a, ids)
         report = b.import_jsonl(io.StringIO(text))
@@ -128,16 +155,30 @@ def test_round_trip_into_a_fresh_database(
 
 def test_round_trip_of_the_hard_values(new_database: Callable[[], str], tmp_path: Path) -> None:
     """The quick, not-slow version of the property above, with every hard value at once."""
-    hard = {"role": "user", "content": "a\x00b\ud800 \ue000 é 𝄞 \\\"\n",
-            "floats": [1e308, -0.0, 5e-324, 1e16, -1e308, 0.1], "ints": [10**40, -(2**63)],
-            "\ud800k": {"\x00": None}}
+    hard = {
+        "role": "user",
+        "content": 'a\x00b\ud800 \ue000 é 𝄞 \\"\n',
+        "floats": [1e308, -0.0, 5e-324, 1e16, -1e308, 0.1],
+        "ints": [10**40, -(2**63)],
+        "\ud800k": {"\x00": None},
+    }
     msgs = [hard, *FORMATS["responses"](1), *FORMATS["langchain"](2), PLAIN["chat"](3)] * 8
-    scenario = [{"subject": "s", "agent": None, "metadata": {"m": hard["content"], "f": -0.0},
-                 "messages": msgs, "keys": [f"key-{i}" for i in range(len(msgs))],
-                 "batches": 3, "flush": True}]
+    scenario = [
+        {
+            "subject": "s",
+            "agent": None,
+            "metadata": {"m": hard["content"], "f": -0.0},
+            "messages": msgs,
+            "keys": [f"key-{i}" for i in range(len(msgs))],
+            "batches": 3,
+            "flush": True,
+        }
+    ]
     path = tmp_path / "out.jsonl"
-    with shardstore.connect(new_database(), **SMALL) as a, \
-            shardstore.connect(new_database(), **SMALL) as b:
+    with (
+        shardstore.connect(new_database(), **SMALL) as a,
+        shardstore.connect(new_database(), **SMALL) as b,
+    ):
         (sid,) = fill(a, scenario)
         assert len(a.chunks(sid)) > 2
         exported = a.export_sessions([sid], out=path)
@@ -179,16 +220,30 @@ def test_existing_sessions_refused_or_skipped(new_database: Callable[[], str]) -
 
 
 def _turn(seq: int, **over: Any) -> dict[str, Any]:
-    doc = {"kind": "turn", "turn_seq": seq, "created_at": "2024-01-01T00:00:00+00:00",
-           "idempotency_key": None, "tokens": 5, "message": {"role": "user", "content": "x"}}
+    doc = {
+        "kind": "turn",
+        "turn_seq": seq,
+        "created_at": "2024-01-01T00:00:00+00:00",
+        "idempotency_key": None,
+        "tokens": 5,
+        "message": {"role": "user", "content": "x"},
+    }
     doc.update(over)
     return doc
 
 
 SID = "0b7e3c4a-1f2d-4e5f-8a9b-0c1d2e3f4a5b"
-HEAD = {"kind": "session", "format": "shardstore.jsonl", "version": 1, "session_id": SID,
-        "tenant_id": "acme", "subject_id": None, "agent_id": None, "metadata": {},
-        "created_at": "2024-01-01T00:00:00+00:00"}
+HEAD = {
+    "kind": "session",
+    "format": "shardstore.jsonl",
+    "version": 1,
+    "session_id": SID,
+    "tenant_id": "acme",
+    "subject_id": None,
+    "agent_id": None,
+    "metadata": {},
+    "created_at": "2024-01-01T00:00:00+00:00",
+}
 END = {"kind": "end", "session_id": SID, "turns": 2}
 
 
@@ -199,8 +254,13 @@ def _file(*docs: Any) -> str:
 HOSTILE: list[tuple[str, str, str]] = [
     ("not json", _file(HEAD, "{nope", END), "line 2: not JSON"),
     ("nan", _file(HEAD, '{"kind": "turn", "turn_seq": 0, "x": NaN}', END), "line 2: NaN"),
-    ("infinity", _file(HEAD, _turn(0), '{"kind":"turn","turn_seq":1,"message":{"role":"u",'
-                       '"n":-Infinity}}', END), "line 3: -Infinity"),
+    (
+        "infinity",
+        _file(
+            HEAD, _turn(0), '{"kind":"turn","turn_seq":1,"message":{"role":"u","n":-Infinity}}', END
+        ),
+        "line 3: -Infinity",
+    ),
     ("huge int", _file(HEAD, '{"kind":"turn","n":' + "9" * 5000 + "}", END), "line 2:"),
     ("not an object", _file(HEAD, "[1, 2]", END), "line 2: not an object"),
     ("no kind", _file(HEAD, {"turn_seq": 0}, END), "line 2: not an object with a string"),
@@ -213,20 +273,35 @@ HOSTILE: list[tuple[str, str, str]] = [
     ("naive time", _file({**HEAD, "created_at": "2024-01-01T00:00:00"}, END), "UTC offset"),
     ("gap", _file(HEAD, _turn(0), _turn(2), END), "line 3: turn_seq 2 where 1"),
     ("seq type", _file(HEAD, _turn(0), _turn(True), END), "line 3: turn_seq must be"),
-    ("time back", _file(HEAD, _turn(0), _turn(1, created_at="2023-01-01T00:00:00+00:00"), END),
-     "line 3: created_at 2023-01-01T00:00:00+00:00 is earlier"),
-    ("future", _file(HEAD, _turn(0), _turn(1, created_at="2999-01-01T00:00:00+00:00"), END),
-     "line 3: created_at 2999"),
+    (
+        "time back",
+        _file(HEAD, _turn(0), _turn(1, created_at="2023-01-01T00:00:00+00:00"), END),
+        "line 3: created_at 2023-01-01T00:00:00+00:00 is earlier",
+    ),
+    (
+        "future",
+        _file(HEAD, _turn(0), _turn(1, created_at="2999-01-01T00:00:00+00:00"), END),
+        "line 3: created_at 2999",
+    ),
     ("bad time", _file(HEAD, _turn(0, created_at="yesterday"), END), "not an ISO 8601"),
-    ("dup key", _file(HEAD, _turn(0, idempotency_key="k"), _turn(1, idempotency_key="k"), END),
-     "line 3: idempotency key 'k' is used"),
+    (
+        "dup key",
+        _file(HEAD, _turn(0, idempotency_key="k"), _turn(1, idempotency_key="k"), END),
+        "line 3: idempotency key 'k' is used",
+    ),
     ("bad key", _file(HEAD, _turn(0, idempotency_key=5), END), "line 2: idempotency_key"),
     ("no role", _file(HEAD, _turn(0, message={"content": "x"}), END), "line 2: a message needs"),
     ("message list", _file(HEAD, _turn(0, message=[1]), END), "line 2: a message must be a dict"),
-    ("too big", _file(HEAD, _turn(0, message={"role": "u", "c": "x" * 3000}), END),
-     "line 2: the message is"),
-    ("over the line cap", _file(HEAD, _turn(0, message={"role": "u", "c": "x" * 1_100_000}),
-                                END), "line 2: longer than"),
+    (
+        "too big",
+        _file(HEAD, _turn(0, message={"role": "u", "c": "x" * 3000}), END),
+        "line 2: the message is",
+    ),
+    (
+        "over the line cap",
+        _file(HEAD, _turn(0, message={"role": "u", "c": "x" * 1_100_000}), END),
+        "line 2: longer than",
+    ),
     ("truncated", _file(HEAD, _turn(0), _turn(1)), "the file ends inside session"),
     ("wrong end", _file(HEAD, _turn(0), END), "line 3: the end line does not close"),
     ("other kind", _file(HEAD, _turn(0), {"kind": "session"}, END), "line 3: a 'session' line"),
@@ -239,8 +314,9 @@ def test_hostile_files_name_the_line_and_write_nothing_of_the_session(
 ) -> None:
     store = make_store(chunk_max_bytes=2048)
     good_sid = "1b7e3c4a-1f2d-4e5f-8a9b-0c1d2e3f4a5b"
-    good = _file({**HEAD, "session_id": good_sid}, _turn(0), _turn(1),
-                 {**END, "session_id": good_sid})
+    good = _file(
+        {**HEAD, "session_id": good_sid}, _turn(0), _turn(1), {**END, "session_id": good_sid}
+    )
     with pytest.raises(ImportRejected) as caught:
         store.import_jsonl(io.StringIO(good + text))
     # the session before the bad one stays; line numbers count from the file's start
@@ -270,9 +346,14 @@ def test_hostile_arguments(store: shardstore.Store, tmp_path: Path) -> None:
         store.import_jsonl(tmp_path / "latin1.jsonl")
     assert store.import_jsonl(io.StringIO("\n\n")).sessions == 0  # blank lines: nothing
     sid = store.create_session("acme")
-    for args, kw in (((), {}), (([sid],), {"tenant_id": "acme"}), (([],), {}),
-                     (([sid],), {"progress": "y"}), (([sid],), {"out": 5}),
-                     ((["nope"],), {})):
+    for args, kw in (
+        ((), {}),
+        (([sid],), {"tenant_id": "acme"}),
+        (([],), {}),
+        (([sid],), {"progress": "y"}),
+        (([sid],), {"out": 5}),
+        ((["nope"],), {}),
+    ):
         kw.setdefault("out", io.StringIO())
         with pytest.raises(InvalidInput):
             store.export_sessions(*args, **kw)
@@ -301,8 +382,9 @@ def test_export_by_tenant_and_subject(store: shardstore.Store) -> None:
     assert exported(tenant_id="none") == set()
 
 
-def test_long_session_streams_on_export(make_store: Callable[..., shardstore.Store],
-                                        new_database: Callable[[], str]) -> None:
+def test_long_session_streams_on_export(
+    make_store: Callable[..., shardstore.Store], new_database: Callable[[], str]
+) -> None:
     """A 6,000-turn session: the exporter holds a chunk batch at a time (peak memory well
     under the export's size), the importer a batch; the copy is identical."""
     import tracemalloc
@@ -311,7 +393,7 @@ def test_long_session_streams_on_export(make_store: Callable[..., shardstore.Sto
     sid = a.create_session("acme")
     msgs = [{"role": "user", "content": f"turn {i} " + "lorem ipsum " * 20} for i in range(6000)]
     for at in range(0, 6000, 1000):
-        a.append_turns(sid, msgs[at:at + 1000])
+        a.append_turns(sid, msgs[at : at + 1000])
     a.drain_folds()
 
     class Counting(io.TextIOBase):
@@ -356,8 +438,9 @@ def test_async_parity(new_database: Callable[[], str]) -> None:
         assert records(b, sid) == before
 
 
-def test_cli_export_and_import(new_database: Callable[[], str], tmp_path: Path,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_export_and_import(
+    new_database: Callable[[], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from shardstore.cli import main
 
     src, dst = new_database(), new_database()

@@ -128,8 +128,9 @@ def test_hostile_threads_and_arguments(
         builder.add_node("model", lambda s: {"messages": [AIMessage(content="x" * 5000)]})
         builder.add_edge(START, "model")
         graph = builder.compile(checkpointer=saver)
-        graph.invoke({"messages": [HumanMessage(content="hi")]},
-                     {"configurable": {"thread_id": "huge"}})
+        graph.invoke(
+            {"messages": [HumanMessage(content="hi")]}, {"configurable": {"thread_id": "huge"}}
+        )
     with pytest.raises(ImportRejected) as caught:
         store.import_langgraph(source, tenant_id="acme", thread_id="huge")
     assert "thread 'huge' message 1" in str(caught.value)
@@ -142,9 +143,14 @@ def test_hostile_threads_and_arguments(
     # not a LangGraph database
     with pytest.raises(ImportRejected, match="PostgresSaver"):
         store.import_langgraph(new_database(), tenant_id="acme")
-    for bad in ({"tenant_id": ""}, {"tenant_id": "a", "thread_id": 5},
-                {"tenant_id": "a", "thread_id": ["x", None]}, {"tenant_id": "a", "channel": ""},
-                {"tenant_id": "a", "on_error": "x"}, {"tenant_id": "a", "batch_size": -1}):
+    for bad in (
+        {"tenant_id": ""},
+        {"tenant_id": "a", "thread_id": 5},
+        {"tenant_id": "a", "thread_id": ["x", None]},
+        {"tenant_id": "a", "channel": ""},
+        {"tenant_id": "a", "on_error": "x"},
+        {"tenant_id": "a", "batch_size": -1},
+    ):
         with pytest.raises(InvalidInput):
             store.import_langgraph(source, **bad)
     assert store.stats().sessions == 1
@@ -163,8 +169,23 @@ def test_async_and_cli(dsn: str, source: str, capsys: pytest.CaptureFixture[str]
             await astore.close()
 
     assert asyncio.run(go()).turns == 8
-    assert main(["--dsn", dsn, "import", "langgraph", "--source-dsn", source, "--tenant",
-                 "acme", "--json", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "--dsn",
+                dsn,
+                "import",
+                "langgraph",
+                "--source-dsn",
+                source,
+                "--tenant",
+                "acme",
+                "--json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert (doc["sessions"], doc["turns"], doc["unchanged"]) == (1, 4, 1)
     with shardstore.connect(dsn) as store:

@@ -179,7 +179,6 @@ def test_import_of_many_hours_lands_in_their_partitions(
     _check(dsn, store, sid)
 
 
-
 def test_an_import_over_many_premade_partitions_finds_each(
     make_store: Callable[..., shardstore.Store],
 ) -> None:
@@ -192,15 +191,29 @@ def test_an_import_over_many_premade_partitions_finds_each(
     store.configure_text_search(None)  # not what is tested: 3x faster
     sid = uuid.uuid4()
     at = datetime.now(UTC) - timedelta(hours=23)
-    docs: list[dict[str, Any]] = [{
-        "kind": "session", "format": "shardstore.jsonl", "version": 1, "session_id": str(sid),
-        "tenant_id": "acme", "subject_id": None, "agent_id": None, "metadata": {},
-        "created_at": at.isoformat(),
-    }]
+    docs: list[dict[str, Any]] = [
+        {
+            "kind": "session",
+            "format": "shardstore.jsonl",
+            "version": 1,
+            "session_id": str(sid),
+            "tenant_id": "acme",
+            "subject_id": None,
+            "agent_id": None,
+            "metadata": {},
+            "created_at": at.isoformat(),
+        }
+    ]
     for i in range(5000):
-        docs.append({"kind": "turn", "turn_seq": i,
-                     "created_at": (at + timedelta(seconds=15 * i)).isoformat(),
-                     "idempotency_key": None, "message": {"role": "user", "content": f"m{i}"}})
+        docs.append(
+            {
+                "kind": "turn",
+                "turn_seq": i,
+                "created_at": (at + timedelta(seconds=15 * i)).isoformat(),
+                "idempotency_key": None,
+                "message": {"role": "user", "content": f"m{i}"},
+            }
+        )
     docs.append({"kind": "end", "session_id": str(sid), "turns": 5000})
     text = "".join(json.dumps(d) + "\n" for d in docs)
     report = store.import_jsonl(io.StringIO(text), batch_size=500)

@@ -23,9 +23,19 @@ def chat(n: int, tag: str = "") -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(n):
         if i % 5 == 3:
-            out.append({"role": "assistant", "content": None,
-                        "tool_calls": [{"id": f"c{i}", "type": "function",
-                                        "function": {"name": "f", "arguments": "{}"}}]})
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"c{i}",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                }
+            )
         elif i % 5 == 4:
             out.append({"role": "tool", "tool_call_id": f"c{i - 1}", "content": f"r{i}{tag}"})
         else:
@@ -33,21 +43,36 @@ def chat(n: int, tag: str = "") -> list[dict[str, Any]]:
     return out
 
 
-def make_source(dsn: str, rows: list[tuple[Any, ...]], *, column_type: str = "jsonb",
-                id_type: str = "text", table: str = "agent_sessions") -> None:
+def make_source(
+    dsn: str,
+    rows: list[tuple[Any, ...]],
+    *,
+    column_type: str = "jsonb",
+    id_type: str = "text",
+    table: str = "agent_sessions",
+) -> None:
     """A source table (id, conversation_history, tenant, subject, created)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(psycopg.sql.SQL(
-            "CREATE TABLE {} (session_id {} PRIMARY KEY, conversation_history {}, "
-            "tenant text, subject text, created timestamptz)"
-        ).format(psycopg.sql.Identifier(table), psycopg.sql.SQL(id_type),
-                 psycopg.sql.SQL(column_type)))
+        conn.execute(
+            psycopg.sql.SQL(
+                "CREATE TABLE {} (session_id {} PRIMARY KEY, conversation_history {}, "
+                "tenant text, subject text, created timestamptz)"
+            ).format(
+                psycopg.sql.Identifier(table),
+                psycopg.sql.SQL(id_type),
+                psycopg.sql.SQL(column_type),
+            )
+        )
         for row in rows:
             values = list(row) + [None] * (5 - len(row))
             if values[1] is not None and not isinstance(values[1], str):
                 values[1] = json.dumps(values[1])
-            conn.execute(psycopg.sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s, %s)").format(
-                psycopg.sql.Identifier(table)), values)
+            conn.execute(
+                psycopg.sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s, %s)").format(
+                    psycopg.sql.Identifier(table)
+                ),
+                values,
+            )
 
 
 @pytest.fixture
@@ -64,17 +89,22 @@ def history(store: shardstore.Store, sid: uuid.UUID) -> list[dict[str, Any]]:
 
 
 def run_import(store: shardstore.Store, src: str, **kw: Any) -> shardstore.ImportReport:
-    args: dict[str, Any] = {"id_column": "session_id",
-                            "history_column": "conversation_history", "tenant_id": "acme"}
+    args: dict[str, Any] = {
+        "id_column": "session_id",
+        "history_column": "conversation_history",
+        "tenant_id": "acme",
+    }
     args.update(kw)
     return store.import_single_row(src, "agent_sessions", **args)
 
 
 def test_rows_become_sessions_in_order(store: shardstore.Store, source: str) -> None:
     u = str(uuid.uuid4())
-    rows = [("a1", chat(37), None, "user:1", "2024-01-02T03:04:05+00"),
-            (u, {"messages": chat(12, "x"), "other": 1}, None, None, None),
-            ("empty", [])]
+    rows = [
+        ("a1", chat(37), None, "user:1", "2024-01-02T03:04:05+00"),
+        (u, {"messages": chat(12, "x"), "other": 1}, None, None, None),
+        ("empty", []),
+    ]
     make_source(source, rows)
     cols = {"subject_column": "subject", "created_column": "created"}
     report = run_import(store, source, batch_size=7, **cols)
@@ -93,8 +123,10 @@ def test_rows_become_sessions_in_order(store: shardstore.Store, source: str) -> 
     again = run_import(store, source, **cols)
     assert (again.sessions, again.turns, again.unchanged) == (0, 0, 3)
     with psycopg.connect(source, autocommit=True) as conn:
-        conn.execute("UPDATE agent_sessions SET conversation_history = %s WHERE session_id = 'a1'",
-                     (json.dumps(chat(40)),))
+        conn.execute(
+            "UPDATE agent_sessions SET conversation_history = %s WHERE session_id = 'a1'",
+            (json.dumps(chat(40)),),
+        )
     grown = run_import(store, source, **cols)
     assert (grown.sessions, grown.turns, grown.unchanged) == (1, 3, 2)
     assert history(store, a1) == chat(40)
@@ -108,8 +140,11 @@ BAD_ROWS: list[tuple[str, Any, str]] = [
     ("notarray", {"messages": {"role": "user"}}, "'messages' member is a JSON object"),
     ("element", [{"role": "user", "content": "ok"}, [1, 2]], "element 1: a array"),
     ("norole", [{"content": "no role"}], "element 0: a message needs a non-empty string"),
-    ("huge", [{"role": "user", "content": "ok"}, {"role": "user", "content": "x" * 5000}],
-     "element 1: 50"),
+    (
+        "huge",
+        [{"role": "user", "content": "ok"}, {"role": "user", "content": "x" * 5000}],
+        "element 1: 50",
+    ),
     ("big", [{"role": "user", "content": "é" * 600}], "element 0: the message is"),
 ]
 
@@ -151,34 +186,52 @@ def test_skip_reports_each_bad_row_and_imports_the_rest(
     store = make_store(chunk_max_bytes=1024)
     _bad_source(source)
     with psycopg.connect(source, autocommit=True) as conn:
-        conn.execute("INSERT INTO agent_sessions (session_id, conversation_history, tenant) "
-                     "VALUES ('notenant', '[]', NULL)")
+        conn.execute(
+            "INSERT INTO agent_sessions (session_id, conversation_history, tenant) "
+            "VALUES ('notenant', '[]', NULL)"
+        )
     report = run_import(store, source, tenant_id=None, tenant_column="tenant", on_error="skip")
     reasons = {s.source: s.reason for s in report.skipped}
     assert set(reasons) == {f"row session_id={n!r}" for n, _, _ in BAD_ROWS} | {
-        "row session_id='good1'", "row session_id='zgood2'", "row session_id='notenant'"}
+        "row session_id='good1'",
+        "row session_id='zgood2'",
+        "row session_id='notenant'",
+    }
     # good1 and zgood2 have no tenant either: every row is skipped with its reason
-    assert all("tenant column is NULL" in reasons[f"row session_id={n!r}"]
-               for n in ("good1", "zgood2", "notenant"))
+    assert all(
+        "tenant column is NULL" in reasons[f"row session_id={n!r}"]
+        for n in ("good1", "zgood2", "notenant")
+    )
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("UPDATE agent_sessions SET tenant = 'acme'")
     report = run_import(store, source, tenant_id=None, tenant_column="tenant", on_error="skip")
     assert report.sessions == 3 and report.turns == 9
     for name, _, reason in BAD_ROWS:
-        assert reason in dict((s.source, s.reason) for s in report.skipped)[
-            f"row session_id={name!r}"]
+        assert (
+            reason in dict((s.source, s.reason) for s in report.skipped)[f"row session_id={name!r}"]
+        )
     assert store.stats().sessions == 3 and store.stats().turns == 9
 
 
 def test_text_and_json_columns(store: shardstore.Store, new_database: Callable[[], str]) -> None:
     text_src, json_src = new_database(), new_database()
-    make_source(text_src, [("a", chat(4)), ("b", "not json"), ("c", "[NaN]"),
-                           ("d", '[{"role": "user", "content": "\\u0000"}]')],
-                column_type="text")
+    make_source(
+        text_src,
+        [
+            ("a", chat(4)),
+            ("b", "not json"),
+            ("c", "[NaN]"),
+            ("d", '[{"role": "user", "content": "\\u0000"}]'),
+        ],
+        column_type="text",
+    )
     report = run_import(store, text_src, on_error="skip")
     assert report.sessions == 1 and history(store, sid_of("a")) == chat(4)
     assert {s.source for s in report.skipped} == {
-        "row session_id='b'", "row session_id='c'", "row session_id='d'"}
+        "row session_id='b'",
+        "row session_id='c'",
+        "row session_id='d'",
+    }
     assert all("cannot be read as JSON" in s.reason for s in report.skipped)
     make_source(json_src, [("j", {"messages": chat(5)})], column_type="json")
     assert run_import(store, json_src).turns == 5
@@ -214,8 +267,11 @@ def test_hostile_arguments_write_nothing(
     store: shardstore.Store, source: str, args: dict[str, Any], error: type[Exception]
 ) -> None:
     make_source(source, [("a", chat(3), "acme", "s", "2024-01-01T00:00:00+00")])
-    kw: dict[str, Any] = {"id_column": "session_id", "history_column": "conversation_history",
-                          "tenant_id": "acme"}
+    kw: dict[str, Any] = {
+        "id_column": "session_id",
+        "history_column": "conversation_history",
+        "tenant_id": "acme",
+    }
     kw.update(args)
     dsn = kw.pop("source", source)
     table = kw.pop("table", "agent_sessions")
@@ -231,8 +287,9 @@ def test_sql_shaped_names_are_names(store: shardstore.Store, source: str) -> Non
     evil = 'x"; DROP TABLE agent_sessions; --'
     make_source(source, [("a", chat(3))])
     make_source(source, [("b", chat(2))], table=evil)
-    report = store.import_single_row(source, evil, id_column="session_id",
-                                     history_column="conversation_history", tenant_id="t")
+    report = store.import_single_row(
+        source, evil, id_column="session_id", history_column="conversation_history", tenant_id="t"
+    )
     assert report.turns == 2
     assert history(store, sid_of("b", "t", evil)) == chat(2)
 
@@ -249,8 +306,9 @@ def test_owner_conflict_and_purged_sessions(store: shardstore.Store, source: str
     assert store.stats().turns == 0
 
 
-def test_long_history_streams_in_batches(make_store: Callable[..., shardstore.Store],
-                                         source: str) -> None:
+def test_long_history_streams_in_batches(
+    make_store: Callable[..., shardstore.Store], source: str
+) -> None:
     """3,000 elements, 64 per round trip, chunks sealed and folded in the transaction."""
     store = make_store(chunk_tokens=500)
     make_source(source, [("long", chat(3000))])
@@ -270,8 +328,13 @@ def test_async_store_imports_the_same(dsn: str, source: str) -> None:
         astore = await shardstore.connect_async(dsn)
         try:
             return await astore.import_single_row(
-                source, "agent_sessions", id_column="session_id",
-                history_column="conversation_history", tenant_id="acme", on_error="skip")
+                source,
+                "agent_sessions",
+                id_column="session_id",
+                history_column="conversation_history",
+                tenant_id="acme",
+                on_error="skip",
+            )
         finally:
             await astore.close()
 
@@ -287,9 +350,22 @@ def test_cli(dsn: str, source: str, capsys: pytest.CaptureFixture[str]) -> None:
     from shardstore.cli import main
 
     make_source(source, [("a", chat(5), "t1"), ("b", chat(2), "t2"), ("c", json.dumps("x"), "t1")])
-    base = ["--dsn", dsn, "import", "single-row", "--source-dsn", source, "--table",
-            "agent_sessions", "--id-column", "session_id", "--history-column",
-            "conversation_history", "--tenant-column", "tenant"]
+    base = [
+        "--dsn",
+        dsn,
+        "import",
+        "single-row",
+        "--source-dsn",
+        source,
+        "--table",
+        "agent_sessions",
+        "--id-column",
+        "session_id",
+        "--history-column",
+        "conversation_history",
+        "--tenant-column",
+        "tenant",
+    ]
     assert main([*base, "--json"]) == 2
     err = json.loads(capsys.readouterr().err)["error"]
     assert err["type"] == "ImportRejected" and "row session_id='c'" in err["message"]
@@ -316,7 +392,9 @@ def test_progress_bar_on_stderr_only_when_asked(
     assert (report.sessions, report.turns) == (2, 11)
     assert "turn" in bar and "11" in bar, bar
     with psycopg.connect(source, autocommit=True) as conn:
-        conn.execute("UPDATE agent_sessions SET conversation_history = %s WHERE session_id = 'b'",
-                     (json.dumps(chat(6)),))
+        conn.execute(
+            "UPDATE agent_sessions SET conversation_history = %s WHERE session_id = 'b'",
+            (json.dumps(chat(6)),),
+        )
     assert run_import(store, source, progress=False).turns == 2
     assert capfd.readouterr().err == ""

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 import shardstore
 from shardstore.core.executor import run_sync
 from shardstore.integrations.sqlalchemy import include_name, metadata, run_migrations
-from shardstore.migrate import all_migrations, migrate_op
+from shardstore.schema.migrate import all_migrations, migrate_op
 
 USER = {"role": "user", "content": "hi"}
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardstore import jsoncodec
+from shardstore.core import jsoncodec
 from shardstore.models import Turn, new_turn
 
 

@@ -29,8 +29,18 @@ ROWS = (
 @pytest.mark.slow
 def test_bench_langgraph_20_turns(server_dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "langgraph"
-    cmd = [sys.executable, "-m", "benchmarks", "langgraph", "--dsn", server_dsn, "--turns", "20",
-           "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks",
+        "langgraph",
+        "--dsn",
+        server_dsn,
+        "--turns",
+        "20",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.with_suffix(".md").read_text()

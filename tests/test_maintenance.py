@@ -21,11 +21,11 @@ import pytest
 
 import shardstore
 from partition_manager.plan import PartitionState
-from shardstore import maintenance
 from shardstore.cli import main
 from shardstore.core.executor import run_sync
-from shardstore.history import append_op
-from shardstore.maintenance import MAINTENANCE_LOCK_KEY, MaintenanceReport
+from shardstore.history.ops import append_op
+from shardstore.lifecycle import maintenance
+from shardstore.lifecycle.maintenance import MAINTENANCE_LOCK_KEY, MaintenanceReport
 
 SECOND = timedelta(seconds=1)
 MakeStore = Callable[..., shardstore.Store]

@@ -18,7 +18,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import shardstore
-from shardstore import rls
+from shardstore.schema import rls
 
 from .embedders import HashEmbedder
 

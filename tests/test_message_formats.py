@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardstore
-from shardstore.embedding import message_text
+from shardstore.history.pairing import is_reasoning, is_tool_result, trim_tail, whole_window
 from shardstore.models import Turn
-from shardstore.pairing import is_reasoning, is_tool_result, trim_tail, whole_window
+from shardstore.search.embedding import message_text
 
 from .embedders import HashEmbedder
 

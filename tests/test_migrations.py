@@ -19,15 +19,14 @@ from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore.core.executor import run_sync
-from shardstore.migrate import (
+from shardstore.core.sql import _queries, definition_entries, statement_files
+from shardstore.schema.migrate import (
     BASELINE_PARTS,
-    DEFINITION_FOLDERS,
     Migration,
     all_migrations,
     definition_files,
     migrate_op,
 )
-from shardstore.sql import _queries
 
 
 @pytest.fixture
@@ -112,8 +111,7 @@ def _shipped_path(m: Migration) -> str:
 def test_the_files_are_read_from_the_package_unchanged() -> None:
     from importlib import resources
 
-    from shardstore.migrate import (
-        FUNCTIONS_PACKAGE,
+    from shardstore.schema.migrate import (
         LEGACY_FOLDER,
         MIGRATIONS_PACKAGE,
         definition_files,
@@ -128,14 +126,9 @@ def test_the_files_are_read_from_the_package_unchanged() -> None:
     assert names == sorted(_shipped_path(m) for m in shipped)
     for version, checksum in APPLIED_CHECKSUMS.items():
         assert shipped[version - 1].checksum == checksum, version
-    # the function and view files are read whole, one per file of shardstore/sql/functions/
-    # and shardstore/sql/views/
-    on_disk = {
-        e.name[: -len(".sql")]: e.read_text("utf-8")
-        for sub in DEFINITION_FOLDERS
-        for e in (resources.files(FUNCTIONS_PACKAGE) / sub).iterdir()
-        if e.name.endswith(".sql")
-    }
+    # the function and view files are read whole, one per file of the features'
+    # sql/functions/ and sql/views/ folders
+    on_disk = {e.name[: -len(".sql")]: e.read_text("utf-8") for _, e in definition_entries()}
     assert {f.name: f.sql for f in definition_files()} == on_disk
     assert {"turns", "purge_targets"} <= set(on_disk)
 
@@ -145,7 +138,7 @@ def test_a_database_of_version_5_upgrades_with_rls_on(
 ) -> None:
     """0006 on a database made before it: row security stays on (the registry gets it too)
     and a tenant role granted before keeps working, purges included."""
-    from shardstore import migrate, rls
+    from shardstore.schema import migrate, rls
 
     full = all_migrations()
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
@@ -219,16 +212,14 @@ def test_the_wheel_ships_the_migrations(empty_dsn: str, tmp_path: Path) -> None:
         assert f"shardstore/migrations/{_shipped_path(m)}" in names
     for part in BASELINE_PARTS:
         assert f"shardstore/migrations/baseline/{part}" in names
-    shipped_files = {
-        f"shardstore/sql/{sub}/{f.name}.sql"
-        for f in definition_files()
-        for sub in DEFINITION_FOLDERS
-        if f"shardstore/sql/{sub}/{f.name}.sql" in names
-    }
+    shipped_files = {f"shardstore/{path}" for path, _ in definition_entries()} & names
     assert len(shipped_files) == len(definition_files())
+    statements = {f"shardstore/{path}" for path, _ in statement_files()}
+    assert statements and statements <= names
+    assert "shardstore/importers/source.sql" in names  # the SQL sent to a source database
     script = (
         "import sys, psycopg, shardstore, shardstore.migrations as pkg\n"
-        "from shardstore.migrate import all_migrations, definition_files\n"
+        "from shardstore.schema.migrate import all_migrations, definition_files\n"
         "assert shardstore.__file__.startswith(sys.argv[2]), shardstore.__file__\n"
         "assert pkg.__file__.startswith(sys.argv[2]), pkg.__file__\n"
         "shardstore.connect(sys.argv[1]).close()\n"

@@ -21,7 +21,7 @@ from hypothesis.stateful import (
 )
 
 import shardstore
-from shardstore.jsoncodec import encode_message
+from shardstore.core.jsoncodec import encode_message
 
 from .model import SessionModel
 

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
 from shardstore.core.connector import behind_pooler
+from shardstore.schema import rls
 
 from .embedders import HashEmbedder
 from .pooler import POOL_SIZE, Pooler
@@ -309,7 +309,7 @@ def test_maintenance_lock_behind_the_pooler(pooled_dsn: str, dsn: str) -> None:
     run gets the lock and gives it back (a session-level lock would be taken on one server
     connection and released on another, leaving the next runs 'already running'), two
     runs at once still exclude each other, and nothing holds the lock afterwards."""
-    from shardstore.maintenance import MAINTENANCE_LOCK_KEY
+    from shardstore.lifecycle.maintenance import MAINTENANCE_LOCK_KEY
 
     with _busy_pooler(pooled_dsn), shardstore.connect(pooled_dsn, pool_max_size=4) as store:
         reports = [store.maintain(embed=False) for _ in range(8)]
@@ -372,7 +372,7 @@ def test_migrations_run_through_the_pooler(pgbouncer: Pooler, server_dsn: str) -
     on one server connection; two stores racing to migrate apply each version once."""
     from psycopg.conninfo import make_conninfo
 
-    from shardstore.migrate import all_migrations
+    from shardstore.schema.migrate import all_migrations
 
     name = f"ss_pooled_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server_dsn, autocommit=True) as admin:

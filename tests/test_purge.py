@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore.purge import AGENT_HISTORY, SESSIONS, PurgeReport, TableRemoval
+from shardstore.lifecycle.purge import AGENT_HISTORY, SESSIONS, PurgeReport, TableRemoval
 
 from .test_purge_support import (
     converse,

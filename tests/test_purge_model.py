@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import shardstore
-from shardstore.jsoncodec import encode_message
-from shardstore.pairing import trim_tail
+from shardstore.core.jsoncodec import encode_message
+from shardstore.history.pairing import trim_tail
 
 from .model import SessionModel
 

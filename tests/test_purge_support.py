@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 import shardstore
-from shardstore.history import append_op
+from shardstore.history.ops import append_op
 
 
 def table_rows(dsn: str) -> dict[str, list[str]]:

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
+from shardstore.schema import rls
 
 from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 from .test_purge_support import append_unfolded, converse, next_second, snapshot

@@ -19,9 +19,9 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
 from shardstore.cli.app import main as cli_main
-from shardstore.jsoncodec import encode_message
+from shardstore.core.jsoncodec import encode_message
+from shardstore.schema import rls
 
 from .embedders import HashEmbedder
 from .faults import (
@@ -76,7 +76,10 @@ def count(dsn: str, sql: str, *params: Any) -> int:
 
 
 def raw_append(
-    store: shardstore.Store, dsn: str, sid: Any, messages: list[Any],
+    store: shardstore.Store,
+    dsn: str,
+    sid: Any,
+    messages: list[Any],
     conn: psycopg.Connection[Any] | None = None,
 ) -> None:
     """append_v2 straight, no inline fold (on ``conn``, in its transaction, if given)."""

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
+from shardstore.schema import rls
 
 TABLES = ("sessions", "turn_buffer", "agent_history", "chunk_map", "turn_keys")
 

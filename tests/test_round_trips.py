@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
+from shardstore.schema import rls
 
 from .wire import WireProxy
 

@@ -1,4 +1,4 @@
-"""Runs (migration 0007, shardstore/runs.py): the lifecycle and its errors, idempotent
+"""Runs (migration 0007, shardstore/state/runs.py): the lifecycle and its errors, idempotent
 opens, the awaiting index, purge / retention / RLS coverage through the registry, the
 asyncio store, hostile input, an in-memory model (hypothesis), and a writer killed with
 SIGKILL in the middle of run updates."""
@@ -37,9 +37,9 @@ from hypothesis.stateful import (
 )
 
 import shardstore
-from shardstore import rls
 from shardstore.cli import main
-from shardstore.sql import query
+from shardstore.core.sql import query
+from shardstore.schema import rls
 
 from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
@@ -383,8 +383,6 @@ def test_retention_removes_runs_with_their_sessions(
 
 
 # ---------------------------------------------------------------- row-level security
-
-
 
 
 def test_rls_scopes_runs_to_the_tenant(store: shardstore.Store, dsn: str) -> None:

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore.sql import query
+from shardstore.core.sql import query
 
 HOURS = 6
 

@@ -15,13 +15,15 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from shardstore import migrate
 from shardstore.core.executor import run_sync
-from shardstore.sqlsplit import split_statements
+from shardstore.schema import migrate
+from shardstore.schema.sqlsplit import split_statements
 
 ROOT = Path(__file__).resolve().parent.parent
-FUNCTIONS = ROOT / "shardstore" / "sql" / "functions"
-VIEWS = ROOT / "shardstore" / "sql" / "views"
+# each feature package keeps its SQL in <feature>/sql/ (shardstore.core.sql)
+FUNCTION_FILES = sorted((ROOT / "shardstore").glob("*/sql/functions/*.sql"))
+VIEW_FILES = sorted((ROOT / "shardstore").glob("*/sql/views/*.sql"))
+STATEMENT_FILES = sorted((ROOT / "shardstore").glob("*/sql/*.sql"))
 LEGACY = ROOT / "migrations" / "legacy"
 CREATE = re.compile(
     r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\s+(?:\"?shardstore\"?\.)?\"?(\w+)",
@@ -184,14 +186,14 @@ def test_fresh_equals_replayed_from_the_first_migration(
                 "SELECT proname FROM pg_proc WHERE pronamespace = 'shardstore'::regnamespace"
             )
         }
-    assert names == {p.stem for p in FUNCTIONS.glob("*.sql")}
+    assert names == {p.stem for p in FUNCTION_FILES}
     # and its views the view files'
     with psycopg.connect(fresh, autocommit=True) as conn:
         views = {
             r[0]
             for r in conn.execute("SELECT viewname FROM pg_views WHERE schemaname = 'shardstore'")
         }
-    assert views == {p.stem for p in VIEWS.glob("*.sql")}
+    assert views == {p.stem for p in VIEW_FILES}
 
 
 def test_a_database_at_an_intermediate_version_upgrades_to_the_same_catalog(
@@ -273,20 +275,20 @@ def test_every_function_is_defined_in_one_file_named_after_it() -> None:
             where.setdefault(name, []).append(str(path.relative_to(ROOT)))
     twice = {name: files for name, files in where.items() if len(files) > 1}
     assert twice == {}
-    for path in FUNCTIONS.glob("*.sql"):
+    for path in FUNCTION_FILES:
         assert _defined(path) == {path.stem}, path
-    assert {
-        n for n, files in where.items() if files[0].startswith("shardstore/sql/functions/")
-    } == {p.stem for p in FUNCTIONS.glob("*.sql")}
+    assert {n for n, files in where.items() if "/sql/functions/" in files[0]} == {
+        p.stem for p in FUNCTION_FILES
+    }
 
 
 VIEW = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:\"?shardstore\"?\.)?\"?(\w+)", re.I)
 
 
 def test_every_view_is_defined_in_one_file_named_after_it() -> None:
-    """A view's one definition is its file (shardstore/sql/views/<name>.sql): not the
+    """A view's one definition is its file (shardstore/<feature>/sql/views/<name>.sql): not the
     baseline, not a migration after it."""
-    for path in VIEWS.glob("*.sql"):
+    for path in VIEW_FILES:
         assert VIEW.findall(_code(path.read_text())) == [path.stem], path
     base = migrate.baseline()
     for part in (base.before_functions, base.after_functions):
@@ -334,18 +336,16 @@ STATEMENT = re.compile(r"\b(SELECT|CALL|PERFORM)\b", re.I)
 
 
 def _names_called_by_statements() -> set[str]:
-    code = " ".join(
-        re.sub(r"--[^\n]*", "", p.read_text()) for p in (ROOT / "shardstore" / "sql").glob("*.sql")
-    )
+    code = " ".join(re.sub(r"--[^\n]*", "", p.read_text()) for p in STATEMENT_FILES)
     return set(re.findall(r"\bshardstore\.([a-z_][a-z0-9_]*)\s*\(", code))
 
 
 def test_versions_mark_entry_points() -> None:
     """A _vN suffix marks an entry point, a function a client calls by name: one of the
-    named statements (shardstore/sql/*.sql, the only SQL the Python sends) or an operator's
-    call. Every other function is a helper with a plain name, free to change with its
+    named statements (shardstore/<feature>/sql/*.sql, the only SQL the Python sends) or an
+    operator's call. Every other function is a helper with a plain name, free to change with its
     callers; an entry point keeps its name until its signature changes."""
-    files = {p.stem for p in FUNCTIONS.glob("*.sql")}
+    files = {p.stem for p in FUNCTION_FILES}
     called = _names_called_by_statements() & files
     entry_points = called | OPERATOR_ENTRY_POINTS
     assert files >= OPERATOR_ENTRY_POINTS
@@ -360,9 +360,9 @@ def test_python_calls_functions_only_through_named_statements() -> None:
     """The Python never spells a function call of its own: what it calls is in the named
     statements (where the test above sees it) or, for Citus delegation, a name it looks up
     in the catalog (distribute.DELEGATED)."""
-    from shardstore import distribute
+    from shardstore.schema import distribute
 
-    files = {p.stem for p in FUNCTIONS.glob("*.sql")}
+    files = {p.stem for p in FUNCTION_FILES}
     pattern = re.compile(r"\bshardstore\.([a-z_][a-z0-9_]*)\s*\(")
     spelled = set()
     for path in (ROOT / "shardstore").rglob("*.py"):
@@ -382,5 +382,5 @@ def test_python_calls_functions_only_through_named_statements() -> None:
                 and STATEMENT.search(node.value)
             ):
                 spelled |= {name for name in pattern.findall(node.value) if name in files}
-    assert spelled == set(), "call these through a named statement in shardstore/sql/"
+    assert spelled == set(), "call these through a named statement in shardstore/<feature>/sql/"
     assert set(distribute.DELEGATED) <= files

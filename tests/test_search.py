@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardstore
-from shardstore.embedding import message_text, plan_windows
-from shardstore.sql import query
-from shardstore.vector_ops import best_per_chunk, chunk_windows, partition_floor
+from shardstore.core.sql import query
+from shardstore.search.embedding import message_text, plan_windows
+from shardstore.search.vectors import best_per_chunk, chunk_windows, partition_floor
 
 from .embedders import HashEmbedder
 
@@ -221,8 +221,9 @@ def test_a_dead_worker_leaves_nothing_locked(make_store: StoreFactory, dsn: str)
     # the server ends the backend (and drops its locks) shortly after the client is gone
     with psycopg.connect(dsn, autocommit=True) as watch:
         for _ in range(200):
-            if watch.execute("SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)",
-                             (pid,)).fetchone() == (True,):
+            if watch.execute(
+                "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)", (pid,)
+            ).fetchone() == (True,):
                 break
             time.sleep(0.05)
     assert store.embed() == chunks

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 import shardstore
-from shardstore import rls
 from shardstore.cli import main
-from shardstore.sql import query
+from shardstore.core.sql import query
+from shardstore.schema import rls
 
 from .tenancy import as_tenant, drop_tenant_role, make_tenant_role
 

@@ -1,4 +1,4 @@
-"""The migrator's statement splitter (shardstore.sqlsplit): psql's rules on tricky text, a
+"""The migrator's statement splitter (shardstore.schema.sqlsplit): psql's rules on tricky text, a
 model of statements joined and split again, and every shipped migration applied one
 statement at a time through the extended protocol (which, as Citus's workers, refuses a
 string of two commands) giving the same schema as the whole files sent as they are."""
@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
-from shardstore import migrate
-from shardstore.sqlsplit import split_statements
+from shardstore.schema import migrate
+from shardstore.schema.sqlsplit import split_statements
 
 
 def test_semicolons_inside_comments_strings_and_bodies_do_not_split() -> None:

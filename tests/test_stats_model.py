@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 
 import shardstore
 from shardstore.core.executor import run_sync
-from shardstore.history import _GENERAL_PATH
+from shardstore.history.ops import _GENERAL_PATH
 
 CHUNK_TOKENS = 60  # a few turns per chunk: many chunks from few turns
 
@@ -119,7 +119,7 @@ def _check_stats(store: shardstore.Store, dsn: str) -> None:
 
 def _general_chunks(store: shardstore.Store, sid: uuid.UUID, last: int | None) -> Any:
     """chunks() by its general path (as for a fork): the four-statement read."""
-    from shardstore import history as h
+    from shardstore.history import ops as h
 
     def op() -> Any:
         head = yield from h._head_op(sid, live=True)

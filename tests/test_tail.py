@@ -4,7 +4,7 @@ tool result."""
 from __future__ import annotations
 
 import shardstore
-from shardstore.pairing import is_tool_result
+from shardstore.history.pairing import is_tool_result
 
 
 def _conversation(store: shardstore.Store) -> object:

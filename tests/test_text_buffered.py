@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
 import shardstore
-from shardstore.history import TEXT_INDEX_EVERY
-from shardstore.textindex import index_buffered_op
+from shardstore.history.ops import TEXT_INDEX_EVERY
+from shardstore.search.text_index import index_buffered_op
 
 WORDS = ["invoice", "refund", "timeout", "gateway", "ledger", "QX-4471", "billing", "retry"]
 QUERIES = ("refund invoice", "timeout gateway retry", "QX-4471", "ledger billing")
@@ -386,7 +386,7 @@ def test_the_background_folder_indexes_open_chunks_every_16_turns(
 ) -> None:
     """Without a seal, every TEXT_INDEX_EVERY-th turn hands the session to the background
     folder, which indexes its buffer; inline folds add no such work to an append."""
-    from shardstore.history import TEXT_INDEX_EVERY
+    from shardstore.history.ops import TEXT_INDEX_EVERY
 
     assert TEXT_INDEX_EVERY == 16
     rng = random.Random(4)

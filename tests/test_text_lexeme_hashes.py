@@ -13,7 +13,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import shardstore
-from shardstore import migrate, textsearch
+from shardstore.schema import migrate
+from shardstore.search import text as textsearch
 
 from .test_search import SMALL
 

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardstore
-from shardstore import rls
 from shardstore.cli.app import main
-from shardstore.textsearch import Ranked, fuse
+from shardstore.schema import rls
+from shardstore.search.text import Ranked, fuse
 
 from .embedders import HashEmbedder
 from .tenancy import as_tenant, drop_tenant_role, make_tenant_role

@@ -14,9 +14,14 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 import shardstore
+from shardstore.core.jsoncodec import encode_message
 from shardstore.demo import synthetic
-from shardstore.jsoncodec import encode_message
-from shardstore.tokens import HFTokenizerCounter, TiktokenCounter, _SplintrCl100k, make_counter
+from shardstore.history.tokens import (
+    HFTokenizerCounter,
+    TiktokenCounter,
+    _SplintrCl100k,
+    make_counter,
+)
 
 
 def test_cl100k_counts_offline() -> None:
@@ -29,14 +34,38 @@ def test_cl100k_counts_offline() -> None:
 # ---------------------------------------------------------------- the fast cl100k path
 
 _SPECIALS = [
-    "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|endofprompt|>"
+    "<|endoftext|>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|endofprompt|>",
 ]
 _PIECES = st.one_of(
     st.text(max_size=40),
     st.sampled_from(
-        [" ", "  ", "\n", "\n\n", "\t", "\r\n", "\u00a0", "\u3000", "'s", "'ll", "n't", "123",
-         "4567", "é", "\u0301", "中文", "😀", "🇫🇷", '{"role": "user", "content": "', "\\u00e9",
-         *_SPECIALS]
+        [
+            " ",
+            "  ",
+            "\n",
+            "\n\n",
+            "\t",
+            "\r\n",
+            "\u00a0",
+            "\u3000",
+            "'s",
+            "'ll",
+            "n't",
+            "123",
+            "4567",
+            "é",
+            "\u0301",
+            "中文",
+            "😀",
+            "🇫🇷",
+            '{"role": "user", "content": "',
+            "\\u00e9",
+            *_SPECIALS,
+        ]
     ),
 )
 

@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
 import shardstore
-from shardstore import migrate, rls, sql
+from shardstore.core import sql
 from shardstore.core.executor import run_sync
 from shardstore.errors import ConfigurationError
-from shardstore.vector_ops import (
+from shardstore.schema import migrate, rls
+from shardstore.search.vectors import (
     DEFAULT_MAX_SCAN_TUPLES,
     MAX_CANDIDATES,
     MIN_SHARE,
@@ -103,8 +104,11 @@ def test_ann_settings_scale_with_the_share_and_stay_in_pgvector_limits(
     got = ann_settings(base, limit, leaf, share, min_rows)
     assert 1 <= got.ef_search <= max(base, MAX_CANDIDATES)
     assert DEFAULT_MAX_SCAN_TUPLES <= got.max_scan_tuples <= 2**31 - 1
-    known = share if share is not None and share > 0 else (
-        min_rows / leaf if leaf is not None and leaf > 0 else None)
+    known = (
+        share
+        if share is not None and share > 0
+        else (min_rows / leaf if leaf is not None and leaf > 0 else None)
+    )
     if known is None:
         assert got == ann_settings(base, limit, None, None, 1)
         assert got.ef_search == base
@@ -142,21 +146,28 @@ def test_a_fresh_schema_hashes_vectors_by_tenant(make_store: StoreFactory, dsn: 
         ).fetchall()
         assert len(per_tenant) == 6 and all(n == 1 for _, n, _ in per_tenant)
         assert all(leaf == "shardstore." + _leaf(conn, t) for t, _, leaf in per_tenant)
-        plan = "\n".join(r[0] for r in conn.execute(
-            "EXPLAIN SELECT session_id FROM shardstore.chunk_vectors WHERE tenant_id = 'tenant-3'"
-        ).fetchall())
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN SELECT session_id FROM shardstore.chunk_vectors"
+                " WHERE tenant_id = 'tenant-3'"
+            ).fetchall()
+        )
         assert set(re.findall(r"chunk_vectors_h\d\d", plan)) == {_leaf(conn, "tenant-3")}, plan
         # the leaf's statistics name the tenant's share once it is analysed
         conn.execute("ANALYZE shardstore.chunk_vectors")
         rows, share = conn.execute(
-            "SELECT * FROM shardstore.vec_tenant_leaf_v1('tenant-3')").fetchone() or (None, None)
+            "SELECT * FROM shardstore.vec_tenant_leaf_v1('tenant-3')"
+        ).fetchone() or (None, None)
         (mine,) = conn.execute(
             "SELECT count(*) FROM shardstore.chunk_vectors WHERE tenant_id = 'tenant-3'"
         ).fetchone() or (0,)
         assert rows is not None and share is not None and mine > 0
         assert math.isclose(rows * share, mine, rel_tol=0.01)
-        assert conn.execute(
-            "SELECT * FROM shardstore.vec_tenant_leaf_v1('nobody')").fetchone() is not None
+        assert (
+            conn.execute("SELECT * FROM shardstore.vec_tenant_leaf_v1('nobody')").fetchone()
+            is not None
+        )
     # new vectors need no partition made first: the worker no longer syncs partitions
     hits = store.search("weather harbour", tenant_id="tenant-3", k=3)
     assert hits and {h.session_id for h in hits} == {sids[3]}
@@ -217,9 +228,20 @@ def _synthetic(dsn: str, dim: int, tenants: dict[str, int], seed: int) -> dict[s
                 cur.executemany(
                     "INSERT INTO shardstore.chunk_vectors VALUES"
                     " (%s, %s, %s, 0, %s, NULL, %s, %s, %s, %s, %s::halfvec)",
-                    [(sid, seq, start + timedelta(minutes=seq), tenant, seq, seq,
-                      start + timedelta(minutes=seq), start + timedelta(minutes=seq),
-                      "[" + ",".join(f"{x:.6f}" for x in v) + "]") for sid, seq, v in rows],
+                    [
+                        (
+                            sid,
+                            seq,
+                            start + timedelta(minutes=seq),
+                            tenant,
+                            seq,
+                            seq,
+                            start + timedelta(minutes=seq),
+                            start + timedelta(minutes=seq),
+                            "[" + ",".join(f"{x:.6f}" for x in v) + "]",
+                        )
+                        for sid, seq, v in rows
+                    ],
                 )
             out[tenant] = rows
         conn.execute("ANALYZE shardstore.chunk_vectors")
@@ -241,8 +263,12 @@ def test_exact_path_is_exact_and_hnsw_agrees_on_a_small_set(dsn: str) -> None:
     data = _synthetic(dsn, 24, {big: 300, small: 60}, seed=7)
     rng = random.Random(11)
     exact = shardstore.connect(dsn, embedding_model=HashEmbedder(24, name="test/synthetic"))
-    ann = shardstore.connect(dsn, embedding_model=HashEmbedder(24, name="test/synthetic"),
-                             vector_exact_rows=0, hnsw_ef_search=400)
+    ann = shardstore.connect(
+        dsn,
+        embedding_model=HashEmbedder(24, name="test/synthetic"),
+        vector_exact_rows=0,
+        hnsw_ef_search=400,
+    )
     try:
         agree = 0
         for q in range(20):
@@ -269,7 +295,8 @@ def test_async_tenant_search_both_paths(dsn: str) -> None:
     async def main() -> None:
         for exact_rows in (20_000, 0):
             store = await shardstore.connect_async(
-                dsn, embedding_model=HashEmbedder(), vector_exact_rows=exact_rows, **SMALL)
+                dsn, embedding_model=HashEmbedder(), vector_exact_rows=exact_rows, **SMALL
+            )
             try:
                 sid = await store.create_session(f"acme-{exact_rows}")
                 await store.append_turns(sid, [filler(i) for i in range(120)])
@@ -291,11 +318,15 @@ def _searches(store: shardstore.Store, sids: list[uuid.UUID]) -> list[Any]:
     out: list[Any] = []
     for text in ("weather harbour", "rye bread caraway", "violin metronome"):
         for sid in sids:
-            out.append([(h.chunk_seq, round(h.score, 4)) for h in
-                        store.search(text, session_id=sid, k=5)])
+            out.append(
+                [(h.chunk_seq, round(h.score, 4)) for h in store.search(text, session_id=sid, k=5)]
+            )
         for tenant in ("acme", "globex"):
-            out.append(sorted((h.session_id, h.chunk_seq) for h in
-                              store.search(text, tenant_id=tenant, k=50)))
+            out.append(
+                sorted(
+                    (h.session_id, h.chunk_seq) for h in store.search(text, tenant_id=tenant, k=50)
+                )
+            )
     return out
 
 
@@ -310,8 +341,10 @@ def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
     cut = next(i for i, m in enumerate(full) if m.name == LAYOUT_MIGRATION)
     monkeypatch.setattr(migrate, "all_migrations", lambda: full[:cut])
     # this code on that schema: a batch calls append_v1 there (append_v2, 0040, is later)
-    batch = sql.query("append").replace("append_v2(", "append_v1(").replace(
-        "%s), %s, %s)", "%s), %s) CROSS JOIN (SELECT %s::integer) AS unused_keep"
+    batch = (
+        sql.query("append")
+        .replace("append_v2(", "append_v1(")
+        .replace("%s), %s, %s)", "%s), %s) CROSS JOIN (SELECT %s::integer) AS unused_keep")
     )
     assert "append_v1(" in batch and "unused_keep" in batch
     monkeypatch.setitem(sql._queries(), "append", batch)
@@ -344,8 +377,9 @@ def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
             admin.execute(f'CREATE ROLE "{reader}" NOLOGIN')
             rls.grant_tenant_role(admin, role)
             rls.enable_rls(admin, force=True)
-            admin.execute(f'GRANT SELECT ON shardstore.chunk_vectors TO "{reader}"'
-                          " WITH GRANT OPTION")
+            admin.execute(
+                f'GRANT SELECT ON shardstore.chunk_vectors TO "{reader}" WITH GRANT OPTION'
+            )
             registry_before = admin.execute(registry).fetchone()
             acl_before = admin.execute(acl).fetchall()
     finally:
@@ -369,9 +403,13 @@ def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
                     " (SELECT relid FROM pg_partition_tree('shardstore.chunk_vectors'))"
                 ).fetchone()
                 assert forced == (True, LEAVES + 1, LEAVES + 1)
-                idx = {r[0] for r in admin.execute(
-                    "SELECT indexname FROM pg_indexes WHERE schemaname = 'shardstore'"
-                    " AND tablename = 'chunk_vectors'").fetchall()}
+                idx = {
+                    r[0]
+                    for r in admin.execute(
+                        "SELECT indexname FROM pg_indexes WHERE schemaname = 'shardstore'"
+                        " AND tablename = 'chunk_vectors'"
+                    ).fetchall()
+                }
                 assert idx == {"chunk_vectors_pkey", "chunk_vectors_tenant", "chunk_vectors_hnsw"}
                 # the old daily vector partitions are gone with the old table
                 assert admin.execute(
@@ -384,7 +422,8 @@ def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
                 rls.set_session_tenant(conn, "acme")
                 tenant = rls.connect_tenant(conn, embedding_model=HashEmbedder())
                 seen = conn.execute(
-                    "SELECT DISTINCT tenant_id FROM shardstore.chunk_vectors").fetchall()
+                    "SELECT DISTINCT tenant_id FROM shardstore.chunk_vectors"
+                ).fetchall()
                 assert seen == [("acme",)]
                 hits = tenant.search("rye bread", tenant_id="acme", k=50)
                 assert hits and {h.session_id for h in hits} <= set(sids[:2])
@@ -394,7 +433,8 @@ def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
             assert new.embed() > 0
             with psycopg.connect(empty_dsn) as conn:
                 (queued,) = conn.execute(
-                    "SELECT count(*) FROM shardstore.embed_queue").fetchone() or (None,)
+                    "SELECT count(*) FROM shardstore.embed_queue"
+                ).fetchone() or (None,)
                 assert queued == 0
             hits = new.search("rye bread", session_id=sids[2], k=50)
             assert any(t.turn_seq >= 40 for h in hits for t in h.turns)
@@ -405,7 +445,9 @@ def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
                 left = conn.execute(
                     "SELECT count(*) FILTER (WHERE session_id = %s),"
                     " count(*) FILTER (WHERE session_id = %s AND first_turn_seq >= 10)"
-                    " FROM shardstore.chunk_vectors", (sids[0], sids[1])).fetchone()
+                    " FROM shardstore.chunk_vectors",
+                    (sids[0], sids[1]),
+                ).fetchone()
                 assert left == (0, 0)
         finally:
             new.close()

@@ -70,7 +70,6 @@ class InsertFloor:
         self.seq[sid] = seq + len(texts)
 
 
-
 def limited_counter(fast_max_chars: int) -> Any:
     """The store's default counter with splintr's limit set to ``fast_max_chars`` (texts
     over it go to tiktoken): the A/B of round 12's limit."""
@@ -78,7 +77,6 @@ def limited_counter(fast_max_chars: int) -> Any:
 
     limit = {"FAST_MAX_CHARS": fast_max_chars}
     return type("Limited", (shardstore.TiktokenCounter,), limit)()
-
 
 
 def floor_block(

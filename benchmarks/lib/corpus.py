@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shardstore import jsoncodec
+from shardstore.core import jsoncodec
 from shardstore.demo import synthetic
 
 # Common English plus the vocabulary of agent transcripts: gives roughly the bytes/token
@@ -127,8 +127,6 @@ def make_messages(count: int, seed: int = 7, target_bytes: int = 1600) -> list[d
             msg = {"role": "assistant", "content": text(rng, size - 35)}
         out.append(msg)
     return out
-
-
 
 
 def encode(message: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from benchmarks.lib.corpus import make_messages
-from shardstore.sql import query
+from shardstore.core.sql import query
 
 POOL = 4096  # distinct messages cycled through (each chunk of ~21 turns is all distinct)
 SUBJECT_SIZE = 100  # sessions per data subject (purge_subject purges one)

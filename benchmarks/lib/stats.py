@@ -39,9 +39,7 @@ def spread(values: Iterable[float], digits: int | Callable[[float], str] = 3) ->
     """``median [min–max]`` of per-round values (NaNs dropped; one value alone; "—" of none).
     ``digits`` is a number of decimals or a formatter."""
     v = [x for x in values if x == x]
-    fmt: Callable[[float], str] = (
-        digits if callable(digits) else (lambda x, d=digits: f"{x:.{d}f}")
-    )
+    fmt: Callable[[float], str] = digits if callable(digits) else (lambda x, d=digits: f"{x:.{d}f}")
     if not v:
         return "—"
     if len(v) == 1:

@@ -21,8 +21,8 @@ import psycopg
 import shardstore
 from benchmarks.lib.report import progress
 from benchmarks.lib.server import create_database, drop_database
-from shardstore.history import ensure_partitions_op
-from shardstore.vector_ops import configure_op, partition_floor
+from shardstore.history.ops import ensure_partitions_op
+from shardstore.search.vectors import configure_op, partition_floor
 
 MODEL = "synthetic-384"
 DIM = 384
@@ -48,7 +48,7 @@ class SyntheticEmbedder:
 
     def split(self, text: str, max_tokens: int) -> list[str]:
         words = text.split()
-        return [" ".join(words[i:i + max_tokens]) for i in range(0, len(words), max_tokens)] or [
+        return [" ".join(words[i : i + max_tokens]) for i in range(0, len(words), max_tokens)] or [
             text
         ]
 
@@ -99,9 +99,14 @@ def make_dataset(args: argparse.Namespace) -> Dataset:
     n_sessions = int(session[-1]) + 1
     chunk_seq = np.arange(n) % per
     n_big = round(args.big_tenant_share * n_sessions)
-    sess_tenant = rng.permutation(np.concatenate([
-        np.zeros(n_big, dtype=np.int64), 1 + np.arange(n_sessions - n_big) % (args.tenants - 1)
-    ]))
+    sess_tenant = rng.permutation(
+        np.concatenate(
+            [
+                np.zeros(n_big, dtype=np.int64),
+                1 + np.arange(n_sessions - n_big) % (args.tenants - 1),
+            ]
+        )
+    )
     tenant = sess_tenant[session]
     pos = rng.random(n)
     pos = pos[np.lexsort((pos, session))]  # rows are grouped by session: time grows with seq
@@ -109,8 +114,12 @@ def make_dataset(args: argparse.Namespace) -> Dataset:
     by_tenant = [np.flatnonzero(tenant == t) for t in range(args.tenants)]
     key_row = {(session_ids[session[i]], int(chunk_seq[i])): i for i in range(n)}
 
-    q_tenant = np.concatenate([rng.integers(1, args.tenants, args.queries),
-                               np.zeros(args.big_queries if n_big else 0, dtype=np.int64)])
+    q_tenant = np.concatenate(
+        [
+            rng.integers(1, args.tenants, args.queries),
+            np.zeros(args.big_queries if n_big else 0, dtype=np.int64),
+        ]
+    )
     src = np.array([rng.choice(by_tenant[t]) for t in q_tenant])
     qs = vecs[src].astype(np.float32) + (args.query_noise / math.sqrt(DIM)) * rng.standard_normal(
         (len(q_tenant), DIM), dtype=np.float32
@@ -121,8 +130,18 @@ def make_dataset(args: argparse.Namespace) -> Dataset:
         groups[f"big ({len(by_tenant[0]) / n:.0%})"] = list(range(args.queries, len(q_tenant)))
     qs /= np.linalg.norm(qs, axis=1, keepdims=True)
     return Dataset(
-        vecs, norms, tenant, session, chunk_seq, pos, session_ids, by_tenant, key_row,
-        qs.astype(np.float16), q_tenant, groups,
+        vecs,
+        norms,
+        tenant,
+        session,
+        chunk_seq,
+        pos,
+        session_ids,
+        by_tenant,
+        key_row,
+        qs.astype(np.float16),
+        q_tenant,
+        groups,
     )
 
 
@@ -268,8 +287,14 @@ def qvec(ds: Dataset, qi: int) -> list[float]:
 
 def ann_params(vec: str, tenant: str, limit: int) -> dict[str, Any]:
     return {
-        "q": vec, "session": None, "tenant": tenant, "agent": None, "since": None,
-        "until": None, "since_floor": None, "n": limit,
+        "q": vec,
+        "session": None,
+        "tenant": tenant,
+        "agent": None,
+        "since": None,
+        "until": None,
+        "since_floor": None,
+        "n": limit,
     }
 
 
@@ -280,7 +305,14 @@ def vec_text(ds: Dataset, qi: int) -> str:
 def dataset_args(chunks: int) -> argparse.Namespace:
     """The generator's parameters of the 1m run (results/archive/search_scale_1m.json)."""
     return argparse.Namespace(
-        chunks=chunks, tenants=50, queries=200, big_tenant_share=0.3, big_queries=100,
-        centres=200, spread=1.0, query_noise=0.5, seed=42,
+        chunks=chunks,
+        tenants=50,
+        queries=200,
+        big_tenant_share=0.3,
+        big_queries=100,
+        centres=200,
+        spread=1.0,
+        query_noise=0.5,
+        seed=42,
         chunks_per_session=200 if chunks >= 100_000 else 20,
     )

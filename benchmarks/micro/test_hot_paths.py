@@ -19,7 +19,7 @@ import pytest
 
 import shardstore
 from shardstore.demo.synthetic import messages
-from shardstore.tokens import make_counter
+from shardstore.history.tokens import make_counter
 
 pytest.importorskip("pytest_benchmark")
 

@@ -43,7 +43,7 @@ from psycopg.types.json import Jsonb
 
 import shardstore
 from benchmarks.lib.server import open_server
-from shardstore.sql import query
+from shardstore.core.sql import query
 
 _HEAD = """WITH head AS (
         UPDATE shardstore.sessions s

@@ -38,7 +38,7 @@ import shardstore
 from benchmarks.lib.contenders import FLOOR_DDL, floor_block, limited_counter
 from benchmarks.lib.corpus import Corpus
 from benchmarks.lib.stats import pct
-from shardstore.history import TEXT_INDEX_EVERY, fold_sealed_op
+from shardstore.history.ops import TEXT_INDEX_EVERY, fold_sealed_op
 
 
 def _fold_worker(jobs: Any, done: Any, dsn: str) -> None:

@@ -27,8 +27,8 @@ from benchmarks.lib.corpus import encode, make_messages
 from benchmarks.lib.report import Report, progress
 from benchmarks.lib.server import lsn, lsn_diff, open_server
 from benchmarks.lib.stats import med, ms, pct, time_calls
-from shardstore.history import prepare_turns
-from shardstore.sql import query
+from shardstore.core.sql import query
+from shardstore.history.ops import prepare_turns
 
 APPEND_SQL = query("append")
 
@@ -148,8 +148,16 @@ def profile_append(
             raw.execute(
                 APPEND_SQL,
                 (
-                    sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, bud, maxb,
-                    store.ctx.partition_interval.total_seconds(), store.ctx.partition_origin, 0,
+                    sid,
+                    "[" + pt.texts[0] + "]",
+                    pt.tokens,
+                    pt.sizes,
+                    pt.keys,
+                    bud,
+                    maxb,
+                    store.ctx.partition_interval.total_seconds(),
+                    store.ctx.partition_origin,
+                    0,
                 ),
             ).fetchall()
 
@@ -258,8 +266,16 @@ def profile_append(
                 raw,
                 APPEND_SQL,
                 (
-                    sid, "[" + pt.texts[0] + "]", pt.tokens, pt.sizes, pt.keys, 10**12, maxb,
-                    store.ctx.partition_interval.total_seconds(), store.ctx.partition_origin, 0,
+                    sid,
+                    "[" + pt.texts[0] + "]",
+                    pt.tokens,
+                    pt.sizes,
+                    pt.keys,
+                    10**12,
+                    maxb,
+                    store.ctx.partition_interval.total_seconds(),
+                    store.ctx.partition_origin,
+                    0,
                 ),
             )
         )

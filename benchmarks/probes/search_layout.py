@@ -48,8 +48,8 @@ from benchmarks.lib.vectors import (
     tenant_name,
     vec_text,
 )
-from shardstore.sql import query
-from shardstore.vector_ops import DEFAULT_MAX_SCAN_TUPLES, best_per_chunk
+from shardstore.core.sql import query
+from shardstore.search.vectors import DEFAULT_MAX_SCAN_TUPLES, best_per_chunk
 
 K = 10
 RANGE_EF = 100  # main's Settings.hnsw_ef_search: LIMIT and hnsw.ef_search of its ANN statement
@@ -68,11 +68,16 @@ def range_search(conn: psycopg.Connection[Any]) -> Callable[[list[float], str], 
         with conn.transaction():
             while True:
                 conn.execute(
-            "SELECT shardstore.vec_search_settings_v2(%s, %s)", (limit, DEFAULT_MAX_SCAN_TUPLES)
-        )
-                rows = conn.cursor(row_factory=dict_row).execute(
-                    query("vec_search_ann"), ann_params(text, tenant, limit), prepare=False
-                ).fetchall()
+                    "SELECT shardstore.vec_search_settings_v2(%s, %s)",
+                    (limit, DEFAULT_MAX_SCAN_TUPLES),
+                )
+                rows = (
+                    conn.cursor(row_factory=dict_row)
+                    .execute(
+                        query("vec_search_ann"), ann_params(text, tenant, limit), prepare=False
+                    )
+                    .fetchall()
+                )
                 best = best_per_chunk(rows, K)
                 if len(best) == K or len(rows) < limit or limit >= 1000:
                     break
@@ -82,10 +87,12 @@ def range_search(conn: psycopg.Connection[Any]) -> Callable[[list[float], str], 
         seqs = [r["chunk_seq"] for r in best]
         lows = [max(0, int(r["first_turn_seq"]) - 2) for r in best]
         highs = [r["last_turn_seq"] for r in best]
-        conn.execute(query("vec_hit_turns"), (idx, sids, seqs, lows, highs),
-                     prepare=False).fetchall()
-        conn.execute(query("vec_hit_buffer"), (idx, sids, seqs, lows, highs),
-                     prepare=False).fetchall()
+        conn.execute(
+            query("vec_hit_turns"), (idx, sids, seqs, lows, highs), prepare=False
+        ).fetchall()
+        conn.execute(
+            query("vec_hit_buffer"), (idx, sids, seqs, lows, highs), prepare=False
+        ).fetchall()
         return [(r["session_id"], r["chunk_seq"]) for r in best]
 
     return run
@@ -111,8 +118,9 @@ def plan_of(conn: psycopg.Connection[Any], sql: str, params: Any) -> str:
     return "\n".join(re.sub(r"'\[[-0-9.e,]+\]'", "'[<query vector>]'", r[0]) for r in rows)
 
 
-def hash_plans(dsn: str, ds: Dataset, groups: dict[str, list[int]], ef: int,
-               exact_rows: int) -> dict[str, str]:
+def hash_plans(
+    dsn: str, ds: Dataset, groups: dict[str, list[int]], ef: int, exact_rows: int
+) -> dict[str, str]:
     """EXPLAIN ANALYZE of the statement store.search runs for the first query of each class
     on the hash layout (the exact one or the ANN one, as the store chooses)."""
     out = {}
@@ -125,18 +133,23 @@ def hash_plans(dsn: str, ds: Dataset, groups: dict[str, list[int]], ef: int,
             (count,) = conn.execute(query("vec_tenant_rows"), params).fetchone()
             if count <= exact_rows:
                 out[group] = f"(tenant rows counted: {count})\n" + plan_of(
-                    conn, query("vec_search_tenant_exact"), params)
+                    conn, query("vec_search_tenant_exact"), params
+                )
             else:
                 leaf_rows, share = conn.execute(query("vec_tenant_leaf"), (tenant,)).fetchone()
-                from shardstore.vector_ops import ann_settings
+                from shardstore.search.vectors import ann_settings
 
                 ann = ann_settings(ef, params["n"], leaf_rows, share, exact_rows + 1)
                 with conn.transaction():
-                    conn.execute(query("vec_search_settings"),
-                                 (max(ann.ef_search, params["n"]), ann.max_scan_tuples))
-                    out[group] = (f"(leaf rows {leaf_rows:.0f}, share {share}, ef_search "
-                                  f"{ann.ef_search}, max_scan_tuples {ann.max_scan_tuples})\n"
-                                  + plan_of(conn, query("vec_search_ann"), params))
+                    conn.execute(
+                        query("vec_search_settings"),
+                        (max(ann.ef_search, params["n"]), ann.max_scan_tuples),
+                    )
+                    out[group] = (
+                        f"(leaf rows {leaf_rows:.0f}, share {share}, ef_search "
+                        f"{ann.ef_search}, max_scan_tuples {ann.max_scan_tuples})\n"
+                        + plan_of(conn, query("vec_search_ann"), params)
+                    )
     return out
 
 
@@ -160,8 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ds = make_dataset(dataset_args(info["chunks"]))
     truth = ground_truth(ds)
     names = list(ds.groups)
-    groups = {names[0]: ds.groups[names[0]][: args.small],
-              names[1]: ds.groups[names[1]][: args.big]}
+    groups = {
+        names[0]: ds.groups[names[0]][: args.small],
+        names[1]: ds.groups[names[1]][: args.big],
+    }
     hash_dsn = make_conninfo(admin, dbname="vl_hash")
     range_dsn = make_conninfo(admin, dbname="vl_range")
     configs: list[Config] = []
@@ -170,19 +185,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_range:
         rc = psycopg.connect(range_dsn, autocommit=True)
         conns.append(rc)
-        configs.append(Config(f"range layout, {info['partitions']} partitions "
-                              f"(main: ef_search {RANGE_EF})", range_search(rc)))
+        configs.append(
+            Config(
+                f"range layout, {info['partitions']} partitions (main: ef_search {RANGE_EF})",
+                range_search(rc),
+            )
+        )
     for ef in (int(x) for x in args.ef.split(",")):
-        st = shardstore.connect(hash_dsn, embedding_model=SyntheticEmbedder(),
-                                hnsw_ef_search=ef, vector_exact_rows=args.exact_rows)
+        st = shardstore.connect(
+            hash_dsn,
+            embedding_model=SyntheticEmbedder(),
+            hnsw_ef_search=ef,
+            vector_exact_rows=args.exact_rows,
+        )
         stores.append(st)
-        configs.append(Config(f"hash layout, store.search (hnsw_ef_search {ef}, "
-                              f"vector_exact_rows {args.exact_rows})", store_search(st)))
+        configs.append(
+            Config(
+                f"hash layout, store.search (hnsw_ef_search {ef}, "
+                f"vector_exact_rows {args.exact_rows})",
+                store_search(st),
+            )
+        )
     with psycopg.connect(admin) as a:
         env = {
             "server": a.execute("SELECT version()").fetchone()[0].split(" on ")[0],
             "pgvector": a.execute(
-                "SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone(),
+                "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone(),
             "shared_buffers": a.execute("SHOW shared_buffers").fetchone()[0],
             "load_at_start": os.getloadavg(),
             "cpus": os.cpu_count(),
@@ -201,14 +230,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cfg.ns[group].append([])
             for j, qi in enumerate(qids):
                 tenant = tenant_name(int(ds.q_tenant[qi]))
-                order = configs[j % len(configs):] + configs[: j % len(configs)]
+                order = configs[j % len(configs) :] + configs[: j % len(configs)]
                 for cfg in order:
                     t0 = time.perf_counter_ns()
                     found = cfg.run(vecs[qi], tenant)
                     cfg.ns[group][-1].append(time.perf_counter_ns() - t0)
                     if rnd == 0:
-                        cfg.recalls.setdefault(group, []).append(
-                            recall(ds, qi, truth[qi], found))
+                        cfg.recalls.setdefault(group, []).append(recall(ds, qi, truth[qi], found))
     plans = hash_plans(hash_dsn, ds, groups, int(args.ef.split(",")[0]), args.exact_rows)
     for st in stores:
         st.close()
@@ -220,37 +248,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cfg in configs:
             p50s = [pct([x / 1e6 for x in r], 50) for r in cfg.ns[group]]
             p99s = [pct([x / 1e6 for x in r], 99) for r in cfg.ns[group]]
-            ratios = ([p / pct([x / 1e6 for x in b], 50)
-                       for p, b in zip(p50s, base, strict=True)] if base is not None else [])
+            ratios = (
+                [p / pct([x / 1e6 for x in b], 50) for p, b in zip(p50s, base, strict=True)]
+                if base is not None
+                else []
+            )
             rec = cfg.recalls[group]
-            results.append({
-                "config": cfg.name, "tenants": group, "queries": len(rec),
-                "recall": statistics.fmean(rec), "recall_min": min(rec),
-                "perfect": sum(r >= 1.0 for r in rec) / len(rec),
-                "p50_ms": statistics.median(p50s), "p50_min": min(p50s), "p50_max": max(p50s),
-                "p99_ms": statistics.median(p99s), "p99_min": min(p99s), "p99_max": max(p99s),
-                "p50_ratio_to_range": statistics.median(ratios) if ratios else None,
-                "ratio_min": min(ratios) if ratios else None,
-                "ratio_max": max(ratios) if ratios else None,
-            })
+            results.append(
+                {
+                    "config": cfg.name,
+                    "tenants": group,
+                    "queries": len(rec),
+                    "recall": statistics.fmean(rec),
+                    "recall_min": min(rec),
+                    "perfect": sum(r >= 1.0 for r in rec) / len(rec),
+                    "p50_ms": statistics.median(p50s),
+                    "p50_min": min(p50s),
+                    "p50_max": max(p50s),
+                    "p99_ms": statistics.median(p99s),
+                    "p99_min": min(p99s),
+                    "p99_max": max(p99s),
+                    "p50_ratio_to_range": statistics.median(ratios) if ratios else None,
+                    "ratio_min": min(ratios) if ratios else None,
+                    "ratio_max": max(ratios) if ratios else None,
+                }
+            )
     env["load_at_end"] = os.getloadavg()
     total = time.perf_counter() - started
     md = write_results(
         Path(args.out_dir) / args.name,
         report(args, env, info, total, results, plans),
-        {"args": vars(args), "env": env, "load": info, "total_s": total, "results": results,
-         "plans": plans},
+        {
+            "args": vars(args),
+            "env": env,
+            "load": info,
+            "total_s": total,
+            "results": results,
+            "plans": plans,
+        },
     )
     progress(f"wrote {md} in {total:.0f} s")
     for r in results:
-        progress(f"{r['tenants']:<14} {r['config'][:60]:<60} recall {r['recall']:.3f} "
-                    f"min {r['recall_min']:.1f} p50 {r['p50_ms']:.1f} "
-                    f"[{r['p50_min']:.1f}-{r['p50_max']:.1f}] ratio {r['p50_ratio_to_range']}")
+        progress(
+            f"{r['tenants']:<14} {r['config'][:60]:<60} recall {r['recall']:.3f} "
+            f"min {r['recall_min']:.1f} p50 {r['p50_ms']:.1f} "
+            f"[{r['p50_min']:.1f}-{r['p50_max']:.1f}] ratio {r['p50_ratio_to_range']}"
+        )
     return 0
 
 
-def report(args: argparse.Namespace, env: dict[str, Any], info: dict[str, Any], total: float,
-           results: list[dict[str, Any]], plans: dict[str, str]) -> str:
+def report(
+    args: argparse.Namespace,
+    env: dict[str, Any],
+    info: dict[str, Any],
+    total: float,
+    results: list[dict[str, Any]],
+    plans: dict[str, str],
+) -> str:
     lines = [
         "# Tenant search at 10^6 vectors: hash layout (vector_layout) vs range layout",
         "",
@@ -282,16 +336,29 @@ def report(args: argparse.Namespace, env: dict[str, Any], info: dict[str, Any], 
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        ratio = ("1 (baseline)" if r["config"].startswith("range") else
-                 "-" if r["p50_ratio_to_range"] is None else
-                 f"{r['p50_ratio_to_range']:.3f} [{r['ratio_min']:.3f}-{r['ratio_max']:.3f}]")
+        ratio = (
+            "1 (baseline)"
+            if r["config"].startswith("range")
+            else "-"
+            if r["p50_ratio_to_range"] is None
+            else f"{r['p50_ratio_to_range']:.3f} [{r['ratio_min']:.3f}-{r['ratio_max']:.3f}]"
+        )
         lines.append(
             f"| {r['tenants']} | {r['config']} | {r['recall']:.4f} | {r['recall_min']:.1f} | "
             f"{r['perfect']:.0%} | {r['p50_ms']:.1f} [{r['p50_min']:.1f}-{r['p50_max']:.1f}] | "
-            f"{r['p99_ms']:.1f} [{r['p99_min']:.1f}-{r['p99_max']:.1f}] | {ratio} |")
-    lines += ["", "## Load and upgrade", "", "```", json.dumps(info, indent=1), "```", "",
-              "## Plans of the hash layout (first query of each class, first hash row's ef)",
-              ""]
+            f"{r['p99_ms']:.1f} [{r['p99_min']:.1f}-{r['p99_max']:.1f}] | {ratio} |"
+        )
+    lines += [
+        "",
+        "## Load and upgrade",
+        "",
+        "```",
+        json.dumps(info, indent=1),
+        "```",
+        "",
+        "## Plans of the hash layout (first query of each class, first hash row's ef)",
+        "",
+    ]
     for group, plan in plans.items():
         lines += [f"{group}:", "", "```", plan, "```", ""]
     return "\n".join(lines) + "\n"

@@ -34,7 +34,7 @@ from benchmarks.lib.vectors import (
     dataset_args,
     make_dataset,
 )
-from shardstore import migrate
+from shardstore.schema import migrate
 
 LAYOUT_MIGRATION = "vector_layout"
 
@@ -54,8 +54,13 @@ def load_range(admin: str, ds: Dataset, parts: int) -> dict[str, Any]:
     with psycopg.connect(admin, autocommit=True) as a:
         a.execute('DROP DATABASE IF EXISTS "vl_range" WITH (FORCE)')
         a.execute(f'ALTER DATABASE "{layout.db}" RENAME TO "vl_range"')
-    return {"copy_s": layout.load_s, "hnsw_build_s": layout.build_s,
-            "vacuum_s": layout.vacuum_s, "heap_mb": layout.heap_mb, "index_mb": layout.index_mb}
+    return {
+        "copy_s": layout.load_s,
+        "hnsw_build_s": layout.build_s,
+        "vacuum_s": layout.vacuum_s,
+        "heap_mb": layout.heap_mb,
+        "index_mb": layout.index_mb,
+    }
 
 
 def upgrade(admin: str) -> dict[str, Any]:
@@ -79,8 +84,14 @@ def upgrade(admin: str) -> dict[str, Any]:
             " FROM pg_partition_tree('shardstore.chunk_vectors') WHERE isleaf"
         ).fetchone()
         (rows,) = conn.execute("SELECT count(*) FROM shardstore.chunk_vectors").fetchone()
-    return {"template_copy_s": copy_s, "upgrade_s": upgrade_s, "vacuum_s": vacuum_s,
-            "heap_mb": float(heap) / 2**20, "index_mb": float(idx) / 2**20, "rows": rows}
+    return {
+        "template_copy_s": copy_s,
+        "upgrade_s": upgrade_s,
+        "vacuum_s": vacuum_s,
+        "heap_mb": float(heap) / 2**20,
+        "index_mb": float(idx) / 2**20,
+        "rows": rows,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,8 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.upgrade_only:
         ds = make_dataset(dataset_args(args.chunks))
         progress("dataset made; loading vl_range")
-        info = {"chunks": args.chunks, "partitions": args.partitions,
-                "range": load_range(admin, ds, args.partitions)}
+        info = {
+            "chunks": args.chunks,
+            "partitions": args.partitions,
+            "range": load_range(admin, ds, args.partitions),
+        }
         info_path.write_text(json.dumps(info, indent=1))
     progress("upgrading a copy to vl_hash")
     info["hash"] = upgrade(admin)

@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 
 import shardstore
-from shardstore import rls
+from shardstore.schema import rls
 
 MESSAGE = {"role": "user", "content": "lorem ipsum dolor sit amet " * 60}
 

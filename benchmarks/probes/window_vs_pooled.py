@@ -58,66 +58,115 @@ from typing import Any
 import numpy as np
 
 from benchmarks.lib.report import SCRATCH, write_results
-from shardstore import jsoncodec
+from shardstore.core import jsoncodec
 from shardstore.demo import synthetic
-from shardstore.embedding import (
+from shardstore.history.tokens import make_counter
+from shardstore.search.embedding import (
     SentenceTransformerEmbedder,
     Window,
     message_text,
 )
-from shardstore.search import DEFAULT_BATCH
+from shardstore.search.ops import DEFAULT_BATCH
+from shardstore.search.vectors import chunk_windows
 from shardstore.settings import Settings
-from shardstore.tokens import make_counter
-from shardstore.vector_ops import chunk_windows
 
 HALFVEC_HEADER = 8  # varlena header + dim + unused, per stored halfvec
 
 # (fact said by the user, two paraphrased questions sharing few words with it)
 FACTS: list[tuple[str, tuple[str, str]]] = [
-    ("My refund reference number is QX-4471 and the charge was on the 3rd of March.",
-     ("what was the refund reference?", "which code do I quote to get my money back?")),
-    ("Our staging database runs on port 6543.",
-     ("which port does staging use?", "how do I connect to the pre-production postgres?")),
-    ("The customer's dog is called Biscuit.",
-     ("what is the name of the client's pet?", "what did they name their puppy?")),
-    ("I'm flying to Lisbon next Thursday for my sister's wedding, so I'll be offline for "
-     "three days.",
-     ("when will the user be away and why?", "which city is the family ceremony in?")),
-    ("The VPN password rotates every 45 days and the current one expires on Friday.",
-     ("how often must we change the remote access login?",
-      "when does the current network secret stop working?")),
-    ("Our CFO, Margaret Okonkwo, has to sign off any purchase above 20,000 euros.",
-     ("who approves big spending?", "how large an expense needs the finance chief's OK?")),
-    ("The office coffee machine on the fourth floor has been broken since Monday.",
-     ("is the espresso maker working?", "which floor's kitchen appliance is out of order?")),
-    ("We switched the billing provider from Stripe to Adyen in January.",
-     ("which payment processor do we use now?", "when did we change how customers get charged?")),
-    ("My laptop is a 2019 ThinkPad X1 with only 8 GB of RAM, so large builds swap.",
-     ("what computer does the user have?", "how much memory is on the developer's machine?")),
-    ("The production cluster lives in the Frankfurt region, eu-central-1.",
-     ("where is prod hosted geographically?", "which AWS datacenter serves live traffic?")),
-    ("Please never email the client on weekends; they asked for Monday to Friday only.",
-     ("when is it okay to contact the customer?", "are there days we must not message them?")),
-    ("The on-call phone number for the database team is +44 20 7946 0321.",
-     ("how do I reach the DB people in an emergency?",
-      "what number should I ring when postgres pages at night?")),
-    ("Our company was founded in 2011 in a garage in Tallinn.",
-     ("where did the firm start?", "how old is the business and what city is its origin?")),
-    ("I'm allergic to peanuts, so please don't order satay for the team lunch.",
-     ("what food can't the user eat?", "any dietary restrictions for the catering?")),
-    ("The SSL certificate for api.example.com expires on 14 November.",
-     ("when does the TLS cert need renewing?", "what date does the API host's HTTPS lapse?")),
-    ("The quarterly board meeting moved from Tuesday to Wednesday at 3pm.",
-     ("when do the directors meet this quarter?", "what day was the governance session moved to?")),
-    ("Our biggest customer, Hollins & Vale, accounts for 38 percent of revenue.",
-     ("which client brings in the most money?", "how dependent are we on our top account?")),
-    ("The intern, Tobias, starts on the 2nd of September and needs a GitHub account.",
-     ("when does the new trainee join?", "who needs access to the code hosting site?")),
-    ("The marketing site is built with Hugo and deployed to Netlify.",
-     ("what static generator powers the public website?",
-      "where is the promotional web page hosted?")),
-    ("Remember that the legal team wants every contract stored for seven years.",
-     ("how long must agreements be retained?", "what is the lawyers' document retention rule?")),
+    (
+        "My refund reference number is QX-4471 and the charge was on the 3rd of March.",
+        ("what was the refund reference?", "which code do I quote to get my money back?"),
+    ),
+    (
+        "Our staging database runs on port 6543.",
+        ("which port does staging use?", "how do I connect to the pre-production postgres?"),
+    ),
+    (
+        "The customer's dog is called Biscuit.",
+        ("what is the name of the client's pet?", "what did they name their puppy?"),
+    ),
+    (
+        "I'm flying to Lisbon next Thursday for my sister's wedding, so I'll be offline for "
+        "three days.",
+        ("when will the user be away and why?", "which city is the family ceremony in?"),
+    ),
+    (
+        "The VPN password rotates every 45 days and the current one expires on Friday.",
+        (
+            "how often must we change the remote access login?",
+            "when does the current network secret stop working?",
+        ),
+    ),
+    (
+        "Our CFO, Margaret Okonkwo, has to sign off any purchase above 20,000 euros.",
+        ("who approves big spending?", "how large an expense needs the finance chief's OK?"),
+    ),
+    (
+        "The office coffee machine on the fourth floor has been broken since Monday.",
+        ("is the espresso maker working?", "which floor's kitchen appliance is out of order?"),
+    ),
+    (
+        "We switched the billing provider from Stripe to Adyen in January.",
+        ("which payment processor do we use now?", "when did we change how customers get charged?"),
+    ),
+    (
+        "My laptop is a 2019 ThinkPad X1 with only 8 GB of RAM, so large builds swap.",
+        ("what computer does the user have?", "how much memory is on the developer's machine?"),
+    ),
+    (
+        "The production cluster lives in the Frankfurt region, eu-central-1.",
+        ("where is prod hosted geographically?", "which AWS datacenter serves live traffic?"),
+    ),
+    (
+        "Please never email the client on weekends; they asked for Monday to Friday only.",
+        ("when is it okay to contact the customer?", "are there days we must not message them?"),
+    ),
+    (
+        "The on-call phone number for the database team is +44 20 7946 0321.",
+        (
+            "how do I reach the DB people in an emergency?",
+            "what number should I ring when postgres pages at night?",
+        ),
+    ),
+    (
+        "Our company was founded in 2011 in a garage in Tallinn.",
+        ("where did the firm start?", "how old is the business and what city is its origin?"),
+    ),
+    (
+        "I'm allergic to peanuts, so please don't order satay for the team lunch.",
+        ("what food can't the user eat?", "any dietary restrictions for the catering?"),
+    ),
+    (
+        "The SSL certificate for api.example.com expires on 14 November.",
+        ("when does the TLS cert need renewing?", "what date does the API host's HTTPS lapse?"),
+    ),
+    (
+        "The quarterly board meeting moved from Tuesday to Wednesday at 3pm.",
+        (
+            "when do the directors meet this quarter?",
+            "what day was the governance session moved to?",
+        ),
+    ),
+    (
+        "Our biggest customer, Hollins & Vale, accounts for 38 percent of revenue.",
+        ("which client brings in the most money?", "how dependent are we on our top account?"),
+    ),
+    (
+        "The intern, Tobias, starts on the 2nd of September and needs a GitHub account.",
+        ("when does the new trainee join?", "who needs access to the code hosting site?"),
+    ),
+    (
+        "The marketing site is built with Hugo and deployed to Netlify.",
+        (
+            "what static generator powers the public website?",
+            "where is the promotional web page hosted?",
+        ),
+    ),
+    (
+        "Remember that the legal team wants every contract stored for seven years.",
+        ("how long must agreements be retained?", "what is the lawyers' document retention rule?"),
+    ),
 ]
 
 
@@ -128,8 +177,9 @@ def log(msg: str) -> None:
 # ------------------------------------------------------------------ the conversation
 
 
-def build_conversation(seed: int, n_chunks: int, n_facts: int, budget: int
-                       ) -> tuple[list[dict[str, Any]], list[int], dict[str, float]]:
+def build_conversation(
+    seed: int, n_chunks: int, n_facts: int, budget: int
+) -> tuple[list[dict[str, Any]], list[int], dict[str, float]]:
     """Synthetic messages worth ~n_chunks chunks, with the facts inserted as user turns
     (each just before an ordinary user message, never inside a tool-call group), spread
     evenly by tokens. Returns the messages, the index of each fact, and timings."""
@@ -171,8 +221,9 @@ def build_conversation(seed: int, n_chunks: int, n_facts: int, budget: int
     return out, fact_at, {"count_base_s": count_s, "base_tokens": float(total)}
 
 
-def chunk_messages(messages: list[dict[str, Any]], budget: int
-                   ) -> tuple[list[list[int]], list[int], float]:
+def chunk_messages(
+    messages: list[dict[str, Any]], budget: int
+) -> tuple[list[list[int]], list[int], float]:
     """The chunker's rule (append_v1): a turn opens a new chunk when it would take the open
     chunk over ``budget`` cl100k tokens of its stored JSON. Returns the turn indexes of each
     chunk, each chunk's tokens, and the seconds spent encoding + counting."""
@@ -198,8 +249,7 @@ def chunk_messages(messages: list[dict[str, Any]], budget: int
 def stored_chunk_text(messages: list[dict[str, Any]], turns: list[int], start: datetime) -> str:
     """A chunk as agent_history stores it: a JSON array of {s, at, m} envelopes."""
     envelopes = [
-        {"s": i, "at": (start + timedelta(seconds=i)).isoformat(), "m": messages[i]}
-        for i in turns
+        {"s": i, "at": (start + timedelta(seconds=i)).isoformat(), "m": messages[i]} for i in turns
     ]
     return "[" + ",".join(json.dumps(e, ensure_ascii=False) for e in envelopes) + "]"
 
@@ -363,16 +413,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         turn_windows[w.first_seq] = turn_windows.get(w.first_seq, 0) + 1
     split_turns = sum(n > 1 for n in turn_windows.values())
     split_pieces = sum(n for n in turn_windows.values() if n > 1)
-    log(f"{n_c} chunks, window_tokens={window_tokens}: shardstore {len(flat)} windows "
+    log(
+        f"{n_c} chunks, window_tokens={window_tokens}: shardstore {len(flat)} windows "
         f"(planning {plan_s:.1f} s, {len(over)} over window_tokens, {split_turns} turns "
-        f"split into {split_pieces}); packed {len(flat_p)} windows ({len(over_p)} over)")
+        f"split into {split_pieces}); packed {len(flat_p)} windows ({len(over_p)} over)"
+    )
 
     cache = VectorCache(embedder)
     embedder.embed([flat[0].text] * 4)  # warm-up (not timed): first forward pass allocates
     embedded = 0
     t0 = time.perf_counter()
     for b in range(0, n_c, DEFAULT_BATCH):  # as embed(): DEFAULT_BATCH chunks a call
-        embedded += cache.add([w.text for plan in plans[b:b + DEFAULT_BATCH] for w in plan])
+        embedded += cache.add([w.text for plan in plans[b : b + DEFAULT_BATCH] for w in plan])
         done = min(b + DEFAULT_BATCH, n_c)
         rate = embedded / (time.perf_counter() - t0)
         log(f"  B: embedded {done}/{n_c} chunks, {embedded} distinct windows ({rate:.1f}/s)")
@@ -380,8 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     packed_new = cache.add([w.text for w in flat_p])
     packed_s = time.perf_counter() - t0
-    log(f"  B packed: {len(flat_p)} windows, {packed_new} not already embedded, "
-        f"{packed_s:.0f} s")
+    log(f"  B packed: {len(flat_p)} windows, {packed_new} not already embedded, {packed_s:.0f} s")
     W = cache.stack(flat)
     WP = cache.stack(flat_p)
 
@@ -401,58 +452,87 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k in range(n_facts):
         i = fact_at[k]
         c = chunk_of[i]
-        wins = [int(j) for j in np.flatnonzero(owner == c)
-                if flat[j].first_seq <= i <= flat[j].last_seq]
-        wins_p = [int(j) for j in np.flatnonzero(owner_p == c)
-                  if flat_p[j].first_seq <= i <= flat_p[j].last_seq]
+        wins = [
+            int(j) for j in np.flatnonzero(owner == c) if flat[j].first_seq <= i <= flat[j].last_seq
+        ]
+        wins_p = [
+            int(j)
+            for j in np.flatnonzero(owner_p == c)
+            if flat_p[j].first_seq <= i <= flat_p[j].last_seq
+        ]
         turns = chunks[c]
-        fact_rows.append({
-            "fact": FACTS[k][0], "turn": i, "chunk": c, "windows": wins,
-            "packed_windows": wins_p, "turn_in_chunk": turns.index(i),
-            "turns_in_chunk": len(turns), "windows_in_chunk": len(plans[c]),
-            "packed_windows_in_chunk": len(packed_plans[c]), "chunk_tokens": chunk_tokens[c],
-            "fact_model_tokens": embedder.token_counts([message_text(messages[i])])[0],
-            "fact_window_model_tokens": [win_counts[j] for j in wins],
-            "fact_packed_window_model_tokens": [win_counts_p[j] for j in wins_p],
-        })
+        fact_rows.append(
+            {
+                "fact": FACTS[k][0],
+                "turn": i,
+                "chunk": c,
+                "windows": wins,
+                "packed_windows": wins_p,
+                "turn_in_chunk": turns.index(i),
+                "turns_in_chunk": len(turns),
+                "windows_in_chunk": len(plans[c]),
+                "packed_windows_in_chunk": len(packed_plans[c]),
+                "chunk_tokens": chunk_tokens[c],
+                "fact_model_tokens": embedder.token_counts([message_text(messages[i])])[0],
+                "fact_window_model_tokens": [win_counts[j] for j in wins],
+                "fact_packed_window_model_tokens": [win_counts_p[j] for j in wins_p],
+            }
+        )
     fact_chunks = [r["chunk"] for r in fact_rows]
     if len(set(fact_chunks)) != len(fact_chunks):
         log("warning: two facts share a chunk")
 
     keys = ("A", "A0", "Bp", "B")
     ranks: dict[str, list[int]] = {key: [] for key in keys}
-    margins: dict[str, list[float]] = {key: [] for key in ("A", "Bp", "B", "window",
-                                                           "window_packed")}
+    margins: dict[str, list[float]] = {
+        key: [] for key in ("A", "Bp", "B", "window", "window_packed")
+    }
     best_is_fact = {"B": 0, "Bp": 0}
     per_question = []
     for qi, (k, q) in enumerate(questions):
         c = fact_rows[k]["chunk"]
         s_win = W @ Q[qi]
         s_pwin = WP @ Q[qi]
-        scores = {"A": pooled @ Q[qi], "A0": truncated @ Q[qi],
-                  "Bp": best_per_chunk(s_pwin, owner_p, n_c),
-                  "B": best_per_chunk(s_win, owner, n_c)}
+        scores = {
+            "A": pooled @ Q[qi],
+            "A0": truncated @ Q[qi],
+            "Bp": best_per_chunk(s_pwin, owner_p, n_c),
+            "B": best_per_chunk(s_win, owner, n_c),
+        }
         r = {key: rank_of(scores[key], c) for key in keys}
         for key, value in r.items():
             ranks[key].append(value)
         for key in ("A", "Bp", "B"):
             margins[key].append(float(scores[key][c] - np.delete(scores[key], c).max()))
         best = {}
-        for key, s, wins, m in (("B", s_win, fact_rows[k]["windows"], "window"),
-                                ("Bp", s_pwin, fact_rows[k]["packed_windows"],
-                                 "window_packed")):
+        for key, s, wins, m in (
+            ("B", s_win, fact_rows[k]["windows"], "window"),
+            ("Bp", s_pwin, fact_rows[k]["packed_windows"], "window_packed"),
+        ):
             best[key] = int(np.argmax(s)) in wins
             best_is_fact[key] += best[key]
             margins[m].append(float(max(s[j] for j in wins) - np.delete(s, wins).max()))
-        per_question.append({
-            "fact": k, "question": q, "chunk": c, "rank_A": r["A"], "rank_A0": r["A0"],
-            "rank_B_packed": r["Bp"], "rank_B": r["B"],
-            "best_window_is_fact": best["B"], "best_packed_window_is_fact": best["Bp"],
-            "window_margin": margins["window"][-1], "A_margin": margins["A"][-1],
-            "B_packed_margin": margins["Bp"][-1], "B_margin": margins["B"][-1],
-        })
-        log(f"  q{qi:02d} rank A={r['A']:>2} A0={r['A0']:>2} Bpacked={r['Bp']:>2} "
-            f"B={r['B']:>2}  {q}")
+        per_question.append(
+            {
+                "fact": k,
+                "question": q,
+                "chunk": c,
+                "rank_A": r["A"],
+                "rank_A0": r["A0"],
+                "rank_B_packed": r["Bp"],
+                "rank_B": r["B"],
+                "best_window_is_fact": best["B"],
+                "best_packed_window_is_fact": best["Bp"],
+                "window_margin": margins["window"][-1],
+                "A_margin": margins["A"][-1],
+                "B_packed_margin": margins["Bp"][-1],
+                "B_margin": margins["B"][-1],
+            }
+        )
+        log(
+            f"  q{qi:02d} rank A={r['A']:>2} A0={r['A0']:>2} Bpacked={r['Bp']:>2} "
+            f"B={r['B']:>2}  {q}"
+        )
 
     summary = {key: summarise(v) for key, v in ranks.items()}
     bytes_vec = W.shape[1] * 2
@@ -470,56 +550,92 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     storage = {
         "dimension": int(W.shape[1]),
-        "A_bytes_per_chunk": bytes_vec, "A_bytes_per_chunk_with_header": bytes_vec + 8,
+        "A_bytes_per_chunk": bytes_vec,
+        "A_bytes_per_chunk_with_header": bytes_vec + 8,
         **per_chunk_stats([len(p) for p in plans], "B_"),
         **per_chunk_stats([len(p) for p in packed_plans], "B_packed_"),
     }
     total_tokens = sum(chunk_tokens)
     distinct = len({w.text for w in flat})
     throughput = {
-        "embed_s": embed_s, "windows_embedded": embedded,
-        "windows_per_s": embedded / embed_s, "chunks_per_s": n_c / embed_s,
-        "plan_s": plan_s, "plan_chunks_per_s": n_c / plan_s,
-        "packed_plan_s": packed_plan_s, "packed_plan_chunks_per_s": n_c / packed_plan_s,
-        "cl100k_count_s": count_s, "cl100k_tokens_per_s": total_tokens / count_s,
+        "embed_s": embed_s,
+        "windows_embedded": embedded,
+        "windows_per_s": embedded / embed_s,
+        "chunks_per_s": n_c / embed_s,
+        "plan_s": plan_s,
+        "plan_chunks_per_s": n_c / plan_s,
+        "packed_plan_s": packed_plan_s,
+        "packed_plan_chunks_per_s": n_c / packed_plan_s,
+        "cl100k_count_s": count_s,
+        "cl100k_tokens_per_s": total_tokens / count_s,
         "query_embed_ms_each": 1000 * query_s / len(questions),
-        "model_load_s": load_s, "packed_extra_windows": packed_new,
-        "packed_extra_embed_s": packed_s, "batch_size": args.batch_size,
-        "chunks_per_embed_call": DEFAULT_BATCH, "torch_threads": _torch_threads(),
+        "model_load_s": load_s,
+        "packed_extra_windows": packed_new,
+        "packed_extra_embed_s": packed_s,
+        "batch_size": args.batch_size,
+        "chunks_per_embed_call": DEFAULT_BATCH,
+        "torch_threads": _torch_threads(),
     }
     import sentence_transformers
     import torch
 
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "sentence_transformers": sentence_transformers.__version__,
-                     "numpy": np.__version__},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-        "config": {"model": embedder.name, "window_tokens": window_tokens, "seed": args.seed,
-                   "budget_tokens": budget, "chunk_tokens_setting": settings.chunk_tokens,
-                   "n_chunks": n_c, "n_windows": len(flat), "n_distinct_windows": distinct,
-                   "n_packed_windows": len(flat_p), "n_turns": len(messages),
-                   "n_split_turns": split_turns, "n_split_pieces": split_pieces,
-                   "n_facts": n_facts, "n_questions": len(questions),
-                   "total_cl100k_tokens": total_tokens,
-                   "total_model_tokens": int(sum(win_counts)),
-                   "scoring": "exact cosine, float16-rounded vectors (halfvec)"},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "sentence_transformers": sentence_transformers.__version__,
+            "numpy": np.__version__,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "config": {
+            "model": embedder.name,
+            "window_tokens": window_tokens,
+            "seed": args.seed,
+            "budget_tokens": budget,
+            "chunk_tokens_setting": settings.chunk_tokens,
+            "n_chunks": n_c,
+            "n_windows": len(flat),
+            "n_distinct_windows": distinct,
+            "n_packed_windows": len(flat_p),
+            "n_turns": len(messages),
+            "n_split_turns": split_turns,
+            "n_split_pieces": split_pieces,
+            "n_facts": n_facts,
+            "n_questions": len(questions),
+            "total_cl100k_tokens": total_tokens,
+            "total_model_tokens": int(sum(win_counts)),
+            "scoring": "exact cosine, float16-rounded vectors (halfvec)",
+        },
         "windows_over_window_tokens": {"count": len(over), "max_excess": max(over, default=0)},
-        "packed_windows_over_window_tokens": {"count": len(over_p),
-                                              "max_excess": max(over_p, default=0)},
-        "summary": {"A": summary["A"], "A0": summary["A0"], "B_packed": summary["Bp"],
-                    "B": summary["B"]},
+        "packed_windows_over_window_tokens": {
+            "count": len(over_p),
+            "max_excess": max(over_p, default=0),
+        },
+        "summary": {
+            "A": summary["A"],
+            "A0": summary["A0"],
+            "B_packed": summary["Bp"],
+            "B": summary["B"],
+        },
         "best_window_is_fact_window": best_is_fact["B"] / len(questions),
         "best_packed_window_is_fact_window": best_is_fact["Bp"] / len(questions),
-        "margins_median": {"window": statistics.median(margins["window"]),
-                           "window_packed": statistics.median(margins["window_packed"]),
-                           "A": statistics.median(margins["A"]),
-                           "B_packed": statistics.median(margins["Bp"]),
-                           "B": statistics.median(margins["B"])},
-        "storage": storage, "throughput": throughput,
-        "facts": fact_rows, "questions": per_question,
+        "margins_median": {
+            "window": statistics.median(margins["window"]),
+            "window_packed": statistics.median(margins["window_packed"]),
+            "A": statistics.median(margins["A"]),
+            "B_packed": statistics.median(margins["Bp"]),
+            "B": statistics.median(margins["B"]),
+        },
+        "storage": storage,
+        "throughput": throughput,
+        "facts": fact_rows,
+        "questions": per_question,
         "runtime_s": time.perf_counter() - wall0,
         "conversation": conv_info,
     }
@@ -574,11 +690,19 @@ def render(r: dict[str, Any]) -> str:
     rows = [
         ("A", "A: pooled (mean of shardstore's windows, renormalised)", "1", mm["A"]),
         ("A0", "A0: first packed window only (≈ truncation)", "1", None),
-        ("B_packed", "B packed: the previous plan, kept as a reference (consecutive turns "
-         "packed greedily up to window_tokens), chunk = best window", f"{wpc_p:.1f}",
-         mm["B_packed"]),
-        ("B", "**B: shardstore (one window per turn, long turns split), chunk = best "
-         "window**", f"{wpc:.1f}", mm["B"]),
+        (
+            "B_packed",
+            "B packed: the previous plan, kept as a reference (consecutive turns "
+            "packed greedily up to window_tokens), chunk = best window",
+            f"{wpc_p:.1f}",
+            mm["B_packed"],
+        ),
+        (
+            "B",
+            "**B: shardstore (one window per turn, long turns split), chunk = best window**",
+            f"{wpc:.1f}",
+            mm["B"],
+        ),
     ]
     for key, name, vpc, margin in rows:
         m = s[key]
@@ -637,8 +761,7 @@ def render(r: dict[str, Any]) -> str:
         "",
         "## Per question (rank of the fact's chunk)",
         "",
-        "| question | fact turn / turns in chunk | A | A0 | B packed | B | B: best window = fact "
-        "|",
+        "| question | fact turn / turns in chunk | A | A0 | B packed | B | B: best window = fact |",
         "|---|---:|---:|---:|---:|---:|:---:|",
     ]
     facts = r["facts"]

@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kinds = {"ss": SS, "lc": LC, "floor": FLOOR}
     with open_server(None, keep=False) as srv:
         corpus = Corpus(2000)
-        counter = shardstore.tokens.make_counter(None)
+        counter = shardstore.history.tokens.make_counter(None)
         cs: dict[str, Any] = {}
         for k in a.only.split(","):
             cs[k] = CONTENDERS[kinds[k]](srv.dsn, corpus, counter)

@@ -97,7 +97,7 @@ class SSBulkFolded(Shardstore):
 
     def bulk(self, w: Writer, sid: Any, idx: Sequence[int]) -> None:
         super().bulk(w, sid, idx)
-        self.store._run(shardstore.history.fold_sealed_op(sid, 0))
+        self.store._run(shardstore.history.ops.fold_sealed_op(sid, 0))
 
 
 class SSCheckpoint(Shardstore):
@@ -166,9 +166,7 @@ def make(kind: str, dsn: str, corpus: Corpus, counter: Any) -> Contender:
             dsn, corpus, counter
         )
     else:
-        c = CONTENDERS[{"ss": SS, "lc": LC, "floor": FLOOR}[kind]](
-            dsn, corpus, counter
-        )
+        c = CONTENDERS[{"ss": SS, "lc": LC, "floor": FLOOR}[kind]](dsn, corpus, counter)
     return c
 
 
@@ -236,9 +234,7 @@ def writers8(cs: dict[str, Contender], rounds: int, per: int) -> dict[str, list[
             for w in ws:
                 w.close()
             c.settle()
-        progress(
-            f"8-writer round {r + 1}: " + ", ".join(f"{k} {out[k][-1]:,.0f}/s" for k in names)
-        )
+        progress(f"8-writer round {r + 1}: " + ", ".join(f"{k} {out[k][-1]:,.0f}/s" for k in names))
     return out
 
 
@@ -333,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ratios pair by pair within a round. fsync on.",
         "",
     ]
-    counter = shardstore.tokens.make_counter(None)
+    counter = shardstore.history.tokens.make_counter(None)
     with open_server(a.dsn, keep=False) as srv:
         shardstore.connect(srv.dsn).close()  # migrate once
         template = conninfo_to_dict(srv.dsn)["dbname"]

@@ -30,7 +30,7 @@ import psycopg
 import shardstore
 from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import open_server
-from shardstore import tracing
+from shardstore.integrations import tracing
 
 MB = 1 << 20
 

@@ -57,8 +57,8 @@ from benchmarks.lib.corpus import Corpus
 from benchmarks.lib.report import progress
 from benchmarks.lib.server import lsn, lsn_diff, open_server, schema_bytes
 from benchmarks.lib.stats import med, pct, spread
-from shardstore import jsoncodec
-from shardstore.tokens import make_counter
+from shardstore.core import jsoncodec
+from shardstore.history.tokens import make_counter
 
 # --------------------------------------------------------------------------- measuring
 
@@ -164,7 +164,7 @@ class Bench:
         (validate + encode + exact token count), timed alone on the same messages."""
         if SS not in self.cs:
             return
-        from shardstore.history import prepare_turns
+        from shardstore.history.ops import prepare_turns
 
         ctx = self.cs[SS].store.ctx  # type: ignore[attr-defined]
         prep, tok, enc = [], [], []

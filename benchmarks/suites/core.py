@@ -36,7 +36,7 @@ from benchmarks.lib.corpus import encode, make_messages
 from benchmarks.lib.report import Report, progress, write_results
 from benchmarks.lib.server import Server, lsn, lsn_diff, open_server
 from benchmarks.lib.stats import med, ms, pct, time_calls
-from shardstore import jsoncodec
+from shardstore.core import jsoncodec
 
 SHARDSTORE_SIZE_SQL = """
 SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
@@ -200,7 +200,7 @@ def bench_append(
     )
 
     # client-side share: validation + JSON encoding + token counting, no server involved
-    from shardstore.history import prepare_turns
+    from shardstore.history.ops import prepare_turns
 
     ctx = store.ctx
     t0 = time.perf_counter_ns()

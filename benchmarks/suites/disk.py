@@ -37,7 +37,7 @@ import shardstore
 from benchmarks.lib.corpus import Corpus
 from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import create_database, drop_database, open_server
-from shardstore import sql
+from shardstore.core import sql
 
 progress = progress
 

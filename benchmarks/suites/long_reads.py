@@ -43,10 +43,10 @@ from benchmarks.lib.jsonl import (
 from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import open_server
 from benchmarks.lib.stats import spread
-from shardstore import history as h
 from shardstore.core.executor import run_sync, stream_sync
+from shardstore.core.sql import query
 from shardstore.core.steps import Tx
-from shardstore.sql import query
+from shardstore.history import ops as h
 
 OLD_PARTITION_ROWS = """
 SELECT shardstore.maint_partition_name_v1(date_bin(c.partition_interval, h.chunk_start,

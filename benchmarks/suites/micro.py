@@ -30,8 +30,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="at most 0.2 s per benchmark")
     p.add_argument("--out", help="write OUT.md (the table) and OUT.json (the numbers)")
     a, rest = p.parse_known_args(argv)
-    args = [str(HERE), "-p", "no:cacheprovider", "-n", "0",
-            "--benchmark-columns=median,iqr,min,max,rounds", *rest]
+    args = [
+        str(HERE),
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+        "--benchmark-columns=median,iqr,min,max,rounds",
+        *rest,
+    ]
     if a.quick:
         args += ["--benchmark-max-time=0.2", "--benchmark-min-rounds=3"]
     if not a.out:

@@ -33,7 +33,7 @@ Measured, each as a median over ``--rounds`` rounds with its [min-max] range:
 Results go to ``PREFIX.json`` and ``PREFIX.md`` (default ``benchmarks/results/scale``)
 after every phase, so a run that is cut short still leaves its numbers. Progress goes to
 stderr. Only the public API is used, except ``EXPLAIN``, which needs the statements' text:
-it takes them by name from ``shardstore.sql.query`` (so it follows changes to the SQL) and
+it takes them by name from ``shardstore.core.sql.query`` (so it follows changes to the SQL) and
 reports a statement whose parameters changed as not measured.
 """
 
@@ -67,7 +67,7 @@ from benchmarks.lib.jsonl import (
 from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import create_database, open_server
 from benchmarks.lib.stats import med_range as med
-from shardstore.sql import query
+from shardstore.core.sql import query
 
 # ---------------------------------------------------------------- measuring
 
@@ -513,8 +513,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     quick(
-        args, parser, scale=0.001, turns=20, hours=24, segments=2, probes=2, probe_fill=50,
-        calls=20, rounds=2,
+        args,
+        parser,
+        scale=0.001,
+        turns=20,
+        hours=24,
+        segments=2,
+        probes=2,
+        probe_fill=50,
+        calls=20,
+        rounds=2,
     )
     sessions = max(SUBJECT_SIZE * 2, round(args.sessions * args.scale))
     long_turns = max(1000, round(args.long_turns * args.scale))

@@ -43,7 +43,7 @@ from benchmarks.lib.corpus import Corpus
 from benchmarks.lib.report import progress, quick
 from benchmarks.lib.server import create_database, drop_database, open_server
 from benchmarks.lib.stats import pct, spread
-from shardstore import migrate
+from shardstore.schema import migrate
 
 FLOOR = "floor (INSERT)"
 
@@ -55,7 +55,7 @@ def store_block(
     calls sealed a chunk."""
     sid = store.create_session("seal", "bench", uuid.uuid4().hex)
     if cold:  # --min-chars: every block counts its messages with a cold piece cache
-        fast = shardstore.tokens._fast_cl100k()
+        fast = shardstore.history.tokens._fast_cl100k()
         if fast is not None:
             fast._encode_flat.__self__.clear_cache()
     lat: list[float] = []

@@ -59,9 +59,9 @@ from benchmarks.lib.vectors import (
     tenant_name,
     vec_text,
 )
+from shardstore.core.sql import query
+from shardstore.search.vectors import DEFAULT_MAX_SCAN_TUPLES, MAX_CANDIDATES, best_per_chunk
 from shardstore.settings import Settings
-from shardstore.sql import query
-from shardstore.vector_ops import DEFAULT_MAX_SCAN_TUPLES, MAX_CANDIDATES, best_per_chunk
 
 TARGET_RECALL = 0.95
 TARGET_P50_MS = 50.0
@@ -86,18 +86,30 @@ class Result:
 
     def row(self) -> list[Any]:
         return [
-            self.parts, self.tenants, self.name, f"{self.recall:.4f}", f"{self.recall_min:.1f}",
-            f"{self.perfect:.0%}", f"{self.p50_ms:.2f}", f"{self.p99_ms:.2f}",
-            f"{self.mean_ms:.2f}", self.plan,
+            self.parts,
+            self.tenants,
+            self.name,
+            f"{self.recall:.4f}",
+            f"{self.recall_min:.1f}",
+            f"{self.perfect:.0%}",
+            f"{self.p50_ms:.2f}",
+            f"{self.p99_ms:.2f}",
+            f"{self.mean_ms:.2f}",
+            self.plan,
         ]
 
 
-def summarise(name: str, parts: int, tenants: str, recalls: list[float], ns: list[int]
-              ) -> Result:
+def summarise(name: str, parts: int, tenants: str, recalls: list[float], ns: list[int]) -> Result:
     ms = [x / 1e6 for x in ns]
     return Result(
-        name, parts, tenants, statistics.fmean(recalls), min(recalls),
-        sum(r >= 1.0 for r in recalls) / len(recalls), pct(ms, 50), pct(ms, 99),
+        name,
+        parts,
+        tenants,
+        statistics.fmean(recalls),
+        min(recalls),
+        sum(r >= 1.0 for r in recalls) / len(recalls),
+        pct(ms, 50),
+        pct(ms, 99),
         statistics.fmean(ms),
     )
 
@@ -108,8 +120,14 @@ STORE_LIMIT = min(MAX_CANDIDATES, max(STORE_EF, 4 * K))
 STORE_ROW = f"store.search (strict_order, ef_search={STORE_LIMIT}, LIMIT {STORE_LIMIT})"
 
 
-def bench_store(conn: psycopg.Connection[Any], lay: Layout, ds: Dataset,
-                truth: list[tuple[np.ndarray, float]], group: str, warmup: int) -> Result:
+def bench_store(
+    conn: psycopg.Connection[Any],
+    lay: Layout,
+    ds: Dataset,
+    truth: list[tuple[np.ndarray, float]],
+    group: str,
+    warmup: int,
+) -> Result:
     """The public call, timed from Python (includes its config check and turns read). After
     each call (untimed) its ANN statement is EXPLAINed on ``conn``: the planner's choice can
     differ between tenants."""
@@ -151,18 +169,24 @@ FORCE_HNSW = (("enable_seqscan", "off"), ("enable_bitmapscan", "off"), ("enable_
 VARIANTS = (
     Variant(f"SQL as store (ef_search={STORE_LIMIT}; planner's choice)"),
     Variant("exact via tenant index: enable_indexscan=off", (("enable_indexscan", "off"),)),
-    Variant("exact via seq scan: enable_indexscan/bitmapscan=off",
-            (("enable_indexscan", "off"), ("enable_bitmapscan", "off"))),
-    Variant(f"HNSW forced (ef_search={STORE_LIMIT}): enable_seqscan/bitmapscan/sort=off",
-            FORCE_HNSW),
+    Variant(
+        "exact via seq scan: enable_indexscan/bitmapscan=off",
+        (("enable_indexscan", "off"), ("enable_bitmapscan", "off")),
+    ),
+    Variant(
+        f"HNSW forced (ef_search={STORE_LIMIT}): enable_seqscan/bitmapscan/sort=off", FORCE_HNSW
+    ),
     Variant("HNSW forced, ef_search=40, LIMIT 40", FORCE_HNSW, limit=40),
-    Variant("HNSW forced, relaxed_order (+ re-sort)",
-            (*FORCE_HNSW, ("hnsw.iterative_scan", "relaxed_order"))),
+    Variant(
+        "HNSW forced, relaxed_order (+ re-sort)",
+        (*FORCE_HNSW, ("hnsw.iterative_scan", "relaxed_order")),
+    ),
 )
 
 
-def run_ann(conn: psycopg.Connection[Any], v: Variant, ds: Dataset, qi: int,
-            prefix: str = "") -> list[Any]:
+def run_ann(
+    conn: psycopg.Connection[Any], v: Variant, ds: Dataset, qi: int, prefix: str = ""
+) -> list[Any]:
     """The store's settings statement, the variant's settings, then the ANN statement (with
     ``prefix``, e.g. EXPLAIN), in one transaction; rows by column name (as the store reads
     them), plain tuples for EXPLAIN."""
@@ -181,9 +205,16 @@ def run_ann(conn: psycopg.Connection[Any], v: Variant, ds: Dataset, qi: int,
         ).fetchall()
 
 
-def bench_variant(conn: psycopg.Connection[Any], v: Variant, lay: Layout, ds: Dataset,
-                  truth: list[tuple[np.ndarray, float]], group: str, warmup: int, queries: int
-                  ) -> Result:
+def bench_variant(
+    conn: psycopg.Connection[Any],
+    v: Variant,
+    lay: Layout,
+    ds: Dataset,
+    truth: list[tuple[np.ndarray, float]],
+    group: str,
+    warmup: int,
+    queries: int,
+) -> Result:
     """The store's settings + ANN statement by hand with other settings (no config check,
     no turns read: compare with the first variant, not with store.search), on the first
     ``queries`` queries."""
@@ -209,8 +240,9 @@ def bench_variant(conn: psycopg.Connection[Any], v: Variant, lay: Layout, ds: Da
     return summarise(v.name, lay.parts, group, recalls, ns)
 
 
-def check_truth(conn: psycopg.Connection[Any], ds: Dataset, truth: list[tuple[np.ndarray, float]],
-                n: int) -> tuple[int, int]:
+def check_truth(
+    conn: psycopg.Connection[Any], ds: Dataset, truth: list[tuple[np.ndarray, float]], n: int
+) -> tuple[int, int]:
     """Exact SQL (a MATERIALIZED scan: no index can serve it) against numpy's top-k."""
     agree = 0
     for qi in range(n):
@@ -224,8 +256,9 @@ def check_truth(conn: psycopg.Connection[Any], ds: Dataset, truth: list[tuple[np
     return agree, n
 
 
-def explain(conn: psycopg.Connection[Any], ds: Dataset, v: Variant, analyze: bool, qi: int = 0
-            ) -> str:
+def explain(
+    conn: psycopg.Connection[Any], ds: Dataset, v: Variant, analyze: bool, qi: int = 0
+) -> str:
     opts = "ANALYZE, BUFFERS" if analyze else "COSTS"
     rows = run_ann(conn, v, ds, qi, f"EXPLAIN ({opts}) ")
     # the query vector's literal makes lines thousands of characters long
@@ -234,16 +267,26 @@ def explain(conn: psycopg.Connection[Any], ds: Dataset, v: Variant, analyze: boo
 
 def plan_shape(plan: str) -> str:
     """'Merge Append of 100 HNSW scans', 'Sort of Append of 10 seq scans', ..."""
-    top = ("Merge Append" if "Merge Append" in plan
-           else "Sort of Append" if "Append" in plan else "single scan")
+    top = (
+        "Merge Append"
+        if "Merge Append" in plan
+        else "Sort of Append"
+        if "Append" in plan
+        else "single scan"
+    )
     parts = []
     n_index = len(re.findall(r"Index Scan using \S*hnsw", plan)) + (
-        len(re.findall(r"Index Scan using \S*embedding\S*idx", plan)))
+        len(re.findall(r"Index Scan using \S*embedding\S*idx", plan))
+    )
     n_other = plan.count("Index Scan using") - n_index
     n_seq = plan.count("Seq Scan on")
     n_bitmap = plan.count("Bitmap Heap Scan on")
-    for n, what in ((n_index, "HNSW scans"), (n_seq, "seq scans"), (n_bitmap, "bitmap scans"),
-                    (n_other, "other index scans")):
+    for n, what in (
+        (n_index, "HNSW scans"),
+        (n_seq, "seq scans"),
+        (n_bitmap, "bitmap scans"),
+        (n_other, "other index scans"),
+    ):
         if n:
             parts.append(f"{n} {what}")
     return f"{top} of {' + '.join(parts) or 'nothing'}"
@@ -254,30 +297,58 @@ def plan_shape(plan: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--quick", action="store_true",
-                   help="5,000 chunks in 2 and 5 partitions, 100 queries (well under a minute)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="5,000 chunks in 2 and 5 partitions, 100 queries (well under a minute)",
+    )
     p.add_argument("--dsn", help="run on this server (scratch databases are made and dropped)")
     p.add_argument("--chunks", type=int, help="chunks in all (default 100,000; quick 5,000)")
     p.add_argument("--partitions", help="partition counts (default 10,20,50,100; quick 2,5)")
     p.add_argument("--tenants", type=int, default=50)
-    p.add_argument("--queries", type=int,
-                   help="timed queries of small tenants per layout (default 200; quick 100)")
-    p.add_argument("--big-tenant-share", type=float, default=0.3,
-                   help="share of the sessions owned by tenant-000 (0: none)")
-    p.add_argument("--big-queries", type=int,
-                   help="timed queries of the big tenant per layout (default 100; quick 50)")
-    p.add_argument("--variant-queries", type=int,
-                   help="timed queries per variant row and tenant class (default 60)")
+    p.add_argument(
+        "--queries",
+        type=int,
+        help="timed queries of small tenants per layout (default 200; quick 100)",
+    )
+    p.add_argument(
+        "--big-tenant-share",
+        type=float,
+        default=0.3,
+        help="share of the sessions owned by tenant-000 (0: none)",
+    )
+    p.add_argument(
+        "--big-queries",
+        type=int,
+        help="timed queries of the big tenant per layout (default 100; quick 50)",
+    )
+    p.add_argument(
+        "--variant-queries",
+        type=int,
+        help="timed queries per variant row and tenant class (default 60)",
+    )
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--centres", type=int, default=200)
-    p.add_argument("--spread", type=float, default=1.0,
-                   help="noise norm around a cluster centre (the centre has norm 1)")
-    p.add_argument("--query-noise", type=float, default=0.5,
-                   help="noise norm added to the stored vector a query is copied from")
+    p.add_argument(
+        "--spread",
+        type=float,
+        default=1.0,
+        help="noise norm around a cluster centre (the centre has norm 1)",
+    )
+    p.add_argument(
+        "--query-noise",
+        type=float,
+        default=0.5,
+        help="noise norm added to the stored vector a query is copied from",
+    )
     p.add_argument("--chunks-per-session", type=int, default=20)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--variants", choices=("none", "largest", "all"), default=None,
-                   help="hand-run pgvector setting variants (default: all; quick: none)")
+    p.add_argument(
+        "--variants",
+        choices=("none", "largest", "all"),
+        default=None,
+        help="hand-run pgvector setting variants (default: all; quick: none)",
+    )
     p.add_argument("--out", help="write OUT.md, OUT.json and OUT_explain.txt")
     args = p.parse_args(argv)
     if args.chunks is None:
@@ -298,8 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = Report()
     ds = make_dataset(args)
     truth = ground_truth(ds)
-    progress(f"dataset: {args.chunks} chunks, {len(ds.session_ids)} sessions, "
-                f"{len(ds.q_tenant)} queries ({time.perf_counter() - t_start:.1f}s)")
+    progress(
+        f"dataset: {args.chunks} chunks, {len(ds.session_ids)} sessions, "
+        f"{len(ds.q_tenant)} queries ({time.perf_counter() - t_start:.1f}s)"
+    )
 
     results: list[Result] = []
     layouts: list[dict[str, Any]] = []
@@ -309,8 +382,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open_server(args.dsn, keep=False) as server:
         with psycopg.connect(server.dsn, autocommit=True) as c:
             c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            for name in ("server_version", "shared_buffers", "work_mem", "jit",
-                         "effective_cache_size", "random_page_cost"):
+            for name in (
+                "server_version",
+                "shared_buffers",
+                "work_mem",
+                "jit",
+                "effective_cache_size",
+                "random_page_cost",
+            ):
                 env[name] = c.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]
             env["pgvector"] = c.execute(
                 "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
@@ -329,33 +408,58 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for group in ds.groups:
                         res = bench_store(conn, lay, ds, truth, group, args.warmup)
                         results.append(res)
-                        progress(f"{parts} partitions, {group}: recall {res.recall:.4f}, "
-                                    f"p50 {res.p50_ms:.2f} ms, p99 {res.p99_ms:.2f} ms; "
-                                    f"{res.plan}")
+                        progress(
+                            f"{parts} partitions, {group}: recall {res.recall:.4f}, "
+                            f"p50 {res.p50_ms:.2f} ms, p99 {res.p99_ms:.2f} ms; "
+                            f"{res.plan}"
+                        )
                     if args.variants == "all" or (
                         args.variants == "largest" and parts == max(parts_list)
                     ):
                         for group, qids in ds.groups.items():
                             for v in VARIANTS:
-                                r = bench_variant(conn, v, lay, ds, truth, group, args.warmup,
-                                                  args.variant_queries)
+                                r = bench_variant(
+                                    conn,
+                                    v,
+                                    lay,
+                                    ds,
+                                    truth,
+                                    group,
+                                    args.warmup,
+                                    args.variant_queries,
+                                )
                                 r.plan = plan_shape(explain(conn, ds, v, False, qids[0]))
                                 results.append(r)
-                                progress(f"  {group}, {v.name}: recall {r.recall:.4f}, "
-                                            f"p50 {r.p50_ms:.2f} ms")
-                    shown = VARIANTS[:1] if parts == min(parts_list) else (
-                        (VARIANTS[0], VARIANTS[3]) if parts == max(parts_list) else ())
+                                progress(
+                                    f"  {group}, {v.name}: recall {r.recall:.4f}, "
+                                    f"p50 {r.p50_ms:.2f} ms"
+                                )
+                    shown = (
+                        VARIANTS[:1]
+                        if parts == min(parts_list)
+                        else ((VARIANTS[0], VARIANTS[3]) if parts == max(parts_list) else ())
+                    )
                     for v in shown:
                         for group, qids in ds.groups.items():
-                            plans.append((f"{parts} partitions, {group} tenant, {v.name}",
-                                          explain(conn, ds, v, True, qids[0])))
+                            plans.append(
+                                (
+                                    f"{parts} partitions, {group} tenant, {v.name}",
+                                    explain(conn, ds, v, True, qids[0]),
+                                )
+                            )
                     av_after = autovacuum_runs(conn)
-                layouts.append({
-                    "partitions": parts, "load_s": lay.load_s, "hnsw_build_s": lay.build_s,
-                    "vacuum_analyze_s": lay.vacuum_s, "heap_mb": lay.heap_mb,
-                    "index_mb": lay.index_mb, "autovacuum_runs_before": av_before,
-                    "autovacuum_runs_after": av_after,
-                })
+                layouts.append(
+                    {
+                        "partitions": parts,
+                        "load_s": lay.load_s,
+                        "hnsw_build_s": lay.build_s,
+                        "vacuum_analyze_s": lay.vacuum_s,
+                        "heap_mb": lay.heap_mb,
+                        "index_mb": lay.index_mb,
+                        "autovacuum_runs_before": av_before,
+                        "autovacuum_runs_after": av_after,
+                    }
+                )
             finally:
                 lay.store.close()
                 drop_db(server.admin_dsn, lay.db)
@@ -363,12 +467,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # ---------------------------------------------------------------- report
     big_rows = len(ds.by_tenant[0]) if args.big_tenant_share > 0 else 0
-    small_rows = (args.chunks - big_rows) / (args.tenants - 1) if big_rows else (
-        args.chunks / args.tenants)
+    small_rows = (
+        (args.chunks - big_rows) / (args.tenants - 1) if big_rows else (args.chunks / args.tenants)
+    )
     tenants_text = (
         f"tenant-000 owns {big_rows:,} ({big_rows / args.chunks:.0%}), each of the other "
         f"{args.tenants - 1} ~{small_rows:,.0f} ({small_rows / args.chunks:.1%})"
-        if big_rows else f"~{small_rows:,.0f} chunks ({small_rows / args.chunks:.1%}) each")
+        if big_rows
+        else f"~{small_rows:,.0f} chunks ({small_rows / args.chunks:.1%}) each"
+    )
     n_q = ", ".join(f"{len(q)} of the {g} tenant class" for g, q in ds.groups.items())
     rep.add(
         "# shardstore tenant-scoped vector search at scale",
@@ -409,22 +516,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.sort(key=lambda r: (order[r.tenants], r.parts))  # stable: variants keep order
     store_rows = [r for r in results if r.name == STORE_ROW]
     worst = min(store_rows, key=lambda r: r.recall)
-    target_rows = [["recall@10 (store.search, worst row)", f">= {TARGET_RECALL}",
-                    f"{worst.recall:.4f} ({worst.parts} partitions, {worst.tenants})",
-                    "yes" if worst.recall >= TARGET_RECALL else "**no**"]]
+    target_rows = [
+        [
+            "recall@10 (store.search, worst row)",
+            f">= {TARGET_RECALL}",
+            f"{worst.recall:.4f} ({worst.parts} partitions, {worst.tenants})",
+            "yes" if worst.recall >= TARGET_RECALL else "**no**",
+        ]
+    ]
     t_parts = TARGET_PARTITIONS if TARGET_PARTITIONS in parts_list else max(parts_list)
     for r in store_rows:
         if r.parts == t_parts:
-            target_rows.append([
-                f"p50 latency at {t_parts} partitions, {r.tenants} tenant"
-                + ("" if t_parts == TARGET_PARTITIONS else f" (no {TARGET_PARTITIONS} in run)"),
-                f"<= {TARGET_P50_MS:.0f} ms", f"{r.p50_ms:.2f} ms",
-                "yes" if r.p50_ms <= TARGET_P50_MS else "**no**"])
+            target_rows.append(
+                [
+                    f"p50 latency at {t_parts} partitions, {r.tenants} tenant"
+                    + ("" if t_parts == TARGET_PARTITIONS else f" (no {TARGET_PARTITIONS} in run)"),
+                    f"<= {TARGET_P50_MS:.0f} ms",
+                    f"{r.p50_ms:.2f} ms",
+                    "yes" if r.p50_ms <= TARGET_P50_MS else "**no**",
+                ]
+            )
     rep.table(["target", "goal", "measured", "met"], target_rows)
     rep.add("## 1. store.search(vector, tenant_id=..., k=10) by partition count", "")
-    header = ["partitions", "tenant", "path", "recall@10", "min recall", "queries 10/10",
-              "p50 ms", "p99 ms", "mean ms",
-              "plan (store rows: EXPLAIN of every query; variants: first query)"]
+    header = [
+        "partitions",
+        "tenant",
+        "path",
+        "recall@10",
+        "min recall",
+        "queries 10/10",
+        "p50 ms",
+        "p99 ms",
+        "mean ms",
+        "plan (store rows: EXPLAIN of every query; variants: first query)",
+    ]
     rep.table(header, [r.row() for r in store_rows])
     var_rows = [r for r in results if r.name != STORE_ROW]
     if var_rows:
@@ -445,31 +570,60 @@ def main(argv: Sequence[str] | None = None) -> int:
         rep.table(header, [r.row() for r in var_rows])
     rep.add("## 3. Load and HNSW build", "")
     rep.table(
-        ["partitions", "COPY s", "HNSW build s", "VACUUM ANALYZE s", "heap MB", "index MB",
-         "autovacuum / autoanalyze runs while measuring"],
-        [[x["partitions"], f"{x['load_s']:.1f}", f"{x['hnsw_build_s']:.1f}",
-          f"{x['vacuum_analyze_s']:.1f}", f"{x['heap_mb']:.0f}", f"{x['index_mb']:.0f}",
-          " / ".join(str(b - a) for a, b in zip(x["autovacuum_runs_before"],
-                                                 x["autovacuum_runs_after"], strict=True))]
-         for x in layouts],
+        [
+            "partitions",
+            "COPY s",
+            "HNSW build s",
+            "VACUUM ANALYZE s",
+            "heap MB",
+            "index MB",
+            "autovacuum / autoanalyze runs while measuring",
+        ],
+        [
+            [
+                x["partitions"],
+                f"{x['load_s']:.1f}",
+                f"{x['hnsw_build_s']:.1f}",
+                f"{x['vacuum_analyze_s']:.1f}",
+                f"{x['heap_mb']:.0f}",
+                f"{x['index_mb']:.0f}",
+                " / ".join(
+                    str(b - a)
+                    for a, b in zip(
+                        x["autovacuum_runs_before"], x["autovacuum_runs_after"], strict=True
+                    )
+                ),
+            ]
+            for x in layouts
+        ],
     )
     if plans:
-        rep.add("## 4. Plans", "",
-                "EXPLAIN (ANALYZE, BUFFERS) of the first query of each class; full plans in "
-                "the results' _explain.txt.", "")
+        rep.add(
+            "## 4. Plans",
+            "",
+            "EXPLAIN (ANALYZE, BUFFERS) of the first query of each class; full plans in "
+            "the results' _explain.txt.",
+            "",
+        )
         for name, plan in plans:
             lines = plan.splitlines()
-            rep.add(f"{name}: {plan_shape(plan)}", "", "```", *lines[:9], "...", *lines[-3:],
-                    "```", "")
+            rep.add(
+                f"{name}: {plan_shape(plan)}", "", "```", *lines[:9], "...", *lines[-3:], "```", ""
+            )
     payload = {
-        "args": vars(args), "env": env, "total_s": total_s, "truth_check": truth_check,
-        "layouts": layouts, "results": [r.__dict__ for r in results],
+        "args": vars(args),
+        "env": env,
+        "total_s": total_s,
+        "truth_check": truth_check,
+        "layouts": layouts,
+        "results": [r.__dict__ for r in results],
     }
     if args.out:
         md = write_results(args.out, rep.text(), payload, indent=2)
         if plans:
             md.with_name(md.stem + "_explain.txt").write_text(
-                "".join(f"-- {name}\n{plan}\n\n" for name, plan in plans), encoding="utf-8")
+                "".join(f"-- {name}\n{plan}\n\n" for name, plan in plans), encoding="utf-8"
+            )
         progress(f"done in {total_s:.0f}s; wrote {md}")
     return 0
 

@@ -109,9 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seen = census()
                 got = timed(store, tenant, a.rounds, a.calls)
                 states.append((name, seen, got, ranking(store, tenant)))
-                progress(
-                    f"{name}: {seen}; " + ", ".join(f"{med(v):.1f}" for v in got.values())
-                )
+                progress(f"{name}: {seen}; " + ", ".join(f"{med(v):.1f}" for v in got.values()))
 
             measure("as appended")
             c.execute(

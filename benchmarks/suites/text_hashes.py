@@ -30,7 +30,7 @@ from benchmarks.lib.corpus import Corpus
 from benchmarks.lib.report import progress, quick
 from benchmarks.lib.server import create_database, drop_database, open_server
 from benchmarks.lib.stats import spread
-from shardstore import migrate
+from shardstore.schema import migrate
 
 LEXEME_MIGRATION = "text_lexeme_hashes"
 SIZES = (

@@ -26,7 +26,7 @@ import psycopg
 import shardstore
 from benchmarks.lib.corpus import Corpus
 from benchmarks.lib.server import open_server
-from shardstore import migrate
+from shardstore.schema import migrate
 
 LEXEME_MIGRATION = "text_lexeme_hashes"  # 0042
 

@@ -7,7 +7,7 @@ once per tenant, with small references in turns, checkpoints and traces.
 * :mod:`.offload`: big strings of appended messages replaced by cards, and expanded back;
 * :mod:`.backends`: the file and S3 backends (postgres is the default, in the database).
 
-Schema and protocol: docs/artifacts.md, "How it works"; statements: ``sql/artifacts.sql``."""
+Schema and protocol: docs/artifacts.md, "How it works"; statements: ``sql/ops.sql``."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q
 from ..errors import ArtifactNotFound, InvalidInput
-from ..sql import query
 from .config import config_of
 from .model import MARKER, ArtifactRef
 from .ops import raise_ref_status, ref_from_row

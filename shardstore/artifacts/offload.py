@@ -24,13 +24,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from .. import jsoncodec
-from ..core import validate
+from ..core import jsoncodec, validate
+from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q
 from ..errors import InvalidInput
 from ..models import Turn
-from ..sql import query
 from .config import config_of
 from .links import has_marker, ref_checkpoint_op, ref_turns_op
 from .model import MARKER, ArtifactRef

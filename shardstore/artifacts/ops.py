@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core import validate
+from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Emit, Op, Q, Sleep, Tx, collect
 from ..errors import (
@@ -38,7 +39,6 @@ from ..errors import (
     SessionNotFound,
     SessionPurged,
 )
-from ..sql import query
 from .backends import ObjectBackend
 from .config import ArtifactConfig, config_of
 from .model import (

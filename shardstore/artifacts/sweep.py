@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..core import validate
+from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
 from ..errors import InvalidInput
-from ..sql import query
 from .config import ArtifactConfig, config_of
 from .model import owned_key
 

@@ -18,11 +18,11 @@ from typing import Any, TextIO
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ..checkpoints import Checkpoint
-from ..facts import Fact
+from ..history.pairing import HELD_OVER_MAX_TOKENS, TailWindow
 from ..models import AppendResult, Chunk, PartitionInfo, SearchHit, SessionInfo, Stats, Turn
-from ..pairing import HELD_OVER_MAX_TOKENS, TailWindow
-from ..runs import Run
+from ..state.checkpoints import Checkpoint
+from ..state.facts import Fact
+from ..state.runs import Run
 
 # ---------------------------------------------------------------- JSON
 

@@ -10,7 +10,7 @@ import io
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .. import tracing
+from ..integrations import tracing
 from .steps import Op
 
 P = ParamSpec("P")
@@ -21,7 +21,7 @@ def method(build: Callable[Concatenate[Any, P], Op[T]]) -> Callable[Concatenate[
     """A sync store method that runs ``build(store, ...)`` and returns its result."""
 
     def bound(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        if tracing.active():  # the one span of every method (shardstore.tracing)
+        if tracing.active():  # the one span of every method (shardstore.integrations.tracing)
             return tracing.run(self, build, args, kwargs)  # type: ignore[no-any-return]
         return self._run(build(self, *args, **kwargs))  # type: ignore[no-any-return]
 

@@ -43,7 +43,7 @@ class TenantConnection(psycopg.Connection[Any]):
     """A psycopg connection that carries the tenant it is for, on the client only: no
     session state is set on the server (a transaction-mode pooler would hand that to the
     next client). A store made from it binds ``tenant_id`` in every transaction it runs
-    (:func:`shardstore.rls.tenant_connection`)."""
+    (:func:`shardstore.schema.rls.tenant_connection`)."""
 
     tenant_id: str | None = None
 

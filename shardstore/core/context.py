@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from ..history.tokens import TokenCounter
 from ..settings import DEFAULT_PARTITION_INTERVAL, Settings
-from ..tokens import TokenCounter
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # types only: core imports no feature module at run time
     from ..artifacts.config import ArtifactConfig
+    from ..search.vectors import VectorState
     from ..settings import Settings
-    from ..vector_ops import VectorState
     from .context import Context
 
 

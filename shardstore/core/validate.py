@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import InvalidInput
+from . import jsoncodec
 
 MAX_ID_CHARS = 256
 _REPR = reprlib.Repr()
@@ -30,6 +31,7 @@ def shown(value: Any, limit: int = 80) -> str:
     except Exception:  # an int over Python's digit limit, a __repr__ that raises
         text = f"<a {type(value).__name__}>"
     return text[:limit]
+
 
 MAX_KEY_CHARS = 512
 MAX_INT32 = 2**31 - 1
@@ -138,8 +140,6 @@ def json_object(value: Any, what: str, *, limit: int = MAX_JSON_BYTES) -> str:
     """A dict that JSON (and JSONB) can hold exactly, as its encoded text of at most
     ``limit`` bytes (run metadata, what a run awaits); NaN, non-string keys, cycles and
     values JSON has no form for are refused."""
-    from .. import jsoncodec  # a leaf module; imported here to keep core's imports minimal
-
     if type(value) is not dict:
         raise InvalidInput(f"{what} must be a dict, not {type(value).__name__}")
     encoded = jsoncodec.encode_json(value, what)

@@ -39,14 +39,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
-from .. import history as history_ops
-from .. import jsoncodec
-from ..core import validate
+from ..core import jsoncodec, validate
+from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx, relay
 from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
+from ..history import ops as history_ops
 from ..models import SessionInfo, Turn
-from ..sql import query
 from .report import ExportReport, ImportReport, Progress, Skipped, Tally
 from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
 

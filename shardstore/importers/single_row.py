@@ -6,7 +6,7 @@ array of message objects, or a JSON object whose ``messages_key`` member (defaul
 ``"messages"``) is such an array (its other members are ignored). Each element becomes one
 turn, in array order. Anything else is refused for that row: NULL, a scalar, an object
 without the array, an element that is not an object or that shardstore cannot store
-(:func:`shardstore.jsoncodec.encode_message`), an element over ``chunk_max_bytes``, text
+(:func:`shardstore.core.jsoncodec.encode_message`), an element over ``chunk_max_bytes``, text
 that is not JSON.
 
 Guarantees:

@@ -18,8 +18,8 @@ from psycopg import sql
 
 from ..core import validate
 from ..core.executor import translate
+from ..core.sql import named_statements
 from ..errors import DatabaseUnavailable, ImportRejected, InvalidInput, ShardstoreError
-from ..sql import named_statements
 
 T = TypeVar("T")
 
@@ -31,7 +31,7 @@ def _statements() -> dict[str, str]:
 
 def source_query(name: str) -> str:
     """The SQL text of a statement sent to the source database (``source.sql``, parsed
-    by :func:`shardstore.sql.named_statements`)."""
+    by :func:`shardstore.core.sql.named_statements`)."""
     return _statements()[name]
 
 

@@ -22,13 +22,13 @@ from typing import Any
 
 from partition_manager.plan import bounds_for
 
-from .. import jsoncodec
+from ..core import jsoncodec
 from ..core.context import Context
+from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q
 from ..errors import ImportRejected, InvalidInput
-from ..history import create_session_op, ensure_partitions_op, fold_sealed_op
-from ..sql import query
+from ..history.ops import create_session_op, ensure_partitions_op, fold_sealed_op
 
 
 @dataclass(slots=True)
@@ -130,7 +130,13 @@ def append_op(ctx: Context, sid: uuid.UUID, batch: Batch) -> Op[None]:
     # (docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md)
     keep = 0
     params = (
-        sid, _array(batch.texts), batch.tokens, batch.sizes, batch.keys, *_chunking(ctx), keep
+        sid,
+        _array(batch.texts),
+        batch.tokens,
+        batch.sizes,
+        batch.keys,
+        *_chunking(ctx),
+        keep,
     )
     rows = yield Q(query("append"), params, named=True)
     if any(r["sealed"] for r in rows):

@@ -15,12 +15,12 @@ import uuid
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-from .. import rewind as rewind_ops
 from ..aio import AsyncStore
 from ..core import validate
+from ..core.sql import query
 from ..core.steps import Op, Q, Tx, collect
 from ..errors import ConfigurationError, Conflict, InvalidInput, SessionConflict, SessionPurged
-from ..history import (
+from ..history.ops import (
     append_turns,
     create_session_op,
     history,
@@ -29,7 +29,7 @@ from ..history import (
     window_op,
 )
 from ..models import Turn
-from ..sql import query
+from ..state import rewind as rewind_ops
 from ..store import Store
 from .ids import external_metadata, external_session_id
 

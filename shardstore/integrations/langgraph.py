@@ -40,14 +40,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import fork as fork_ops
-from .. import history as history_ops
-from .. import jsoncodec
-from .. import purge as purge_ops
-from ..core import validate
+from ..core import jsoncodec, validate
+from ..core.sql import query
 from ..core.steps import Op, Q, Tx, collect
 from ..errors import Conflict, InvalidInput, MissingDependency, SessionNotFound, SessionPurged
-from ..sql import query
+from ..history import ops as history_ops
+from ..lifecycle import purge as purge_ops
+from ..state import fork as fork_ops
 from .ids import external_metadata, external_session_id
 
 try:

@@ -38,7 +38,7 @@ except ImportError as exc:  # the extra is not installed
 
 from ..core.connector import Connector
 from ..core.executor import run_sync
-from ..migrate import migrate_op
+from ..schema.migrate import migrate_op
 from ..settings import Settings
 
 SCHEMA = "shardstore"
@@ -163,7 +163,7 @@ def metadata() -> MetaData:
     decoded) or ``store.history`` / ``store.tail`` (the fork lineage, originals). JSONB values
     are as shardstore stores them: ordinary JSON unchanged, but strings JSONB cannot hold
     (NUL, lone surrogates) and floats it would alter carry shardstore's escapes
-    (:mod:`shardstore.jsoncodec`). Under Row-Level Security a tenant's connection sees
+    (:mod:`shardstore.core.jsoncodec`). Under Row-Level Security a tenant's connection sees
     only that tenant's rows, as through the store."""
     return _build()
 

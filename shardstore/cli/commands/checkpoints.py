@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...checkpoints import Checkpoint
+from ...state.checkpoints import Checkpoint
 from ..app import Commands, Runner
 from ..args import UsageError, positive_int
 from ..output import (

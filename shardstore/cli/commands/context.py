@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...assembly import Context
+from ...context.assembly import Context
 from ..app import Commands, Runner
 from ..args import non_negative_int, positive_int
 from ..output import abbrev, format_table, message_summary, printable

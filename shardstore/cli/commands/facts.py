@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...facts import Fact
+from ...state.facts import Fact
 from ..app import Commands, Runner
 from ..args import parse_time
 from ..output import abbrev, dumps, fact_json, format_table, printable, when

@@ -17,7 +17,7 @@ def cmd_init(run: Runner) -> int:
     settings: dict[str, Any] = {}
     if run.args.partition_interval is not None:
         settings["partition_interval"] = parse_interval(run.args.partition_interval)
-    from ...migrate import all_migrations
+    from ...schema.migrate import all_migrations
 
     try:
         store = run.connect(**settings)

@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from partition_manager.runner import format_report
 
-from ...maintenance import MAX_EMBED_SECONDS
+from ...lifecycle.maintenance import MAX_EMBED_SECONDS
 from ...settings import Settings
 from ..app import EXIT_OK, EXIT_UNHEALTHY, Commands, Runner
 from ..args import int_between, interval, lock_timeout, non_negative_int

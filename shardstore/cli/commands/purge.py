@@ -20,7 +20,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from ...purge import DEFAULT_BATCH_SIZE, PurgeReport
+from ...lifecycle.purge import DEFAULT_BATCH_SIZE, PurgeReport
 from ..app import Commands, Runner
 from ..args import UsageError, non_negative_int, parse_time, positive_int
 from ..output import format_table, kv, num, printable, size, when

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...runs import STATUSES, Run
+from ...state.runs import STATUSES, Run
 from ..app import Commands, Runner
 from ..args import positive_int
 from ..output import abbrev, dumps, format_table, num, printable, run_json, when
