@@ -4,4 +4,5 @@ maps it onto this folder): ``baseline/`` (the squashed schema a fresh database g
 created before the baseline) and ``NNNN_<feature>.sql`` after them (what must run once:
 tables, columns, indexes, data moves, DROPs; never a function). Never edit an applied file:
 databases record each file's sha256. Functions live in
-``shardstore/<feature>/sql/functions/``. The runner is :mod:`shardstore.schema.migrate`; docs/architecture.md, "The SQL layer", says more."""
+``shardstore/<feature>/sql/functions/``. The runner is :mod:`shardstore.schema.migrate`;
+docs/architecture.md, "The SQL layer", says more."""
