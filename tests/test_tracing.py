@@ -62,9 +62,9 @@ def test_every_operation_has_a_span_without_content(
         "shardstore.append_turn",
         "shardstore.append_turns",
         "shardstore.tail",
-        "shardstore.history.ops",
+        "shardstore.history",
         "shardstore.checkpoint",
-        "shardstore.search.ops",
+        "shardstore.search",
         "shardstore.put_artifact",
         "shardstore.maintain",
         "shardstore.purge_range",
@@ -75,11 +75,11 @@ def test_every_operation_has_a_span_without_content(
     append = by_name["shardstore.append_turn"].attributes
     assert append["db.system"] == "postgresql"
     assert append["shardstore.session_id"] == str(sid)
-    assert append["shardstore.turn_seq"] == 0 and append["shardstore.history.tokens"] > 0
+    assert append["shardstore.turn_seq"] == 0 and append["shardstore.tokens"] > 0
     tail = by_name["shardstore.tail"].attributes
-    assert tail["shardstore.items"] == 2 and tail["shardstore.history.tokens"] > 0
-    assert by_name["shardstore.history.ops"].attributes["shardstore.items"] == 2
-    search = by_name["shardstore.search.ops"].attributes
+    assert tail["shardstore.items"] == 2 and tail["shardstore.tokens"] > 0
+    assert by_name["shardstore.history"].attributes["shardstore.items"] == 2
+    search = by_name["shardstore.search"].attributes
     assert search["db.system"] == "postgresql" and search["shardstore.session_id"] == str(sid)
     assert search["shardstore.items"] == len(hits) >= 1
     assert by_name["shardstore.purge_subject"].attributes["shardstore.tenant_id"] == "acme"
@@ -262,7 +262,7 @@ def test_async_spans(dsn: str, spans: InMemorySpanExporter) -> None:
 
     asyncio.run(main())
     names = [s.name for s in spans.get_finished_spans()]
-    assert {"shardstore.append_turn", "shardstore.history.ops", "shardstore.attach_payload"} <= set(
+    assert {"shardstore.append_turn", "shardstore.history", "shardstore.attach_payload"} <= set(
         names
     )
     assert SECRET not in _dump(spans)

@@ -25,7 +25,7 @@ from ..core.steps import Op
 from ..errors import ShardstoreError
 from .ops import background_fold_op
 
-log = logging.getLogger("shardstore.history.folding")
+log = logging.getLogger("shardstore.folding")
 
 
 class BackgroundFolder:

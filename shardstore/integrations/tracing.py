@@ -1,11 +1,11 @@
 """OpenTelemetry spans of store operations (the ``otel`` extra: opentelemetry-api).
 
 Every store method runs in a span named ``shardstore.<method>`` (``shardstore.append_turn``,
-``shardstore.tail``, ``shardstore.search.ops``, ``shardstore.checkpoint``,
+``shardstore.tail``, ``shardstore.search``, ``shardstore.checkpoint``,
 ``shardstore.maintain``, ``shardstore.purge_subject``, ...), made in one place: the method
 bindings of :mod:`shardstore.core.bind`. Attributes: ``db.system`` / ``db.system.name``
 (``postgresql``), ``db.operation.name``, the session and tenant ids given, and counts from
-the result (``shardstore.turn_seq``, ``shardstore.history.tokens``, ``shardstore.turns``,
+the result (``shardstore.turn_seq``, ``shardstore.tokens``, ``shardstore.turns``,
 ``shardstore.bytes``, ...), never message content. Errors are recorded on the span.
 
 No span, no cost: without opentelemetry installed, or with no tracer provider set (neither
@@ -101,7 +101,7 @@ def _result_attributes(span: Any, result: Any) -> None:
         span.set_attribute("shardstore.items", len(items))
         tokens = [t for t in (getattr(i, "tokens", None) for i in items) if isinstance(t, int)]
         if tokens:
-            span.set_attribute("shardstore.history.tokens", sum(tokens))
+            span.set_attribute("shardstore.tokens", sum(tokens))
         seqs = [getattr(i, "turn_seq", None) for i in items]
         if seqs and isinstance(seqs[-1], int):
             span.set_attribute("shardstore.turn_seq", seqs[-1])
@@ -153,7 +153,7 @@ def stream(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Ite
             )
             yield item
         span.set_attribute("shardstore.items", count)
-        span.set_attribute("shardstore.history.tokens", tokens)
+        span.set_attribute("shardstore.tokens", tokens)
 
 
 async def astream(
