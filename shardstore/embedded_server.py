@@ -23,6 +23,7 @@ from typing import Any
 import platformdirs
 import psycopg
 
+from .core.rows import json_fields
 from .errors import DatabaseUnavailable, MissingDependency
 
 DATABASE = "shardstore"
@@ -63,17 +64,11 @@ class ServerStatus:
 
     def to_json(self) -> dict[str, Any]:
         """The status as a JSON object (paths as text, times in ISO 8601)."""
-        return {
-            "data_dir": str(self.data_dir),
-            "initialized": self.initialized,
-            "running": self.running,
-            "pid": self.pid,
-            "socket_dir": self.socket_dir,
-            "port": self.port,
-            "started_at": None if self.started_at is None else self.started_at.isoformat(),
-            "dsn": self.dsn,
-            "size_bytes": self.size_bytes,
-        }
+        return json_fields(
+            self,
+            data_dir=str(self.data_dir),
+            started_at=None if self.started_at is None else self.started_at.isoformat(),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core import validate
+from ..core.rows import json_fields
 from ..errors import InvalidInput
 
 SCHEMA_VERSION = 1
@@ -84,16 +85,10 @@ class ArtifactRef:
 
     def fields(self) -> dict[str, Any]:
         """The fields as JSON values."""
-        return {
-            "artifact_id": str(self.artifact_id),
-            "uri": self.uri,
-            "sha256": self.sha256,
-            "content_type": self.content_type,
-            "size_bytes": self.size_bytes,
-            "schema_version": self.schema_version,
-            "required_for_resume": self.required_for_resume,
-            "tokens": self.tokens,
-        }
+        return json_fields(
+            self,
+            artifact_id=str(self.artifact_id),
+        )
 
     @classmethod
     def from_json(cls, value: Any) -> ArtifactRef:

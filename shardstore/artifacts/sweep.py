@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..core import validate
+from ..core.rows import json_fields
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
@@ -55,16 +56,7 @@ class SweepReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
-        return {
-            "dry_run": self.dry_run,
-            "marked": self.marked,
-            "cleared": self.cleared,
-            "deleted": self.deleted,
-            "bytes_deleted": self.bytes_deleted,
-            "objects_deleted": self.objects_deleted,
-            "staging_removed": self.staging_removed,
-            "skipped": self.skipped,
-        }
+        return json_fields(self, leave_out=("deleted_ids",))
 
 
 def mark_op(tenant: str | None) -> Op[tuple[int, int]]:

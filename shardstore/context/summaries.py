@@ -87,18 +87,7 @@ def summary_text(value: Any) -> str:
     ``InvalidInput`` otherwise (and nothing is written)."""
     if not isinstance(value, str):
         raise InvalidInput(f"the summarizer must return a string, not {type(value).__name__}")
-    text = value.strip()
-    if not text:
-        raise InvalidInput("the summarizer returned an empty summary")
-    if "\x00" in text:
-        raise InvalidInput("the summary holds a NUL character")
-    if len(text) > MAX_SUMMARY_CHARS:
-        raise InvalidInput(f"the summary is longer than {MAX_SUMMARY_CHARS} characters")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput("the summary holds a lone surrogate") from None
-    return text
+    return validate.text(value.strip(), "the summary", limit=MAX_SUMMARY_CHARS)
 
 
 def queue_count_op(session_id: uuid.UUID | None) -> Op[int]:

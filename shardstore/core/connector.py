@@ -294,15 +294,53 @@ async def _ajoin_sqlalchemy(sa_conn: Any) -> psycopg.AsyncConnection[Any]:
     return raw
 
 
-class Connector:
-    """Hands out connections. Owns (and closes) a pool only if it created it. A caller's
-    connection runs one whole operation at a time."""
+class _Slots:
+    """Where a connector keeps its source, sync or asyncio alike: a pool (its own or the
+    caller's), the caller's connection, or a SQLAlchemy engine or connection."""
 
     # a Q run first in every transaction, in the same round trip as the statement after it
     # (a tenant store's binding: partition_manager.driver); in_block: a statement outside a
     # transaction runs with it in an explicit transaction block, not the implicit one
     prologue: Any = None
     prologue_in_block = False
+    _pool: Any
+    _conn: Any
+    _engine: Any
+    _sa_conn: Any
+
+    def _adopt(
+        self, source: Any, pool_type: type, conn_type: type, sa_kinds: tuple[str, str]
+    ) -> bool:
+        """Keep a caller's source in the slot for its kind (a pool, a connection, a
+        SQLAlchemy engine or connection of the kinds ``sa_kinds`` names); False for any
+        other source (a DSN, None, or something that is no source)."""
+        kind = _sqlalchemy_kind(source)
+        if isinstance(source, pool_type):
+            self._pool = source
+        elif isinstance(source, conn_type):
+            self._conn = source
+        elif kind == sa_kinds[0]:
+            self._engine = source
+        elif kind == sa_kinds[1]:
+            self._sa_conn = source
+        else:
+            return False
+        return True
+
+    @property
+    def pooled(self) -> bool:
+        """True when connections come from a pool (background work may take one)."""
+        return self._pool is not None or self._engine is not None
+
+    @property
+    def single(self) -> bool:
+        """True when every operation runs on the caller's one connection."""
+        return self._conn is not None or self._sa_conn is not None
+
+
+class Connector(_Slots):
+    """Hands out connections. Owns (and closes) a pool only if it created it. A caller's
+    connection runs one whole operation at a time."""
 
     def __init__(self, source: Any, settings: Settings) -> None:
         self.tenant = source_tenant(source)
@@ -315,15 +353,8 @@ class Connector:
         self._owned = False
         self._lock = threading.Lock()
         self.dsn: str | None = None
-        kind = _sqlalchemy_kind(source)
-        if isinstance(source, ConnectionPool):
-            self._pool = source
-        elif isinstance(source, psycopg.Connection):
-            self._conn = source
-        elif kind == "engine":
-            self._engine = source
-        elif kind == "connection":
-            self._sa_conn = source
+        if self._adopt(source, ConnectionPool, psycopg.Connection, ("engine", "connection")):
+            pass
         elif source is None or isinstance(source, str):
             self.dsn = resolve_dsn(source)
             probe(self.dsn, settings.connect_timeout)
@@ -420,27 +451,14 @@ class Connector:
         finally:
             self.release(conn)
 
-    @property
-    def pooled(self) -> bool:
-        """True when connections come from a pool (background work may take one)."""
-        return self._pool is not None or self._engine is not None
-
-    @property
-    def single(self) -> bool:
-        """True when every operation runs on the caller's one connection."""
-        return self._conn is not None or self._sa_conn is not None
-
     def close(self) -> None:
         """Close the pool if this connector created it."""
         if self._owned and self._pool is not None:
             self._pool.close()
 
 
-class AsyncConnector:
+class AsyncConnector(_Slots):
     """The asyncio flavour of :class:`Connector` (same sources, async pool)."""
-
-    prologue: Any = None  # as Connector.prologue
-    prologue_in_block = False
 
     def __init__(self) -> None:
         self.tenant: str | None = None
@@ -460,15 +478,9 @@ class AsyncConnector:
         SQLAlchemy AsyncEngine or AsyncConnection on psycopg)."""
         self = cls()
         self.tenant = source_tenant(source)
-        kind = _sqlalchemy_kind(source)
-        if isinstance(source, AsyncConnectionPool):
-            self._pool = source
-        elif isinstance(source, psycopg.AsyncConnection):
-            self._conn = source
-        elif kind == "async_engine":
-            self._engine = source
-        elif kind == "async_connection":
-            self._sa_conn = source
+        sa_kinds = ("async_engine", "async_connection")
+        if self._adopt(source, AsyncConnectionPool, psycopg.AsyncConnection, sa_kinds):
+            pass
         elif source is None or isinstance(source, str):
             self.dsn = dsn = await asyncio.to_thread(resolve_dsn, source)
             await aprobe(dsn, settings.connect_timeout)
@@ -549,16 +561,6 @@ class AsyncConnector:
         if conn.closed or getattr(conn, "broken", False):
             await sa_conn.invalidate()
         await sa_conn.close()
-
-    @property
-    def pooled(self) -> bool:
-        """True when connections come from a pool (background work may take one)."""
-        return self._pool is not None or self._engine is not None
-
-    @property
-    def single(self) -> bool:
-        """True when every operation runs on the caller's one connection."""
-        return self._conn is not None or self._sa_conn is not None
 
     async def close(self) -> None:
         """Close the pool if this connector created it."""

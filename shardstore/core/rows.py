@@ -40,3 +40,13 @@ def record(cls: type[T], row: Mapping[str, Any], **values: Any) -> T:
         elif not has_default:
             raise KeyError(f"{cls.__name__}.{name}: no column {name!r} in the row")
     return cls(**kwargs)
+
+
+def json_fields(obj: Any, *, leave_out: tuple[str, ...] = (), **values: Any) -> dict[str, Any]:
+    """The other direction of :func:`record`: a dataclass instance as a dict by field name,
+    in declaration order, less the fields ``leave_out`` names; each of ``values`` replaces
+    the field of its name (its JSON form: a UUID as text, a time in ISO 8601) or, for a
+    computed value, comes after the fields."""
+    out = {name: getattr(obj, name) for name, _ in _fields(type(obj)) if name not in leave_out}
+    out.update(values)
+    return out

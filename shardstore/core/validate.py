@@ -48,12 +48,15 @@ def optional_session_id(value: Any) -> uuid.UUID | None:
     return None if value is None else session_id(value)
 
 
-def text(value: Any, what: str, *, limit: int = MAX_ID_CHARS) -> str:
-    """A non-empty string the database can store: at most ``limit`` characters, no NUL,
-    no lone surrogate (ids: tenant, subject, agent, idempotency keys)."""
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string, not {shown(value)}")
-    if len(value) > limit:
+def text(value: Any, what: str, *, limit: int | None = MAX_ID_CHARS, empty: bool = False) -> str:
+    """A string the database can store: non-empty (unless ``empty``), at most ``limit``
+    characters (None: no limit), no NUL, no lone surrogate (ids: tenant, subject, agent,
+    idempotency keys; queries, summaries)."""
+    if not isinstance(value, str) or (not value and not empty):
+        raise InvalidInput(
+            f"{what} must be a {'' if empty else 'non-empty '}string, not {shown(value)}"
+        )
+    if limit is not None and len(value) > limit:
         raise InvalidInput(f"{what} is longer than {limit} characters")
     if "\x00" in value:
         raise InvalidInput(f"{what} must not contain NUL characters")

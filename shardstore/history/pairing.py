@@ -75,33 +75,30 @@ def responses_call_id(message: Mapping[str, Any]) -> str | None:
     ``local_shell_call``, ...) or an ``mcp_approval_request``'s ``id``; None for any other
     message. Parallel calls are separate items in the Responses API, so a window can
     start between two of them; this is what :func:`trim_tail` matches results against."""
-    if "role" in message:
-        return None
-    kind = message.get("type")
-    if type(kind) is not str:
-        return None
-    if kind.endswith("_call"):
-        ident = message.get("call_id")
-    elif kind == "mcp_approval_request":
-        ident = message.get("id")
-    else:
-        return None
-    return ident if type(ident) is str else None
+    return _responses_id(message, "_call", "mcp_approval_request", "id")
 
 
 def responses_result_id(message: Mapping[str, Any]) -> str | None:
     """The call a Responses result answers: a ``*_call_output`` item's ``call_id`` or an
     ``mcp_approval_response``'s ``approval_request_id``; None for any other message (and
     for a result without a string id: those are paired by position only)."""
+    return _responses_id(message, "_call_output", "mcp_approval_response", "approval_request_id")
+
+
+def _responses_id(
+    message: Mapping[str, Any], call_suffix: str, mcp_kind: str, mcp_key: str
+) -> str | None:
+    """The string id of a Responses item whose type ends with ``call_suffix`` (its
+    ``call_id``) or is ``mcp_kind`` (its ``mcp_key``); None otherwise."""
     if "role" in message:
         return None
     kind = message.get("type")
     if type(kind) is not str:
         return None
-    if kind.endswith("_call_output"):
+    if kind.endswith(call_suffix):
         ident = message.get("call_id")
-    elif kind == "mcp_approval_response":
-        ident = message.get("approval_request_id")
+    elif kind == mcp_kind:
+        ident = message.get(mcp_key)
     else:
         return None
     return ident if type(ident) is str else None

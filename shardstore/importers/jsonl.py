@@ -494,9 +494,7 @@ def _session_op(
             written += batch.bytes
             bar.done(len(batch))
             yield Tx.COMMIT
-            tally.sessions += 1
-            tally.turns += count
-            tally.bytes += written
+            tally.add_session(count, written, existed=False)
             return
         else:
             raise ImportRejected(f"{at}: a {kind!r:.40} line inside session {sid}")

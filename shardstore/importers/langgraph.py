@@ -35,7 +35,7 @@ from ..errors import (
 from ..integrations.ids import external_metadata, external_session_id
 from .report import ImportReport, Progress, Skipped, Tally
 from .source import connect, guarded, source_query
-from .writer import Batch, append_op, open_session_op
+from .writer import Batch, append_batch_op, open_session_op
 
 FRAMEWORK = "langgraph"
 PAGE = 500  # thread ids per round trip
@@ -151,18 +151,11 @@ def _thread_op(
         for index in range(start, min(start + batch_size, len(messages))):
             at = f"{where} message {index}"
             batch.add(ctx, messages[index], at)
-        yield from append_op(ctx, sid, batch)
-        appended += len(batch)
-        written += batch.bytes
-        bar.done(len(batch))
-        batch.clear()
+        turns, stored = yield from append_batch_op(ctx, sid, batch, bar)
+        appended += turns
+        written += stored
     yield Tx.COMMIT
-    tally.turns += appended
-    tally.bytes += written
-    if appended or not existed:
-        tally.sessions += 1
-    else:
-        tally.unchanged += 1
+    tally.add_session(appended, written, existed)
 
 
 def import_langgraph(

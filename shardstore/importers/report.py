@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.rows import json_fields
+
 
 @dataclass(frozen=True, slots=True)
 class Skipped:
@@ -36,14 +38,7 @@ class ImportReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as the CLI prints it with ``--json``."""
-        return {
-            "sessions": self.sessions,
-            "turns": self.turns,
-            "bytes": self.bytes,
-            "unchanged": self.unchanged,
-            "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
-            "seconds": self.seconds,
-        }
+        return json_fields(self, skipped=[json_fields(s) for s in self.skipped])
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +52,7 @@ class ExportReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as the CLI prints it with ``--json``."""
-        return {
-            "sessions": self.sessions,
-            "turns": self.turns,
-            "bytes": self.bytes,
-            "seconds": self.seconds,
-        }
+        return json_fields(self)
 
 
 @dataclass(slots=True)
@@ -75,6 +65,16 @@ class Tally:
     unchanged: int = 0
     skipped: list[Skipped] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+
+    def add_session(self, turns: int, stored_bytes: int, existed: bool) -> None:
+        """Count one imported session: ``turns`` appended, ``stored_bytes`` of them; a
+        session that existed and got no turn counts as unchanged."""
+        self.turns += turns
+        self.bytes += stored_bytes
+        if turns or not existed:
+            self.sessions += 1
+        else:
+            self.unchanged += 1
 
     def report(self) -> ImportReport:
         """The frozen report of what was counted so far."""

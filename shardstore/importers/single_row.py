@@ -44,7 +44,7 @@ from ..errors import ImportRejected, InvalidInput, SessionConflict, SessionPurge
 from ..integrations.ids import external_metadata, external_session_id
 from .report import ImportReport, Progress, Skipped, Tally
 from .source import connect, guarded, identifier, source_query
-from .writer import Batch, append_op, open_session_op
+from .writer import Batch, append_batch_op, open_session_op
 
 PAGE = 200  # row heads per round trip
 DEFAULT_BATCH = 500  # elements per round trip and per append statement
@@ -331,22 +331,15 @@ def _row_op(
             for index, text in elements:
                 at = f"{where} element {index}"
                 batch.add(ctx, parse_element(text, at), at)
-            yield from append_op(ctx, sid, batch)
-            appended += len(batch)
-            written += batch.bytes
-            bar.done(len(batch))
-            batch.clear()
+            turns, stored = yield from append_batch_op(ctx, sid, batch, bar)
+            appended += turns
+            written += stored
         yield Call(source.finish)
     except Exception:
         yield Call(source.abandon)
         raise
     yield Tx.COMMIT
-    tally.turns += appended
-    tally.bytes += written
-    if appended or not existed:
-        tally.sessions += 1
-    else:
-        tally.unchanged += 1
+    tally.add_session(appended, written, existed)
 
 
 def import_single_row(

@@ -29,6 +29,7 @@ from ..core.state import StoreState
 from ..core.steps import Call, Op, Q
 from ..errors import ImportRejected, InvalidInput
 from ..history.ops import create_session_op, ensure_partitions_op, fold_sealed_op
+from .report import Progress
 
 
 @dataclass(slots=True)
@@ -141,6 +142,18 @@ def append_op(ctx: Context, sid: uuid.UUID, batch: Batch) -> Op[None]:
     rows = yield Q(query("append"), params, named=True)
     if any(r["sealed"] for r in rows):
         yield from fold_sealed_op(sid)
+
+
+def append_batch_op(
+    ctx: Context, sid: uuid.UUID, batch: Batch, bar: Progress
+) -> Op[tuple[int, int]]:
+    """:func:`append_op`, then the batch counted on ``bar`` and emptied: (turns, bytes)
+    appended."""
+    yield from append_op(ctx, sid, batch)
+    appended = (len(batch), batch.bytes)
+    bar.done(len(batch))
+    batch.clear()
+    return appended
 
 
 class Partitions:

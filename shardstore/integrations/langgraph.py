@@ -118,17 +118,7 @@ def _tuples_to_lists(value: Any) -> Any:
 
 def _text(value: Any, what: str, *, empty: bool = False) -> str:
     """A string the database can store (no NUL, no lone surrogate); empty only if allowed."""
-    if not isinstance(value, str) or (not value and not empty):
-        raise InvalidInput(
-            f"{what} must be a {'' if empty else 'non-empty '}string, not {validate.shown(value)}"
-        )
-    if "\x00" in value:
-        raise InvalidInput(f"{what} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{what} must be valid Unicode (it holds a lone surrogate)") from None
-    return value
+    return validate.text(value, what, limit=None, empty=empty)
 
 
 def _configurable(config: Any) -> Mapping[str, Any]:

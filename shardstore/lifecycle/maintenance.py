@@ -42,6 +42,7 @@ from partition_manager.table import Layout, RangeTable
 from ..core import validate
 from ..core.connector import AsyncConnector
 from ..core.executor import translate
+from ..core.rows import json_fields
 from ..core.sql import query
 from ..core.state import StoreState
 from ..errors import (
@@ -154,6 +155,9 @@ def premake_op(premake: int) -> Op[list[str]]:
 # ---------------------------------------------------------------- the report
 
 
+_DRY_RUN_ONLY = ("sessions_to_fold", "sessions_to_expire", "buffered_turns_to_expire")
+
+
 @dataclass(frozen=True, slots=True)
 class MaintenanceReport(PartitionRunReport):
     """What a maintenance run did and what it left (see ``docs/maintenance.md``): the
@@ -252,30 +256,19 @@ class MaintenanceReport(PartitionRunReport):
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON document (timestamps in ISO 8601, durations in seconds)."""
-        doc = PartitionRunReport.to_json(self)
-        doc.update(
-            sessions_folded=self.sessions_folded,
-            turns_folded=self.turns_folded,
-            sessions_expired=self.sessions_expired,
-            buffered_turns_expired=self.buffered_turns_expired,
-            chunks_embedded=self.chunks_embedded,
-            embedding_skipped=self.embedding_skipped,
-            embedding_backlog=self.embedding_backlog,
-            embedding_seconds=(
-                None if self.embedding_seconds is None else round(self.embedding_seconds, 6)
+        # the library's fields in its JSON form, then shardstore's own; the would-do counts
+        # only on a dry run
+        library = tuple(f.name for f in dataclasses.fields(PartitionRunReport))
+        would = () if self.dry_run else _DRY_RUN_ONLY
+        seconds = self.embedding_seconds
+        return {
+            **PartitionRunReport.to_json(self),
+            **json_fields(
+                self,
+                leave_out=library + would,
+                embedding_seconds=None if seconds is None else round(seconds, 6),
             ),
-            embedding_stopped=self.embedding_stopped,
-            checkpoints_removed=self.checkpoints_removed,
-            text_turns_indexed=self.text_turns_indexed,
-            text_sessions_indexed=self.text_sessions_indexed,
-            artifacts_deleted=self.artifacts_deleted,
-            artifact_bytes_deleted=self.artifact_bytes_deleted,
-        )
-        if self.dry_run:
-            doc["sessions_to_fold"] = self.sessions_to_fold
-            doc["sessions_to_expire"] = self.sessions_to_expire
-            doc["buffered_turns_to_expire"] = self.buffered_turns_to_expire
-        return doc
+        }
 
 
 # ---------------------------------------------------------------- shardstore's work in a run

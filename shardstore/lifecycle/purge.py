@@ -44,6 +44,7 @@ from ..artifacts import sweep as artifact_sweep
 from ..artifacts.config import config_of
 from ..core import validate
 from ..core.rerun import retrying
+from ..core.rows import json_fields
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
@@ -89,7 +90,7 @@ class TableRemoval:
         )
 
     def to_dict(self) -> dict[str, int]:
-        return {"rows": self.rows, "rewritten": self.rewritten, "bytes": self.bytes}
+        return json_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,22 +132,17 @@ class PurgeReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (the CLI's ``--json`` output)."""
-        return {
-            "kind": self.kind,
-            "dry_run": self.dry_run,
-            "sessions_affected": self.sessions_affected,
-            "tombstoned": self.tombstoned,
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "tables": {name: t.to_dict() for name, t in self.tables.items()},
-            "partitions": {name: t.to_dict() for name, t in self.partitions.items()},
-            "partitions_truncated": list(self.partitions_truncated),
-            "cut_turn_seq": self.cut_turn_seq,
-            "vacuumed": list(self.vacuumed),
-            "batches": self.batches,
-            "seconds": self.seconds,
-            "session_ids": [str(s) for s in self.session_ids],
-        }
+        return json_fields(
+            self,
+            tables={name: t.to_dict() for name, t in self.tables.items()},
+            partitions={name: t.to_dict() for name, t in self.partitions.items()},
+            partitions_truncated=list(self.partitions_truncated),
+            session_ids=[str(s) for s in self.session_ids],
+            vacuumed=list(self.vacuumed),
+            sessions_affected=self.sessions_affected,
+            rows=self.rows,
+            bytes=self.bytes,
+        )
 
 
 @dataclass

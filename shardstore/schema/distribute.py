@@ -35,6 +35,7 @@ import psycopg
 
 from ..core import validate
 from ..core.executor import run_sync
+from ..core.rows import json_fields
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q
@@ -89,17 +90,7 @@ class DistributeReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values."""
-        return {
-            "citus_version": self.citus_version,
-            "workers": self.workers,
-            "reference_tables": self.reference_tables,
-            "distributed_tables": self.distributed_tables,
-            "unchanged": self.unchanged,
-            "functions_propagated": self.functions_propagated,
-            "functions_delegated": self.functions_delegated,
-            "settings": self.settings,
-            "changed": self.changed,
-        }
+        return json_fields(self, changed=self.changed)
 
 
 def checks_op() -> Op[dict[str, list[tuple[Any, ...]]]]:

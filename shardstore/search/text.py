@@ -29,6 +29,7 @@ from .vectors import (
     VectorState,
     _params,
     config_op,
+    first_per_key,
     hits_op,
     prepare_op,
     tenant_windows_op,
@@ -54,15 +55,7 @@ def text_query(value: Any) -> str:
         raise InvalidInput("text and hybrid search need the query as a string")
     if not value.strip():
         raise InvalidInput("the search query is empty")
-    if "\x00" in value:
-        raise InvalidInput("the search query holds a NUL character")
-    if len(value) > MAX_QUERY_CHARS:
-        raise InvalidInput(f"the search query is longer than {MAX_QUERY_CHARS} characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput("the search query holds a lone surrogate") from None
-    return value
+    return validate.text(value, "the search query", limit=MAX_QUERY_CHARS)
 
 
 def depth(k: int) -> int:
@@ -124,16 +117,7 @@ def query_vector_op(state: VectorState, text: str) -> Op[str | None]:
 
 def best_chunks(ranked: Sequence[Ranked], k: int) -> list[Ranked]:
     """The best entry of each chunk, in ranking order, at most ``k``."""
-    seen: set[tuple[uuid.UUID, int]] = set()
-    out = []
-    for entry in ranked:
-        key = (entry.session_id, entry.chunk_seq)
-        if key not in seen:
-            seen.add(key)
-            out.append(entry)
-            if len(out) == k:
-                break
-    return out
+    return first_per_key(ranked, lambda entry: (entry.session_id, entry.chunk_seq), k)
 
 
 def fuse(rankings: Sequence[Sequence[Ranked]], k: int = RRF_K) -> list[Ranked]:

@@ -8,10 +8,10 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core import jsoncodec, validate
 from ..core.context import Context
@@ -36,6 +36,7 @@ from .embedding import (
     vector_literal,
 )
 
+T = TypeVar("T")
 MAX_K = 1000
 MAX_IDLE_BATCHES = 3
 # hnsw.ef_search may not exceed 1000; a search asks for at most this many windows at once
@@ -210,16 +211,21 @@ def best_per_chunk(rows: Sequence[Mapping[str, Any]], k: int) -> list[Mapping[st
     """The best window of each chunk, best first, at most ``k`` chunks. ``rows`` are named
     windows (session_id, chunk_seq, chunk_start, first_turn_seq, last_turn_seq, dist) sorted
     by distance."""
-    seen: set[tuple[Any, Any]] = set()
-    best = []
-    for row in rows:
-        key = (row["session_id"], row["chunk_seq"])
-        if key not in seen:
-            seen.add(key)
-            best.append(row)
-            if len(best) == k:
+    return first_per_key(rows, lambda row: (row["session_id"], row["chunk_seq"]), k)
+
+
+def first_per_key(items: Iterable[T], key: Callable[[T], Hashable], k: int) -> list[T]:
+    """The first item of each key, in the order given, at most ``k`` of them."""
+    seen: set[Hashable] = set()
+    first: list[T] = []
+    for item in items:
+        found = key(item)
+        if found not in seen:
+            seen.add(found)
+            first.append(item)
+            if len(first) == k:
                 break
-    return best
+    return first
 
 
 def _params(ctx: Context, scope: SearchScope, vector: str, limit: int) -> dict[str, Any]:
