@@ -45,6 +45,13 @@ class ConfigurationError(ShardstoreError):
     """The store's settings are invalid or disagree with the settings recorded in the database."""
 
 
+class ConnectionRejected(ConfigurationError):
+    """The connection settings themselves are wrong: a malformed DSN or option, a database
+    or role the server does not know, failed authentication, no ``pg_hba.conf`` entry.
+    Repeating the call cannot succeed (``retryable`` is False, unlike
+    :class:`DatabaseUnavailable`); the CLI exits with 8."""
+
+
 class EmbeddingModelMismatch(ConfigurationError):
     """The database holds vectors of another embedding model (or dimension); vectors of two
     models cannot be compared. ``shardstore reembed --model NAME`` switches models."""

@@ -10,8 +10,9 @@ aligned plain text; ``--json`` prints one JSON document on stdout (``history --j
 one JSON object per line). Errors print ``error: <message>`` on stderr (with ``--json``: one
 JSON object, ``{"error": {"type", "message", "exit_code", "retryable"}}``) and set the exit
 status (:func:`exit_code`): 0 ok, 2 bad usage or bad input, 3 unhealthy (``maintain``),
-4 not found, 5 purged, 6 database unavailable (retryable), 7 conflict (retryable), 1 anything
-else, 130 interrupted.
+4 not found, 5 purged, 6 database unavailable (retryable), 7 conflict (retryable), 8 the
+connection settings were refused (a malformed DSN, an unknown database or role, failed
+authentication: not retryable), 1 anything else, 130 interrupted.
 
 Commands live in :mod:`shardstore.cli.commands`, one module per feature; each has a
 ``register(commands: Commands)`` function, and :data:`COMMAND_MODULES` lists them in the
@@ -35,6 +36,7 @@ from ..core.connector import resolve_dsn
 from ..errors import (
     ConfigurationError,
     Conflict,
+    ConnectionRejected,
     DatabaseUnavailable,
     InvalidInput,
     RunClosed,
@@ -55,6 +57,7 @@ __all__ = [
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_PURGED",
+    "EXIT_REJECTED",
     "EXIT_UNAVAILABLE",
     "EXIT_UNHEALTHY",
     "EXIT_USAGE",
@@ -81,6 +84,7 @@ EXIT_NOT_FOUND = 4  # no such session (run, checkpoint, ...)
 EXIT_PURGED = 5  # the session was purged
 EXIT_UNAVAILABLE = 6  # the database cannot be reached: retryable
 EXIT_CONFLICT = 7  # a lock or serialization conflict: retryable
+EXIT_REJECTED = 8  # the connection settings were refused: fix the DSN, do not retry
 EXIT_INTERRUPTED = 130
 
 
@@ -91,6 +95,8 @@ REFUSED = SessionConflict | RunConflict | RunClosed
 
 def exit_code(exc: BaseException) -> int:
     """The exit status for an error a command raised (see the module docstring)."""
+    if isinstance(exc, ConnectionRejected):
+        return EXIT_REJECTED
     if isinstance(exc, UsageError | InvalidInput | ConfigurationError | REFUSED):
         return EXIT_USAGE
     if isinstance(exc, SessionPurged):
@@ -197,7 +203,7 @@ class Runner:
             # conninfo (UTF-8) cannot take: a usage error, not a UnicodeEncodeError
             self.dsn.encode()
         except UnicodeEncodeError:
-            raise ConfigurationError("the DSN is not valid UTF-8") from None
+            raise ConnectionRejected("the DSN is not valid UTF-8") from None
         # The pool retries failed connections until connect_timeout and logs each failure;
         # the CLI reports the final error once instead.
         logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)

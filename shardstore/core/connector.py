@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
+from ..errors import ConfigurationError, ConnectionRejected, DatabaseError, DatabaseUnavailable
 from ..settings import Settings
 
 
@@ -90,7 +90,7 @@ def source_tenant(source: Any) -> str | None:
     try:
         options = conninfo_to_dict(conninfo).get("options")
     except psycopg.Error as exc:
-        raise ConfigurationError(f"invalid DSN: {exc}") from exc
+        raise ConnectionRejected(f"invalid DSN: {str(exc).strip()}") from exc
     return _tenant_in_options(str(options) if options else os.environ.get("PGOPTIONS"))
 
 
@@ -114,8 +114,24 @@ async def abehind_pooler(conn: psycopg.AsyncConnection[Any]) -> bool:
     return _pid_differs(conn, await cur.fetchone())
 
 
-def _unreachable(exc: Exception) -> DatabaseUnavailable:
-    return DatabaseUnavailable(f"cannot connect to the database: {str(exc).strip()}")
+# what libpq and the server say when the settings, not the network or the server's state,
+# stop a connection: a malformed option is refused before any connection is tried
+# ("connection is bad: invalid port number"); the rest are the server's FATAL messages
+# (libpq gives no SQLSTATE for a failed connection, so the text is all there is)
+_REJECTED = re.compile(
+    r"connection is bad:|FATAL:\s+(database \S+ does not exist|role \S+ does not exist"
+    r"|password authentication failed|no pg_hba\.conf entry|permission denied for database"
+    r"|Peer authentication failed|Ident authentication failed)"
+)
+
+
+def _unreachable(exc: Exception) -> DatabaseUnavailable | ConnectionRejected:
+    """The error for a failed connection attempt: :class:`ConnectionRejected` when the
+    settings are wrong (retrying cannot help), else :class:`DatabaseUnavailable`."""
+    reason = str(exc).strip()
+    if _REJECTED.search(reason):
+        return ConnectionRejected(f"the database refused the connection settings: {reason}")
+    return DatabaseUnavailable(f"cannot connect to the database: {reason}")
 
 
 def probe(dsn: str, timeout: float) -> None:
