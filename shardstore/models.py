@@ -95,8 +95,11 @@ class Chunk:
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """A session's owners and its write head. ``last_turn_at``: when its newest turn was
-    appended (None before the first turn): its last activity."""
+    """A session's owners and its write head. ``turn_count``: the write head, the number of
+    turns ever appended less those rewound (the next turn gets this turn_seq);
+    ``first_turn_seq``: the first turn the session still holds (0 unless ``purge_range``
+    removed the turns before it); ``stored_turns``: how many it holds. ``last_turn_at``:
+    when its newest turn was appended (None before the first turn): its last activity."""
 
     session_id: uuid.UUID
     tenant_id: str
@@ -108,6 +111,12 @@ class SessionInfo:
     chunk_count: int
     purged: bool
     last_turn_at: datetime | None = None
+    first_turn_seq: int = 0
+
+    @property
+    def stored_turns(self) -> int:
+        """Turns the session holds: ``turn_count - first_turn_seq`` (0 when purged)."""
+        return 0 if self.purged else max(0, self.turn_count - self.first_turn_seq)
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,7 +80,8 @@ def session_json(info: SessionInfo) -> dict[str, Any]:
     return _fields(
         info,
         *("session_id", "tenant_id", "subject_id", "agent_id", "metadata", "created_at"),
-        *("turn_count", "chunk_count", "purged", "last_turn_at"),
+        *("turn_count", "first_turn_seq", "stored_turns", "chunk_count", "purged"),
+        "last_turn_at",
     )
 
 

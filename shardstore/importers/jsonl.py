@@ -493,6 +493,8 @@ def _session_op(
             yield from append_exact_op(ctx, sid, start, batch, places)
             written += batch.bytes
             bar.done(len(batch))
+            if first:  # exported after a range purge: the history starts at its first turn
+                yield Q(query("import_session_first_turn"), (first, sid), fetch="none")
             yield Tx.COMMIT
             tally.add_session(count, written, existed=False)
             return

@@ -75,6 +75,8 @@ def _build() -> MetaData:
         Column("fork_parent", Uuid),
         Column("fork_at", BigInteger),
         Column("fork_chunk", BigInteger),
+        # the first turn the session still holds (0 unless a range purge cut its start)
+        Column("first_turn_seq", BigInteger, nullable=False),
         comment="one row per session; purged sessions keep a tombstone (purged_at set)",
     )
     Table(

@@ -43,7 +43,8 @@ def cmd_session(run: Runner) -> int:
                 ("agent", printable(info.agent_id or "-")),
                 ("created", when(info.created_at) + " UTC"),
                 ("last turn", when(info.last_turn_at) + " UTC" if info.last_turn_at else "-"),
-                ("turns", num(info.turn_count)),
+                ("turns", _stored(info)),
+                ("next turn", num(info.turn_count)),
                 ("chunks", num(info.chunk_count)),
                 ("purged", "yes" if info.purged else "no"),
                 ("metadata", dumps(info.metadata, indent=None)),
@@ -82,6 +83,14 @@ _SESSIONS_HEADERS = (
 )
 
 
+def _stored(info: SessionInfo) -> str:
+    """The turns a session holds, and from which turn when a range purge cut its start."""
+    held = num(info.stored_turns)
+    if info.first_turn_seq and info.stored_turns:
+        return f"{held} (turns {num(info.first_turn_seq)} to {num(info.turn_count - 1)})"
+    return held
+
+
 def _sessions_table(found: Sequence[SessionInfo]) -> str:
     rows = [
         [
@@ -89,7 +98,7 @@ def _sessions_table(found: Sequence[SessionInfo]) -> str:
             printable(s.tenant_id),
             printable(s.subject_id or "-"),
             printable(s.agent_id or "-"),
-            num(s.turn_count),
+            num(s.stored_turns),
             num(s.chunk_count),
             when(s.created_at),
             when(s.last_turn_at) if s.last_turn_at is not None else "-",

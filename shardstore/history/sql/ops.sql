@@ -35,7 +35,7 @@ SELECT tenant_id, subject_id, agent_id, purged_at IS NOT NULL AS purged
 -- name: session_get
 SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, created_at,
        next_turn_seq AS turn_count, open_chunk_seq + (open_turns > 0)::int AS chunk_count,
-       purged_at IS NOT NULL AS purged, open_chunk_seq, open_chunk_start, open_turns,
+       purged_at IS NOT NULL AS purged, first_turn_seq, open_chunk_seq, open_chunk_start, open_turns,
        open_tokens, open_bytes, last_turn_at, fork_parent
   FROM shardstore.sessions WHERE session_id = %s;
 
@@ -45,7 +45,7 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
 -- partial indexes sessions_list* in order
 SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, created_at,
        next_turn_seq AS turn_count, open_chunk_seq + (open_turns > 0)::int AS chunk_count,
-       purged_at IS NOT NULL AS purged, last_turn_at
+       purged_at IS NOT NULL AS purged, first_turn_seq, last_turn_at
   FROM shardstore.sessions
  WHERE purged_at IS NULL
    AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)

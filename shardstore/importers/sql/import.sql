@@ -1,5 +1,9 @@
 -- Statements of the importers and the exporter (shardstore/importers/).
 
+-- name: import_session_first_turn
+-- an imported session whose export began after a range purge starts where it began
+UPDATE shardstore.sessions SET first_turn_seq = %s WHERE session_id = %s;
+
 -- name: import_session_insert
 -- a session exactly as exported (its created_at included); no row when the id exists
 INSERT INTO shardstore.sessions (session_id, tenant_id, subject_id, agent_id, metadata, created_at)

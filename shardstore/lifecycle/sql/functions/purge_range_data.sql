@@ -5,7 +5,8 @@
 -- live; its open chunk's counters are recomputed. A purged session returns "purged": true
 -- and is left alone; an unknown one raises SS404 when p_strict, else returns "missing": true.
 -- Locks the session row FOR UPDATE. A dry run does it all and rolls it back (SS299, caught)
--- to return the report. Returns {"tables": {...}, "cut": first turn kept}.
+-- to return the report. Returns {"tables": {...}, "cut": first turn kept}; the session's
+-- first_turn_seq becomes the cut.
 CREATE OR REPLACE FUNCTION shardstore.purge_range_data(p_session_id uuid, p_before_seq bigint, p_before timestamp with time zone, p_dry_run boolean, p_skip_parts text[], p_strict boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -35,9 +36,14 @@ BEGIN
         IF s.purged_at IS NOT NULL THEN
             RETURN jsonb_build_object('tables', '{}'::jsonb, 'purged', true);
         END IF;
-        v_cut := least(coalesce(p_before_seq, shardstore.purge_cut(p_session_id, p_before)),
-                       s.next_turn_seq);
+        -- the first turn kept: never before what an earlier range purge kept
+        v_cut := greatest(least(coalesce(p_before_seq,
+                                         shardstore.purge_cut(p_session_id, p_before)),
+                                s.next_turn_seq),
+                          s.first_turn_seq);
         v_acc := shardstore.purge_rows(p_session_id, v_cut, p_skip_parts);
+        UPDATE shardstore.sessions x SET first_turn_seq = v_cut
+         WHERE x.session_id = p_session_id AND x.first_turn_seq < v_cut;
         v_first := s.next_turn_seq - s.open_turns;  -- first turn of the open chunk
         IF s.open_turns > 0 AND v_cut > v_first THEN
             SELECT count(*), coalesce(sum(b.tokens), 0), coalesce(sum(b.bytes), 0)

@@ -54,10 +54,11 @@ BEGIN
       FROM shardstore.fork_chunk_of_v1(p_source, v_at) o;
     INSERT INTO shardstore.sessions AS x
            (session_id, tenant_id, subject_id, agent_id, metadata, next_turn_seq, open_chunk_seq,
-            last_turn_at, fork_parent, fork_at, fork_chunk)
+            last_turn_at, fork_parent, fork_at, fork_chunk, first_turn_seq)
     VALUES (p_new, s.tenant_id, s.subject_id, s.agent_id, p_metadata, v_at + 1,
             coalesce(v_chunk + 1, 0), s.last_turn_at, v_owner,
-            CASE WHEN v_owner IS NOT NULL THEN v_at END, v_chunk + 1)
+            CASE WHEN v_owner IS NOT NULL THEN v_at END, v_chunk + 1,
+            least(s.first_turn_seq, v_at + 1))
     ON CONFLICT (session_id) DO NOTHING;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     r_status := CASE WHEN v_n = 1 THEN 'ok' ELSE 'exists' END;

@@ -223,7 +223,8 @@ BEGIN
     END IF;
     UPDATE shardstore.sessions x
        SET next_turn_seq = p_to, open_chunk_seq = v_open, open_chunk_start = v_open_start,
-           open_turns = v_turns, open_tokens = v_tokens, open_bytes = v_bytes
+           open_turns = v_turns, open_tokens = v_tokens, open_bytes = v_bytes,
+           first_turn_seq = least(x.first_turn_seq, p_to)
      WHERE x.session_id = p_session_id;
     r_status := 'ok';
     r_removed := s.next_turn_seq - p_to;
