@@ -90,7 +90,9 @@ def _check(store: shardstore.Store, scenario: dict[str, Any]) -> None:
         report = store.purge_range(sid, before_turn_seq=cut)
         effective = min(cut, total)
         floor = max(floor, effective)
-        assert report.cut_turn_seq == effective
+        # where the history starts now: never before an earlier cut
+        assert report.cut_turn_seq == floor
+        assert store.session(sid).first_turn_seq == floor
         _model_cut(model, floor)
 
     history = list(store.history(sid))

@@ -115,11 +115,12 @@ async def abehind_pooler(conn: psycopg.AsyncConnection[Any]) -> bool:
 
 
 # what libpq and the server say when the settings, not the network or the server's state,
-# stop a connection: a malformed option is refused before any connection is tried
-# ("connection is bad: invalid port number"); the rest are the server's FATAL messages
-# (libpq gives no SQLSTATE for a failed connection, so the text is all there is)
+# stop a connection: a malformed option value is refused before any connection is tried
+# ("connection is bad: invalid port number"; a missing socket is "connection is bad" too,
+# and stays retryable); the rest are the server's FATAL messages (libpq gives no SQLSTATE
+# for a failed connection, so the text is all there is)
 _REJECTED = re.compile(
-    r"connection is bad:|FATAL:\s+(database \S+ does not exist|role \S+ does not exist"
+    r"connection is bad: invalid |FATAL:\s+(database \S+ does not exist|role \S+ does not exist"
     r"|password authentication failed|no pg_hba\.conf entry|permission denied for database"
     r"|Peer authentication failed|Ident authentication failed)"
 )
