@@ -35,6 +35,7 @@ from shardstore.cli.app import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_PURGED,
+    EXIT_REJECTED,
     EXIT_UNAVAILABLE,
     EXIT_UNHEALTHY,
     EXIT_USAGE,
@@ -54,6 +55,7 @@ DOCUMENTED = {
     EXIT_PURGED,
     EXIT_UNAVAILABLE,
     EXIT_CONFLICT,
+    EXIT_REJECTED,  # a --dsn the server or libpq refuses
 }
 
 # commands that must not run in a test, with why (everything else is walked)
@@ -515,7 +517,12 @@ FOUND: dict[str, tuple[Any, ...]] = {
         ("argv", "surrogate-escaped bytes"),
     ),
     # libpq's conninfo raised UnicodeEncodeError for a DSN that argv decoded with surrogates
-    "--dsn not UTF-8": ("stats", "global dsn", ("argv", "surrogate-escaped bytes")),
+    "--dsn not UTF-8": (
+        "stats",
+        "global dsn",
+        ("argv", "surrogate-escaped bytes"),
+        EXIT_REJECTED,
+    ),
 }
 
 

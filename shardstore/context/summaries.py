@@ -90,9 +90,12 @@ def summary_text(value: Any) -> str:
     return validate.text(value.strip(), "the summary", limit=MAX_SUMMARY_CHARS)
 
 
-def queue_count_op(session_id: uuid.UUID | None) -> Op[int]:
-    """Sealed chunks waiting for a summary (of one session, when given)."""
-    (count,) = yield Q(query("summary_queue_count"), (session_id, session_id), fetch="one")
+def queue_count_op(session_id: uuid.UUID | None, tenant: str | None = None) -> Op[int]:
+    """Sealed chunks waiting for a summary (of one session, or one tenant's sessions, when
+    given)."""
+    (count,) = yield Q(
+        query("summary_queue_count"), {"session": session_id, "tenant": tenant}, fetch="one"
+    )
     return int(count)
 
 
@@ -101,6 +104,7 @@ def summarize_one_op(
     summarizer: Any,
     model: str,
     session_id: uuid.UUID | None,
+    tenant: str | None,
     tried: list[tuple[uuid.UUID, int]],
 ) -> Op[str | None]:
     """Summarise one claimed chunk in one transaction: 'stored', 'changed' (left queued),
@@ -112,6 +116,7 @@ def summarize_one_op(
         query("summary_claim"),
         {
             "session": session_id,
+            "tenant": tenant,
             "tried_sessions": [s for s, _ in tried],
             "tried_chunks": [c for _, c in tried],
         },
@@ -168,6 +173,7 @@ def summarize(
     summarizer: Summarizer,
     *,
     session_id: uuid.UUID | str | None = None,
+    tenant_id: str | None = None,
     limit: int | None = None,
     progress: bool = False,
 ) -> Op[int]:
@@ -182,17 +188,24 @@ def summarize(
     the chunk queued; a chunk that changed meanwhile (a fold, a range purge, a rewind) is
     not stored stale but stays queued; only sealed chunks with every turn folded are
     taken (the open chunk waits until it is sealed). With nothing queued it returns 0
-    without calling the summarizer. ``session_id``: only that session's chunks;
-    ``limit``: at most that many summaries; ``progress``: a bar on stderr. A summarizer
-    that returns an empty or non-string answer raises ``InvalidInput``; its own
-    exceptions propagate unchanged."""
+    without calling the summarizer.
+
+    Scope: ``session_id``, only that session's chunks; else ``tenant_id``, only that
+    tenant's sessions; else the tenant the store is bound to (``rls.connect_tenant``, a
+    tenant DSN); else, for an operator's store, every session in the database (the worker
+    pass ``shardstore summarize`` runs). ``limit``: at most that many summaries;
+    ``progress``: a bar on stderr. A summarizer that returns an empty or non-string answer
+    raises ``InvalidInput``; its own exceptions propagate unchanged."""
     if not callable(summarizer):
         raise InvalidInput("summarizer must be a callable taking a list of turns")
     sid = validate.optional_session_id(session_id)
+    tenant = validate.optional_text(tenant_id, "tenant_id")
+    if sid is None and tenant is None:
+        tenant = store.connector.tenant
     most = validate.optional_count(limit, "limit", high=validate.MAX_INT64)
     show = validate.flag(progress, "progress")
     model = summarizer_name(summarizer)
-    queued = yield from queue_count_op(sid)
+    queued = yield from queue_count_op(sid, tenant)
     todo = queued if most is None else min(queued, most)
     if todo == 0:
         return 0
@@ -201,7 +214,7 @@ def summarize(
     tried: list[tuple[uuid.UUID, int]] = []
     try:
         while most is None or done < most:
-            status = yield from summarize_one_op(store, summarizer, model, sid, tried)
+            status = yield from summarize_one_op(store, summarizer, model, sid, tenant, tried)
             if status is None:
                 break
             if status == "stored":

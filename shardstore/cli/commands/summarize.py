@@ -60,14 +60,19 @@ class CommandSummarizer:
 
 
 def cmd_summarize(run: Runner) -> int:
-    """Summarise queued sealed chunks (of ``--session``, at most ``--limit``) with
-    ``--command`` and print how many; 0 on success."""
+    """Summarise queued sealed chunks (of ``--session``, or ``--tenant``'s sessions, else
+    every session; at most ``--limit``) with ``--command`` and print how many; 0 on
+    success."""
     args = run.args
     summarizer = CommandSummarizer(args.command, args.timeout)
     progress = not run.json and run.err.isatty()
     with run.connect() as store:
         done = store.summarize(
-            summarizer, session_id=args.session, limit=args.limit, progress=progress
+            summarizer,
+            session_id=args.session,
+            tenant_id=args.tenant,
+            limit=args.limit,
+            progress=progress,
         )
     if run.json:
         run.emit({"summarized": done})
@@ -94,7 +99,11 @@ def register(commands: Commands) -> None:
         metavar="CMD",
         help="shell command: reads the chunk's turns as JSON on stdin, prints the summary",
     )
-    p.add_argument("--session", metavar="SESSION_ID", default=None, help="only this session")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--session", metavar="SESSION_ID", default=None, help="only this session")
+    scope.add_argument(
+        "--tenant", metavar="TENANT", default=None, help="only this tenant's sessions"
+    )
     p.add_argument(
         "--limit", type=positive_int, default=None, metavar="N", help="stop after N summaries"
     )

@@ -1,4 +1,5 @@
--- A summary worker's claim: the oldest queued chunk (p_session's, or any session's) that is
+-- A summary worker's claim: the oldest queued chunk (p_session's, else p_tenant's sessions',
+-- else any session's) that is
 -- sealed and wholly folded, of a live session, that no other worker holds and this pass has
 -- not tried (p_tried_sessions / p_tried_chunks), with the chunk's row (NULL columns: the chunk
 -- is gone); no row when there is none. Candidates are read unlocked, oldest first, 64 at a
@@ -7,7 +8,7 @@
 -- refuses FOR UPDATE ... SKIP LOCKED over every session's shards, and failed to plan a
 -- correlated unnest() of the chunks already tried ("failed to postpone qual containing
 -- lateral reference").
-CREATE OR REPLACE FUNCTION shardstore.summary_claim_v1(p_session uuid, p_tried_sessions uuid[], p_tried_chunks bigint[])
+CREATE OR REPLACE FUNCTION shardstore.summary_claim_v2(p_session uuid, p_tenant text, p_tried_sessions uuid[], p_tried_chunks bigint[])
  RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_chunk_start timestamp with time zone, r_first_turn_seq bigint, r_turn_count integer, r_chunk_end timestamp with time zone, r_chunk_text text)
  LANGUAGE plpgsql
 AS $function$
@@ -22,6 +23,7 @@ BEGIN
                    FROM shardstore.summary_queue x
                    JOIN shardstore.sessions s ON s.session_id = x.session_id
                   WHERE (p_session IS NULL OR x.session_id = p_session)
+                    AND (p_tenant IS NULL OR s.tenant_id = p_tenant)
                     AND s.purged_at IS NULL AND x.chunk_seq < s.open_chunk_seq
                     AND NOT EXISTS (SELECT 1 FROM shardstore.turn_buffer b
                                      WHERE b.session_id = x.session_id AND b.chunk_seq = x.chunk_seq)
