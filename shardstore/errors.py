@@ -6,6 +6,8 @@ so callers never need to catch psycopg exceptions.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ShardstoreError(Exception):
     """Base of every error raised by shardstore.
@@ -119,7 +121,11 @@ class ArtifactCorrupt(ShardstoreError):
 class ImportRejected(InvalidInput):
     """An importer refused source data (a row, a LangGraph thread, a JSONL line) as it is;
     the message names where it is and why. Nothing of the session it belongs to was
-    written: each session is imported in one transaction."""
+    written: each session is imported in one transaction. When it stopped a run, the
+    message also says what the run imported before it, and ``report`` (an
+    :class:`~shardstore.ImportReport`) holds those counts; otherwise ``report`` is None."""
+
+    report: Any = None
 
 
 class SessionExists(SessionConflict):

@@ -214,7 +214,7 @@ def import_langgraph(
                     yield Try(_thread_op(store, source, thread, tenant, size, tally, bar))
                 except ImportRejected as exc:
                     if on_error == "raise":
-                        raise
+                        raise tally.stopped(exc) from exc
                     where = f"thread {thread!r}"
                     tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
     finally:

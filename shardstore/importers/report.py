@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.rows import json_fields
+from ..errors import ImportRejected
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,22 @@ class Tally:
             self.sessions += 1
         else:
             self.unchanged += 1
+
+    def stopped(self, exc: ImportRejected) -> ImportRejected:
+        """``exc`` as the run's error when it stops the run: its message says what was
+        imported and committed before it (kept; a re-run resumes after it), and
+        ``report`` holds that partial report."""
+        done = self.report()
+        kept = (
+            f"{done.sessions} session{'s' if done.sessions != 1 else ''} "
+            f"({done.turns} turn{'s' if done.turns != 1 else ''}) imported before it stay"
+            " committed; a re-run skips what is complete and resumes the rest"
+            if done.sessions
+            else "nothing was imported before it"
+        )
+        error = ImportRejected(f"{exc}; {kept}")
+        error.report = done
+        return error
 
     def report(self) -> ImportReport:
         """The frozen report of what was counted so far."""

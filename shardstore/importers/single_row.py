@@ -420,7 +420,7 @@ def import_single_row(
                     yield Try(_row_op(store, source, head, spec, size, tally, bar))
                 except ImportRejected as exc:
                     if on_error == "raise":
-                        raise
+                        raise tally.stopped(exc) from exc
                     tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
     finally:
         source.close()
