@@ -1,4 +1,4 @@
-"""The crash-test agent of tests/test_checkpoints.py and scripts/soak_checkpoints.py.
+"""The crash-test agent of tests/state/test_checkpoints.py and scripts/soak_checkpoints.py.
 
 ``python -m tests.checkpoint_writer DSN SESSION ACK_FILE SLEEP`` starts a zygote: it imports
 shardstore once, then for every ``go`` line on stdin forks an agent, prints its pid, waits

@@ -25,8 +25,7 @@ from psycopg.conninfo import make_conninfo
 import shardstore
 from shardstore.core.executor import run_sync
 from shardstore.schema.migrate import migrate_op
-
-from .pooler import pgbouncer, pooled_dsn  # noqa: F401  (the pooler tests' fixtures)
+from tests.pgbouncer import pgbouncer, pooled_dsn  # noqa: F401  (the pooler tests' fixtures)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -188,6 +187,18 @@ def dsn(new_database: Callable[[], str]) -> str:
 
 
 @pytest.fixture
+def empty_dsn(server_dsn: str) -> Iterator[str]:
+    """A database without shardstore's schema (the other fixtures clone a migrated one), for
+    the tests that migrate, upgrade or install it themselves; dropped after the test."""
+    name = f"shardstore_empty_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield make_conninfo(server_dsn, dbname=name)
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
 def make_store(dsn: str) -> Iterator[Callable[..., shardstore.Store]]:
     """Factory: ``make_store(**settings)`` opens a store on this test's database."""
     stores: list[shardstore.Store] = []
@@ -210,7 +221,7 @@ def store(make_store: Callable[..., shardstore.Store]) -> shardstore.Store:
 @pytest.fixture
 def tenant_role(dsn: str) -> Iterator[str]:
     """A NOLOGIN role with the tenant grants and RLS on in this test's database."""
-    from .tenancy import drop_tenant_role, make_tenant_role
+    from tests.tenancy import drop_tenant_role, make_tenant_role
 
     role = make_tenant_role(dsn)
     try:

@@ -1,5 +1,5 @@
-"""A writer for tests/test_fork_crash.py, run in its own process and SIGKILLed at random:
-it appends to a root session, forks it, rewinds the root below the forks' points (copy-on-
+"""A writer for tests/crash/test_fork_writer_killed.py, run in its own process and SIGKILLed at
+random: it appends to a root session, forks it, rewinds the root below the forks' points (copy-on-
 write into them) and appends to the forks, logging each acknowledged fork with a digest of
 the history it must keep (fsync'd before the next call).
 

@@ -8,7 +8,7 @@ count does not depend on how the client's writes or the server's answers are cut
 chunks on a loaded machine (a pipeline written in two parts is still one round trip).
 ``delay`` holds every chunk that long in each direction, as a database one network hop
 away would (the latency benchmark, benchmarks/bench_latency.py).
-Used by tests/test_round_trips.py; loopback only, and every thread ends with the proxy.
+Used by tests/pooler/test_round_trips.py; loopback only, and every thread ends with the proxy.
 """
 
 from __future__ import annotations
