@@ -16,8 +16,7 @@ import shardstore
 from shardstore.cli.app import main
 from shardstore.models import Turn
 from shardstore.schema import rls
-
-from .tenancy import as_tenant
+from tests.tenancy import as_tenant
 
 SMALL = {"chunk_tokens": 300, "default_tail_turns": 1}
 
