@@ -39,7 +39,7 @@ import psycopg
 
 import shardstore
 from benchmarks.lib.corpus import CORPUS_CHOICES, CORPUS_LABELS, Corpus, corpus_sources
-from benchmarks.lib.report import progress, quick, write_results
+from benchmarks.lib.report import command, progress, quick, write_results
 from benchmarks.lib.server import create_database, drop_database, open_server
 from shardstore import sql
 
@@ -189,11 +189,12 @@ def label(r: dict[str, Any]) -> str:
     )
 
 
-def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def report(results: list[dict[str, Any]], args: argparse.Namespace, run: str) -> str:
     lines = [
         "# Disk per payload byte",
         "",
-        f"`the disk suite` (batch {args.batch}); embedded Postgres, each shape in a "
+        f"`{run}` at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"(batch {args.batch}); embedded Postgres, each shape in a "
         "fresh database; `pg_total_relation_size` of every shardstore table after `VACUUM`, "
         "minus the empty schema, per payload byte; the floor is a plain "
         "`(session_id, seq, message jsonb)` table + PK filled with COPY from the same messages.",
@@ -287,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             results.append(r)
             drop_database(server.admin_dsn, db)
-    text = report(results, args)
+    text = report(results, args, command("disk", argv))
     print(text)
     if args.out:
         write_results(args.out, text, results)
