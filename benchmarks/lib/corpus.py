@@ -1,7 +1,7 @@
-"""The synthetic corpus every suite appends.
+"""The corpora the suites append.
 
-Two generators, both deterministic by seed and all messages distinct (no repeated filler,
-so TOAST compression behaves roughly as on real text):
+Three generators, all deterministic by seed. The two synthetic ones have all messages
+distinct (no repeated filler, so TOAST compression behaves roughly as on real text):
 
 * ``words``: :func:`make_messages`, a cycle of user / assistant / tool-call / tool-result
   messages of English words at Zipf-like frequencies plus agent vocabulary, each about
@@ -11,9 +11,14 @@ so TOAST compression behaves roughly as on real text):
   calls of varied sizes; :class:`Corpus` pools them (plus one ~12k-token pasted document)
   for the comparison, append, tail, seal, disk and text suites.
 
-A real-text corpus plugs in as another entry of :data:`SOURCES` (a function of
-``(count, seed)`` to OpenAI-style message dicts); ``Corpus(source=...)`` and
-:func:`messages` take its name.
+* ``real``: :func:`benchmarks.lib.realtext.messages`, agent conversations cut from text
+  the installed packages ship (documentation, source, JSON, license texts, log lines, id
+  tables, base64 blobs), a few words to ~30 kB a message; the same messages for a seed on
+  the same install.
+
+Each is an entry of :data:`SOURCES` (a function of ``(count, seed)`` to OpenAI-style
+message dicts); ``Corpus(source=...)`` and :func:`messages` take its name.
+:data:`CORPUS_CHOICES` and :func:`corpus_sources` are the suites' ``--corpus`` option.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from benchmarks.lib import realtext
 from shardstore.core import jsoncodec
 from shardstore.demo import synthetic
 
@@ -140,6 +146,25 @@ Source = Callable[[int, int], list[dict[str, Any]]]
 SOURCES: dict[str, Source] = {
     "words": lambda count, seed: make_messages(count, seed=seed),
     "synthetic": lambda count, seed: synthetic.messages(seed, count),
+    "real": lambda count, seed: realtext.messages(count, seed=seed),
+}
+
+#: the ``--corpus`` choices of the suites that report on both corpora
+CORPUS_CHOICES = ("synthetic", "real", "both")
+
+
+def corpus_sources(choice: str, own: str = "synthetic") -> list[str]:
+    """The :data:`SOURCES` a ``--corpus`` choice runs, in report order: ``synthetic`` is
+    the suite's own synthetic generator ``own`` (``synthetic``, or ``words`` for the
+    suites built on it), ``real`` the real-text one, ``both`` the two."""
+    return {"synthetic": [own], "real": ["real"], "both": [own, "real"]}[choice]
+
+
+#: a corpus's name in a report
+CORPUS_LABELS = {
+    "words": "synthetic (words)",
+    "synthetic": "synthetic",
+    "real": "real text",
 }
 
 
@@ -153,7 +178,8 @@ def messages(source: str, count: int, seed: int) -> list[dict[str, Any]]:
 
 
 class Corpus:
-    """A pool of deterministic synthetic agent messages, cycled to any history length."""
+    """A pool of deterministic agent messages of one :data:`SOURCES` generator, cycled to
+    any history length."""
 
     def __init__(self, size: int, seed: int = 2024, source: str = "synthetic") -> None:
         self.msgs = messages(source, size, seed)

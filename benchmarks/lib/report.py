@@ -46,8 +46,14 @@ def quick(args: argparse.Namespace, parser: argparse.ArgumentParser, **values: A
 
 
 def command(suite: str, argv: Sequence[str] | None) -> str:
-    """The command line of a run, for a results file's header."""
+    """The command line of a run, for a results file's header: an ``--out`` the runner
+    added (the default results path, which holds this machine's checkout path) left out."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--out" in args:
+        i = args.index("--out")
+        added = str(default_out(suite, "--quick" in args))
+        if args[i + 1 : i + 2] == [added]:
+            del args[i : i + 2]
     return " ".join(["python -m benchmarks", suite, *args])
 
 

