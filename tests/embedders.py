@@ -1,7 +1,7 @@
 """A small deterministic embedder for tests that need no model: bag of hashed words.
 
 Texts that share words get similar vectors, so search behaviour (ranking, scoping,
-windows) can be tested fast; the real model is tested in test_search_minilm.py."""
+windows) can be tested fast; the real model is tested in tests/search/test_minilm.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Embedding worker and search, with a small deterministic embedder (tests/embedders.py).
-The real model is exercised in test_search_minilm.py."""
+The real model is exercised in tests/search/test_minilm.py."""
 
 from __future__ import annotations
 
