@@ -1,0 +1,159 @@
+"""The command-line frictions a new user met (issue 37, section 2), each held by a test: one
+time parser for every time option, argument errors as JSON under ``--json``, hints in the
+CLI's own terms, clear errors instead of tracebacks, and output that says why it is empty
+or short. Run in-process (``main([...])``) against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from shardstore.cli import main
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def error(self) -> dict[str, Any]:
+        """The one JSON error object on stderr (``--json``)."""
+        lines = self.err.strip().splitlines()
+        assert len(lines) == 1, self.err
+        doc = json.loads(lines[0])
+        assert set(doc) == {"error"}, doc
+        assert set(doc["error"]) == {"type", "message", "exit_code", "retryable"}, doc
+        error: dict[str, Any] = doc["error"]
+        return error
+
+
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(dsn: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``cli("tail", sid, stdin=...)`` runs ``main(["--dsn", dsn, ...])`` and captures it."""
+
+    def run(*argv: str, stdin: str | None = None) -> Result:
+        capsys.readouterr()
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        rc = main(["--dsn", dsn, *argv])
+        captured = capsys.readouterr()
+        return Result(rc, captured.out, captured.err)
+
+    return run
+
+
+def _session(cli: Cli, tenant: str = "acme") -> str:
+    made = cli("create-session", "--tenant", tenant)
+    assert made.rc == 0, made.err
+    return made.out.strip()
+
+
+def _append(cli: Cli, sid: str, *messages: dict[str, Any]) -> None:
+    done = cli("append", sid, json.dumps(list(messages)))
+    assert done.rc == 0, done.err
+
+
+def _count(dsn: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f"SELECT count(*) FROM shardstore.{table}").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# ---------------------------------------------------------------- 8. one time parser
+
+
+# every time option of the command line, as (argv before TIME, argv after it)
+TIME_OPTIONS: list[tuple[list[str], list[str]]] = [
+    (["search", "anything", "--tenant", "acme", "--mode", "text", "--since"], []),
+    (["search", "anything", "--tenant", "acme", "--mode", "text", "--until"], []),
+    (["sessions", "--since"], []),
+    (["facts", "--tenant", "acme", "--subject", "user:1", "--as-of"], []),
+    (["purge", "before"], ["--dry-run"]),
+]
+
+
+@pytest.mark.parametrize("text", ["2030-01-01", "7 days", "2026-01-31T12:00:00+01:00", "90s"])
+def test_every_time_option_takes_the_same_forms(cli: Cli, text: str) -> None:
+    sid = _session(cli)
+    _append(cli, sid, {"role": "user", "content": "hello"})
+    options = [*TIME_OPTIONS, (["purge", "range", sid, "--dry-run", "--before"], [])]
+    for before, after in options:
+        result = cli(*before, text, *after)
+        assert result.rc == 0, (before, text, result.err)
+
+
+def test_every_time_option_refuses_the_same_way(cli: Cli) -> None:
+    for before, after in [*TIME_OPTIONS, (["purge", "range", str(uuid.uuid4()), "--before"], [])]:
+        result = cli(*before, "last tuesday", *after, "--json")
+        assert result.rc == 2, (before, result.err)
+        error = result.error()
+        assert error["type"] == "UsageError" and error["exit_code"] == 2
+        assert "cannot read time 'last tuesday'" in error["message"], error
+        assert "'90 days'" in error["message"]  # says what it takes
+
+
+def test_search_since_and_until_filter_by_the_parsed_time(cli: Cli) -> None:
+    sid = _session(cli)
+    _append(cli, sid, {"role": "user", "content": "the staging port is 8443"})
+    common = ["search", "staging port", "--tenant", "acme", "--mode", "text", "--json"]
+    assert len(cli(*common, "--since", "1 hour").json()) == 1
+    assert cli(*common, "--since", "2999-01-01").json() == []
+    assert cli(*common, "--until", "1 hour").json() == []
+    assert len(cli(*common, "--until", "2999-01-01").json()) == 1
+
+
+# ---------------------------------------------------------------- 10. --json argument errors
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--json", "no-such-command"],
+        ["tail", "--json"],  # a required positional missing
+        ["tail", str(uuid.uuid4()), "-n", "0", "--json"],  # a bad value
+        ["--json", "search", "q", "--mode", "telepathy"],  # not a choice
+        ["purge", "range", str(uuid.uuid4()), "--json"],  # a required group missing
+        ["sessions", "--no-such-option", "--json"],
+    ],
+)
+def test_json_covers_argument_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    result = Result(2, captured.out, captured.err)
+    assert result.out == ""
+    error = result.error()
+    assert error["type"] == "UsageError" and error["exit_code"] == 2
+    assert error["retryable"] is False and error["message"].startswith("shardstore")
+    assert "usage:" not in result.err
+
+
+def test_argument_errors_without_json_keep_argparse_usage_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    capsys.readouterr()
+    assert main(["tail"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: shardstore tail")
+    assert "shardstore tail: error: the following arguments are required" in err
+    # after "--" the word is an argument, not the option: no JSON
+    assert main(["tail", "--", "--json", "extra"]) == 2
+    assert "usage:" in capsys.readouterr().err
