@@ -157,3 +157,96 @@ def test_argument_errors_without_json_keep_argparse_usage_text(
     # after "--" the word is an argument, not the option: no JSON
     assert main(["tail", "--", "--json", "extra"]) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 9. hints in the CLI's terms
+
+# Python spellings no CLI error may show (the library's own wording, for API users)
+PYTHON_HINTS = ("on_existing=", "artifacts=", "configure_text_search(", "embedding_model=")
+
+
+def _cli_error(result: Result) -> str:
+    assert result.rc != 0 and result.out == "", result
+    message = result.error()["message"]
+    assert isinstance(message, str)
+    assert not any(hint in message for hint in PYTHON_HINTS), message
+    return message
+
+
+def test_text_search_off_names_the_text_search_command(cli: Cli) -> None:
+    assert cli("text-search", "--off").rc == 0
+    result = cli("search", "anything", "--tenant", "acme", "--mode", "text", "--json")
+    message = _cli_error(result)
+    assert result.rc == 2 and "'shardstore text-search --language english'" in message
+
+
+def test_another_embedding_model_names_the_model_flag(cli: Cli, dsn: str) -> None:
+    # the database records a model (as its first embedding would), then a search asks for
+    # another one: refused at connect, before any model is loaded
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT shardstore.vec_configure_v2('all-MiniLM-L6-v2', 384, 256, false)")
+    result = cli("search", "q", "--tenant", "acme", "--model", "other/model", "--json")
+    message = _cli_error(result)
+    assert result.rc == 2 and result.error()["type"] == "EmbeddingModelMismatch"
+    assert "Leave --model out" in message
+    assert "shardstore reembed --model other/model" in message
+
+
+def test_import_of_an_existing_session_names_the_on_existing_flag(
+    cli: Cli, tmp_path: Any
+) -> None:
+    sid = _session(cli)
+    _append(cli, sid, {"role": "user", "content": "hi"})
+    path = tmp_path / "export.jsonl"
+    assert cli("export", sid, "-o", str(path), "--quiet").rc == 0
+    message = _cli_error(cli("import", "jsonl", str(path), "--quiet", "--json"))
+    assert "--on-existing skip leaves it as it is" in message
+    assert cli("import", "jsonl", str(path), "--quiet", "--on-existing", "skip").rc == 0
+
+
+def test_artifact_backend_errors_name_the_store_flag(cli: Cli, tmp_path: Any) -> None:
+    bogus = cli("artifacts", "--store", "ftp://x", "ls", "--tenant", "acme", "--json")
+    assert bogus.rc == 2 and _cli_error(bogus).startswith("--store 'ftp://x': use 'postgres'")
+    relative = cli("artifacts", "--store", "file://relative/dir", "ls", "--tenant", "a", "--json")
+    assert relative.rc == 2 and _cli_error(relative).startswith("--store 'file://relative/dir'")
+    # an artifact kept in a directory, read through the database backend
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"payload")
+    store = f"file://{tmp_path / 'objects'}"
+    put = cli("artifacts", "--store", store, "put", str(data), "--tenant", "acme", "--json")
+    assert put.rc == 0, put.err
+    artifact = put.json()["artifact_id"]
+    wrong = cli("artifacts", "get", artifact, "--tenant", "acme", "--json")
+    assert wrong.rc == 2 and "give --store pointing at it" in _cli_error(wrong)
+
+
+def test_sessions_before_an_unknown_session_names_the_flag(cli: Cli) -> None:
+    unknown = str(uuid.uuid4())
+    result = cli("sessions", "--before", unknown, "--json")
+    assert result.rc == 4
+    assert _cli_error(result) == f"session {unknown} (given as --before) does not exist"
+
+
+def test_rewind_refusals_name_the_to_flag(cli: Cli) -> None:
+    sid = _session(cli)
+    _append(cli, sid, {"role": "user", "content": "one"})
+    result = cli("rewind", sid, "--to", "5", "--json")
+    assert result.rc == 2
+    assert _cli_error(result).startswith(f"--to 5 is past the end: session {sid} has 1 turn ")
+    done = cli("rewind", sid, "--to", "1")
+    assert done.rc == 0 and done.out.strip() == "nothing to remove: the session has 1 turn"
+
+
+def test_the_library_keeps_its_python_wording(make_store: Callable[..., Any]) -> None:
+    """The same errors raised through the Python API name the Python arguments."""
+    import shardstore
+
+    store = make_store()
+    store.configure_text_search(None)
+    with pytest.raises(shardstore.ConfigurationError) as off:
+        store.search("anything", tenant_id="acme", mode="text")
+    assert "store.configure_text_search('english')" in str(off.value)
+    assert "shardstore text-search" in str(off.value.cli_message)
+    with pytest.raises(shardstore.SessionNotFound) as before:
+        store.sessions(before=uuid.uuid4())
+    assert "(given as before=)" in str(before.value)

@@ -44,6 +44,7 @@ from ..errors import (
     SessionConflict,
     SessionPurged,
     ShardstoreError,
+    cli_text,
 )
 from ..store import Store
 from .args import UsageError, positive_seconds
@@ -124,16 +125,21 @@ def version() -> str:
 
 
 def _report_error(run: Runner, exc: BaseException, code: int) -> None:
+    """An error on stderr: ``error: MESSAGE``, or one JSON object with ``--json``. The
+    message is in the CLI's terms (:func:`shardstore.errors.cli_text`): a hint naming a
+    Python argument (``on_existing='skip'``) is printed as the flag (``--on-existing
+    skip``)."""
+    message = cli_text(exc)
     if run.json:
         doc = {
             "type": type(exc).__name__,
-            "message": str(exc),
+            "message": message,
             "exit_code": code,
             "retryable": bool(getattr(exc, "retryable", False)),
         }
         print(dumps({"error": doc}, indent=None), file=run.err)
     else:
-        print(f"error: {exc}", file=run.err)
+        print(f"error: {message}", file=run.err)
 
 
 #: The command modules under ``shardstore.cli.commands``, in ``--help`` order.

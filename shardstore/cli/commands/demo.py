@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ... import demo
-from ...errors import MissingDependency, ShardstoreError
+from ...errors import MissingDependency, ShardstoreError, cli_text
 from ..app import Commands, Runner
 from ..args import UsageError, positive_int
 from ..output import (
@@ -289,7 +289,7 @@ def demo_search(run: Runner, tenant: str) -> tuple[uuid.UUID, int, bool] | None:
     try:
         store: Store = run.connect(embedding_model=demo.DEMO_MODEL)
     except ShardstoreError as exc:
-        run.line(f"search: skipped ({exc})")
+        run.line(f"search: skipped ({cli_text(exc)})")
         return None
     with store:
         sid = store.create_session(tenant, "user:demo", "memory-demo")
@@ -300,7 +300,7 @@ def demo_search(run: Runner, tenant: str) -> tuple[uuid.UUID, int, bool] | None:
         try:
             embedded = store.embed(session_id=sid)
         except MissingDependency as exc:
-            run.line(f"search: skipped ({exc})")
+            run.line(f"search: skipped ({cli_text(exc)})")
             return sid, len(messages), False
         took = time.perf_counter() - started
         t0 = time.perf_counter()
