@@ -250,3 +250,22 @@ def test_the_library_keeps_its_python_wording(make_store: Callable[..., Any]) ->
     with pytest.raises(shardstore.SessionNotFound) as before:
         store.sessions(before=uuid.uuid4())
     assert "(given as before=)" in str(before.value)
+
+
+# ---------------------------------------------------------------- 7. artifacts put, no file
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_artifacts_put_of_a_missing_file_is_a_usage_error(
+    cli: Cli, dsn: str, tmp_path: Any, as_json: bool
+) -> None:
+    missing = tmp_path / "no-such-file.bin"
+    for path in (missing, tmp_path):  # a missing file, a directory
+        result = cli("artifacts", "put", str(path), "--tenant", "acme", *(["--json"] * as_json))
+        assert result.rc == 2 and result.out == ""
+        assert "Traceback" not in result.err and "unexpected" not in result.err
+        message = result.error()["message"] if as_json else result.err
+        assert f"cannot open FILE '{path}'" in message, message
+        if not as_json:
+            assert result.err.startswith("error: cannot open FILE")
+    assert _count(dsn, "artifacts") == 0  # nothing written
