@@ -132,9 +132,7 @@ def test_search_since_and_until_filter_by_the_parsed_time(cli: Cli) -> None:
         ["sessions", "--no-such-option", "--json"],
     ],
 )
-def test_json_covers_argument_errors(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_json_covers_argument_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     assert main(argv) == 2
     captured = capsys.readouterr()
@@ -192,9 +190,7 @@ def test_another_embedding_model_names_the_model_flag(cli: Cli, dsn: str) -> Non
     assert "shardstore reembed --model other/model" in message
 
 
-def test_import_of_an_existing_session_names_the_on_existing_flag(
-    cli: Cli, tmp_path: Any
-) -> None:
+def test_import_of_an_existing_session_names_the_on_existing_flag(cli: Cli, tmp_path: Any) -> None:
     sid = _session(cli)
     _append(cli, sid, {"role": "user", "content": "hi"})
     path = tmp_path / "export.jsonl"
