@@ -265,3 +265,17 @@ def test_artifacts_put_of_a_missing_file_is_a_usage_error(
         if not as_json:
             assert result.err.startswith("error: cannot open FILE")
     assert _count(dsn, "artifacts") == 0  # nothing written
+
+
+# ---------------------------------------------------------------- 13. no text hits
+
+
+def test_text_search_without_hits_does_not_suggest_embedding(cli: Cli) -> None:
+    sid = _session(cli)
+    _append(cli, sid, {"role": "user", "content": "the staging port is 8443"})
+    found = cli("search", "staging port", "--tenant", "acme", "--mode", "text")
+    assert found.rc == 0 and "1. score" in found.out
+    none = cli("search", "kubernetes", "--tenant", "acme", "--mode", "text")
+    assert none.rc == 0
+    assert none.out.startswith("no matches: no turn in this scope has these words")
+    assert "embed" not in none.out and "shardstore text-search" in none.out

@@ -37,7 +37,7 @@ def cmd_search(run: Runner) -> int:
     if run.json:
         run.emit([hit_json(h) for h in hits])
     else:
-        print_hits(run.out, hits)
+        print_hits(run.out, hits, mode=args.mode)
     return 0
 
 
