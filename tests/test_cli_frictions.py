@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import uuid
 from collections.abc import Callable
@@ -279,3 +280,77 @@ def test_text_search_without_hits_does_not_suggest_embedding(cli: Cli) -> None:
     assert none.rc == 0
     assert none.out.startswith("no matches: no turn in this scope has these words")
     assert "embed" not in none.out and "shardstore text-search" in none.out
+
+
+# ---------------------------------------------------------------- 12, 14. the demo
+
+
+class _Events:
+    """What a command wrote to stdout and stderr, in one list in the order written."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str]] = []
+
+    def stream(self, name: str, *, tty: bool) -> io.StringIO:
+        events = self
+
+        class Stream(io.StringIO):
+            def write(self, text: str) -> int:
+                events.writes.append((name, text))
+                return super().write(text)
+
+            def isatty(self) -> bool:
+                return tty
+
+        return Stream()
+
+    def first(self, name: str, text: str) -> int:
+        return next(i for i, (n, t) in enumerate(self.writes) if n == name and text in t)
+
+
+def _demo(dsn: str, *argv: str) -> tuple[int, _Events, str]:
+    from shardstore.cli.app import Runner, build_parser
+    from shardstore.cli.commands.demo import cmd_demo
+
+    events = _Events()
+    out = events.stream("out", tty=False)
+    err = events.stream("err", tty=True)  # the progress bar draws, as at a terminal
+    run = Runner(build_parser().parse_args(["--dsn", dsn, "demo", *argv]), out, err)
+    rc = cmd_demo(run)
+    return rc, events, out.getvalue()
+
+
+def test_demo_prints_its_header_before_the_append_bar(dsn: str) -> None:
+    rc, events, out = _demo(dsn, "--turns", "30", "--no-search")
+    assert rc == 0
+    header = events.first("out", "database")
+    bar = events.first("err", "appending")
+    assert header < bar < events.first("out", "append rate")
+    assert out.splitlines()[2].startswith("appending    30 synthetic turns, one commit each")
+    assert "appended     30 turns" in out  # one key column for the header and the figures
+
+
+def test_demo_no_search_says_nothing_is_left_to_remove(cli: Cli) -> None:
+    result = cli("demo", "--turns", "20", "--tenant", "fresh", "--no-search")
+    assert result.rc == 0, result.err
+    assert re.search(r"kept\s+nothing of this run", result.out), result.out
+    assert "fresh holds no session now: nothing to remove" in result.out
+    assert "purge tenant" not in result.out
+    doc = cli("demo", "--turns", "5", "--tenant", "fresh", "--json").json()
+    assert doc["left"]["tenant_has_sessions"] is False
+    # a tenant that still holds sessions (kept by an earlier run) gets the remove command
+    assert cli("demo", "--turns", "5", "--tenant", "fresh", "--no-search", "--keep").rc == 0
+    again = cli("demo", "--turns", "5", "--tenant", "fresh", "--no-search")
+    assert re.search(r"kept\s+nothing of this run", again.out), again.out
+    assert "shardstore purge tenant --tenant fresh --yes  (every session of tenant fresh)" in (
+        again.out
+    )
+
+
+@pytest.mark.slow
+def test_demo_says_what_it_does_before_the_model_loads(dsn: str) -> None:
+    rc, events, out = _demo(dsn, "--turns", "5")
+    assert rc == 0
+    loading = events.first("out", "search: loading the embedding model")
+    assert loading < events.first("out", "search (")
+    assert "-turn session (the first load takes a while on a CPU)…" in out

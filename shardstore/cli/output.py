@@ -265,10 +265,10 @@ def format_table(
     return "\n".join(lines)
 
 
-def kv(pairs: Sequence[tuple[str, str]], indent: str = "") -> str:
-    """``key  value`` lines with the values aligned in one column; ``pairs`` must not be
-    empty."""
-    width = max(len(k) for k, _ in pairs)
+def kv(pairs: Sequence[tuple[str, str]], indent: str = "", *, width: int = 0) -> str:
+    """``key  value`` lines with the values aligned in one column, at least ``width``
+    characters in (so that blocks printed apart line up); ``pairs`` must not be empty."""
+    width = max(width, *(len(k) for k, _ in pairs))
     return "\n".join(f"{indent}{k.ljust(width)}  {v}" for k, v in pairs)
 
 
