@@ -354,3 +354,116 @@ def test_demo_says_what_it_does_before_the_model_loads(dsn: str) -> None:
     loading = events.first("out", "search: loading the embedding model")
     assert loading < events.first("out", "search (")
     assert "-turn session (the first load takes a while on a CPU)…" in out
+
+
+# ---------------------------------------------------------------- 14. the small ones
+
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    ],
+}
+RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"}
+REPLY = {"role": "assistant", "content": "there is one file, a.txt"}
+
+
+def test_history_from_past_to_is_refused(cli: Cli) -> None:
+    sid = _session(cli)
+    _append(cli, sid, *[{"role": "user", "content": str(i)} for i in range(6)])
+    result = cli("history", sid, "--from", "5", "--to", "3")
+    assert result.rc == 2 and result.out == ""
+    assert result.err.startswith("error: --from 5 is past --to 3: the range")
+    assert cli("history", sid, "--from", "5", "--to", "3", "--json").error()["exit_code"] == 2
+    assert len(cli("history", sid, "--from", "3", "--to", "5", "--json").out.splitlines()) == 2
+
+
+def test_restore_help_and_text_agree_on_the_token_budget(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    capsys.readouterr()
+    assert main(["restore", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--max-tokens T" in text and "within T tokens" in text
+    assert "MAX_TOKENS" not in text and "--n N" in text
+
+
+def test_restore_says_why_fewer_turns_came_back(cli: Cli) -> None:
+    sid = _session(cli)
+    _append(cli, sid, {"role": "user", "content": "list the files"}, CALL, RESULT, REPLY)
+    # the window of 2 is [tool result, reply]: the result's call is outside it
+    held = cli("restore", sid, "--n", "2")
+    assert held.rc == 0
+    lines = held.out.splitlines()
+    assert [line.split()[0] for line in lines[2:-1]] == ["3"]  # the reply alone
+    assert lines[0] == "no checkpoint: the newest turns up to now"
+    assert lines[-1] == (
+        "held back 1 turn: a tool result whose call is before the window, which never opens "
+        "on one (use --n/--max-tokens to widen it)"
+    )
+    doc = cli("restore", sid, "--n", "2", "--json").json()
+    assert [t["turn_seq"] for t in doc["turns"]] == [3]
+    assert doc["held_back_turn_seqs"] == [2] and doc["note"].startswith("held back 1 turn")
+    short = cli("restore", sid, "--n", "10")
+    assert short.out.splitlines()[-1] == "4 of --n 10 turns: the history up to now holds no more"
+    tight = cli("restore", sid, "--max-tokens", "1")
+    assert tight.out.splitlines()[-1] == (
+        "no turns: the newest turn up to now alone is over --max-tokens 1"
+    )
+    whole = cli("restore", sid, "--n", "3")  # [call, result, reply]: nothing to explain
+    assert whole.rc == 0 and "held back" not in whole.out and " of --n " not in whole.out
+
+
+def test_restore_api_reports_what_it_held_back(make_store: Callable[..., Any]) -> None:
+    store = make_store()
+    sid = store.create_session("acme")
+    store.append_turns(sid, [{"role": "user", "content": "list"}, CALL, RESULT, REPLY])
+    got = store.restore(sid, n=2)
+    assert [t.turn_seq for t in got.turns] == [3]
+    assert [t.turn_seq for t in got.held_back] == [2]
+    assert store.restore(sid, n=3).held_back == [] and store.restore(sid).held_back == []
+
+
+def test_context_says_why_it_has_no_recent_turns(cli: Cli) -> None:
+    sid = _session(cli)
+    empty = cli("context", sid, "--max-tokens", "5")
+    assert empty.rc == 0
+    assert empty.out.splitlines() == [
+        "0 of 5 tokens in 0 messages",
+        "no recent turns: the session holds none",
+    ]
+    _append(cli, sid, {"role": "user", "content": "a message of more than five tokens, surely"})
+    tight = cli("context", sid, "--max-tokens", "5")
+    assert tight.out.splitlines()[-1] == (
+        "no recent turns: the newest turn, with the turns it cannot be sent without (the "
+        "call a tool result answers), is over --max-tokens 5"
+    )
+    doc = cli("context", sid, "--max-tokens", "5", "--json").json()
+    assert doc["messages"] == [] and doc["note"].startswith("no recent turns")
+    fits = cli("context", sid, "--max-tokens", "1000", "--json").json()
+    assert fits["note"] is None and len(fits["messages"]) == 1
+
+
+def test_a_rewound_session_shows_its_last_append_not_a_last_turn(cli: Cli) -> None:
+    sid = _session(cli)
+    before = cli("session", sid).out
+    assert re.search(r"last append\s+-", before), before
+    _append(cli, sid, {"role": "user", "content": "one"}, {"role": "user", "content": "two"})
+    assert cli("rewind", sid, "--to", "0").rc == 0
+    shown = cli("session", sid).out
+    # the time of the last append stays (later turns are ordered after it), and it is
+    # called what it is
+    assert re.search(r"last append\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", shown), shown
+    assert "last turn" not in shown
+    assert "last append (UTC)" in cli("sessions", "--tenant", "acme").out
+
+
+def test_the_readme_lists_every_command_group() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## The command line", 1)[1].split("```", 2)[1]
+    listed = {line.split()[1] for line in section.splitlines() if line.startswith("shardstore ")}
+    wanted = {"fork", "context", "summarize", "artifacts", "import", "export", "distribute"}
+    assert wanted <= listed, wanted - listed

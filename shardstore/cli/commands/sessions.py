@@ -42,7 +42,9 @@ def cmd_session(run: Runner) -> int:
                 ("subject", printable(info.subject_id or "-")),
                 ("agent", printable(info.agent_id or "-")),
                 ("created", when(info.created_at) + " UTC"),
-                ("last turn", when(info.last_turn_at) + " UTC" if info.last_turn_at else "-"),
+                # the time of the last append, which a rewind or a range purge keeps (it
+                # orders later turns): not the time of the newest turn still stored
+                ("last append", when(info.last_turn_at) + " UTC" if info.last_turn_at else "-"),
                 ("turns", num(info.turn_count)),
                 ("chunks", num(info.chunk_count)),
                 ("purged", "yes" if info.purged else "no"),
@@ -78,7 +80,7 @@ def cmd_sessions(run: Runner) -> int:
 
 _SESSIONS_HEADERS = (
     *("session", "tenant", "subject", "agent", "turns", "chunks"),
-    *("created (UTC)", "last turn (UTC)"),
+    *("created (UTC)", "last append (UTC)"),
 )
 
 
