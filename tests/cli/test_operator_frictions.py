@@ -462,7 +462,7 @@ def test_a_rewound_session_shows_its_last_append_not_a_last_turn(cli: Cli) -> No
 def test_the_readme_lists_every_command_group() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     section = readme.split("## The command line", 1)[1].split("```", 2)[1]
     listed = {line.split()[1] for line in section.splitlines() if line.startswith("shardstore ")}
     wanted = {"fork", "context", "summarize", "artifacts", "import", "export", "distribute"}
