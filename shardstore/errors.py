@@ -14,9 +14,20 @@ class ShardstoreError(Exception):
 
     ``retryable`` says whether the same call may succeed if simply repeated (appends are
     safe to repeat when they carry an idempotency key).
+
+    ``cli_message``: the message in the command line's terms (its flags and commands where
+    the message names a Python argument or method), given as ``cli=`` by the code that
+    raises it; None when the message is the same in both. ``str(error)`` is always the
+    Python wording; the CLI prints :func:`cli_text`.
     """
 
     retryable: bool = False
+    cli_message: str | None = None
+
+    def __init__(self, *args: object, cli: str | None = None) -> None:
+        super().__init__(*args)
+        if cli is not None:
+            self.cli_message = cli
 
 
 class InvalidInput(ShardstoreError, ValueError):
@@ -131,3 +142,10 @@ class ImportRejected(InvalidInput):
 class SessionExists(SessionConflict):
     """An import found the session already in this database and was asked to refuse
     (``on_existing="refuse"``); ``on_existing="skip"`` leaves it as it is and goes on."""
+
+
+def cli_text(error: BaseException) -> str:
+    """The message of ``error`` as the command line prints it: its ``cli_message`` when it
+    carries one (a :class:`ShardstoreError` raised with ``cli=``), else ``str(error)``."""
+    message = getattr(error, "cli_message", None)
+    return message if isinstance(message, str) else str(error)

@@ -99,7 +99,8 @@ class SessionInfo:
     turns ever appended less those rewound (the next turn gets this turn_seq);
     ``first_turn_seq``: the first turn the session still holds (0 unless ``purge_range``
     removed the turns before it); ``stored_turns``: how many it holds. ``last_turn_at``:
-    when its newest turn was appended (None before the first turn): its last activity."""
+    the time of its last append (None before the first): its last activity, which a rewind
+    or a range purge keeps."""
 
     session_id: uuid.UUID
     tenant_id: str

@@ -350,9 +350,11 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
         yield Tx.COMMIT
         backend = config.backend
         if backend is None or backend.name != row["backend"]:
+            stored = f"artifact {artifact_id} is stored in the {row['backend']} backend"
+            uses = f"this store uses {config.url!r:.80}"
             raise ConfigurationError(
-                f"artifact {artifact_id} is stored in the {row['backend']} backend; connect "
-                f"with artifacts= pointing at it (this store uses {config.url!r:.80})"
+                f"{stored}; connect with artifacts= pointing at it ({uses})",
+                cli=f"{stored}; give --store pointing at it ({uses})",
             )
         try:
             handle = yield Call(backend.open, (key,))

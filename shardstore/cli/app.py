@@ -28,7 +28,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import psycopg
 
@@ -44,6 +44,7 @@ from ..errors import (
     SessionConflict,
     SessionPurged,
     ShardstoreError,
+    cli_text,
 )
 from ..store import Store
 from .args import UsageError, positive_seconds
@@ -62,8 +63,10 @@ __all__ = [
     "EXIT_UNHEALTHY",
     "EXIT_USAGE",
     "PROG",
+    "ArgumentsRejected",
     "Commands",
     "Handler",
+    "Parser",
     "Runner",
     "UsageError",
     "build_parser",
@@ -122,16 +125,21 @@ def version() -> str:
 
 
 def _report_error(run: Runner, exc: BaseException, code: int) -> None:
+    """An error on stderr: ``error: MESSAGE``, or one JSON object with ``--json``. The
+    message is in the CLI's terms (:func:`shardstore.errors.cli_text`): a hint naming a
+    Python argument (``on_existing='skip'``) is printed as the flag (``--on-existing
+    skip``)."""
+    message = cli_text(exc)
     if run.json:
         doc = {
             "type": type(exc).__name__,
-            "message": str(exc),
+            "message": message,
             "exit_code": code,
             "retryable": bool(getattr(exc, "retryable", False)),
         }
         print(dumps({"error": doc}, indent=None), file=run.err)
     else:
-        print(f"error: {exc}", file=run.err)
+        print(f"error: {message}", file=run.err)
 
 
 #: The command modules under ``shardstore.cli.commands``, in ``--help`` order.
@@ -253,6 +261,56 @@ class Runner:
 Handler = Callable[[Runner], int]
 
 
+class ArgumentsRejected(SystemExit):
+    """argparse refused the command line (an unknown option, a missing or malformed
+    argument): raised by :class:`Parser` instead of printing, so that :func:`main` reports
+    it as the rest of the errors are (one JSON object with ``--json``). Exit status 2."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(EXIT_USAGE)
+        self.parser = parser
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.parser.prog}: {self.message}"
+
+
+class Parser(argparse.ArgumentParser):
+    """The CLI's argument parser: a usage error raises :class:`ArgumentsRejected` (a
+    ``SystemExit`` of status 2) instead of printing usage text; :func:`main` prints it.
+    Every subcommand's parser is one too (argparse makes them of the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentsRejected(self, message)
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    """Whether ``--json`` is on the command line (anywhere before a ``--``, which ends the
+    options): then even an argument error argparse finds is reported as JSON."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def _report_arguments_rejected(exc: ArgumentsRejected, *, as_json: bool) -> None:
+    """An argument error on stderr: argparse's usage line and ``PROG: error: MESSAGE``,
+    or with ``--json`` one JSON error object (type ``UsageError``, exit code 2)."""
+    if as_json:
+        doc = {
+            "type": "UsageError",
+            "message": str(exc),
+            "exit_code": EXIT_USAGE,
+            "retryable": False,
+        }
+        print(dumps({"error": doc}, indent=None), file=sys.stderr)
+        return
+    exc.parser.print_usage(sys.stderr)
+    print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr)
+
+
 def _add_global_options(parser: argparse.ArgumentParser, *, hidden: bool) -> None:
     """The global options; ``hidden`` copies (for subcommands) neither show in help nor
     set a default, so they only override what was given before the command."""
@@ -294,7 +352,7 @@ class Commands:
 
     def __init__(
         self,
-        subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+        subparsers: argparse._SubParsersAction[Any],
         common: argparse.ArgumentParser,
     ) -> None:
         self._subparsers = subparsers
@@ -305,7 +363,7 @@ class Commands:
     ) -> argparse.ArgumentParser:
         """A new subcommand ``name`` (``help_text`` is its help and description) that
         accepts the global options and, given a ``handler``, runs it."""
-        parser = self._subparsers.add_parser(
+        parser: argparse.ArgumentParser = self._subparsers.add_parser(
             name, parents=[self._common], help=help_text, description=help_text
         )
         if handler is not None:
@@ -321,15 +379,16 @@ class Commands:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command in :data:`COMMAND_MODULES` (global options are
-    accepted before or after the command, at any depth)."""
-    parser = argparse.ArgumentParser(
+    accepted before or after the command, at any depth). A usage error raises
+    :class:`ArgumentsRejected` (exit status 2) without printing; :func:`main` reports it."""
+    parser = Parser(
         prog=PROG,
         description="Unbounded AI-agent conversation history in PostgreSQL.",
         epilog="The database is --dsn, else $SHARDSTORE_DSN, else the embedded Postgres.",
     )
     _add_global_options(parser, hidden=False)
     parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     _add_global_options(common, hidden=True)
     commands = Commands(
         parser.add_subparsers(dest="command", metavar="COMMAND", required=True), common
@@ -344,9 +403,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status
     (:func:`exit_code`; ``maintain`` adds 3 for an unhealthy store) and never raises."""
     parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed by argparse
+        args = parser.parse_args(words)
+    except ArgumentsRejected as exc:
+        _report_arguments_rejected(exc, as_json=_wants_json(words))
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help or --version, already printed by argparse
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     run = Runner(args, sys.stdout, sys.stderr)
     handler: Handler = args.handler

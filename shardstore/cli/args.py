@@ -104,23 +104,19 @@ def lock_timeout(text: str) -> timedelta:
     return wait
 
 
-def aware_time(text: str) -> datetime:
-    """An ISO 8601 time that names its zone (a naive time is refused)."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"cannot read time {text!r}; write ISO 8601 with a zone, e.g. 2026-11-30T12:00Z"
-        ) from None
-    if value.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"give a time zone in {text!r} (e.g. Z or +01:00)")
-    return value
+#: How every time option's help describes the TIME it takes (all read by :func:`parse_time`).
+TIME_HELP = (
+    "ISO 8601 (e.g. 2026-01-31 or 2026-01-31T12:00+01:00; UTC unless it names a zone) "
+    "or an age such as '7 days'"
+)
 
 
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:
     """An ISO 8601 date/time (UTC when it names no zone) or an age like '90 days' (that long
     before ``now``, default the current time); always timezone-aware. Raises
-    :class:`UsageError` for anything else."""
+    :class:`UsageError` for anything else. The one reader of every time option of the
+    command line (``search --since/--until``, ``sessions --since``, ``facts --as-of``,
+    ``purge range --before``, ``purge before``), so that they all take the same forms."""
     try:
         age = parse_interval(text)
     except ConfigurationError:
@@ -138,6 +134,11 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
             "2026-01-31T12:00:00+01:00, or an age such as '90 days'"
         ) from None
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def optional_time(text: str | None) -> datetime | None:
+    """:func:`parse_time` of ``text``, or None when the option was not given."""
+    return None if text is None else parse_time(text)
 
 
 def parse_json(text: str, what: str) -> Any:

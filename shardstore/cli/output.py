@@ -266,10 +266,10 @@ def format_table(
     return "\n".join(lines)
 
 
-def kv(pairs: Sequence[tuple[str, str]], indent: str = "") -> str:
-    """``key  value`` lines with the values aligned in one column; ``pairs`` must not be
-    empty."""
-    width = max(len(k) for k, _ in pairs)
+def kv(pairs: Sequence[tuple[str, str]], indent: str = "", *, width: int = 0) -> str:
+    """``key  value`` lines with the values aligned in one column, at least ``width``
+    characters in (so that blocks printed apart line up); ``pairs`` must not be empty."""
+    width = max(width, *(len(k) for k, _ in pairs))
     return "\n".join(f"{indent}{k.ljust(width)}  {v}" for k, v in pairs)
 
 
@@ -361,11 +361,32 @@ class TurnPrinter:
         print(file=self.out)
 
 
-def print_hits(out: TextIO, hits: Sequence[SearchHit], indent: str = "") -> None:
+#: What an empty result means, by search mode: a vector search finds only embedded chunks
+#: (``embed`` helps), a text search sees every stored turn from its append on (embedding
+#: does not help it: no turn has the words, or the text search language stems them
+#: differently).
+NO_MATCHES = {
+    "vector": "no matches (is anything embedded yet? run 'shardstore embed')",
+    "text": (
+        "no matches: no turn in this scope has these words (text search sees every turn "
+        "as soon as it is appended; 'shardstore text-search' shows the language it "
+        "stems words with)"
+    ),
+    "hybrid": (
+        "no matches: no turn in this scope has these words, and no embedded chunk is near "
+        "them (is anything embedded yet? run 'shardstore embed')"
+    ),
+}
+
+
+def print_hits(
+    out: TextIO, hits: Sequence[SearchHit], indent: str = "", *, mode: str = "vector"
+) -> None:
     """Search hits, best first: a ``rank. score  session  chunk`` line per hit followed by
-    its turns as :class:`TurnPrinter` rows; a hint to run ``embed`` when there are none."""
+    its turns as :class:`TurnPrinter` rows; when there are none, what that means for a
+    search of ``mode`` (:data:`NO_MATCHES`)."""
     if not hits:
-        print(f"{indent}no matches (is anything embedded yet? run 'shardstore embed')", file=out)
+        print(f"{indent}{NO_MATCHES[mode]}", file=out)
         return
     printer = TurnPrinter(out, indent=indent + "    ")
     for rank, hit in enumerate(hits, start=1):

@@ -176,7 +176,10 @@ def _cursor_op(before: Any) -> Op[tuple[datetime, uuid.UUID] | None]:
     sid = validate.uuid_value(before, "before")
     row = yield _named("session_cursor", (sid,), fetch="one")
     if row is None:
-        raise SessionNotFound(f"session {sid} (given as before=) does not exist")
+        raise SessionNotFound(
+            f"session {sid} (given as before=) does not exist",
+            cli=f"session {sid} (given as --before) does not exist",
+        )
     return row["created_at"], row["session_id"]
 
 

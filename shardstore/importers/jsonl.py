@@ -439,9 +439,10 @@ def _session_op(
     if made is None:
         yield Tx.COMMIT  # nothing was written
         if on_existing == "refuse":
+            exists = f"{where}: session {sid} already exists in this database"
             raise SessionExists(
-                f"{where}: session {sid} already exists in this database (on_existing="
-                "'skip' leaves it as it is and imports the others)"
+                f"{exists} (on_existing='skip' leaves it as it is and imports the others)",
+                cli=f"{exists} (--on-existing skip leaves it as it is and imports the others)",
             )
         yield from _skip_session_op(reader, head, where)
         tally.skipped.append(Skipped(where, f"session {sid} already exists"))

@@ -161,9 +161,11 @@ def search_text_op(ctx: Context, scope: SearchScope, text: str) -> Op[list[Searc
     text indexing is off for the database (so no hits are never mistaken for no matches)."""
     ranked = yield from text_ranking_op(ctx, scope, text, depth(scope.k))
     if not ranked and (yield from text_language_op()) is None:
+        off = "full-text search is off for this database: "
         raise ConfigurationError(
-            "full-text search is off for this database: "
-            "store.configure_text_search('english') turns it on (and indexes what is stored)"
+            off + "store.configure_text_search('english') turns it on (and indexes what is stored)",
+            cli=off + "'shardstore text-search --language english' turns it on (and indexes "
+            "what is stored)",
         )
     hits: list[SearchHit] = yield from hits_op(best_chunks(ranked, scope.k), scope.session_id)
     return hits

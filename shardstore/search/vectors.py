@@ -446,11 +446,14 @@ def check_model_op(spec: Any) -> Op[None]:
     if model_identity(name) != model_identity(recorded.model) or (
         dim is not None and dim != recorded.dimension
     ):
-        raise EmbeddingModelMismatch(
+        holds = (
             f"this database holds vectors of {recorded.model} ({recorded.dimension} "
-            f"dimensions), not {name}: vectors of two models cannot be mixed. Open it with "
-            f"embedding_model={recorded.model!r}, or re-embed everything with the new model: "
-            f"shardstore reembed --model {name}"
+            f"dimensions), not {name}: vectors of two models cannot be mixed. "
+        )
+        reembed = f"re-embed everything with the new model: shardstore reembed --model {name}"
+        raise EmbeddingModelMismatch(
+            f"{holds}Open it with embedding_model={recorded.model!r}, or {reembed}",
+            cli=f"{holds}Leave --model out (the database's model is the default), or {reembed}",
         )
     return None
 

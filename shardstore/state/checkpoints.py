@@ -31,7 +31,7 @@ from ..core.state import StoreState
 from ..core.steps import Op, Q, Tx, collect
 from ..errors import CheckpointNotFound, InvalidInput, SessionNotFound, SessionPurged
 from ..history import ops as history_ops
-from ..history.pairing import trim_tail
+from ..history.pairing import explain_tail
 from ..models import Turn
 
 # idempotency keys are namespaced in the table: 'c:' for a checkpoint's own key, 't:' for
@@ -63,11 +63,15 @@ class Checkpoint:
 class Restored:
     """What :func:`restore` gives back: the checkpoint (None for a session without any)
     and the history up to its position, oldest first; ``artifacts``: the artifacts the
-    checkpoint references (each required one is there to read)."""
+    checkpoint references (each required one is there to read); ``held_back``: with ``n``
+    or ``max_tokens``, the turns at the window's start left out because a window must not
+    open on them (tool results whose call is outside it, as ``tail_explained()`` reports),
+    oldest first; empty otherwise."""
 
     checkpoint: Checkpoint | None
     turns: list[Turn]
     artifacts: list[ArtifactRef] = field(default_factory=list)
+    held_back: list[Turn] = field(default_factory=list)
 
 
 def _loads(text: str | None) -> Any:
@@ -190,7 +194,8 @@ def restore(
 
     Without ``n`` and ``max_tokens``, every turn up to the checkpoint's ``turn_seq``; with
     them, the newest turns up to it within ``n`` turns and ``max_tokens`` tokens, never
-    starting with a tool result whose call was cut off (as :meth:`tail`). A session
+    starting with a tool result whose call was cut off (as :meth:`tail`; those it leaves
+    out are ``held_back``). A session
     without checkpoints gives ``Restored(checkpoint=None, turns=<its history>)``.
     ``CheckpointNotFound`` for a checkpoint not in this session; ``SessionNotFound`` /
     ``SessionPurged`` as for reads."""
@@ -209,8 +214,8 @@ def restore(
         return (yield from _restore_snapshot_op(store, sid, cid, n, max_tokens))
     found = None if row["checkpoint_id"] is None else _checkpoint(row, sid)
     window = history_ops.window_turns(row["window"])
-    turns = trim_tail(window, history_ops.before_window(window, row["before"]))
-    return Restored(found, turns, [])
+    explained = explain_tail(window, history_ops.before_window(window, row["before"]))
+    return Restored(found, explained.turns, [], explained.held_back)
 
 
 def _restore_snapshot_op(
@@ -229,18 +234,20 @@ def _restore_snapshot_op(
     found = None if row is None else _checkpoint(row, sid)
     upto = int(head["turn_count"]) - 1 if found is None else found.turn_seq
     turns: list[Turn]
+    held: list[Turn] = []
     if n is None and max_tokens is None:
         turns = yield from collect(history_ops.history(store, sid, 0, upto + 1))
     else:
         rows = yield _named("tail_at", (sid, upto, n, max_tokens))
         window = [record(Turn, r, message=jsoncodec.loads(r["message"])) for r in reversed(rows)]
         before = yield from history_ops.before_window_op(sid, window)
-        turns = trim_tail(window, before)
+        explained = explain_tail(window, before)
+        turns, held = explained.turns, explained.held_back
     refs: list[ArtifactRef] = []
     if found is not None:
         refs = yield from artifact_links.checkpoint_refs_op(store, sid, found.checkpoint_id)
     yield Tx.COMMIT
-    return Restored(found, turns, refs)
+    return Restored(found, turns, refs, held)
 
 
 def checkpoints(

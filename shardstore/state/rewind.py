@@ -24,15 +24,18 @@ def _rewind_op(session_id: uuid.UUID, to_turn_seq: int) -> Op[int]:
     row = yield Q(query("rewind"), (session_id, to_turn_seq), fetch="one", named=True)
     status = row["status"]
     if status == "past_end":
-        raise InvalidInput(
-            f"to_turn_seq {to_turn_seq} is past the end: session {session_id} has "
-            f"{row['turns']} turns (rewind to at most {row['turns']})"
+        turns = int(row["turns"])
+        why = (
+            f"is past the end: session {session_id} has {turns} turn{'s' if turns != 1 else ''}"
+            f" (rewind to at most {turns})"
         )
+        raise InvalidInput(f"to_turn_seq {to_turn_seq} {why}", cli=f"--to {to_turn_seq} {why}")
     if status == "purged_below":
-        raise InvalidInput(
-            f"to_turn_seq {to_turn_seq} is below turn {row['first']}, the first turn a range "
-            f"purge kept in session {session_id}; rewind to {row['first']} or later"
+        why = (
+            f"is below turn {row['first']}, the first turn a range purge kept in session "
+            f"{session_id}; rewind to {row['first']} or later"
         )
+        raise InvalidInput(f"to_turn_seq {to_turn_seq} {why}", cli=f"--to {to_turn_seq} {why}")
     if status != "ok":
         raise InvalidInput(f"to_turn_seq must be >= 0, not {to_turn_seq}")
     return int(row["removed"])

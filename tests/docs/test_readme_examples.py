@@ -1,8 +1,9 @@
 """Every fenced ```python example in README.md and in the docs pages its examples moved to
-runs on its own, as written, on a fresh database (issue 15): each block in a fresh
-interpreter with ``SHARDSTORE_DSN`` set to a new test database. A block that needs something
-the test run does not have (a model provider's API key) says so in a comment,
-``# needs: <what>``, and is skipped."""
+runs on its own, as written, on a fresh database (issue 15), and again on the database its
+first run left (a reader runs an example twice): each block in a fresh interpreter with
+``SHARDSTORE_DSN`` set to a new test database, executed twice with fresh globals. A block
+that needs something the test run does not have (a model provider's API key) says so in a
+comment, ``# needs: <what>``, and is skipped."""
 
 from __future__ import annotations
 
@@ -36,6 +37,15 @@ DOC_PAGES = tuple(
 )
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _NEEDS = re.compile(r"^\s*#\s*needs:\s*(.+?)\s*$", re.MULTILINE)
+# the block (read from stdin) run twice, as a script each time; one interpreter, because
+# what a second run meets is the database the first left, not a fresh process's state
+_TWICE = (
+    "import sys\n"
+    "code = compile(sys.stdin.read(), '<example>', 'exec')\n"
+    "for run in (1, 2):\n"
+    "    print(f'-- run {run}', file=sys.stderr, flush=True)\n"
+    "    exec(code, {'__name__': '__main__'})\n"
+)
 
 
 def python_blocks(text: str) -> list[tuple[str, int, str]]:
@@ -79,7 +89,7 @@ def test_the_readme_has_python_examples() -> None:
     BLOCKS,
     ids=[re.sub(r"[^a-z]+", "-", h.lower()).strip("-") for h, _, _ in BLOCKS],
 )
-def test_readme_example_runs_on_its_own(
+def test_readme_example_runs_twice_on_its_own(
     heading: str, line: int, code: str, new_database: Callable[[], str], tmp_path: Path
 ) -> None:
     needs = _NEEDS.findall(code)
@@ -88,7 +98,8 @@ def test_readme_example_runs_on_its_own(
     env = {**os.environ, "SHARDSTORE_DSN": new_database(), "PYTHONUNBUFFERED": "1"}
     env.pop("SHARDSTORE_TEST_DSN", None)
     proc = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", _TWICE],
+        input=code,
         cwd=tmp_path,  # not the checkout: the installed package, as a reader has it
         env=env,
         capture_output=True,

@@ -364,7 +364,9 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         ),
         "stats": dict(),
         "summaries": dict(session_id=sid),
-        "summarize": dict(summarizer=Summarizer(), session_id=sid, limit=None, progress=False),
+        "summarize": dict(
+            summarizer=Summarizer(), session_id=sid, tenant_id=None, limit=None, progress=False
+        ),
         "sweep_artifacts": dict(grace=None, dry_run=True),
         "tail": dict(session_id=sid, n=None, max_tokens=None, expand=False),
         "tail_explained": dict(session_id=sid, n=None, max_tokens=None),

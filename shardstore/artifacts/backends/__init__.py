@@ -78,6 +78,5 @@ def open_backend(url: str) -> ObjectBackend | None:
         from .s3 import S3Backend
 
         return S3Backend.from_url(url)
-    raise ConfigurationError(
-        f"artifacts={url!r:.80}: use 'postgres', 'file:///a/directory' or 's3://bucket/prefix'"
-    )
+    use = "use 'postgres', 'file:///a/directory' or 's3://bucket/prefix'"
+    raise ConfigurationError(f"artifacts={url!r:.80}: {use}", cli=f"--store {url!r:.80}: {use}")

@@ -59,7 +59,10 @@ class FileBackend:
         """``file:///absolute/dir`` (created if missing)."""
         parsed = urlparse(url)
         if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
-            raise ConfigurationError(f"artifacts={url!r:.80}: write file:///an/absolute/directory")
+            write = "write file:///an/absolute/directory"
+            raise ConfigurationError(
+                f"artifacts={url!r:.80}: {write}", cli=f"--store {url!r:.80}: {write}"
+            )
         root = Path(unquote(parsed.path))
         try:
             (root / _STAGING).mkdir(parents=True, exist_ok=True)

@@ -79,11 +79,15 @@ class S3Backend:
             import boto3
         except ImportError:
             raise MissingDependency(
-                "artifacts='s3://...' needs boto3: pip install 'shardstore[s3]'"
+                "artifacts='s3://...' needs boto3: pip install 'shardstore[s3]'",
+                cli="--store s3://... needs boto3: pip install 'shardstore[s3]'",
             ) from None
         parsed = urlparse(url)
         if not parsed.netloc:
-            raise ConfigurationError(f"artifacts={url!r:.80}: write s3://bucket/prefix")
+            write = "write s3://bucket/prefix"
+            raise ConfigurationError(
+                f"artifacts={url!r:.80}: {write}", cli=f"--store {url!r:.80}: {write}"
+            )
         prefix = parsed.path.lstrip("/")
         if prefix and not prefix.endswith("/"):
             prefix += "/"

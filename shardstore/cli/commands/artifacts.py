@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 from ...artifacts import ArtifactInfo
-from ...settings import parse_interval
 from ..app import Commands, Runner
-from ..args import open_file
+from ..args import interval, open_file
 from ..output import format_table, num, printable, when
 
 _HEADERS = ("artifact", "state", "bytes", "refs", "content type", "stored (UTC)")
@@ -34,14 +33,18 @@ def _info_json(info: ArtifactInfo) -> dict[str, Any]:
 
 
 def cmd_put(run: Runner) -> int:
-    """Store a file (``-`` for stdin) and print its reference; 0 on success."""
+    """Store a file (``-`` for stdin) and print its reference; 0 on success. A file that
+    cannot be opened (missing, a directory, unreadable) is a usage error (exit 2) found
+    before anything connects: nothing is written."""
     args = run.args
-    with _store(run) as store:
-        if args.file == "-":
-            ref = store.put_artifact(args.tenant, sys.stdin.buffer, content_type=args.content_type)
-        else:
-            with open_file(args.file, "rb", "FILE") as f:
-                ref = store.put_artifact(args.tenant, f, content_type=args.content_type)
+    # opened first, so that a wrong path is refused before the database is even reached
+    source: IO[bytes] = sys.stdin.buffer if args.file == "-" else open_file(args.file, "rb", "FILE")
+    try:
+        with _store(run) as store:
+            ref = store.put_artifact(args.tenant, source, content_type=args.content_type)
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
     if run.json:
         run.emit(ref.fields())
     else:
@@ -90,9 +93,8 @@ def _table(found: Sequence[ArtifactInfo]) -> str:
 def cmd_sweep(run: Runner) -> int:
     """Sweep unreferenced artifacts (``--dry-run``: only report); 0 on success."""
     args = run.args
-    grace = None if args.grace is None else parse_interval(args.grace)
     with _store(run) as store:
-        report = store.sweep_artifacts(grace=grace, dry_run=args.dry_run)
+        report = store.sweep_artifacts(grace=args.grace, dry_run=args.dry_run)
     if run.json:
         run.emit(report.to_dict())
     else:
@@ -124,4 +126,6 @@ def register(commands: Commands) -> None:
     ls.add_argument("--limit", type=int, default=None)
     sweep = sub.add("sweep", "delete artifacts unreferenced for longer than the grace", cmd_sweep)
     sweep.add_argument("--dry-run", action="store_true", help="report only")
-    sweep.add_argument("--grace", metavar="AGE", help="e.g. '1 day' (default: 1 day)")
+    sweep.add_argument(
+        "--grace", type=interval, metavar="AGE", help="e.g. '1 day' (default: 1 day)"
+    )

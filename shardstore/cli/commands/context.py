@@ -32,7 +32,9 @@ def context_json(ctx: Context) -> dict[str, Any]:
 
 def cmd_context(run: Runner) -> int:
     """Print the parts of the session's context within ``--max-tokens`` (kind, turns,
-    tokens, the message abbreviated) and the total; 0 on success."""
+    tokens, the message abbreviated) and the total, then, when no recent turn is in it,
+    why (the session holds none, or its newest turn's unit is over the budget); 0 on
+    success."""
     args = run.args
     with run.connect() as store:
         ctx = store.context(
@@ -44,8 +46,21 @@ def cmd_context(run: Runner) -> int:
             k=args.k,
             facts_subject=args.facts,
         )
+        note = None
+        if not any(part.kind == "recent" for part in ctx.parts):
+            # the context always takes the newest unit when it fits alone: so either there
+            # is no turn, or that unit is over the budget (one more read, only here)
+            newest = store.tail_explained(args.session_id, n=1)
+            if newest.turns or newest.held_back:
+                note = (
+                    "no recent turns: the newest turn, with the turns it cannot be sent "
+                    "without (the call a tool result answers), is over --max-tokens "
+                    f"{args.max_tokens}"
+                )
+            else:
+                note = "no recent turns: the session holds none"
     if run.json:
-        run.emit(context_json(ctx))
+        run.emit({**context_json(ctx), "note": note})
         return 0
     rows = []
     for message, part in zip(ctx.messages, ctx.parts, strict=True):
@@ -66,7 +81,10 @@ def cmd_context(run: Runner) -> int:
         )
     if rows:
         run.line(format_table(("part", "turns", "tokens", "score", "message"), rows, "llrrl"))
-    run.line(f"{ctx.tokens} of {args.max_tokens} tokens in {len(rows)} messages")
+    messages = f"{len(rows)} message{'s' if len(rows) != 1 else ''}"
+    run.line(f"{ctx.tokens} of {args.max_tokens} tokens in {messages}")
+    if note is not None:
+        run.line(note)
     return 0
 
 

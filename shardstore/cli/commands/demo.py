@@ -5,8 +5,10 @@ a paraphrase. The only command that uses :mod:`shardstore.demo`.
 It cleans up after itself: at the end the long conversation is purged (embedding its ~200
 chunks would keep the next ``maintain`` busy for minutes), and the short, already
 embedded one is kept to try ``search``, ``tail`` and ``history`` on. ``--keep`` keeps both.
-Either way the last lines say exactly what is left (sessions, the embedding backlog) and
-the one command that removes it."""
+Either way the last lines say exactly what is left (sessions, the embedding backlog) and,
+while the tenant holds sessions (this run's or an earlier one's), the one command that
+removes them. The header (database, session) prints before appending, and a line says
+what the search part does before the model loads, so that no step is silent."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ... import demo
-from ...errors import MissingDependency, ShardstoreError
+from ...errors import MissingDependency, ShardstoreError, cli_text
 from ..app import Commands, Runner
 from ..args import UsageError, positive_int
 from ..output import (
@@ -47,6 +49,11 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[index]
 
 
+#: the width of the demo's key column ("append rate"), so that the header printed before
+#: appending and the figures printed after it line up
+_KEY_WIDTH = 11
+
+
 def cmd_demo(run: Runner) -> int:
     """Append ``--turns`` synthetic messages (seed ``--seed``, ``--batch`` per call), read
     them back, and print rates, the tail, chunks and partitions (then the search part);
@@ -66,6 +73,10 @@ def cmd_demo(run: Runner) -> int:
             "synthetic-agent",
             metadata={"generator": "shardstore.demo.synthetic", "seed": args.seed},
         )
+        if not run.json:
+            # the header first: appending takes seconds, and the progress bar alone would
+            # not say where the turns go
+            _header(run, sid)
         latencies: list[float] = []
         tokens = 0
         progress = tqdm(
@@ -153,8 +164,6 @@ def cmd_demo(run: Runner) -> int:
     run.line(
         kv(
             [
-                ("database", display_dsn(run.dsn) + (" (embedded)" if run.embedded else "")),
-                ("session", f"{sid}  (tenant {printable(args.tenant)}, seed {args.seed})"),
                 (
                     "appended",
                     f"{num(len(messages))} turns, {num(tokens)} tokens, {size(byte_count)} "
@@ -172,7 +181,8 @@ def cmd_demo(run: Runner) -> int:
                     f"{num(len(read_back))} turns via history() in {read_elapsed:.2f} s: "
                     + ("identical to what was appended" if identical else "MISMATCH"),
                 ),
-            ]
+            ],
+            width=_KEY_WIDTH,
         )
     )
     run.line()
@@ -201,6 +211,20 @@ def cmd_demo(run: Runner) -> int:
     return 0 if identical else 1
 
 
+def _header(run: Runner, sid: uuid.UUID) -> None:
+    """The lines printed before appending: the database and the session the turns go to,
+    and how many; flushed, so that they show before the progress bar."""
+    args = run.args
+    how = "one commit each" if args.batch == 1 else f"in batches of {args.batch}"
+    rows = [
+        ("database", display_dsn(run.dsn) + (" (embedded)" if run.embedded else "")),
+        ("session", f"{sid}  (tenant {printable(args.tenant)}, seed {args.seed})"),
+        ("appending", f"{num(args.turns)} synthetic turns, {how}…"),
+    ]
+    run.line(kv(rows, width=_KEY_WIDTH))
+    run.out.flush()
+
+
 def _clean_up(
     run: Runner, sid: uuid.UUID, turns: int, memory: tuple[uuid.UUID, int, bool] | None
 ) -> dict[str, object]:
@@ -214,6 +238,8 @@ def _clean_up(
             store.purge_session(sid)
             purged = {"session_id": str(sid), "turns": turns}
         backlog = store.maintain(dry_run=True).embedding_backlog or 0
+        # this run's or an earlier one's: what the remove command would still remove
+        tenant_has_sessions = bool(store.sessions(tenant_id=args.tenant, limit=1))
     kept = [] if purged is not None else [{"session_id": str(sid), "turns": turns}]
     if memory is not None:
         kept.append({"session_id": str(memory[0]), "turns": memory[1], "embedded": memory[2]})
@@ -222,6 +248,7 @@ def _clean_up(
         "kept": kept,
         "purged": purged,
         "embedding_backlog": backlog,
+        "tenant_has_sessions": tenant_has_sessions,
         "remove_command": f"shardstore purge tenant --tenant {shlex.quote(args.tenant)} --yes",
     }
 
@@ -247,7 +274,7 @@ def _print_left(run: Runner, left: dict[str, object]) -> None:
         what += ", embedded)" if item.get("embedded") else ")"
         rows.append(("kept", what))
     if not kept:
-        rows.append(("kept", "nothing"))
+        rows.append(("kept", "nothing of this run"))
     if any(item.get("embedded") for item in kept):
         rows.append(
             (
@@ -265,7 +292,13 @@ def _print_left(run: Runner, left: dict[str, object]) -> None:
         )
     else:
         rows.append(("embedding", "nothing queued"))
-    rows.append(("remove it all", f"{left['remove_command']}  (every session of tenant {tenant})"))
+    if left["tenant_has_sessions"]:
+        # kept sessions, or sessions earlier runs left in the same tenant
+        rows.append(
+            ("remove it all", f"{left['remove_command']}  (every session of tenant {tenant})")
+        )
+    else:
+        rows.append(("tenant", f"{tenant} holds no session now: nothing to remove"))
     if run.embedded:
         rows.append(
             (
@@ -289,18 +322,24 @@ def demo_search(run: Runner, tenant: str) -> tuple[uuid.UUID, int, bool] | None:
     try:
         store: Store = run.connect(embedding_model=demo.DEMO_MODEL)
     except ShardstoreError as exc:
-        run.line(f"search: skipped ({exc})")
+        run.line(f"search: skipped ({cli_text(exc)})")
         return None
     with store:
         sid = store.create_session(tenant, "user:demo", "memory-demo")
         messages = demo.recall_messages()
         store.append_turns(sid, messages)
         store.flush(sid)
+        # loading the model and embedding take seconds (tens on a CPU): say so first
+        run.line(
+            f"search: loading the embedding model {demo.DEMO_MODEL} and embedding a "
+            f"{len(messages)}-turn session (the first load takes a while on a CPU)…"
+        )
+        run.out.flush()
         started = time.perf_counter()
         try:
             embedded = store.embed(session_id=sid)
         except MissingDependency as exc:
-            run.line(f"search: skipped ({exc})")
+            run.line(f"search: skipped ({cli_text(exc)})")
             return sid, len(messages), False
         took = time.perf_counter() - started
         t0 = time.perf_counter()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ...state.facts import Fact
 from ..app import Commands, Runner
-from ..args import parse_time
+from ..args import TIME_HELP, optional_time
 from ..output import abbrev, dumps, fact_json, format_table, printable, when
 
 _HEADERS = ("key", "valid from (UTC)", "valid to (UTC)", "conf", "source", "value")
@@ -31,7 +31,7 @@ def cmd_facts(run: Runner) -> int:
     """Print the subject's facts valid now (or ``--as-of`` a time), or with ``--history``
     every version of one key, oldest first; 0 on success."""
     args = run.args
-    as_of = None if args.as_of is None else parse_time(args.as_of)
+    as_of = optional_time(args.as_of)
     with run.connect() as store:
         if args.history is not None:
             found = store.fact_history(args.tenant, args.subject, args.history)
@@ -51,8 +51,7 @@ def register(commands: Commands) -> None:
     when_group.add_argument(
         "--as-of",
         metavar="TIME",
-        help="facts valid at this time: ISO 8601 (UTC unless a zone is given) or an age "
-        "such as '3 days' (default: now)",
+        help=f"facts valid at TIME (default: now): {TIME_HELP}",
     )
     when_group.add_argument(
         "--history", metavar="KEY", help="every version of this key, oldest first"

@@ -90,7 +90,13 @@ def cmd_tail(run: Runner) -> int:
 
 def cmd_history(run: Runner) -> int:
     """Stream turns ``--from <= turn_seq < --to`` in order as they are read (``--json``:
-    one JSON object per line); 0 on success."""
+    one JSON object per line); 0 on success. ``--from`` past ``--to`` is a usage error
+    (exit 2), not an empty answer."""
+    if run.args.to_seq is not None and run.args.from_seq > run.args.to_seq:
+        raise UsageError(
+            f"--from {run.args.from_seq} is past --to {run.args.to_seq}: the range "
+            "FROM <= turn < TO is empty (--to is the first turn not shown)"
+        )
     with run.connect() as store:
         printer = TurnPrinter(run.out, full=run.args.full)
         turns = store.history(run.args.session_id, run.args.from_seq, run.args.to_seq)

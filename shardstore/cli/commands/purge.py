@@ -22,7 +22,7 @@ from typing import Any
 
 from ...lifecycle.purge import DEFAULT_BATCH_SIZE, PurgeReport
 from ..app import Commands, Runner
-from ..args import UsageError, non_negative_int, parse_time, positive_int
+from ..args import TIME_HELP, UsageError, non_negative_int, parse_time, positive_int
 from ..output import format_table, kv, num, printable, size, when
 
 
@@ -75,16 +75,16 @@ def register(commands: Commands) -> None:
     cut.add_argument(
         "--before-turn", type=non_negative_int, metavar="N", help="purge turns with turn_seq < N"
     )
-    cut.add_argument("--before", metavar="TIME", help="purge turns written before TIME")
+    cut.add_argument(
+        "--before", metavar="TIME", help=f"purge turns written before TIME: {TIME_HELP}"
+    )
 
     p = form(
         "before",
         "retention: purge every turn written before TIME (sessions stay live)",
         batched=True,
     )
-    p.add_argument(
-        "time", metavar="TIME", help="ISO 8601 time (UTC by default) or an age ('90 days')"
-    )
+    p.add_argument("time", metavar="TIME", help=TIME_HELP)
     p.add_argument("--tenant", help="only this tenant's sessions")
     p.add_argument(
         "--no-truncate",

@@ -17,7 +17,8 @@ def cmd_rewind(run: Runner) -> int:
     elif removed:
         run.line(f"removed {removed} turn{'s' if removed != 1 else ''}; next turn_seq {args.to}")
     else:
-        run.line(f"nothing to remove: the session has {args.to} turns")
+        # nothing removed: --to is the write head (a --to past it is refused)
+        run.line(f"nothing to remove: the session has {args.to} turn{'s' if args.to != 1 else ''}")
     return 0
 
 

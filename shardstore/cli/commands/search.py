@@ -8,7 +8,7 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ..app import Commands, Runner
-from ..args import aware_time, interval_seconds, positive_int
+from ..args import TIME_HELP, interval_seconds, optional_time, positive_int
 from ..output import hit_json, print_hits
 
 
@@ -22,21 +22,22 @@ def cmd_search(run: Runner) -> int:
     args = run.args
     if args.session is None and args.tenant is None:
         raise ConfigurationError("give --tenant (or --session): a search never spans tenants")
+    since, until = optional_time(args.since), optional_time(args.until)
     with run.connect(**_model_settings(args)) as store:
         hits = store.search(
             args.query,
             session_id=args.session,
             tenant_id=args.tenant,
             agent_id=args.agent,
-            since=args.since,
-            until=args.until,
+            since=since,
+            until=until,
             k=args.k,
             mode=args.mode,
         )
     if run.json:
         run.emit([hit_json(h) for h in hits])
     else:
-        print_hits(run.out, hits)
+        print_hits(run.out, hits, mode=args.mode)
     return 0
 
 
@@ -101,8 +102,8 @@ def register(commands: Commands) -> None:
     p.add_argument("--tenant", help="search this tenant's sessions (HNSW per partition)")
     p.add_argument("--session", metavar="SESSION_ID", help="search one session exactly")
     p.add_argument("--agent", help="only this agent's sessions")
-    p.add_argument("--since", type=aware_time, metavar="TIME", help="turns at or after (ISO 8601)")
-    p.add_argument("--until", type=aware_time, metavar="TIME", help="turns before (ISO 8601)")
+    p.add_argument("--since", metavar="TIME", help=f"turns at or after TIME: {TIME_HELP}")
+    p.add_argument("--until", metavar="TIME", help=f"turns before TIME: {TIME_HELP}")
     p.add_argument("-k", type=positive_int, default=5, metavar="K", help="chunks to return (5)")
     p.add_argument("--model", default=None, help=model_help)
     p.add_argument(

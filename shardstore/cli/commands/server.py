@@ -10,10 +10,21 @@ commands look at it, start it and stop it; none of them connects to ``--dsn``.
 from __future__ import annotations
 
 import os
+import sys
+from collections import Counter
+
+import psycopg
 
 from ... import embedded_server as embedded
-from ..app import EXIT_OK, Commands, Runner
-from ..output import kv, size
+from ..app import EXIT_FAILURE, EXIT_OK, Commands, Runner
+from ..args import UsageError
+from ..output import kv, printable, size
+
+# the other client connections of a server: not this one, not its background processes
+_CLIENTS_SQL = """
+SELECT coalesce(nullif(application_name, ''), 'unnamed') FROM pg_stat_activity
+ WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+"""
 
 
 def _other_server(run: Runner) -> str | None:
@@ -82,15 +93,72 @@ def cmd_start(run: Runner) -> int:
     return EXIT_OK
 
 
+def connected_clients(dsn: str) -> list[str]:
+    """The application name of each client connected to the server at ``dsn`` other than
+    the connection that asks (``'unnamed'`` for a client that set none)."""
+    with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+        return [str(name) for (name,) in conn.execute(_CLIENTS_SQL).fetchall()]
+
+
+def _clients_text(clients: list[str]) -> str:
+    """``3 clients (python 2, psql 1)``: how many, by application name."""
+    names = ", ".join(f"{printable(n)} {c}" for n, c in Counter(clients).most_common(5))
+    more = ", ..." if len(set(clients)) > 5 else ""
+    return f"{len(clients)} client{'s' if len(clients) != 1 else ''} ({names}{more})"
+
+
+def _may_stop(run: Runner, clients: list[str]) -> bool:
+    """Whether to stop a server with ``clients`` connected: yes with ``--force``; at a
+    terminal, the answer to a question; otherwise a :class:`UsageError` saying to give
+    ``--force``."""
+    if run.args.force:
+        return True
+    what = (
+        f"{_clients_text(clients)} {'is' if len(clients) == 1 else 'are'} connected; "
+        "stopping the embedded Postgres disconnects them "
+        "(their transactions roll back, their next calls fail until it is started again)"
+    )
+    if not (sys.stdin.isatty() and run.err.isatty()):
+        # a script or a pipe cannot answer: it must say --force
+        raise UsageError(f"not stopped: {what}. Give --force to stop it anyway")
+    print(f"{what}. Stop it? [y/N] ", end="", file=run.err)
+    run.err.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
 def cmd_stop(run: Runner) -> int:
     """Stop the embedded server cleanly (sessions are disconnected, nothing committed is
-    lost) and say so, or say that it was not running; 0 in both cases."""
+    lost) and say so, or say that it was not running; 0 in both cases. When other clients
+    are connected it says how many and stops only with ``--force`` or a "yes" at a
+    terminal: without a terminal it refuses (a usage error, exit 2, nothing stopped); a
+    "no" exits 1, nothing stopped."""
     path = embedded.default_data_dir()
+    status = embedded.server_status(path)
+    clients: list[str] = []
+    if status.running and status.dsn is not None:
+        try:
+            clients = connected_clients(status.dsn)
+        except psycopg.Error as exc:
+            if not run.args.force:
+                raise UsageError(
+                    f"not stopped: cannot tell whether clients are connected "
+                    f"({' '.join(str(exc).split())}). Give --force to stop it anyway"
+                ) from None
+        if clients and not _may_stop(run, clients):
+            run.line("not stopped")
+            return EXIT_FAILURE
     stopped = embedded.stop_server(path)
     if run.json:
-        run.emit({"stopped": stopped, "data_dir": str(embedded.server_status(path).data_dir)})
+        run.emit(
+            {
+                "stopped": stopped,
+                "data_dir": str(embedded.server_status(path).data_dir),
+                "disconnected_clients": len(clients) if stopped else 0,
+            }
+        )
     elif stopped:
-        run.line(f"stopped the embedded Postgres ({path})")
+        gone = f"; disconnected {_clients_text(clients)}" if clients else ""
+        run.line(f"stopped the embedded Postgres ({path}){gone}")
     else:
         run.line(f"the embedded Postgres is not running ({path}); nothing to stop")
     return EXIT_OK
@@ -120,10 +188,17 @@ def register(commands: Commands) -> None:
         cmd_status,
     )
     sub.add("start", "start the embedded Postgres (if it is not running)", cmd_start)
-    sub.add(
+    stop = sub.add(
         "stop",
-        "stop the embedded Postgres cleanly (the next command that needs it starts it again)",
+        "stop the embedded Postgres cleanly (the next command that needs it starts it again); "
+        "with clients connected it says how many and asks, or without a terminal refuses "
+        "unless --force",
         cmd_stop,
+    )
+    stop.add_argument(
+        "--force",
+        action="store_true",
+        help="stop it even while other clients are connected (they are disconnected)",
     )
     sub.add(
         "path",

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ...models import SessionInfo
 from ..app import Commands, Runner
-from ..args import parse_json, parse_time, positive_int
+from ..args import TIME_HELP, optional_time, parse_json, positive_int
 from ..output import dumps, format_table, kv, num, printable, session_json, when
 
 #: ``shardstore sessions`` lists at most this many unless ``--limit`` says otherwise.
@@ -42,7 +42,9 @@ def cmd_session(run: Runner) -> int:
                 ("subject", printable(info.subject_id or "-")),
                 ("agent", printable(info.agent_id or "-")),
                 ("created", when(info.created_at) + " UTC"),
-                ("last turn", when(info.last_turn_at) + " UTC" if info.last_turn_at else "-"),
+                # the time of the last append, which a rewind or a range purge keeps (it
+                # orders later turns): not the time of the newest turn still stored
+                ("last append", when(info.last_turn_at) + " UTC" if info.last_turn_at else "-"),
                 ("turns", _stored(info)),
                 ("next turn", num(info.turn_count)),
                 ("chunks", num(info.chunk_count)),
@@ -59,7 +61,7 @@ def cmd_sessions(run: Runner) -> int:
     (default 50); a full page ends with the ``--before`` that lists the next one. 0 on
     success."""
     args = run.args
-    since = parse_time(args.since) if args.since is not None else None
+    since = optional_time(args.since)
     limit = args.limit if args.limit is not None else DEFAULT_LIST_LIMIT
     with run.connect() as store:
         found = store.sessions(
@@ -79,7 +81,7 @@ def cmd_sessions(run: Runner) -> int:
 
 _SESSIONS_HEADERS = (
     *("session", "tenant", "subject", "agent", "turns", "chunks"),
-    *("created (UTC)", "last turn (UTC)"),
+    *("created (UTC)", "last append (UTC)"),
 )
 
 
@@ -137,8 +139,7 @@ def register(commands: Commands) -> None:
     p.add_argument(
         "--since",
         metavar="TIME",
-        help="only sessions created at or after TIME (ISO 8601, UTC unless it names a zone, "
-        "or an age such as '7 days')",
+        help=f"only sessions created at or after TIME: {TIME_HELP}",
     )
     p.add_argument(
         "--limit",

@@ -6,7 +6,7 @@
 -- and is left alone; an unknown one raises SS404 when p_strict, else returns "missing": true.
 -- Locks the session row FOR UPDATE. A dry run does it all and rolls it back (SS299, caught)
 -- to return the report. Returns {"tables": {...}, "cut": first turn kept}; the session's
--- first_turn_seq becomes the cut.
+-- first_turn_seq becomes the cut when the cut is past it.
 CREATE OR REPLACE FUNCTION shardstore.purge_range_data(p_session_id uuid, p_before_seq bigint, p_before timestamp with time zone, p_dry_run boolean, p_skip_parts text[], p_strict boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -36,11 +36,8 @@ BEGIN
         IF s.purged_at IS NOT NULL THEN
             RETURN jsonb_build_object('tables', '{}'::jsonb, 'purged', true);
         END IF;
-        -- the first turn kept: never before what an earlier range purge kept
-        v_cut := greatest(least(coalesce(p_before_seq,
-                                         shardstore.purge_cut(p_session_id, p_before)),
-                                s.next_turn_seq),
-                          s.first_turn_seq);
+        v_cut := least(coalesce(p_before_seq, shardstore.purge_cut(p_session_id, p_before)),
+                       s.next_turn_seq);
         v_acc := shardstore.purge_rows(p_session_id, v_cut, p_skip_parts);
         UPDATE shardstore.sessions x SET first_turn_seq = v_cut
          WHERE x.session_id = p_session_id AND x.first_turn_seq < v_cut;
@@ -64,7 +61,9 @@ BEGIN
                SET open_turns = v_turns, open_tokens = v_tokens, open_bytes = v_bytes
              WHERE x.session_id = p_session_id;
         END IF;
-        v_acc := jsonb_build_object('tables', v_acc, 'cut', v_cut);
+        -- the first turn kept: never before what an earlier range purge kept (rows written
+        -- since and tied to turns before it, a checkpoint, are only removed when asked)
+        v_acc := jsonb_build_object('tables', v_acc, 'cut', greatest(v_cut, s.first_turn_seq));
         IF p_dry_run THEN
             RAISE EXCEPTION USING ERRCODE = 'SS299', MESSAGE = 'dry run: rolled back';
         END IF;
