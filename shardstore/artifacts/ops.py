@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -140,15 +141,22 @@ def ref_op(
 # ---------------------------------------------------------------- put
 
 
-def _put_postgres_op(
-    tenant: str,
-    src: Source,
-    content_type: str,
-    tokens: int | None,
-    required: bool,
-    owner: tuple[str, str, uuid.UUID | None, int | None] | None,
-    config: ArtifactConfig,
-) -> Op[ArtifactRef]:
+@dataclass(frozen=True, slots=True)
+class _Put:
+    """What a put stores and for whom (validated arguments), whichever backend takes it."""
+
+    tenant: str
+    src: Source
+    content_type: str
+    tokens: int | None
+    required: bool
+    owner: tuple[str, str, uuid.UUID | None, int | None] | None
+    config: ArtifactConfig
+
+
+def _put_postgres_op(put: _Put) -> Op[ArtifactRef]:
+    tenant, src, content_type, tokens = put.tenant, put.src, put.content_type, put.tokens
+    required, owner, config = put.required, put.owner, put.config
     upload = uuid.uuid4()
     digest = hashlib.sha256()
     digests: list[str] = []
@@ -196,16 +204,9 @@ def _made_ref(
     )
 
 
-def _put_object_op(
-    backend: ObjectBackend,
-    tenant: str,
-    src: Source,
-    content_type: str,
-    tokens: int | None,
-    required: bool,
-    owner: tuple[str, str, uuid.UUID | None, int | None] | None,
-    config: ArtifactConfig,
-) -> Op[ArtifactRef]:
+def _put_object_op(backend: ObjectBackend, put: _Put) -> Op[ArtifactRef]:
+    tenant, src, content_type, tokens = put.tenant, put.src, put.content_type, put.tokens
+    required, owner, config = put.required, put.owner, put.config
     staging = yield Call(backend.stage)
     try:
         digest = hashlib.sha256()
@@ -264,15 +265,10 @@ def put_op(
     owner: tuple[str, str, uuid.UUID | None, int | None] | None = None,
 ) -> Op[ArtifactRef]:
     """Store the bytes of ``src`` in the configured backend (validated arguments)."""
+    put = _Put(tenant, src, content_type, tokens, required, owner, config)
     if config.backend is None:
-        return (
-            yield from _put_postgres_op(tenant, src, content_type, tokens, required, owner, config)
-        )
-    return (
-        yield from _put_object_op(
-            config.backend, tenant, src, content_type, tokens, required, owner, config
-        )
-    )
+        return (yield from _put_postgres_op(put))
+    return (yield from _put_object_op(config.backend, put))
 
 
 def _owner(value: Any) -> tuple[str, str, uuid.UUID | None, int | None] | None:
