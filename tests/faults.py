@@ -53,6 +53,7 @@ def run_seed() -> int:
     print(f"kill schedule seed: SHARDSTORE_TEST_SEED={seed}")
     return seed
 
+
 # ------------------------------------------------------------------ the server
 
 
