@@ -1,15 +1,42 @@
 """Export sessions to JSONL and import them back (``store.export_sessions``,
 ``store.import_jsonl``; ``shardstore export``, ``shardstore import jsonl``).
 
-The format (``shardstore.jsonl`` version 1): one JSON object per line, pure ASCII
+The format (``shardstore.jsonl`` version 2): one JSON object per line, pure ASCII
 (non-ASCII characters and lone surrogates as ``\\u`` escapes), and per session
 
-    {"kind": "session", "format": "shardstore.jsonl", "version": 1, "session_id": "…",
+    {"kind": "session", "format": "shardstore.jsonl", "version": 2, "session_id": "…",
      "tenant_id": "…", "subject_id": "…"|null, "agent_id": "…"|null, "metadata": {…},
-     "created_at": "2026-05-01T10:00:00.123456+00:00"}
+     "created_at": "2026-05-01T10:00:00.123456+00:00", "first_turn_seq": 0,
+     "fork": {"parent": "…", "at": 19}|null}
     {"kind": "turn", "turn_seq": 0, "created_at": "…", "idempotency_key": "…"|null,
      "tokens": 12, "message": {…}}                       one line per turn, in order
+    {"kind": "checkpoint", "checkpoint_id": "…", "tenant_id": "…", "turn_seq": 0,
+     "sub_step": 1|null, "parent_id": "…"|null, "idempotency_key": "…"|null,
+     "created_at": "…", "state": {…}, "tool_calls": …|null, "tool_results": …|null,
+     "metadata": {…}}                                    in seq order
+    {"kind": "run", "run_id": "…", "tenant_id": "…", "framework": "…", "thread_key": "…",
+     "status": "awaiting_human", "awaiting": {…}|null, "awaiting_since": "…"|null,
+     "steps": 3, "usd_cost": 0.125, "error": "…"|null, "metadata": {…},
+     "created_at": "…", "updated_at": "…", "closed_at": "…"|null}
+    {"kind": "summary", "tenant_id": "…", "chunk_seq": 0, "chunk_start": "…",
+     "first_turn_seq": 0, "last_turn_seq": 11, "summary": "…", "tokens": 6, "model": "…",
+     "created_at": "…", "message_tokens": 26|null, "counted_by": "…"|null}
     {"kind": "end", "session_id": "…", "turns": 1}
+
+and, after the sessions of an export by tenant and/or subject, each version of their facts:
+
+    {"kind": "fact", "tenant_id": "…", "fact_id": "…", "subject": "…", "key": "…",
+     "value": …, "confidence": 0.9|null, "source_session_id": "…"|null,
+     "source_turn_seq": 3|null, "valid_from": "…", "valid_to": "…"|null, "recorded_at": "…"}
+
+Version 1 is the same without the session line's ``first_turn_seq`` and ``fork`` and without
+checkpoint, run, summary and fact lines; it still imports. Not carried yet: artifacts' bytes
+(a checkpoint's artifact references stay in its state as they are). A fork is imported as a
+plain session holding its inherited turns (its lineage stays in the file); a checkpoint's
+``seq`` is renumbered by the importing database (the order is kept); a summary goes on the
+imported chunk holding exactly its turns, and is listed in the report's ``skipped`` when none
+does (a chunk cut by a range purge, other chunk settings). Every row of a session is written in
+the session's tenant: a line naming another tenant or session is refused.
 
 A header line and a line per turn (rather than a line per session) let both sides stream:
 the exporter writes a chunk of turns at a time and the importer appends ``batch_size``
