@@ -73,7 +73,7 @@ SELECT tenant_id, fact_id, subject, key, value::text AS value, confidence, sourc
 INSERT INTO shardstore.checkpoints
        (session_id, checkpoint_id, seq, tenant_id, turn_seq, sub_step, parent_id,
         idempotency_key, created_at, state, tool_calls, tool_results, metadata)
-SELECT s.session_id, %(id)s, shardstore.checkpoint_next_seq(), s.tenant_id, %(turn)s,
+SELECT s.session_id, %(id)s, nextval('shardstore.checkpoint_seq'), s.tenant_id, %(turn)s,
        %(sub)s, %(parent)s, %(key)s, %(at)s, %(state)s::jsonb, %(calls)s::jsonb,
        %(results)s::jsonb, %(meta)s::jsonb
   FROM shardstore.sessions s
