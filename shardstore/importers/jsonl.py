@@ -1,15 +1,42 @@
 """Export sessions to JSONL and import them back (``store.export_sessions``,
 ``store.import_jsonl``; ``shardstore export``, ``shardstore import jsonl``).
 
-The format (``shardstore.jsonl`` version 1): one JSON object per line, pure ASCII
+The format (``shardstore.jsonl`` version 2): one JSON object per line, pure ASCII
 (non-ASCII characters and lone surrogates as ``\\u`` escapes), and per session
 
-    {"kind": "session", "format": "shardstore.jsonl", "version": 1, "session_id": "…",
+    {"kind": "session", "format": "shardstore.jsonl", "version": 2, "session_id": "…",
      "tenant_id": "…", "subject_id": "…"|null, "agent_id": "…"|null, "metadata": {…},
-     "created_at": "2026-05-01T10:00:00.123456+00:00"}
+     "created_at": "2026-05-01T10:00:00.123456+00:00", "first_turn_seq": 0,
+     "fork": {"parent": "…", "at": 19}|null}
     {"kind": "turn", "turn_seq": 0, "created_at": "…", "idempotency_key": "…"|null,
      "tokens": 12, "message": {…}}                       one line per turn, in order
+    {"kind": "checkpoint", "checkpoint_id": "…", "tenant_id": "…", "turn_seq": 0,
+     "sub_step": 1|null, "parent_id": "…"|null, "idempotency_key": "…"|null,
+     "created_at": "…", "state": {…}, "tool_calls": …|null, "tool_results": …|null,
+     "metadata": {…}}                                    in seq order
+    {"kind": "run", "run_id": "…", "tenant_id": "…", "framework": "…", "thread_key": "…",
+     "status": "awaiting_human", "awaiting": {…}|null, "awaiting_since": "…"|null,
+     "steps": 3, "usd_cost": 0.125, "error": "…"|null, "metadata": {…},
+     "created_at": "…", "updated_at": "…", "closed_at": "…"|null}
+    {"kind": "summary", "tenant_id": "…", "chunk_seq": 0, "chunk_start": "…",
+     "first_turn_seq": 0, "last_turn_seq": 11, "summary": "…", "tokens": 6, "model": "…",
+     "created_at": "…", "message_tokens": 26|null, "counted_by": "…"|null}
     {"kind": "end", "session_id": "…", "turns": 1}
+
+and, after the sessions of an export by tenant and/or subject, each version of their facts:
+
+    {"kind": "fact", "tenant_id": "…", "fact_id": "…", "subject": "…", "key": "…",
+     "value": …, "confidence": 0.9|null, "source_session_id": "…"|null,
+     "source_turn_seq": 3|null, "valid_from": "…", "valid_to": "…"|null, "recorded_at": "…"}
+
+Version 1 is the same without the session line's ``first_turn_seq`` and ``fork`` and without
+checkpoint, run, summary and fact lines; it still imports. Not carried yet: artifacts' bytes
+(a checkpoint's artifact references stay in its state as they are). A fork is imported as a
+plain session holding its inherited turns (its lineage stays in the file); a checkpoint's
+``seq`` is renumbered by the importing database (the order is kept); a summary goes on the
+imported chunk holding exactly its turns, and is listed in the report's ``skipped`` when none
+does (a chunk cut by a range purge, other chunk settings). Every row of a session is written in
+the session's tenant: a line naming another tenant or session is refused.
 
 A header line and a line per turn (rather than a line per session) let both sides stream:
 the exporter writes a chunk of turns at a time and the importer appends ``batch_size``
@@ -42,7 +69,7 @@ from typing import Any, TextIO
 from ..core import jsoncodec, validate
 from ..core.sql import query
 from ..core.state import StoreState
-from ..core.steps import Call, Op, Q, Tx, relay
+from ..core.steps import Call, Op, Q, StatementFailed, Tx, relay
 from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
 from ..history import ops as history_ops
 from ..models import SessionInfo, Turn
@@ -50,10 +77,16 @@ from .report import ExportReport, ImportReport, Progress, Skipped, Tally
 from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
 
 FORMAT = "shardstore.jsonl"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # the versions this shardstore reads
 DEFAULT_BATCH = 500
 PAGE = 200  # sessions listed per round trip when exporting by tenant or subject
 ON_EXISTING = ("refuse", "skip")
+STATE_KINDS = ("checkpoint", "run", "summary")  # a session's lines after its turns (version 2)
+RUN_STATUSES = ("running", "awaiting_human", "done", "failed")
+# a row the server refuses all the same (a unique or check constraint, a value out of range):
+# recovered as ImportRejected naming the line, the session's transaction rolled back
+_REFUSALS = frozenset({"23505", "23514", "22003", "22P02", "22007", "22008", "54000"})
 _LINE_SLACK = 1 << 20  # a turn line may exceed its message by this many characters
 
 _dumps = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
@@ -106,20 +139,129 @@ class _Sink:
             self.stream = None
 
 
-def session_line(info: SessionInfo) -> str:
-    """The header line of a session."""
+def session_line(info: SessionInfo, state: Any = None) -> str:
+    """The header line of a session (``state``: its export_session_state row, if read)."""
+    doc: dict[str, Any] = {
+        "kind": "session",
+        "format": FORMAT,
+        "version": VERSION,
+        "session_id": str(info.session_id),
+        "tenant_id": info.tenant_id,
+        "subject_id": info.subject_id,
+        "agent_id": info.agent_id,
+        "metadata": info.metadata,
+        "created_at": info.created_at.isoformat(),
+        "first_turn_seq": info.first_turn_seq,
+        "fork": None,
+    }
+    if state is not None:
+        doc["first_turn_seq"] = state["first_turn_seq"]
+        if state["fork_parent"] is not None:
+            doc["fork"] = {"parent": str(state["fork_parent"]), "at": state["fork_at"]}
+    return _dumps(doc) + "\n"
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else jsoncodec.loads(text)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def checkpoint_line(row: Any) -> str:
+    """The line of one checkpoint (its artifact references stay in its state as they are)."""
     return (
         _dumps(
             {
-                "kind": "session",
-                "format": FORMAT,
-                "version": VERSION,
-                "session_id": str(info.session_id),
-                "tenant_id": info.tenant_id,
-                "subject_id": info.subject_id,
-                "agent_id": info.agent_id,
-                "metadata": info.metadata,
-                "created_at": info.created_at.isoformat(),
+                "kind": "checkpoint",
+                "checkpoint_id": str(row["checkpoint_id"]),
+                "tenant_id": row["tenant_id"],
+                "turn_seq": row["turn_seq"],
+                "sub_step": row["sub_step"],
+                "parent_id": _str(row["parent_id"]),
+                "idempotency_key": row["idempotency_key"],
+                "created_at": row["created_at"].isoformat(),
+                "state": _json(row["state"]),
+                "tool_calls": _json(row["tool_calls"]),
+                "tool_results": _json(row["tool_results"]),
+                "metadata": _json(row["metadata"]),
+            }
+        )
+        + "\n"
+    )
+
+
+def run_line(row: Any) -> str:
+    """The line of one run."""
+    return (
+        _dumps(
+            {
+                "kind": "run",
+                "run_id": str(row["run_id"]),
+                "tenant_id": row["tenant_id"],
+                "framework": row["framework"],
+                "thread_key": row["thread_key"],
+                "status": row["status"],
+                "awaiting": _json(row["awaiting"]),
+                "awaiting_since": _iso(row["awaiting_since"]),
+                "steps": row["steps"],
+                "usd_cost": row["usd_cost"],
+                "error": row["error"],
+                "metadata": _json(row["metadata"]),
+                "created_at": row["created_at"].isoformat(),
+                "updated_at": row["updated_at"].isoformat(),
+                "closed_at": _iso(row["closed_at"]),
+            }
+        )
+        + "\n"
+    )
+
+
+def summary_line(row: Any) -> str:
+    """The line of one chunk summary."""
+    return (
+        _dumps(
+            {
+                "kind": "summary",
+                "tenant_id": row["tenant_id"],
+                "chunk_seq": row["chunk_seq"],
+                "chunk_start": row["chunk_start"].isoformat(),
+                "first_turn_seq": row["first_turn_seq"],
+                "last_turn_seq": row["last_turn_seq"],
+                "summary": row["summary"],
+                "tokens": row["tokens"],
+                "model": row["model"],
+                "created_at": row["created_at"].isoformat(),
+                "message_tokens": row["message_tokens"],
+                "counted_by": row["counted_by"],
+            }
+        )
+        + "\n"
+    )
+
+
+def fact_line(row: Any) -> str:
+    """The line of one fact version, with its provenance."""
+    return (
+        _dumps(
+            {
+                "kind": "fact",
+                "tenant_id": row["tenant_id"],
+                "fact_id": str(row["fact_id"]),
+                "subject": row["subject"],
+                "key": row["key"],
+                "value": _json(row["value"]),
+                "confidence": row["confidence"],
+                "source_session_id": _str(row["source_session_id"]),
+                "source_turn_seq": row["source_turn_seq"],
+                "valid_from": row["valid_from"].isoformat(),
+                "valid_to": _iso(row["valid_to"]),
+                "recorded_at": row["recorded_at"].isoformat(),
             }
         )
         + "\n"
@@ -158,6 +300,53 @@ def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
     return written
 
 
+def _state_op(sid: uuid.UUID, sink: _Sink) -> Op[None]:
+    """A session's checkpoints (seq order), runs and chunk summaries, a page at a time."""
+    after = 0
+    while True:
+        rows = yield Q(query("export_checkpoints"), (sid, after, PAGE), named=True)
+        if rows:
+            yield Call(sink.write, ([checkpoint_line(r) for r in rows],))
+            after = rows[-1]["seq"]
+        if len(rows) < PAGE:
+            break
+    rows = yield Q(query("export_runs"), (sid,), named=True)
+    if rows:
+        yield Call(sink.write, ([run_line(r) for r in rows],))
+    after = -1
+    while True:
+        rows = yield Q(query("export_summaries"), (sid, after, PAGE), named=True)
+        if rows:
+            yield Call(sink.write, ([summary_line(r) for r in rows],))
+            after = rows[-1]["chunk_seq"]
+        if len(rows) < PAGE:
+            break
+
+
+def _facts_op(tenant: str | None, subject: str | None, sink: _Sink) -> Op[int]:
+    """Every version of the facts of ``tenant`` and/or ``subject``, one snapshot."""
+    written = 0
+    params: dict[str, Any] = {
+        "tenant": tenant,
+        "subject": subject,
+        "after_tenant": "",
+        "after_id": uuid.UUID(int=0),
+        "limit": PAGE,
+    }
+    yield Tx.BEGIN_SNAPSHOT
+    while True:
+        rows = yield Q(query("export_facts"), params, named=True)
+        if rows:
+            yield Call(sink.write, ([fact_line(r) for r in rows],))
+            written += len(rows)
+            params["after_tenant"] = rows[-1]["tenant_id"]
+            params["after_id"] = rows[-1]["fact_id"]
+        if len(rows) < PAGE:
+            break
+    yield Tx.COMMIT
+    return written
+
+
 def _export_one_op(store: StoreState, sid: uuid.UUID, sink: _Sink, bar: Progress) -> Op[int]:
     """One session's lines, from one snapshot; returns its turn count."""
     yield Tx.BEGIN_SNAPSHOT
@@ -165,8 +354,10 @@ def _export_one_op(store: StoreState, sid: uuid.UUID, sink: _Sink, bar: Progress
     if info.purged:
         raise SessionPurged(f"session {sid} was purged; there is nothing to export")
     bar.expect(info.turn_count)
-    yield Call(sink.write, ([session_line(info)],))
+    state = yield Q(query("export_session_state"), (sid,), fetch="one", named=True)
+    yield Call(sink.write, ([session_line(info, state)],))
     turns = yield from _turns_op(history_ops.history(store, sid), sink, bar)
+    yield from _state_op(sid, sink)
     end = _dumps({"kind": "end", "session_id": str(sid), "turns": turns}) + "\n"
     yield Call(sink.write, ([end],))
     yield Tx.COMMIT
@@ -224,6 +415,8 @@ def export_sessions(
             for sid in page:
                 turns += yield from _export_one_op(store, sid, sink, bar)
                 sessions += 1
+        if ids is None:  # a tenant or subject scope: its facts too
+            yield from _facts_op(tenant, subject, sink)
     finally:
         bar.close()
         sink.close()
@@ -357,6 +550,65 @@ def _key(value: Any) -> str | None:
     return validate.optional_text(value, "idempotency_key", limit=validate.MAX_KEY_CHARS)
 
 
+def _int(value: Any, where: str, what: str, *, low: int = 0, high: int = validate.MAX_INT64) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise ImportRejected(f"{where}: {what} must be an int from {low} to {high}")
+    return value
+
+
+def _opt_int(value: Any, where: str, what: str, *, high: int = validate.MAX_INT64) -> int | None:
+    return None if value is None else _int(value, where, what, high=high)
+
+
+def _text(
+    doc: dict[str, Any], name: str, where: str, limit: int | None = validate.MAX_ID_CHARS
+) -> str:
+    try:
+        return validate.text(doc.get(name), name, limit=limit)
+    except InvalidInput as exc:
+        raise ImportRejected(f"{where}: {exc}") from None
+
+
+def _opt_text(
+    doc: dict[str, Any], name: str, where: str, limit: int | None = validate.MAX_ID_CHARS
+) -> str | None:
+    return None if doc.get(name) is None else _text(doc, name, where, limit)
+
+
+def _uuid(value: Any, where: str, what: str) -> uuid.UUID:
+    if not isinstance(value, str):
+        raise ImportRejected(f"{where}: {what} must be a UUID string")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ImportRejected(f"{where}: {what} {validate.shown(value, 60)} is not a UUID") from None
+
+
+def _opt_instant(value: Any, where: str, what: str) -> datetime | None:
+    return None if value is None else _instant(value, where, what)
+
+
+def _jsonb(value: Any, where: str, what: str, *, null: bool = False) -> str | None:
+    if value is None and null:
+        return None
+    return _field(jsoncodec.encode_json, value, where, what)  # type: ignore[no-any-return]
+
+
+def _number(value: Any, where: str, what: str, low: float, high: float) -> float:
+    if type(value) not in (int, float) or not low <= value <= high:
+        raise ImportRejected(f"{where}: {what} must be a number from {low} to {high}")
+    return float(value)
+
+
+def _owned(doc: dict[str, Any], tenant: str, where: str) -> None:
+    """A row of a session may repeat its tenant, never name another."""
+    named = doc.get("tenant_id", tenant)
+    if named != tenant:
+        raise ImportRejected(
+            f"{where}: the row names tenant {validate.shown(named, 60)}, not its session's"
+        )
+
+
 class _Head:
     """A validated session line."""
 
@@ -364,11 +616,12 @@ class _Head:
         if doc.get("format") != FORMAT:
             raise ImportRejected(f"{where}: not a {FORMAT} session line")
         version = doc.get("version")
-        if type(version) is not int or version > VERSION or version < 1:
+        if type(version) is not int or version not in VERSIONS:
             raise ImportRejected(
                 f"{where}: format version {validate.shown(version, 20)} "
-                f"(this shardstore reads {VERSION})"
+                f"(this shardstore reads {', '.join(map(str, VERSIONS))})"
             )
+        self.version: int = version
         self.session_id: uuid.UUID = _field(validate.session_id, doc.get("session_id"), where)
         self.tenant: str = _field(validate.text, doc.get("tenant_id"), where, "tenant_id")
         self.subject: str | None = _field(
@@ -382,6 +635,15 @@ class _Head:
             raise ImportRejected(f"{where}: metadata must be an object")
         self.metadata = _field(jsoncodec.encode_json, metadata, where, "metadata")
         self.created_at = _instant(doc.get("created_at"), where, "created_at")
+        self.first_turn_seq: int | None = None
+        if version >= 2:
+            self.first_turn_seq = _int(doc.get("first_turn_seq"), where, "first_turn_seq")
+            fork = doc.get("fork")
+            if fork is not None:  # lineage, read and checked; the import makes a plain session
+                if type(fork) is not dict:
+                    raise ImportRejected(f"{where}: fork must be an object or null")
+                _field(validate.session_id, fork.get("parent"), where)
+                _int(fork.get("at"), where, "fork.at", low=-1)
 
 
 class _Reader:
@@ -404,6 +666,205 @@ class _Reader:
         return number, parse_line(number, text)
 
 
+def _stored(row: Any, at: str) -> Any:
+    """A statement's row, or ``ImportRejected`` naming the line the server refused."""
+    if isinstance(row, StatementFailed):
+        raise ImportRejected(f"{at}: the database refuses the row (SQLSTATE {row.sqlstate})")
+    return row
+
+
+class _State:
+    """The checkpoints, runs and summaries of one session being imported (version 2):
+    each line checked, then written in the session's transaction, in the tenant of the
+    session (a row naming another is refused)."""
+
+    def __init__(self, sid: uuid.UUID, tenant: str) -> None:
+        self.sid = sid
+        self.tenant = tenant
+        self.started = False
+        self.head = 0  # the session's next turn_seq once its turns are in
+        self.ids: set[uuid.UUID] = set()
+        self.keys: set[str] = set()
+        self.runs: set[uuid.UUID] = set()
+        self.counts = {"checkpoint": 0, "run": 0, "summary": 0}
+        self.unmatched: list[str] = []
+
+    def line_op(self, kind: str, doc: dict[str, Any], at: str) -> Op[None]:
+        """Check one state line and write it."""
+        _owned(doc, self.tenant, at)
+        if doc.get("session_id", str(self.sid)) != str(self.sid):
+            raise ImportRejected(f"{at}: the row names another session than its own")
+        if kind == "checkpoint":
+            yield from self._checkpoint_op(doc, at)
+        elif kind == "run":
+            yield from self._run_op(doc, at)
+        else:
+            yield from self._summary_op(doc, at)
+        self.counts[kind] += 1
+
+    def _checkpoint_op(self, doc: dict[str, Any], at: str) -> Op[None]:
+        cid = _uuid(doc.get("checkpoint_id"), at, "checkpoint_id")
+        if cid in self.ids:
+            raise ImportRejected(f"{at}: checkpoint {cid} appears twice in the session")
+        turn = _int(doc.get("turn_seq"), at, "turn_seq", low=-1)
+        if turn >= self.head:
+            raise ImportRejected(
+                f"{at}: checkpoint turn_seq {turn} is past the session's turns "
+                f"(its last is {self.head - 1})"
+            )
+        key = _opt_text(doc, "idempotency_key", at, validate.MAX_KEY_CHARS)
+        if key is not None:
+            if key in self.keys:
+                raise ImportRejected(f"{at}: idempotency key {key!r:.60} is used twice")
+            self.keys.add(key)
+        parent = doc.get("parent_id")
+        params = {
+            "sid": self.sid,
+            "id": cid,
+            "turn": turn,
+            "sub": _opt_int(doc.get("sub_step"), at, "sub_step", high=validate.MAX_INT32),
+            "parent": None if parent is None else _uuid(parent, at, "parent_id"),
+            "key": key,
+            "at": _instant(doc.get("created_at"), at, "created_at"),
+            "state": _jsonb(doc.get("state"), at, "state"),
+            "calls": _jsonb(doc.get("tool_calls"), at, "tool_calls", null=True),
+            "results": _jsonb(doc.get("tool_results"), at, "tool_results", null=True),
+            "meta": _jsonb(_object(doc.get("metadata", {}), at, "metadata"), at, "metadata"),
+        }
+        if doc.get("state") is None:
+            raise ImportRejected(f"{at}: a checkpoint needs a state")
+        self.ids.add(cid)
+        _stored((yield Q(query("import_checkpoint"), params, fetch="none", recover=_REFUSALS)), at)
+
+    def _run_op(self, doc: dict[str, Any], at: str) -> Op[None]:
+        rid = _uuid(doc.get("run_id"), at, "run_id")
+        if rid in self.runs:
+            raise ImportRejected(f"{at}: run {rid} appears twice in the session")
+        status = doc.get("status")
+        if status not in RUN_STATUSES:
+            raise ImportRejected(f"{at}: status must be one of {', '.join(RUN_STATUSES)}")
+        awaiting = doc.get("awaiting")
+        awaiting_since = _opt_instant(doc.get("awaiting_since"), at, "awaiting_since")
+        closed = _opt_instant(doc.get("closed_at"), at, "closed_at")
+        error = _opt_text(doc, "error", at, None)
+        waits = status == "awaiting_human"
+        if waits != (awaiting is not None) or waits != (awaiting_since is not None):
+            raise ImportRejected(f"{at}: awaiting and awaiting_since go with awaiting_human")
+        if (status in ("done", "failed")) != (closed is not None):
+            raise ImportRejected(f"{at}: closed_at goes with a done or failed run")
+        if error is not None and status != "failed":
+            raise ImportRejected(f"{at}: only a failed run has an error")
+        params = {
+            "sid": self.sid,
+            "id": rid,
+            "framework": _text(doc, "framework", at),
+            "thread": _text(doc, "thread_key", at, validate.MAX_KEY_CHARS),
+            "status": status,
+            "awaiting": _jsonb(awaiting, at, "awaiting", null=True),
+            "awaiting_since": awaiting_since,
+            "steps": _int(doc.get("steps"), at, "steps"),
+            "cost": _number(doc.get("usd_cost"), at, "usd_cost", 0.0, 1e300),
+            "error": error,
+            "meta": _jsonb(_object(doc.get("metadata", {}), at, "metadata"), at, "metadata"),
+            "at": _instant(doc.get("created_at"), at, "created_at"),
+            "updated": _instant(doc.get("updated_at"), at, "updated_at"),
+            "closed": closed,
+        }
+        elsewhere = yield Q(query("import_run_elsewhere"), (rid, self.sid), fetch="one")
+        if elsewhere is not None:
+            raise ImportRejected(f"{at}: run id {rid} belongs to another session here")
+        self.runs.add(rid)
+        _stored((yield Q(query("import_run"), params, fetch="none", recover=_REFUSALS)), at)
+
+    def _summary_op(self, doc: dict[str, Any], at: str) -> Op[None]:
+        first = _int(doc.get("first_turn_seq"), at, "first_turn_seq")
+        last = _int(doc.get("last_turn_seq"), at, "last_turn_seq")
+        if last < first or last >= self.head:
+            raise ImportRejected(f"{at}: summary of turns {first}..{last} outside the session")
+        _int(doc.get("chunk_seq"), at, "chunk_seq")
+        _instant(doc.get("chunk_start"), at, "chunk_start")
+        params = {
+            "sid": self.sid,
+            "first": first,
+            "last": last,
+            "summary": _text(doc, "summary", at, None),
+            "tokens": _int(doc.get("tokens"), at, "tokens", high=validate.MAX_INT32),
+            "model": _text(doc, "model", at),
+            "at": _instant(doc.get("created_at"), at, "created_at"),
+            "message_tokens": _opt_int(
+                doc.get("message_tokens"), at, "message_tokens", high=validate.MAX_INT32
+            ),
+            "counted_by": _opt_text(doc, "counted_by", at),
+        }
+        row = _stored(
+            (yield Q(query("import_summary"), params, fetch="one", recover=_REFUSALS)), at
+        )
+        if not row[0]:
+            self.unmatched.append(at)
+
+    def counted(self, tally: Tally) -> None:
+        """Summaries no imported chunk holds exactly (chunked otherwise here) are listed."""
+        for at in self.unmatched:
+            tally.skipped.append(
+                Skipped(at, f"summary of session {self.sid}: no chunk here holds its turns")
+            )
+
+
+def _object(value: Any, where: str, what: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise ImportRejected(f"{where}: {what} must be an object")
+    return value
+
+
+def _fact_op(doc: dict[str, Any], at: str) -> Op[bool]:
+    """One fact version, in a transaction of its own: True when written, False when its
+    fact_id is there already. Its source session, when this database has it, must be of
+    the fact's tenant."""
+    tenant = _text(doc, "tenant_id", at)
+    fid = _uuid(doc.get("fact_id"), at, "fact_id")
+    source = doc.get("source_session_id")
+    src = None if source is None else _uuid(source, at, "source_session_id")
+    seq = _opt_int(doc.get("source_turn_seq"), at, "source_turn_seq")
+    if (src is None) != (seq is None):
+        raise ImportRejected(f"{at}: source_session_id and source_turn_seq go together")
+    confidence = doc.get("confidence")
+    valid_from = _instant(doc.get("valid_from"), at, "valid_from")
+    valid_to = _opt_instant(doc.get("valid_to"), at, "valid_to")
+    if valid_to is not None and valid_to <= valid_from:
+        raise ImportRejected(f"{at}: valid_to must be after valid_from")
+    value = _jsonb(doc.get("value"), at, "value")
+    assert value is not None
+    if len(value.encode("utf-8", "surrogatepass")) > validate.MAX_JSON_BYTES:
+        raise ImportRejected(f"{at}: value is larger than {validate.MAX_JSON_BYTES} bytes")
+    params = (
+        tenant,
+        fid,
+        _text(doc, "subject", at),
+        _text(doc, "key", at, validate.MAX_KEY_CHARS),
+        value,
+        None if confidence is None else _number(confidence, at, "confidence", 0.0, 1.0),
+        src,
+        seq,
+        valid_from,
+        valid_to,
+        _instant(doc.get("recorded_at"), at, "recorded_at"),
+    )
+    yield Tx.BEGIN
+    if src is not None:
+        owner = yield Q(query("import_session_tenant"), (src,), fetch="one")
+        if owner is not None and owner[0] != tenant:
+            raise ImportRejected(f"{at}: its source session belongs to another tenant")
+    row = _stored((yield Q(query("import_fact"), params, fetch="one", recover=_REFUSALS)), at)
+    if row is None:
+        there = yield Q(query("import_fact_exists"), (tenant, fid), fetch="one")
+        if there is None:
+            raise ImportRejected(
+                f"{at}: the subject and key already have a current fact in this database"
+            )
+    yield Tx.COMMIT
+    return row is not None
+
+
 def _skip_session_op(reader: _Reader, head: _Head, where: str) -> Op[None]:
     """Read past a session's lines up to its end line."""
     while True:
@@ -413,7 +874,7 @@ def _skip_session_op(reader: _Reader, head: _Head, where: str) -> Op[None]:
         number, doc = item
         if doc["kind"] == "end":
             return
-        if doc["kind"] != "turn":
+        if doc["kind"] != "turn" and (head.version < 2 or doc["kind"] not in STATE_KINDS):
             raise ImportRejected(f"line {number}: a {doc['kind']!r:.40} line inside a session")
 
 
@@ -448,6 +909,7 @@ def _session_op(
         tally.skipped.append(Skipped(where, f"session {sid} already exists"))
         return
     batch = Batch()
+    state = _State(sid, head.tenant)
     places: list[str] = []
     first: int | None = None
     start = 0  # turn_seq of the batch's first turn
@@ -462,7 +924,21 @@ def _session_op(
         number, doc = item
         at = f"line {number}"
         kind = doc["kind"]
-        if kind == "turn":
+        if kind in STATE_KINDS and head.version >= 2:
+            if not state.started:  # the turns are over: the last batch goes in first
+                yield from premake_op(store, partitions, batch.times)
+                yield from append_exact_op(ctx, sid, start, batch, places)
+                start += len(batch)
+                written += batch.bytes
+                bar.done(len(batch))
+                batch.clear()
+                places.clear()
+                state.started = True
+                state.head = (first or 0) + count
+            yield from state.line_op(kind, doc, at)
+        elif kind == "turn" and state.started:
+            raise ImportRejected(f"{at}: a turn line after the session's state lines")
+        elif kind == "turn":
             seq = doc.get("turn_seq")
             if type(seq) is not int or seq < 0 or seq > validate.MAX_INT64:
                 raise ImportRejected(f"{at}: turn_seq must be a non-negative int")
@@ -494,10 +970,15 @@ def _session_op(
             yield from append_exact_op(ctx, sid, start, batch, places)
             written += batch.bytes
             bar.done(len(batch))
+            if head.first_turn_seq is not None and count and first != head.first_turn_seq:
+                raise ImportRejected(
+                    f"{where}: first_turn_seq {head.first_turn_seq} but the first turn is {first}"
+                )
             if first:  # exported after a range purge: the history starts at its first turn
                 yield Q(query("import_session_first_turn"), (first, sid), fetch="none")
             yield Tx.COMMIT
             tally.add_session(count, written, existed=False)
+            state.counted(tally)
             return
         else:
             raise ImportRejected(f"{at}: a {kind!r:.40} line inside session {sid}")
@@ -545,6 +1026,9 @@ def import_jsonl(
                 break
             number, doc = item
             where = f"line {number}"
+            if doc["kind"] == "fact":
+                yield from _fact_op(doc, where)
+                continue
             if doc["kind"] != "session":
                 raise ImportRejected(
                     f"{where}: a {doc['kind']!r:.40} line outside a session "

@@ -23,3 +23,114 @@ SELECT r_status AS status, r_index AS index, r_sealed AS sealed
 
 -- name: import_session_turns
 SELECT next_turn_seq FROM shardstore.sessions WHERE session_id = %s;
+
+-- name: export_session_state
+-- what a version 2 session line adds: where its history starts and where it was forked from
+SELECT first_turn_seq, fork_parent, fork_at FROM shardstore.sessions WHERE session_id = %s;
+
+-- name: export_checkpoints
+-- a page of a session's checkpoints, oldest first (seq order), after seq %s
+SELECT checkpoint_id, seq, tenant_id, turn_seq, sub_step, parent_id, idempotency_key,
+       created_at, state::text AS state, tool_calls::text AS tool_calls,
+       tool_results::text AS tool_results, metadata::text AS metadata
+  FROM shardstore.checkpoints
+ WHERE session_id = %s AND seq > %s
+ ORDER BY seq
+ LIMIT %s;
+
+-- name: export_runs
+SELECT run_id, tenant_id, framework, thread_key, status, awaiting::text AS awaiting,
+       awaiting_since, steps, usd_cost, error, metadata::text AS metadata, created_at,
+       updated_at, closed_at
+  FROM shardstore.runs
+ WHERE session_id = %s
+ ORDER BY created_at, run_id;
+
+-- name: export_summaries
+-- a page of a session's own chunk summaries, after chunk_seq %s
+SELECT chunk_seq, tenant_id, chunk_start, first_turn_seq, last_turn_seq, summary, tokens,
+       model, created_at, message_tokens, counted_by
+  FROM shardstore.chunk_summaries
+ WHERE session_id = %s AND chunk_seq > %s
+ ORDER BY chunk_seq
+ LIMIT %s;
+
+-- name: export_facts
+-- a page of the facts of a tenant and/or subject, every version, after (tenant, fact_id)
+SELECT tenant_id, fact_id, subject, key, value::text AS value, confidence, source_session_id,
+       source_turn_seq, valid_from, valid_to, recorded_at
+  FROM shardstore.facts
+ WHERE (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s::text)
+   AND (%(subject)s::text IS NULL OR subject = %(subject)s::text)
+   AND (tenant_id, fact_id) > (%(after_tenant)s::text, %(after_id)s::uuid)
+ ORDER BY tenant_id, fact_id
+ LIMIT %(limit)s;
+
+-- name: import_checkpoint
+-- a checkpoint as exported, in the tenant of the session it is imported into (never the
+-- file's), with a new seq: seq comes from one sequence for the database, so checkpoints
+-- keep their order within the session and stay older than any written after the import
+INSERT INTO shardstore.checkpoints
+       (session_id, checkpoint_id, seq, tenant_id, turn_seq, sub_step, parent_id,
+        idempotency_key, created_at, state, tool_calls, tool_results, metadata)
+SELECT s.session_id, %(id)s, nextval('shardstore.checkpoint_seq'), s.tenant_id, %(turn)s,
+       %(sub)s, %(parent)s, %(key)s, %(at)s, %(state)s::jsonb, %(calls)s::jsonb,
+       %(results)s::jsonb, %(meta)s::jsonb
+  FROM shardstore.sessions s
+ WHERE s.session_id = %(sid)s;
+
+-- name: import_run_elsewhere
+-- whether a run id is used by another session (runs are looked up by run id alone)
+SELECT 1 AS found FROM shardstore.runs WHERE run_id = %s AND session_id <> %s LIMIT 1;
+
+-- name: import_run
+-- a run as exported, in the tenant of the session it is imported into
+INSERT INTO shardstore.runs
+       (session_id, run_id, tenant_id, framework, thread_key, status, awaiting,
+        awaiting_since, steps, usd_cost, error, metadata, created_at, updated_at, closed_at)
+SELECT s.session_id, %(id)s, s.tenant_id, %(framework)s, %(thread)s, %(status)s,
+       %(awaiting)s::jsonb, %(awaiting_since)s, %(steps)s, %(cost)s, %(error)s,
+       %(meta)s::jsonb, %(at)s, %(updated)s, %(closed)s
+  FROM shardstore.sessions s
+ WHERE s.session_id = %(sid)s;
+
+-- name: import_summary
+-- a chunk summary, stored on the imported chunk holding exactly its turns (its chunk_seq
+-- and chunk_start are the importing store's); its summary queue row goes. No row stored
+-- (0) when no folded chunk of the session holds exactly those turns.
+WITH c AS (
+    SELECT h.chunk_seq, h.chunk_start FROM shardstore.agent_history h
+     WHERE h.session_id = %(sid)s AND h.first_turn_seq = %(first)s
+       AND h.first_turn_seq + h.turn_count - 1 = %(last)s
+     LIMIT 1),
+ins AS (
+    INSERT INTO shardstore.chunk_summaries
+           (session_id, chunk_seq, tenant_id, chunk_start, first_turn_seq, last_turn_seq,
+            summary, tokens, model, created_at, message_tokens, counted_by)
+    SELECT s.session_id, c.chunk_seq, s.tenant_id, c.chunk_start, %(first)s, %(last)s,
+           %(summary)s, %(tokens)s, %(model)s, %(at)s, %(message_tokens)s, %(counted_by)s
+      FROM c, shardstore.sessions s
+     WHERE s.session_id = %(sid)s
+    ON CONFLICT (session_id, chunk_seq) DO NOTHING
+    RETURNING chunk_seq),
+gone AS (
+    DELETE FROM shardstore.summary_queue q
+     WHERE q.session_id = %(sid)s AND q.chunk_seq IN (SELECT chunk_seq FROM ins))
+SELECT count(*) AS stored FROM ins;
+
+-- name: import_session_tenant
+-- the tenant of a session in this database (a fact's source must be of the fact's tenant)
+SELECT tenant_id FROM shardstore.sessions WHERE session_id = %s;
+
+-- name: import_fact
+-- a fact version as exported; no row when its id is there (or its key already has a
+-- current version: the caller tells the two apart)
+INSERT INTO shardstore.facts
+       (tenant_id, fact_id, subject, key, value, confidence, source_session_id,
+        source_turn_seq, valid_from, valid_to, recorded_at)
+VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s)
+ON CONFLICT DO NOTHING
+RETURNING fact_id;
+
+-- name: import_fact_exists
+SELECT 1 AS found FROM shardstore.facts WHERE tenant_id = %s AND fact_id = %s;
