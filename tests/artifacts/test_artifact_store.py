@@ -183,6 +183,7 @@ def test_checkpoint_with_missing_artifact_writes_nothing(
     assert astore.checkpoints(sid) == []
 
 
+@pytest.mark.slow
 def test_sweep_racing_new_references_never_deletes_a_referenced_object(
     astore: shardstore.Store, dsn: str
 ) -> None:
@@ -329,6 +330,7 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "args", "kwargs"), BAD_CALLS)
 def test_hostile_input_is_refused_and_writes_nothing(
     store: shardstore.Store, dsn: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -366,6 +368,7 @@ def test_unknown_ids_and_owners(store: shardstore.Store, dsn: str) -> None:
         shardstore.connect(dsn, offload_over=10)
 
 
+@pytest.mark.slow
 def test_tenant_paths_cannot_escape(make_store: Any, tmp_path: Path, dsn: str) -> None:
     store = make_store(artifacts=(tmp_path / "objs").as_uri())
     for tenant in ("..", "../..", "a/b", ".hidden", "x" * 256, "é/../"):

@@ -130,6 +130,7 @@ def _released_four_ways(
     return [rewound, unrefd, pruned, held]
 
 
+@pytest.mark.slow
 def test_purges_erase_what_lost_its_references_before_the_purge(
     make_store: Any, kind: str, tmp_path: Path, dsn: str
 ) -> None:

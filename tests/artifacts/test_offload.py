@@ -103,6 +103,7 @@ def test_shapes_round_trip_with_cards_in_the_turn(
     check_invariant(ostore, dsn)
 
 
+@pytest.mark.slow
 def test_small_messages_untouched_and_no_offload_without_setting(make_store: Any, dsn: str) -> None:
     plain = make_store()
     sid = plain.create_session("t")
@@ -198,6 +199,7 @@ messages = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(batch=st.lists(messages, min_size=1, max_size=4))
 def test_offload_round_trip_property(ostore: shardstore.Store, batch: list[dict[str, Any]]) -> None:
@@ -256,6 +258,7 @@ class _SpyCounter:
         return int(self.real.count(text))
 
 
+@pytest.mark.slow
 def test_the_offloaded_string_is_never_tokenized(make_store: Any) -> None:
     """A 1 MB tool output appended with offload: the tokenizer sees only the card-sized
     message (so the ~200 ms of counting 1 MB is not on the append path); the control store

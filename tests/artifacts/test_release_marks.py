@@ -226,6 +226,7 @@ def test_purge_session_and_range_release_in_the_session_tenant(
     check_invariant(store, dsn)
 
 
+@pytest.mark.slow
 def test_retention_is_marked_by_the_sweep(make_store: Any, dsn: str) -> None:
     """maintain's retention removes refs with their sessions and marks nothing itself: the
     sweep of the same run marks the artifact, whose grace starts there."""
@@ -244,6 +245,7 @@ def test_retention_is_marked_by_the_sweep(make_store: Any, dsn: str) -> None:
     check_invariant(store, dsn)
 
 
+@pytest.mark.slow
 def test_migration_deletes_refs_of_checkpoints_already_gone(
     server_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -317,6 +319,7 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 for _mod in ("matplotlib", "langchain_postgres", "langgraph.checkpoint.postgres"):
     pytest.importorskip(_mod)
 

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("langgraph.checkpoint.postgres")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,9 @@ import pytest
 
 from benchmarks.lib import corpus, realtext
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def fresh_files() -> Iterator[None]:

@@ -12,6 +12,7 @@ import shardstore
 from shardstore.cli import main
 
 
+@pytest.mark.slow
 def test_cli_put_get_ls_sweep(
     store: shardstore.Store, dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -74,6 +74,7 @@ CALL = {
 RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "hosts\npasswd\nshardstore.toml"}
 
 
+@pytest.mark.slow
 def test_append_then_read_back_in_text_and_json(cli: Cli) -> None:
     sid = _new_session(cli)
 
@@ -299,6 +300,7 @@ def test_demo_cleans_up_and_says_what_it_left(cli: Cli) -> None:
     assert re.search(r"purged\s+yes", cli("session", kept.group(1)).out)
 
 
+@pytest.mark.slow
 def test_errors_exit_with_distinct_statuses(cli: Cli) -> None:
     """4 not found, 2 bad input or usage (the documented exit codes)."""
     unknown = str(uuid.uuid4())
@@ -393,6 +395,7 @@ def test_init_reports_schema_and_fixes_partition_interval(cli: Cli) -> None:
     assert bad.rc == 2 and "cannot read interval" in bad.err
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_cli(dsn: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "shardstore", "--dsn", dsn, "stats", "--json"],
@@ -544,6 +547,7 @@ def test_tail_explained_matches_tail_and_says_what_it_held(dsn: str) -> None:
             store.tail_explained(sid, n=0)
 
 
+@pytest.mark.slow
 def test_tail_says_why_turns_were_held_back(cli: Cli) -> None:
     sid = _new_session(cli)
     assert cli("append", sid, json.dumps([USER, CALL, RESULT])).rc == 0
@@ -623,6 +627,7 @@ class _Terminal(io.StringIO):
         return True
 
 
+@pytest.mark.slow
 def test_append_hints_at_a_terminal_and_says_when_nothing_was_appended(
     cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -89,6 +89,7 @@ TIME_OPTIONS: list[tuple[list[str], list[str]]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", ["2030-01-01", "7 days", "2026-01-31T12:00:00+01:00", "90s"])
 def test_every_time_option_takes_the_same_forms(cli: Cli, text: str) -> None:
     sid = _session(cli)
@@ -109,6 +110,7 @@ def test_every_time_option_refuses_the_same_way(cli: Cli) -> None:
         assert "'90 days'" in error["message"]  # says what it takes
 
 
+@pytest.mark.slow
 def test_search_since_and_until_filter_by_the_parsed_time(cli: Cli) -> None:
     sid = _session(cli)
     _append(cli, sid, {"role": "user", "content": "the staging port is 8443"})
@@ -179,6 +181,7 @@ def test_text_search_off_names_the_text_search_command(cli: Cli) -> None:
     assert result.rc == 2 and "'shardstore text-search --language english'" in message
 
 
+@pytest.mark.slow
 def test_another_embedding_model_names_the_model_flag(cli: Cli, dsn: str) -> None:
     # the database records a model (as its first embedding would), then a search asks for
     # another one: refused at connect, before any model is loaded
@@ -224,6 +227,7 @@ def test_sessions_before_an_unknown_session_names_the_flag(cli: Cli) -> None:
     assert _cli_error(result) == f"session {unknown} (given as --before) does not exist"
 
 
+@pytest.mark.slow
 def test_rewind_refusals_name_the_to_flag(cli: Cli) -> None:
     sid = _session(cli)
     _append(cli, sid, {"role": "user", "content": "one"})
@@ -271,6 +275,7 @@ def test_artifacts_put_of_a_missing_file_is_a_usage_error(
 # ---------------------------------------------------------------- 13. no text hits
 
 
+@pytest.mark.slow
 def test_text_search_without_hits_does_not_suggest_embedding(cli: Cli) -> None:
     sid = _session(cli)
     _append(cli, sid, {"role": "user", "content": "the staging port is 8443"})
@@ -330,6 +335,7 @@ def test_demo_prints_its_header_before_the_append_bar(dsn: str) -> None:
     assert "appended     30 turns" in out  # one key column for the header and the figures
 
 
+@pytest.mark.slow
 def test_demo_no_search_says_nothing_is_left_to_remove(cli: Cli) -> None:
     result = cli("demo", "--turns", "20", "--tenant", "fresh", "--no-search")
     assert result.rc == 0, result.err
@@ -389,6 +395,7 @@ def test_restore_help_and_text_agree_on_the_token_budget(
     assert "MAX_TOKENS" not in text and "--n N" in text
 
 
+@pytest.mark.slow
 def test_restore_says_why_fewer_turns_came_back(cli: Cli) -> None:
     sid = _session(cli)
     _append(cli, sid, {"role": "user", "content": "list the files"}, CALL, RESULT, REPLY)
@@ -425,6 +432,7 @@ def test_restore_api_reports_what_it_held_back(make_store: Callable[..., Any]) -
     assert store.restore(sid, n=3).held_back == [] and store.restore(sid).held_back == []
 
 
+@pytest.mark.slow
 def test_context_says_why_it_has_no_recent_turns(cli: Cli) -> None:
     sid = _session(cli)
     empty = cli("context", sid, "--max-tokens", "5")

@@ -43,6 +43,7 @@ def store(make_store: Callable[..., shardstore.Store]) -> shardstore.Store:
     return make_store(chunk_tokens=200)
 
 
+@pytest.mark.slow
 def test_purge_session_text_json_and_dry_run(
     cli: Callable[..., Result], store: shardstore.Store, dsn: str
 ) -> None:
@@ -72,6 +73,7 @@ def test_purge_session_text_json_and_dry_run(
     assert missing.rc == 4 and "does not exist" in missing.err
 
 
+@pytest.mark.slow
 def test_purge_subject_tenant_range_and_before(
     cli: Callable[..., Result], store: shardstore.Store, dsn: str
 ) -> None:
@@ -130,6 +132,7 @@ def test_purge_subject_tenant_range_and_before(
     assert old.rc == 0 and old.json()["dry_run"] is True and old.json()["rows"] == 0
 
 
+@pytest.mark.slow
 def test_purge_usage_errors(cli: Callable[..., Result]) -> None:
     assert cli("purge").rc == 2
     assert cli("purge", "range", str(uuid.uuid4())).rc == 2  # needs a cut
@@ -149,6 +152,7 @@ def test_parse_time() -> None:
         parse_time("soon")
 
 
+@pytest.mark.slow
 def test_global_options_after_nested_purge_forms(
     store: shardstore.Store, dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -204,6 +208,7 @@ def test_purge_without_a_terminal_needs_yes(dsn: str, cli: Callable[..., Result]
         store.close()
 
 
+@pytest.mark.slow
 def test_purge_text_names_the_cutoff_and_an_already_purged_session(
     cli: Callable[..., Result], store: shardstore.Store
 ) -> None:

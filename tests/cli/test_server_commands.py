@@ -36,6 +36,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     return rc, capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_start_status_stop_status(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out = _cli(capsys, "server", "path")
     assert (rc, out.strip()) == (0, str(data_dir.resolve()))
@@ -70,6 +71,7 @@ def test_start_status_stop_status(data_dir: Path, capsys: pytest.CaptureFixture[
     assert json.loads(_cli(capsys, "server", "stop", "--json")[1])["stopped"] is False
 
 
+@pytest.mark.slow
 def test_starting_line_only_when_it_really_starts(data_dir: Path) -> None:
     args = build_parser().parse_args(["stats"])
     err = Tty()

@@ -44,6 +44,7 @@ def _client(dsn: str, name: str) -> psycopg.Connection[tuple[object, ...]]:
     return psycopg.connect(dsn, application_name=name, autocommit=True)
 
 
+@pytest.mark.slow
 def test_stop_says_how_many_clients_and_needs_force_without_a_terminal(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -80,6 +81,7 @@ def test_stop_says_how_many_clients_and_needs_force_without_a_terminal(
         other.close()
 
 
+@pytest.mark.slow
 def test_stop_without_clients_needs_no_force(
     data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,6 +91,7 @@ def test_stop_without_clients_needs_no_force(
     assert json.loads(out)["disconnected_clients"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("answer", "stopped"), [("n\n", False), ("y\n", True)])
 def test_stop_asks_at_a_terminal(
     data_dir: Path,

@@ -229,6 +229,7 @@ def reference(
     )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40,
     deadline=None,
@@ -290,6 +291,7 @@ class Scaled:
     recall=st.sampled_from([None, "result"]),
 )
 # call ids repeated across replies (the checks pair an output with its nearest call)
+@pytest.mark.slow
 @example(
     blocks=[responses_parallel(8, 1), responses_parallel(8, 1)],
     budget=8,
@@ -472,6 +474,7 @@ def test_hostile_input(long_session: Any) -> None:
     assert before  # the session had turns; context() wrote nothing (read-only snapshot)
 
 
+@pytest.mark.slow
 def test_async_parity(dsn: str) -> None:
     store = shardstore.connect(dsn, **SMALL)
     sid = store.create_session("t1")
@@ -491,6 +494,7 @@ def test_async_parity(dsn: str) -> None:
     assert asyncio.run(go()) == want and want.parts
 
 
+@pytest.mark.slow
 def test_cli_context(long_session: Any, capsys: Any) -> None:
     store, sid = long_session
     args = ["--dsn", store.dsn or "", "context", str(sid), "--max-tokens", "600"]

@@ -59,6 +59,7 @@ def count(dsn: str, sql: str, args: tuple[Any, ...] = ()) -> int:
         return int(row[0])
 
 
+@pytest.mark.slow
 def test_text_search_follows_the_fork_lineage(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(**SMALL)
     parent = store.create_session("acme", subject_id="user:1")
@@ -119,6 +120,7 @@ def test_text_search_follows_the_fork_lineage(make_store: StoreFactory, dsn: str
     assert found(store, child, "narwhal") == set() and found(store, child, "walrus") == {18}
 
 
+@pytest.mark.slow
 def test_hybrid_in_a_fork_ranks_inherited_vectors(make_store: StoreFactory) -> None:
     from tests.embedders import HashEmbedder
 
@@ -223,6 +225,7 @@ class Ones:
         return 1
 
 
+@pytest.mark.slow
 def test_context_is_the_rule_with_stored_missing_or_foreign_counts(
     make_store: StoreFactory, dsn: str
 ) -> None:

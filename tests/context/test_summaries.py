@@ -60,6 +60,7 @@ def chunk_ranges(chunks: list[shardstore.Chunk]) -> list[tuple[int, int, int]]:
     return [(c.chunk_seq, c.first_turn_seq, c.first_turn_seq + c.turn_count - 1) for c in chunks]
 
 
+@pytest.mark.slow
 def test_lifecycle_fold_queue_summarize(make_store: Any, dsn: str) -> None:
     store = make_store(**SMALL)
     sid = store.create_session("t1")
@@ -103,6 +104,7 @@ def test_rewind_drops_and_requeues(make_store: Any, dsn: str) -> None:
     assert (cut_chunk.chunk_seq, cut_chunk.first_turn_seq, cut - 1) in ranges(store, sid)
 
 
+@pytest.mark.slow
 def test_range_purge_drops_and_requeues_and_purge_removes(make_store: Any, dsn: str) -> None:
     store = make_store(**SMALL)
     sid = store.create_session("t1")
@@ -163,6 +165,7 @@ def test_hostile_input_writes_nothing(make_store: Any, dsn: str) -> None:
     assert store.summarize(stub, session_id=sid, limit=1) == 1
 
 
+@pytest.mark.slow
 def test_workers_never_summarise_a_chunk_twice(make_store: Any) -> None:
     store = make_store(**SMALL)
     sid = store.create_session("t1")
@@ -225,6 +228,7 @@ store.summarize(hang)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("round_", range(2))
 def test_worker_killed_mid_summary(make_store: Any, dsn: str, tmp_path: Path, round_: int) -> None:
     store = make_store(**SMALL)

@@ -63,6 +63,7 @@ def test_a_session_or_a_tenant_scope_writes_nothing_outside_it(
     assert store.summarize(stub) == 0
 
 
+@pytest.mark.slow
 def test_a_tenant_bound_store_defaults_to_its_tenant(
     make_store: Callable[..., shardstore.Store], dsn: str, tenant_role: str
 ) -> None:
@@ -111,6 +112,7 @@ def test_hostile_scopes_are_refused(
     assert _summarised(dsn) == {}
 
 
+@pytest.mark.slow
 def test_cli_tenant_scope(
     make_store: Callable[..., shardstore.Store], dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -38,6 +38,7 @@ def _chunks(chunks: list[shardstore.Chunk]) -> list[tuple[Any, ...]]:
     ]
 
 
+@pytest.mark.slow
 def test_async_matches_sync(new_database: Callable[[], str]) -> None:
     settings = {"chunk_tokens": 600}
     sync_store = shardstore.connect(new_database(), **settings)
@@ -86,6 +87,7 @@ def test_async_matches_sync(new_database: Callable[[], str]) -> None:
     assert len(expected[4]) >= 2, "the script must span more than one chunk"
 
 
+@pytest.mark.slow
 def test_async_concurrent_appends(new_database: Callable[[], str]) -> None:
     async def run() -> list[int]:
         store = await shardstore.connect_async(new_database(), pool_max_size=4)

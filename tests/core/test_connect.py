@@ -50,6 +50,7 @@ def test_caller_connection_joins_the_callers_transaction(dsn: str) -> None:
         conn.commit()
 
 
+@pytest.mark.slow
 def test_store_is_shared_between_threads(dsn: str) -> None:
     with shardstore.connect(dsn, pool_max_size=4) as store:
         sids = [store.create_session("acme", f"user:{i}") for i in range(4)]

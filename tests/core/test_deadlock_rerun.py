@@ -100,6 +100,7 @@ def _wait_until_blocked(dsn: str, pattern: str) -> None:
     raise AssertionError(f"no statement like {pattern!r} waited on a lock")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("size", [1, 2])
 @pytest.mark.parametrize("checkpoint", [None, {"step": 7}])
@@ -162,6 +163,7 @@ def test_an_append_picked_as_a_deadlock_victim_is_run_again(
     assert again.duplicate and again.turn_seq == size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_a_flush_picked_as_a_deadlock_victim_is_run_again(
     make_store: Callable[..., shardstore.Store], dsn: str, mode: str
@@ -191,6 +193,7 @@ def test_a_flush_picked_as_a_deadlock_victim_is_run_again(
     assert [t.message["content"] for t in store.history(sid)] == ["turn 0", "turn 1", "turn 2"]
 
 
+@pytest.mark.slow
 def test_a_write_still_deadlocking_after_its_reruns_raises_conflict(
     make_store: Callable[..., shardstore.Store], dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -158,6 +158,7 @@ EXPECTED: dict[str, tuple[str, Any]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_sync_and_async_drivers_agree(dsn: str, case: str) -> None:
     make = CASES[case]

@@ -37,6 +37,9 @@ import shardstore
 from shardstore.artifacts.config import config_of
 from tests.artifacts.support import BACKENDS, backend_contents, backend_url, held_shas
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 TENANT = "t"
 SESSIONS = 3
 OBJECT_POINTS = ("batch:1", "batch:3", "object:1", "object:4", "random")

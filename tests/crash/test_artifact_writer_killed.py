@@ -31,6 +31,9 @@ import shardstore
 from shardstore.artifacts.source import CHUNK
 from tests.artifacts.support import BACKENDS, backend_url, check_invariant, stored_objects
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

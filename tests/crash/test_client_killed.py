@@ -32,6 +32,9 @@ from tests.faults import (
     wait_for_backend,
 )
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 BATCH_KILLS = 8
 FOLD_KILLS = 4
 

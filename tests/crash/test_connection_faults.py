@@ -17,6 +17,9 @@ import pytest
 import shardstore
 from tests.faults import CrashableServer, with_retry
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 RESTARTS_PER_CASE = 3
 
 

@@ -19,6 +19,9 @@ import shardstore
 from tests.faults import REPO
 from tests.fork_writer import digest
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 StoreFactory = Callable[..., shardstore.Store]
 
 

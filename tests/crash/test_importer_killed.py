@@ -22,6 +22,9 @@ import pytest
 import shardstore
 from tests.importers.test_import_single_row import chat, make_source, sid_of
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 ROWS = 6
 TURNS = 1500
 KILLS = 5

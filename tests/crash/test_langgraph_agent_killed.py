@@ -28,6 +28,9 @@ import shardstore
 from shardstore.integrations.langgraph import ShardstoreSaver
 from tests.integrations.test_langgraph_checkpointer import TENANT, build_graph
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TURNS = 12
 THREAD = "crashy"

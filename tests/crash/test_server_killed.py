@@ -31,6 +31,9 @@ from tests.faults import (
     wait_for_backend,
 )
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 RANDOM_CRASHES = 20
 FOLD_CRASHES = 6
 PARTITION_CRASHES = 6

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # The docs pages holding examples that were the README's: each of their python blocks runs too.

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def _check_keep(dsn: str, sid: Any, keep: int) -> None:
         assert newer < keep, f"sealed chunk {chunk_seq} kept with {newer} newer sealed turns"
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -86,6 +88,7 @@ def _kept(conn: psycopg.Connection[Any], sid: Any) -> list[int]:
     return [r[0] for r in rows]
 
 
+@pytest.mark.slow
 def test_background_folds_keep_the_same_turns(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -154,6 +157,7 @@ def test_async_store_keeps_the_same_turns(
     assert tail == list(range(83, 90))
 
 
+@pytest.mark.slow
 def test_flush_and_maintenance_fold_what_was_kept(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import psycopg
+import pytest
 
 import shardstore
 import shardstore.history
@@ -59,6 +60,7 @@ def test_keys_are_per_session(store: shardstore.Store) -> None:
     assert not r.duplicate
 
 
+@pytest.mark.slow
 def test_concurrent_retries_with_one_key_store_once(make_store: Any) -> None:
     store = make_store(pool_max_size=4)
     sid = store.create_session("acme")

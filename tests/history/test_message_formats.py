@@ -378,6 +378,7 @@ def assert_valid(
     assert not is_tool_result(first.message), (first, window)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,

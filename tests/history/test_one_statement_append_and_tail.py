@@ -63,6 +63,7 @@ def _built(store: shardstore.Store, sizes: list[int], flush_at: int | None, cut:
     return sid
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(
     sizes=st.lists(st.integers(1, 60), min_size=12, max_size=45),
@@ -168,6 +169,7 @@ def test_a_sealing_append_is_one_statement(make_store: MakeStore) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_lone_caller_keeps_one_connection(make_store: MakeStore) -> None:
     """With several idle connections, consecutive calls of one thread land on the backend
     used last (LIFO); concurrent callers still get connections of their own."""

@@ -63,6 +63,7 @@ def test_chunks_never_span_partitions(make_store: Callable[..., shardstore.Store
             assert part.lower <= chunk.chunk_end < part.upper
 
 
+@pytest.mark.slow
 def test_racing_writers_create_one_partition(make_store: Callable[..., shardstore.Store]) -> None:
     store = make_store(partition_interval=timedelta(seconds=1), premake=0, pool_max_size=8)
     writers = 8

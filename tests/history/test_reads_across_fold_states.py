@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import pytest
 
 import shardstore
 import shardstore.history
@@ -49,6 +50,7 @@ class _NeverFold:
         pass
 
 
+@pytest.mark.slow
 def test_reads_agree_before_and_after_folding(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -99,6 +101,7 @@ def test_background_folds_leave_only_the_newest_tail_in_the_buffer(
     assert _buffered_chunks(dsn, sid) == set()
 
 
+@pytest.mark.slow
 def test_history_across_many_batches_of_chunks(
     make_store: Callable[..., shardstore.Store],
 ) -> None:

@@ -68,6 +68,7 @@ def test_purged_session_holds_nothing(store: shardstore.Store) -> None:
     assert info.purged and info.stored_turns == 0
 
 
+@pytest.mark.slow
 @settings(
     max_examples=12,
     deadline=None,
@@ -129,6 +130,7 @@ def test_async_store_reports_the_same(dsn: str) -> None:
     assert (info.turn_count, info.first_turn_seq, info.stored_turns) == (5, 2, 3)
 
 
+@pytest.mark.slow
 def test_cli_shows_stored_turns_apart_from_the_head(
     store: shardstore.Store, dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -146,6 +148,7 @@ def test_cli_shows_stored_turns_apart_from_the_head(
     assert row.split()[4] == "4"  # the turns column: what is stored, not the head
 
 
+@pytest.mark.slow
 def test_export_and_import_keep_the_first_turn(
     make_store: Callable[..., shardstore.Store],
     new_database: Callable[[], str],

@@ -149,6 +149,7 @@ def test_listing_reads_the_indexes(store: shardstore.Store, dsn: str) -> None:
             assert "Index Cond: " in plan and "ROW(created_at, session_id) <" in plan, plan
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kwargs", "what"),
     [
@@ -204,6 +205,7 @@ def test_async_store_lists_the_same(store: shardstore.Store, dsn: str) -> None:
     assert [s.session_id for s in store.sessions(tenant_id="acme")] == page + rest
 
 
+@pytest.mark.slow
 def test_sessions_by_framework_id(store: shardstore.Store, dsn: str, capsys: Any) -> None:
     """The session an adapter made for a framework id is found by it, in every tenant that
     has one, by the API (sync and asyncio) and the CLI."""
@@ -264,6 +266,7 @@ def _cli(dsn: str, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int,
     return rc, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_cli_sessions_text_and_json(
     store: shardstore.Store,
     dsn: str,

@@ -3,6 +3,8 @@ tool result."""
 
 from __future__ import annotations
 
+import pytest
+
 import shardstore
 from shardstore.history.pairing import is_tool_result
 
@@ -61,6 +63,7 @@ def test_seed_format_tool_results_count_too(store: shardstore.Store) -> None:
     assert [t.turn_seq for t in store.tail(sid, n=2)] == [2]
 
 
+@pytest.mark.slow
 def test_max_tokens_is_never_exceeded(store: shardstore.Store) -> None:
     sid = _conversation(store)
     all_turns = store.tail(sid, n=100)

@@ -154,6 +154,7 @@ def test_tiktoken_is_loaded_by_the_first_text_it_counts() -> None:
     assert slow._encoding is not None  # without splintr it loads at once
 
 
+@pytest.mark.slow
 def test_the_fast_counter_is_exact_at_every_size_up_to_megabytes() -> None:
     """splintr itself, whatever the routing limit: large texts of every kind of piece."""
     fast = make_counter(None)._fast
@@ -173,6 +174,7 @@ def test_the_fast_counter_is_exact_at_every_size_up_to_megabytes() -> None:
             assert fast.count(text) == slow(text), (n, text[:20])
 
 
+@pytest.mark.slow
 def test_fast_and_tiktoken_agree_on_large_and_odd_inputs() -> None:
     rng = random.Random(5)
     texts = [

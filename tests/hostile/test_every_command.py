@@ -446,6 +446,7 @@ def check(w: Cli, argv: list[str], stdin: bytes, what: str) -> int:
     return rc
 
 
+@pytest.mark.slow
 def test_every_valid_invocation_succeeds(cli: Cli) -> None:
     """The table's invocations are valid: each exits 0 (so a hostile one that fails was
     refused for its hostile value)."""
@@ -455,6 +456,7 @@ def test_every_valid_invocation_succeeds(cli: Cli) -> None:
         assert rc == EXIT_OK, f"{command}: {argv[2:]} exited {rc}: {err[-1000:]}"
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(call=hostile_invocation())
 def test_every_command_refuses_hostile_values_typed_and_writes_nothing(
@@ -527,6 +529,7 @@ FOUND: dict[str, tuple[Any, ...]] = {
 }
 
 
+@pytest.mark.slow
 def test_found_holes_are_usage_errors_that_write_nothing(cli: Cli) -> None:
     for case, (command, dest, how, *status) in FOUND.items():
         for as_json in (False, True):

@@ -557,6 +557,7 @@ def world(
         store.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(call=hostile_call(WALKED))
 def test_every_method_refuses_hostile_values_typed_and_writes_nothing(
@@ -595,6 +596,7 @@ def aworld(
         loop.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(call=hostile_call(WALKED))
 def test_every_async_method_refuses_hostile_values_typed_and_writes_nothing(

@@ -191,6 +191,7 @@ def _nest(depth: int, kind: str) -> Any:
 # ---------------------------------------------------------------- round trips
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(payload=hostile_json, role=st.text(ANY_CHAR, min_size=1, max_size=8), key=hostile_text)
 def test_hostile_json_round_trips_exactly(
@@ -238,6 +239,7 @@ def test_numbers_keep_type_and_value(store: shardstore.Store, numbers: list[Any]
     assert _same(next(iter(store.history(sid))).message, message)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(
     tenant=injection_text,
@@ -294,6 +296,7 @@ AWKWARD = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", AWKWARD, ids=repr)
 def test_awkward_strings_round_trip_exactly(store: shardstore.Store, text: str) -> None:
     sid = store.create_session("acme", metadata={text: text})
@@ -321,6 +324,7 @@ def test_keys_and_messages_with_the_marker_survive_a_fold(store: shardstore.Stor
 # ---------------------------------------------------------------- refused input
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(
     tree=hostile_json,
@@ -350,6 +354,7 @@ def test_poisoned_json_is_refused_before_the_server(
     assert counter.statements == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["list", "dict", "mixed"])
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 10_000, 100_000])
 def test_deep_nesting_is_refused_not_a_crash(
@@ -413,6 +418,7 @@ def _sized(text_unit: str, target: int) -> dict[str, Any]:
     return {"role": "user", "content": text_unit * count}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", ["x", "€", "🙂", "\x00", '"', "\ud800"])
 def test_turns_near_the_byte_cap(
     counted: tuple[shardstore.Store, type[CountingConnection]], dsn: str, unit: str
@@ -533,6 +539,7 @@ BAD_MESSAGES: list[Any] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("message", BAD_MESSAGES, ids=lambda m: repr(m)[:30])
 def test_bad_message_is_refused_and_nothing_written(
     store: shardstore.Store, dsn: str, message: Any
@@ -819,6 +826,7 @@ WRONG: list[tuple[str, Callable[[Any, uuid.UUID], Any], type[Exception]]] = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(text=hostile_text, tenant=hostile_text)
 def test_hostile_search_text_finds_or_refuses(
@@ -856,6 +864,7 @@ def loaded(store: shardstore.Store) -> tuple[shardstore.Store, uuid.UUID]:
     return store, sid
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "call", "error"), WRONG, ids=[w[0] for w in WRONG])
 def test_wrong_types_raise_typed_errors_and_write_nothing(
     loaded: tuple[shardstore.Store, uuid.UUID],
@@ -872,6 +881,7 @@ def test_wrong_types_raise_typed_errors_and_write_nothing(
     assert [t.turn_seq for t in store.tail(sid)] == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_async_store_refuses_the_same(dsn: str) -> None:
     async def go() -> None:
         store: Any = await shardstore.connect_async(dsn)
@@ -930,6 +940,7 @@ cli_word = st.text(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(
     command=st.sampled_from(
@@ -1118,6 +1129,7 @@ def _single_row_source(dsn: str, rows: list[tuple[str, str]]) -> None:
             conn.execute("INSERT INTO chats VALUES (%s, %s::jsonb)", (key, history))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [300, 5_000])
 def test_single_row_import_skips_a_deeply_nested_row(
     store: shardstore.Store, new_database: Callable[[], str], depth: int
@@ -1148,6 +1160,7 @@ def test_single_row_import_skips_a_deeply_nested_row(
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "when",
     [

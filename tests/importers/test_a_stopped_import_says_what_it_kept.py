@@ -29,6 +29,7 @@ def _source(dsn: str) -> None:
 ARGS = {"id_column": "id", "history_column": "history", "tenant_id": "acme"}
 
 
+@pytest.mark.slow
 def test_the_error_says_what_was_committed_before_it(
     store: shardstore.Store, new_database: Callable[[], str]
 ) -> None:
@@ -45,6 +46,7 @@ def test_the_error_says_what_was_committed_before_it(
     assert (again.sessions, again.turns, again.unchanged) == (2, 4, 2)
 
 
+@pytest.mark.slow
 def test_nothing_before_it_is_said_too(
     store: shardstore.Store, new_database: Callable[[], str]
 ) -> None:
@@ -57,6 +59,7 @@ def test_nothing_before_it_is_said_too(
     assert caught.value.report.sessions == 0
 
 
+@pytest.mark.slow
 def test_async_import_says_the_same(dsn: str, new_database: Callable[[], str]) -> None:
     source = new_database()
     _source(source)
@@ -74,6 +77,7 @@ def test_async_import_says_the_same(dsn: str, new_database: Callable[[], str]) -
     assert asyncio.run(scenario()).report.sessions == 2
 
 
+@pytest.mark.slow
 def test_cli_prints_it(
     dsn: str, new_database: Callable[[], str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -135,6 +135,7 @@ def rich(new_database: Callable[[], str]) -> tuple[str, dict[str, uuid.UUID], st
     return src, sids, text
 
 
+@pytest.mark.slow
 def test_round_trip_table_by_table(
     rich: tuple[str, dict[str, uuid.UUID], str], new_database: Callable[[], str]
 ) -> None:
@@ -189,6 +190,7 @@ def no_summaries(text: str) -> list[Any]:
     return [{**d, "fork": None} if d["kind"] == "session" else d for d in docs]
 
 
+@pytest.mark.slow
 def test_version_1_still_imports(new_database: Callable[[], str]) -> None:
     sid = uuid.uuid4()
     lines = [
@@ -286,6 +288,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_state_lines_write_nothing_of_their_session(
     name: str, rich: tuple[str, dict[str, uuid.UUID], str], new_database: Callable[[], str]
@@ -307,6 +310,7 @@ def test_hostile_state_lines_write_nothing_of_their_session(
     assert not any(got.values()), got
 
 
+@pytest.mark.slow
 def test_a_fact_naming_a_session_of_another_tenant_is_refused(
     rich: tuple[str, dict[str, uuid.UUID], str], new_database: Callable[[], str]
 ) -> None:
@@ -328,6 +332,7 @@ def test_a_fact_naming_a_session_of_another_tenant_is_refused(
     assert len(tables(dst)["facts"]) == len(facts)
 
 
+@pytest.mark.slow
 def test_async_parity(
     rich: tuple[str, dict[str, uuid.UUID], str], new_database: Callable[[], str]
 ) -> None:
@@ -350,6 +355,7 @@ def test_async_parity(
     assert tables(dst) == tables(ref)
 
 
+@pytest.mark.slow
 def test_import_killed_then_rerun(
     rich: tuple[str, dict[str, uuid.UUID], str], new_database: Callable[[], str], tmp_path: Path
 ) -> None:

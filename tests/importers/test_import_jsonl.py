@@ -152,6 +152,7 @@ def test_round_trip_into_a_fresh_database(
         assert export_text(b, ids) == text
 
 
+@pytest.mark.slow
 def test_round_trip_of_the_hard_values(new_database: Callable[[], str], tmp_path: Path) -> None:
     """The quick, not-slow version of the property above, with every hard value at once."""
     hard = {
@@ -198,6 +199,7 @@ def _one(store: shardstore.Store, n: int = 5, **kw: Any) -> tuple[uuid.UUID, str
     return sid, export_text(store, [sid])
 
 
+@pytest.mark.slow
 def test_existing_sessions_refused_or_skipped(new_database: Callable[[], str]) -> None:
     with shardstore.connect(new_database()) as a, shardstore.connect(new_database()) as b:
         s1, t1 = _one(a)
@@ -307,6 +309,7 @@ HOSTILE: list[tuple[str, str, str]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "text", "error"), HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_hostile_files_name_the_line_and_write_nothing_of_the_session(
     make_store: Callable[..., shardstore.Store], name: str, text: str, error: str
@@ -381,6 +384,7 @@ def test_export_by_tenant_and_subject(store: shardstore.Store) -> None:
     assert exported(tenant_id="none") == set()
 
 
+@pytest.mark.slow
 def test_long_session_streams_on_export(
     make_store: Callable[..., shardstore.Store], new_database: Callable[[], str]
 ) -> None:
@@ -413,6 +417,7 @@ def test_long_session_streams_on_export(
         assert records(b, sid) == records(a, sid)
 
 
+@pytest.mark.slow
 def test_async_parity(new_database: Callable[[], str]) -> None:
     src, dst = new_database(), new_database()
     with shardstore.connect(src) as a:
@@ -437,6 +442,7 @@ def test_async_parity(new_database: Callable[[], str]) -> None:
         assert records(b, sid) == before
 
 
+@pytest.mark.slow
 def test_cli_export_and_import(
     new_database: Callable[[], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

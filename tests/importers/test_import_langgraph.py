@@ -79,6 +79,7 @@ def restored(store: shardstore.Store, thread: str) -> list[BaseMessage]:
     return messages_from_dict([t.message for t in store.history(sid(thread))])
 
 
+@pytest.mark.slow
 def test_threads_become_sessions_with_order_and_tool_pairs(
     store: shardstore.Store, source: str
 ) -> None:
@@ -103,6 +104,7 @@ def test_threads_become_sessions_with_order_and_tool_pairs(
     assert [t.message["type"] for t in store.tail(sid("t-1"), n=3)] == ["ai", "tool", "ai"]
 
 
+@pytest.mark.slow
 def test_rerun_appends_only_what_the_thread_gained(store: shardstore.Store, source: str) -> None:
     write_threads(source, {"a": 1, "b": 1})
     assert store.import_langgraph(source, tenant_id="acme").turns == 8
@@ -117,6 +119,7 @@ def test_rerun_appends_only_what_the_thread_gained(store: shardstore.Store, sour
     assert other.sessions == 2 and sid("a", "beta") != sid("a")
 
 
+@pytest.mark.slow
 def test_hostile_threads_and_arguments(
     make_store: Callable[..., shardstore.Store], source: str, new_database: Callable[[], str]
 ) -> None:
@@ -156,6 +159,7 @@ def test_hostile_threads_and_arguments(
     assert store.stats().sessions == 1
 
 
+@pytest.mark.slow
 def test_async_and_cli(dsn: str, source: str, capsys: pytest.CaptureFixture[str]) -> None:
     from shardstore.cli import main
 

@@ -111,6 +111,7 @@ def _check(dsn: str, store: shardstore.Store, sid: uuid.UUID) -> None:
     assert chunks[0].partition in names
 
 
+@pytest.mark.slow
 def test_import_leaves_partition_creation_unblocked(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -124,6 +125,7 @@ def test_import_leaves_partition_creation_unblocked(
     assert len(_partitions(dsn)) >= 3  # ten and nine hours ago, thirty hours ago (the probe)
 
 
+@pytest.mark.slow
 def test_import_leaves_partition_creation_unblocked_async(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -143,6 +145,7 @@ def test_import_leaves_partition_creation_unblocked_async(
     _check(dsn, make_store(), sid)
 
 
+@pytest.mark.slow
 def test_a_store_on_one_connection_still_imports_past_turns(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -168,6 +171,7 @@ class Lines:
         return next(self.lines, "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 3, 500])
 def test_import_of_many_hours_lands_in_their_partitions(
     make_store: Callable[..., shardstore.Store], dsn: str, batch: int
@@ -179,6 +183,7 @@ def test_import_of_many_hours_lands_in_their_partitions(
     _check(dsn, store, sid)
 
 
+@pytest.mark.slow
 def test_an_import_over_many_premade_partitions_finds_each(
     make_store: Callable[..., shardstore.Store],
 ) -> None:

@@ -98,6 +98,7 @@ def run_import(store: shardstore.Store, src: str, **kw: Any) -> shardstore.Impor
     return store.import_single_row(src, "agent_sessions", **args)
 
 
+@pytest.mark.slow
 def test_rows_become_sessions_in_order(store: shardstore.Store, source: str) -> None:
     u = str(uuid.uuid4())
     rows = [
@@ -163,6 +164,7 @@ def _bad_source(source: str) -> None:
     make_source(source, _bad_rows())
 
 
+@pytest.mark.slow
 def test_bad_rows_raise_naming_the_row_and_write_nothing_of_it(
     make_store: Callable[..., shardstore.Store], source: str
 ) -> None:
@@ -180,6 +182,7 @@ def test_bad_rows_raise_naming_the_row_and_write_nothing_of_it(
     assert store.stats().turns == 6
 
 
+@pytest.mark.slow
 def test_skip_reports_each_bad_row_and_imports_the_rest(
     make_store: Callable[..., shardstore.Store], source: str
 ) -> None:
@@ -213,6 +216,7 @@ def test_skip_reports_each_bad_row_and_imports_the_rest(
     assert store.stats().sessions == 3 and store.stats().turns == 9
 
 
+@pytest.mark.slow
 def test_text_and_json_columns(store: shardstore.Store, new_database: Callable[[], str]) -> None:
     text_src, json_src = new_database(), new_database()
     make_source(
@@ -238,6 +242,7 @@ def test_text_and_json_columns(store: shardstore.Store, new_database: Callable[[
     assert history(store, sid_of("j")) == chat(5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "error"),
     [
@@ -294,6 +299,7 @@ def test_sql_shaped_names_are_names(store: shardstore.Store, source: str) -> Non
     assert history(store, sid_of("b", "t", evil)) == chat(2)
 
 
+@pytest.mark.slow
 def test_owner_conflict_and_purged_sessions(store: shardstore.Store, source: str) -> None:
     make_source(source, [("a", chat(3)), ("b", chat(2))])
     store.create_session("acme", "someone-else", session_id=sid_of("a"))
@@ -306,6 +312,7 @@ def test_owner_conflict_and_purged_sessions(store: shardstore.Store, source: str
     assert store.stats().turns == 0
 
 
+@pytest.mark.slow
 def test_long_history_streams_in_batches(
     make_store: Callable[..., shardstore.Store], source: str
 ) -> None:
@@ -321,6 +328,7 @@ def test_long_history_streams_in_batches(
     assert [t.message for t in store.tail(sid, n=3)] == chat(3000)[-3:]
 
 
+@pytest.mark.slow
 def test_async_store_imports_the_same(dsn: str, source: str) -> None:
     make_source(source, [("a", chat(20)), ("b", {"messages": chat(7)}), ("c", 5)])
 
@@ -346,6 +354,7 @@ def test_async_store_imports_the_same(dsn: str, source: str) -> None:
         assert history(store, sid_of("b")) == chat(7)
 
 
+@pytest.mark.slow
 def test_cli(dsn: str, source: str, capsys: pytest.CaptureFixture[str]) -> None:
     from shardstore.cli import main
 

@@ -181,6 +181,7 @@ def _check_keep_window(dsn: str, sid: str, keep: int) -> None:
         assert moved == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 7, 500])
 def test_an_import_stores_what_the_buffered_path_stored(
     two_databases: tuple[str, str], batch: int, monkeypatch: pytest.MonkeyPatch

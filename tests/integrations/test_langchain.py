@@ -211,6 +211,7 @@ def test_runnable_with_message_history_sync(store: shardstore.Store) -> None:
     assert memory["conv-1"].messages == stored
 
 
+@pytest.mark.slow
 def test_runnable_with_message_history_async(dsn: str) -> None:
     async def main() -> tuple[list[list[BaseMessage]], list[BaseMessage]]:
         store = await shardstore.connect_async(dsn)
@@ -240,6 +241,7 @@ def test_runnable_with_message_history_async(dsn: str) -> None:
 # ---------------------------------------------------------------- async parity
 
 
+@pytest.mark.slow
 def test_async_methods_match_sync_on_both_stores(store: shardstore.Store, dsn: str) -> None:
     def sync_side() -> list[Any]:
         h = ShardstoreChatMessageHistory("par-s", store, tenant_id="acme", max_messages=None)
@@ -274,6 +276,7 @@ def test_async_methods_match_sync_on_both_stores(store: shardstore.Store, dsn: s
     assert run(on_async_store()) == expected
 
 
+@pytest.mark.slow
 def test_sync_methods_on_an_async_store_are_refused(dsn: str) -> None:
     async def main() -> None:
         astore = await shardstore.connect_async(dsn)
@@ -308,6 +311,7 @@ MESSAGE = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,
@@ -330,6 +334,7 @@ def test_history_against_a_list_model(store: shardstore.Store, steps: list[Any])
 # ---------------------------------------------------------------- hostile input
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bad",
     [
@@ -389,6 +394,7 @@ def test_a_uuid_session_of_another_tenant_is_refused(store: shardstore.Store) ->
     assert store.session(sid).turn_count == 0
 
 
+@pytest.mark.slow
 def test_without_the_extra_the_import_names_the_pip_command() -> None:
     import subprocess
     import sys

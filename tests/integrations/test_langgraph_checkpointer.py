@@ -147,6 +147,7 @@ def saver(store: shardstore.Store) -> ShardstoreSaver:
 # ---------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_in_a_fresh_process(
     dsn: str, store: shardstore.Store, saver: ShardstoreSaver
 ) -> None:
@@ -261,6 +262,7 @@ def _no_random_ids(value: Any) -> Any:
     return d
 
 
+@pytest.mark.slow
 def test_replays_match_inmemorysaver(saver: ShardstoreSaver) -> None:
     ours = _replay_scenario(saver)
     assert _no_random_ids(ours) == _no_random_ids(_replay_scenario(InMemorySaver()))
@@ -420,6 +422,7 @@ def _apply(messages: list[Any], op: str, at: int, n: int) -> Any:
     return list(messages)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -535,6 +538,7 @@ def test_range_purge_is_not_served_from_the_cache(
     assert got.checkpoint["channel_values"]["messages"] == msgs[3:]
 
 
+@pytest.mark.slow
 def test_copy_thread_copies_turns_checkpoints_and_writes(
     dsn: str, store: shardstore.Store, saver: ShardstoreSaver
 ) -> None:
@@ -633,6 +637,7 @@ def _cp() -> dict[str, Any]:
     return dict(empty_checkpoint())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", HOSTILE_PUTS, ids=[c[0] for c in HOSTILE_PUTS])
 def test_hostile_input_raises_and_writes_nothing(
     dsn: str, saver: ShardstoreSaver, case: tuple[str, Callable[[Any], Any]]
@@ -643,6 +648,7 @@ def test_hostile_input_raises_and_writes_nothing(
     assert _everything(dsn) == before
 
 
+@pytest.mark.slow
 def test_hostile_input_async(dsn: str) -> None:
     asyncio.run(_hostile_async(dsn))
 

@@ -44,6 +44,7 @@ def _run(dsn: str, flavour: str) -> dict[str, tuple[bool | None, int, int, list[
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", ["async", "sync"])
 def test_conformance_base_and_extended(dsn: str, flavour: str) -> None:
     results = _run(dsn, flavour)

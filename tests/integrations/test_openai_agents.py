@@ -339,6 +339,7 @@ def test_clear_session_removes_checkpoints_and_keys(store: shardstore.Store) -> 
     assert not again.duplicate and again.turn_seq == 0  # the key was released
 
 
+@pytest.mark.slow
 def test_concurrent_adds_and_pops_lose_nothing(astore: Any) -> None:
     """Pops racing appends: every item is either still stored or was returned by exactly
     one pop; a pop never removes an item it did not return."""
@@ -447,6 +448,7 @@ STEP = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,
@@ -510,6 +512,7 @@ def test_a_purged_session_is_refused(store: shardstore.Store) -> None:
 BAD_IDS: list[Any] = ["", None, 42, b"bytes", "a\x00b", "\ud800", "x" * 600, ["chat"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
 def test_bad_session_ids(store: shardstore.Store, dsn: str, bad: Any) -> None:
     with pytest.raises(shardstore.InvalidInput):
@@ -560,6 +563,7 @@ def _item_id(bad: Any) -> str:
     return re.sub(r" at 0x[0-9a-f]+", "", repr(bad))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", BAD_ITEMS, ids=_item_id)
 def test_bad_items_write_nothing(store: shardstore.Store, dsn: str, bad: Any) -> None:
     fresh = ShardstoreSession("hostile-new", store, tenant_id="acme")
@@ -627,6 +631,7 @@ def test_async_and_sync_stores_give_the_same_answers(astore: Any, store: shardst
     assert sync_answers[1] == RESPONSES_ITEMS[-1]
 
 
+@pytest.mark.slow
 def test_without_the_extra_the_import_names_the_pip_command() -> None:
     import subprocess
     import sys

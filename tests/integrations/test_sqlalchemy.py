@@ -91,6 +91,7 @@ def test_a_connection_joins_the_application_transaction(engine: sa.Engine, dsn: 
         assert conn.execute(sa.select(orders.c.session_id)).scalar() == sid
 
 
+@pytest.mark.slow
 def test_a_transaction_block_on_an_idle_connection_is_not_committed_alone(
     engine: sa.Engine, dsn: str
 ) -> None:
@@ -203,6 +204,7 @@ def test_wrong_sqlalchemy_sources(tmp_path: Path, dsn: str) -> None:
 # ---------------------------------------------------------------- asyncio
 
 
+@pytest.mark.slow
 def test_async_engine_and_async_connection(dsn: str) -> None:
     async def main() -> None:
         eng = create_async_engine("postgresql+psycopg://", connect_args=conninfo_to_dict(dsn))
@@ -260,6 +262,7 @@ def test_declared_tables_match_the_migrated_schema(engine: sa.Engine) -> None:
         assert [c.name for c in table.primary_key] == pk, table.name
 
 
+@pytest.mark.slow
 def test_the_turns_view_is_what_history_holds(
     engine: sa.Engine, dsn: str, tenant_role: str
 ) -> None:
@@ -465,6 +468,7 @@ def _schema_versions(dsn: str) -> list[int]:
 
 
 # reflecting shardstore's schema unfiltered meets pgvector's type, which SQLAlchemy lacks
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Did not recognize type 'halfvec'")
 def test_alembic_upgrade_head_runs_shardstores_migrations(tmp_path: Path, empty_dsn: str) -> None:
     eng = engine_for(empty_dsn)
@@ -517,6 +521,7 @@ def test_run_migrations_on_a_current_schema_applies_nothing(engine: sa.Engine) -
         assert run_migrations(conn) == []
 
 
+@pytest.mark.slow
 def test_imports_stay_lazy() -> None:
     """shardstore itself never imports sqlalchemy: only a SQLAlchemy source does."""
     import subprocess

@@ -183,6 +183,7 @@ print(json.dumps([s.name for s in exporter.get_finished_spans()]))
 """
 
 
+@pytest.mark.slow
 def test_global_tracer_provider_is_used(dsn: str) -> None:
     """A provider set the usual way (``trace.set_tracer_provider``, once per process, so in
     a child process) turns spans on without ``use_provider``."""

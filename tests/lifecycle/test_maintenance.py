@@ -63,6 +63,7 @@ def admin(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 # ---------------------------------------------------------------- premake
 
 
+@pytest.mark.slow
 def test_premake_creates_indexed_checked_partitions_ahead(
     make_store: MakeStore, admin: psycopg.Connection[Any]
 ) -> None:
@@ -89,6 +90,7 @@ def test_premake_creates_indexed_checked_partitions_ahead(
 # ---------------------------------------------------------------- folds
 
 
+@pytest.mark.slow
 def test_idle_sessions_are_folded_busy_ones_not(
     make_store: MakeStore, admin: psycopg.Connection[Any]
 ) -> None:
@@ -191,6 +193,7 @@ def test_retention_drops_old_partitions_sessions_and_buffered_turns(
     assert r.turn_seq == 3
 
 
+@pytest.mark.slow
 def test_failed_archive_keeps_the_table_for_the_next_run(
     make_store: MakeStore, admin: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
@@ -265,6 +268,7 @@ def test_runs_in_threads_never_overlap(make_store: MakeStore) -> None:
     assert any(not r.already_running for r in reports)
 
 
+@pytest.mark.slow
 def test_dry_run_changes_nothing_and_prints_the_plan(
     make_store: MakeStore, admin: psycopg.Connection[Any], dsn: str, capsys: Any
 ) -> None:
@@ -337,6 +341,7 @@ def test_cli_report_and_exit_codes(make_store: MakeStore, dsn: str, capsys: Any)
     assert rows[-1] == ("python", False) and ("python", True) in rows
 
 
+@pytest.mark.slow
 def test_maintain_command_in_a_process_of_its_own(make_store: MakeStore, dsn: str) -> None:
     """What cron runs: the maintain command as a process, its JSON report on stdout."""
     make_store(partition_interval=SECOND, premake=1)
@@ -426,6 +431,7 @@ def _interrupt_detach(dsn: str, admin: psycopg.Connection[Any], name: str) -> No
     assert (name, True) in _attached(admin)
 
 
+@pytest.mark.slow
 def test_interrupted_detach_is_finished_next_run(
     make_store: MakeStore, admin: psycopg.Connection[Any], dsn: str
 ) -> None:
@@ -444,6 +450,7 @@ def test_interrupted_detach_is_finished_next_run(
     assert any(p.name == name and p.state is PartitionState.DETACHED for p in report.partitions)
 
 
+@pytest.mark.slow
 def test_interrupted_detach_of_an_expired_partition_is_finished_and_dropped(
     make_store: MakeStore, admin: psycopg.Connection[Any], dsn: str
 ) -> None:
@@ -464,6 +471,7 @@ def test_interrupted_detach_of_an_expired_partition_is_finished_and_dropped(
 # ---------------------------------------------------------------- asyncio
 
 
+@pytest.mark.slow
 def test_async_maintain(dsn: str) -> None:
     async def go() -> MaintenanceReport:
         store = await shardstore.connect_async(dsn, partition_interval=SECOND, premake=1)
@@ -582,6 +590,7 @@ def test_maintain_refuses_a_connection_inside_a_transaction(
     assert "autocommit" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_archive_command_gets_table_and_dsn_in_its_environment(
     make_store: MakeStore, admin: psycopg.Connection[Any], tmp_path: Path
 ) -> None:

@@ -120,6 +120,7 @@ def test_premake_makes_checked_indexed_partitions(conn: Conn) -> None:
     assert run_sync(conn, premake_op(TABLE, 3)) == []
 
 
+@pytest.mark.slow
 def test_attach_waits_out_a_held_lock_with_backoff(conn: Conn, dsn: str) -> None:
     outcomes: list[bool] = []
 
@@ -171,6 +172,7 @@ def test_attach_that_never_gets_its_lock_is_an_error_in_the_report(conn: Conn, d
 # ---------------------------------------------------------------- retention
 
 
+@pytest.mark.slow
 def test_retention_detaches_archives_and_drops(conn: Conn, dsn: str) -> None:
     old = _old_partitions(conn, [-5, -4, -3, -2, 0])
     archived: list[tuple[str, int]] = []
@@ -303,6 +305,7 @@ def _interrupt_detach(dsn: str, admin: Conn, name: str) -> None:
     assert (name, True) in _partitions(admin)
 
 
+@pytest.mark.slow
 def test_interrupted_detach_is_finished(conn: Conn, dsn: str) -> None:
     old = _old_partitions(conn, [-10, -9])
     _interrupt_detach(dsn, conn, old[0].name)  # (one pending detach per parent at a time)
@@ -366,6 +369,7 @@ def test_runs_never_overlap_and_the_lock_is_released_on_failure(conn: Conn, dsn:
     assert len(_partitions(conn)) == 2  # premake ran before the hook
 
 
+@pytest.mark.slow
 def test_a_lost_connection_ends_the_run(conn: Conn, dsn: str) -> None:
     """The connection dies mid-run: the run raises the connection error (not the failure
     to give the lock back), and the lock died with the connection."""

@@ -95,6 +95,7 @@ def test_purge_subject_is_scoped_to_its_tenant(small: shardstore.Store) -> None:
     assert small.session(same_name).subject_id == "user:x"
 
 
+@pytest.mark.slow
 def test_purge_session_report_and_tombstone(small: shardstore.Store, dsn: str) -> None:
     marker = uuid.uuid4().hex
     sid = rich_session(small, marker, subject="user:1")
@@ -156,6 +157,7 @@ def test_purge_session_report_and_tombstone(small: shardstore.Store, dsn: str) -
         small.purge_session("not-a-uuid")
 
 
+@pytest.mark.slow
 def test_dry_run_reports_what_a_purge_removes_and_removes_nothing(
     small: shardstore.Store, dsn: str
 ) -> None:
@@ -183,6 +185,7 @@ def test_dry_run_reports_what_a_purge_removes_and_removes_nothing(
     assert real.session_ids == (sids[1], sids[2]) or set(real.session_ids) == {sids[1], sids[2]}
 
 
+@pytest.mark.slow
 def test_purge_tenant_keeps_other_tenants(small: shardstore.Store, dsn: str) -> None:
     gone = [rich_session(small, f"T1-{i}", subject=f"user:{i}", tenant="t1") for i in range(2)]
     kept = rich_session(small, "T2", subject="user:0", tenant="t2")
@@ -257,6 +260,7 @@ def test_purge_range_by_turn(small: shardstore.Store, dsn: str, where: str) -> N
     assert again.rows == 0 and again.session_ids == ()
 
 
+@pytest.mark.slow
 def test_purge_range_by_time(small: shardstore.Store) -> None:
     sid = small.create_session("acme", "user:1")
     converse(small, sid, "old", 12)
@@ -283,6 +287,7 @@ def test_purge_range_by_time(small: shardstore.Store) -> None:
     assert small.purge_range(sid, before=cutoff - timedelta(days=1)).rows == 0
 
 
+@pytest.mark.slow
 def test_purge_before_truncates_old_partitions_and_cuts_the_rest(
     small: shardstore.Store, dsn: str
 ) -> None:
@@ -325,6 +330,7 @@ def test_purge_before_truncates_old_partitions_and_cuts_the_rest(
     assert small.purge_before(cutoff).rows == 0
 
 
+@pytest.mark.slow
 def test_purge_before_of_one_tenant_spares_shared_partitions(
     small: shardstore.Store, dsn: str
 ) -> None:
@@ -349,6 +355,7 @@ def test_purge_before_of_one_tenant_spares_shared_partitions(
     assert hits(table_rows(dsn), "MINE") == []
 
 
+@pytest.mark.slow
 def test_vacuum_runs_on_what_was_touched(small: shardstore.Store, dsn: str) -> None:
     sid = rich_session(small, "VAC", subject="user:v")
     report = small.purge_session(sid, vacuum=True)
@@ -435,6 +442,7 @@ def test_registered_tables_are_purged(small: shardstore.Store, dsn: str) -> None
             assert left is not None and left[0] == 0 and left[1] > 0, table
 
 
+@pytest.mark.slow
 def test_rewrite_resets_registered_columns(small: shardstore.Store, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE shardstore.agent_history ADD COLUMN test_vec text")
@@ -457,6 +465,7 @@ def test_rewrite_resets_registered_columns(small: shardstore.Store, dsn: str) ->
     assert all(v == "embedding of old text" for _, v in rows[1:])
 
 
+@pytest.mark.slow
 def test_detached_partitions_are_purged_too(small: shardstore.Store, dsn: str) -> None:
     sid = small.create_session("acme", "user:1")
     converse(small, sid, "DETACHED", 10)
@@ -471,6 +480,7 @@ def test_detached_partitions_are_purged_too(small: shardstore.Store, dsn: str) -
     assert hits(table_rows(dsn), "DETACHED") == []
 
 
+@pytest.mark.slow
 def test_async_purge_matches_sync(new_database: Callable[[], str]) -> None:
     async def scenario(dsn: str) -> tuple[PurgeReport, PurgeReport, list[int]]:
         store = await shardstore.connect_async(dsn, chunk_tokens=200)

@@ -38,6 +38,7 @@ def _blocked(thread: threading.Thread) -> bool:
     return thread.is_alive()
 
 
+@pytest.mark.slow
 def test_purge_waits_for_a_fold_in_flight_and_removes_its_chunk(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -58,6 +59,7 @@ def test_purge_waits_for_a_fold_in_flight_and_removes_its_chunk(
     assert hits(table_rows(dsn), "INFLIGHT") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["session", "range"])
 def test_a_fold_after_a_purge_moves_nothing(
     make_store: Callable[..., shardstore.Store], dsn: str, kind: str
@@ -96,6 +98,7 @@ def test_a_fold_after_a_purge_moves_nothing(
                 assert bool(hits(rows, f"for the {seq}th time")) == (seq >= cut)
 
 
+@pytest.mark.slow
 def test_purge_racing_appends_to_the_same_session(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -130,6 +133,7 @@ def test_purge_racing_appends_to_the_same_session(
     assert hits(table_rows(dsn), "RACE") == []
 
 
+@pytest.mark.slow
 def test_purge_subject_racing_appends_of_other_sessions(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -189,6 +193,7 @@ def _state(store: shardstore.Store, dsn: str, sids: list[uuid.UUID]) -> dict[uui
     return out
 
 
+@pytest.mark.slow
 def test_a_crashed_purge_resumes_without_half_purged_sessions(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -258,6 +263,7 @@ def test_a_failing_batch_is_rolled_back_whole(
     assert set(_state(store, dsn, sids).values()) == {"purged"}
 
 
+@pytest.mark.slow
 def test_a_killed_process_leaves_whole_sessions_and_a_rerun_finishes(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:

@@ -15,6 +15,9 @@ from shardstore.core.jsoncodec import encode_message
 from shardstore.history.pairing import trim_tail
 from tests.session_model import SessionModel
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 CHUNK_TOKENS = 240
 
 message_st = st.builds(

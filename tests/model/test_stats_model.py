@@ -20,6 +20,9 @@ import shardstore
 from shardstore.core.executor import run_sync
 from shardstore.history.ops import _GENERAL_PATH
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 CHUNK_TOKENS = 60  # a few turns per chunk: many chunks from few turns
 
 

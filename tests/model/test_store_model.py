@@ -24,6 +24,9 @@ import shardstore
 from shardstore.core.jsoncodec import encode_message
 from tests.session_model import SessionModel
 
+# every test here is slow: see [tool.pytest.ini_options] markers in pyproject.toml
+pytestmark = pytest.mark.slow
+
 CHUNK_TOKENS = 240
 CHUNK_BYTES = 4096
 WORDS = [

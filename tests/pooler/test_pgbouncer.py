@@ -71,6 +71,7 @@ def _tenant_store(dsn: str, tenant: str, how: int) -> tuple[shardstore.Store, An
     return shardstore.connect(named, pool_min_size=1, pool_max_size=2), None
 
 
+@pytest.mark.slow
 def test_tenants_stay_apart_through_one_shared_role(
     pgbouncer: Pooler, dsn: str, shared_role: str
 ) -> None:
@@ -144,6 +145,7 @@ def test_tenants_stay_apart_through_one_shared_role(
             assert sum(s.turn_count for s in listed) == THREADS_PER_TENANT * ROUNDS + 5
 
 
+@pytest.mark.slow
 def test_async_tenant_stores_stay_apart(pgbouncer: Pooler, dsn: str, shared_role: str) -> None:
     pooled = pgbouncer.dsn(dsn, user=shared_role)
     with shardstore.connect(dsn) as owner:
@@ -220,6 +222,7 @@ def _tour(store: shardstore.Store) -> None:
     assert store.stats().sessions == 0
 
 
+@pytest.mark.slow
 def test_public_api_behind_the_pooler(pooled_dsn: str) -> None:
     with shardstore.connect(
         pooled_dsn, chunk_tokens=500, embedding_model=HashEmbedder(), pool_max_size=3
@@ -251,6 +254,7 @@ def test_async_public_api_behind_the_pooler(pooled_dsn: str) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_adapters_behind_the_pooler(pooled_dsn: str) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.types import Command
@@ -302,6 +306,7 @@ def _busy_pooler(pooled_dsn: str) -> Iterator[None]:
             t.join()
 
 
+@pytest.mark.slow
 def test_maintenance_lock_behind_the_pooler(pooled_dsn: str, dsn: str) -> None:
     """Runs behind the pooler while other clients keep its server connections busy: every
     run gets the lock and gives it back (a session-level lock would be taken on one server
@@ -336,6 +341,7 @@ def test_maintenance_on_one_pooled_connection_says_what_it_needs(pooled_dsn: str
             store.maintain(embed=False)
 
 
+@pytest.mark.slow
 def test_retention_behind_the_pooler_leaves_no_setting_behind(pooled_dsn: str) -> None:
     """Retention detaches and drops expired partitions through the pooler, with a plain
     DETACH bounded by a transaction-local lock_timeout: the session-level one that bounds
@@ -364,6 +370,7 @@ def test_retention_behind_the_pooler_leaves_no_setting_behind(pooled_dsn: str) -
             conn.close()
 
 
+@pytest.mark.slow
 def test_migrations_run_through_the_pooler(pgbouncer: Pooler, server_dsn: str) -> None:
     """A fresh, empty database migrated through the pooler alone: every migration is one
     transaction under a transaction-level advisory lock, which a transaction pooler keeps

@@ -121,6 +121,7 @@ def test_async_hot_calls_make_one_round_trip(proxy: WireProxy) -> None:
     assert seen == {name: [1, 1, 1] for name in seen}
 
 
+@pytest.mark.slow
 def test_a_tenant_store_binds_in_the_same_round_trip(proxy: WireProxy, tenant_role: str) -> None:
     """Binding the tenant per transaction adds no round trip: the binding travels with
     each transaction's first statement."""

@@ -56,6 +56,7 @@ def managed(server_dsn: str) -> Iterator[Managed]:
             admin.execute(f'DROP ROLE IF EXISTS "{owner}"')
 
 
+@pytest.mark.slow
 def test_the_tour_as_a_non_superuser_owner(managed: Managed) -> None:
     with psycopg.connect(managed.owner_dsn) as conn:
         row = conn.execute(

@@ -27,6 +27,7 @@ from shardstore.schema.migrate import (
 )
 
 
+@pytest.mark.slow
 def test_concurrent_migrators_apply_each_version_once(empty_dsn: str) -> None:
     applied: list[list[int]] = []
     errors: list[BaseException] = []
@@ -121,6 +122,7 @@ def test_the_files_are_read_from_the_package_unchanged() -> None:
     assert {"turns", "purge_targets"} <= set(on_disk)
 
 
+@pytest.mark.slow
 def test_a_database_of_version_5_upgrades_with_rls_on(
     empty_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,6 +173,7 @@ def test_a_database_of_version_5_upgrades_with_rls_on(
             conn.execute(f'DROP ROLE "{role}"')
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_migrations(empty_dsn: str, tmp_path: Path) -> None:
     """The built wheel holds migrations/ as shardstore.migrations; a fresh interpreter on the
     unpacked wheel (not the source tree) reads the files and migrates a fresh database."""

@@ -216,6 +216,7 @@ def _unscoped_after(conn: psycopg.Connection[Any]) -> None:
     assert conn.execute("SELECT count(*) FROM shardstore.sessions").fetchone() == (0,)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("named", [False, True], ids=["setting", "named"])
 def test_store_api_is_scoped(world: World, named: bool) -> None:
     before = _snapshot(world.dsn)
@@ -309,6 +310,7 @@ def test_connect_works_for_a_role_without_ddl_rights(world: World) -> None:
         assert store.session(world.acme).tenant_id == "acme"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("named", [False, True], ids=["setting", "named"])
 def test_search_and_vectors_are_scoped(world: World, named: bool) -> None:
     from tests.embedders import HashEmbedder

@@ -151,6 +151,7 @@ def upgraded_from(
         return first, run_sync(conn, migrate.migrate_op())
 
 
+@pytest.mark.slow
 def test_a_fresh_install_runs_the_baseline(empty_database: Callable[[], str]) -> None:
     dsn = empty_database()
     legacy = [m.version for m in migrate.all_migrations() if m.legacy]
@@ -164,6 +165,7 @@ def test_a_fresh_install_runs_the_baseline(empty_database: Callable[[], str]) ->
         assert files == {f.name: f.checksum for f in migrate.definition_files()}
 
 
+@pytest.mark.slow
 def test_fresh_equals_replayed_from_the_first_migration(
     empty_database: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,6 +198,7 @@ def test_fresh_equals_replayed_from_the_first_migration(
     assert views == {p.stem for p in VIEW_FILES}
 
 
+@pytest.mark.slow
 def test_a_database_at_an_intermediate_version_upgrades_to_the_same_catalog(
     empty_database: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

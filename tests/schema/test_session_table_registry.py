@@ -122,6 +122,7 @@ def registered(dsn: str) -> str:
 # ---------------------------------------------------------------- coverage
 
 
+@pytest.mark.slow
 def test_every_table_with_a_session_id_is_registered(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -199,6 +200,7 @@ def test_registration_checks_its_arguments(dsn: str) -> None:
 # ---------------------------------------------------------------- purges
 
 
+@pytest.mark.slow
 def test_purge_session_and_range_cover_a_registered_table(
     make_store: Callable[..., shardstore.Store], registered: str
 ) -> None:
@@ -232,6 +234,7 @@ def test_purge_session_and_range_cover_a_registered_table(
     assert _rows(registered, other) == theirs
 
 
+@pytest.mark.slow
 def test_purge_before_covers_a_registered_table(
     make_store: Callable[..., shardstore.Store], registered: str
 ) -> None:

@@ -120,6 +120,7 @@ SELECT
 """
 
 
+@pytest.mark.slow
 def test_every_migration_applies_statement_by_statement(two_databases: tuple[str, str]) -> None:
     whole, split = two_databases
     with psycopg.connect(whole) as conn:

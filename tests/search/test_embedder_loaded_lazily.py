@@ -116,6 +116,7 @@ def test_nothing_queued_loads_nothing(dsn: str, made: list[Any]) -> None:
         assert made == []  # never even constructed
 
 
+@pytest.mark.slow
 def test_search_by_vector_never_loads_the_model(dsn: str, made: list[Any]) -> None:
     # record "all-MiniLM-L6-v2" (384 dimensions) with a stand-in, then open by its name
     stand_in = CountingEmbedder(dimension=MINILM_DIM, name="all-MiniLM-L6-v2")
@@ -146,6 +147,7 @@ def test_embed_and_maintain_load_once_when_there_is_work(dsn: str) -> None:
         assert model.loads == 1
 
 
+@pytest.mark.slow
 def test_max_embed_caps_the_step_and_reports_the_backlog(dsn: str) -> None:
     model = CountingEmbedder()
     with shardstore.connect(dsn, embedding_model=model, **SMALL) as store:
@@ -165,6 +167,7 @@ def test_max_embed_caps_the_step_and_reports_the_backlog(dsn: str) -> None:
         assert rest.embedding_backlog == 0
 
 
+@pytest.mark.slow
 def test_embed_seconds_stops_the_step_and_seconds_is_the_whole_run(
     dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,6 +198,7 @@ def test_embed_seconds_stops_the_step_and_seconds_is_the_whole_run(
         assert logged.embedding_stopped in ("embed_seconds", None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -218,6 +222,7 @@ def test_hostile_caps_are_refused(dsn: str, kwargs: dict[str, Any]) -> None:
         store.maintain(**kwargs)
 
 
+@pytest.mark.slow
 def test_async_store_has_the_caps(dsn: str) -> None:
     async def go() -> None:
         model = CountingEmbedder()
@@ -241,6 +246,7 @@ def test_async_store_has_the_caps(dsn: str) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_maintain_cli_caps_and_reports_the_backlog(
     dsn: str, made: list[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

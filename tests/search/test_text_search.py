@@ -290,6 +290,7 @@ def all_text_rows(dsn: str) -> int:
         return int(row[0])
 
 
+@pytest.mark.slow
 def test_text_indexing_off_writes_no_windows_and_on_again_reindexes(
     make_store: Any, dsn: str, capsys: Any
 ) -> None:
@@ -384,6 +385,7 @@ def test_text_mode_needs_no_embeddings_extra(
         store.search("QX-4471", session_id=sid, mode="vector")
 
 
+@pytest.mark.slow
 def test_hybrid_scopes_and_tenant_isolation(make_store: Any, dsn: str) -> None:
     """Hybrid search (vectors and text) keeps the scopes of vector search: session, tenant,
     agent, time; and under RLS a tenant's hybrid search (tenant scope, HNSW path) never

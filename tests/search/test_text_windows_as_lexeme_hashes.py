@@ -89,6 +89,7 @@ def _both_rankings(store: shardstore.Store, sids: list[uuid.UUID]) -> list[Any]:
     return [exact, sampled]
 
 
+@pytest.mark.slow
 def test_an_upgrade_converts_every_window_and_keeps_every_ranking(
     empty_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -132,6 +132,7 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=12,
     deadline=None,
@@ -338,6 +339,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_pass_killed_midway_leaves_whole_sessions_and_the_next_run_finishes(
     make_store: Any, dsn: str
 ) -> None:
@@ -488,6 +490,7 @@ def _append_until_a_fold(store: Any, sid: uuid.UUID, rng: random.Random) -> None
     raise AssertionError("no seal in 200 turns")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("language", ["simple", None])
 @pytest.mark.parametrize("writer", ["fold", "pass", "import"])
 def test_a_writer_during_a_language_change_waits_and_writes_the_new_language(

@@ -171,6 +171,7 @@ def test_migrating_is_idempotent(empty_dsn: str) -> None:
 # ------------------------------------------------------------------ both tenant paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exact_rows", [20_000, 0], ids=["exact", "hnsw"])
 def test_tenant_search_paths_keep_tenants_apart(
     make_store: StoreFactory, dsn: str, exact_rows: int
@@ -279,6 +280,7 @@ def test_exact_path_is_exact_and_hnsw_agrees_on_a_small_set(dsn: str) -> None:
         ann.close()
 
 
+@pytest.mark.slow
 def test_async_tenant_search_both_paths(dsn: str) -> None:
     async def main() -> None:
         for exact_rows in (20_000, 0):
@@ -318,6 +320,7 @@ def _searches(store: shardstore.Store, sids: list[uuid.UUID]) -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 def test_an_upgrade_moves_every_vector_and_keeps_grants_rls_and_registry(
     empty_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

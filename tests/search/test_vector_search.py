@@ -181,6 +181,7 @@ def test_windows_stored_match_the_chunks(make_store: StoreFactory, dsn: str) -> 
             assert stored == expected
 
 
+@pytest.mark.slow
 def test_concurrent_workers_never_embed_a_chunk_twice(make_store: StoreFactory, dsn: str) -> None:
     writer = make_store(**SMALL)
     for _ in range(4):
@@ -318,6 +319,7 @@ def test_hits_carry_the_best_window_turns_not_the_whole_chunk(make_store: StoreF
     assert hit.turns[seqs.index(17)].message == msgs[17]
 
 
+@pytest.mark.slow
 def test_tenant_search_never_returns_another_tenants_chunks(make_store: StoreFactory) -> None:
     store = make_store(embedding_model=HashEmbedder(), **SMALL)
     mine = [store.create_session("acme", agent_id=f"a{i % 2}") for i in range(3)]
@@ -340,6 +342,7 @@ def test_tenant_search_never_returns_another_tenants_chunks(make_store: StoreFac
     assert store.search("walrus", session_id=theirs[0], tenant_id="acme") == []
 
 
+@pytest.mark.slow
 def test_tenant_search_returns_k_distinct_chunks_under_a_selective_filter(
     make_store: StoreFactory,
 ) -> None:
@@ -396,6 +399,7 @@ def test_bad_search_arguments_are_refused(make_store: StoreFactory) -> None:
         store.search([0.1] * 3, session_id=sid)
 
 
+@pytest.mark.slow
 def test_another_model_is_refused_until_reembed(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(embedding_model=HashEmbedder(dimension=64, name="test/model-a"), **SMALL)
     sid = store.create_session("acme")
@@ -443,6 +447,7 @@ def test_search_without_sentence_transformers_says_what_to_install(
         store.embed()
 
 
+@pytest.mark.slow
 def test_maintain_folds_idle_sessions_and_embeds_them(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(embedding_model=HashEmbedder(), **SMALL)
     sid = store.create_session("acme")
@@ -454,6 +459,7 @@ def test_maintain_folds_idle_sessions_and_embeds_them(make_store: StoreFactory, 
     assert make_store().maintain(embed=False).chunks_embedded is None
 
 
+@pytest.mark.slow
 def test_purges_remove_vectors(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(embedding_model=HashEmbedder(), **SMALL)
     gone = store.create_session("acme", subject_id="user:1")

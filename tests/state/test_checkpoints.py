@@ -104,6 +104,7 @@ def test_newest_is_exact_under_equal_timestamps(dsn: str) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_restore_positions_across_chunks_and_tails(make_store: Callable[..., Any]) -> None:
     """Restore at old positions, with turns folded in chunks, partly flushed, buffered; a
     tail by n / max_tokens ends at the checkpoint and keeps tool pairs whole."""
@@ -241,6 +242,7 @@ def test_append_turn_with_checkpoint(store: shardstore.Store, dsn: str) -> None:
     assert count_checkpoints(dsn, sid) == n
 
 
+@pytest.mark.slow
 def test_append_with_checkpoint_seals_and_folds(make_store: Callable[..., Any]) -> None:
     """The general path (append_v2 inside): seals, folds, partitions all as without one."""
     store = make_store(chunk_tokens=60)
@@ -291,6 +293,7 @@ def test_turn_and_checkpoint_commit_together(dsn: str) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_size_does_not_depend_on_history_length(store: shardstore.Store, dsn: str) -> None:
     state = {"plan": ["search", "answer"], "scratch": "s" * 500}
     sizes = {}
@@ -314,6 +317,7 @@ def test_size_does_not_depend_on_history_length(store: shardstore.Store, dsn: st
 # ---------------------------------------------------------------- hostile input
 
 
+@pytest.mark.slow
 def test_hostile_input_writes_nothing(store: Any, dsn: str) -> None:
     sid = store.create_session("acme")
     store.append_turn(sid, user(0))
@@ -421,6 +425,7 @@ def test_a_checkpoint_before_any_turn_goes_with_the_first_range_purge(
     assert store.checkpoints(sid) == [kept]
 
 
+@pytest.mark.slow
 def test_retention_and_keep_checkpoints(make_store: Callable[..., Any], dsn: str) -> None:
     store = make_store()
     old = store.create_session("acme")
@@ -469,6 +474,7 @@ def test_keep_checkpoints_visits_every_session(make_store: Callable[..., Any], d
     assert all([c.state for c in store.checkpoints(sid)] == [{"i": 2}] for sid in sids)
 
 
+@pytest.mark.slow
 def test_rls_scopes_checkpoints(dsn: str) -> None:
     owner = shardstore.connect(dsn)
     acme = owner.create_session("acme")
@@ -512,6 +518,7 @@ def test_rls_scopes_checkpoints(dsn: str) -> None:
 # ---------------------------------------------------------------- asyncio
 
 
+@pytest.mark.slow
 def test_async_store(dsn: str) -> None:
     async def main() -> None:
         store = await shardstore.connect_async(dsn, chunk_tokens=80)
@@ -652,6 +659,7 @@ class CheckpointMachine(RuleBasedStateMachine):
         assert all(c.turn_seq <= self.next_seq - 1 for c in listed)
 
 
+@pytest.mark.slow
 def test_stateful_model(make_store: Callable[..., Any]) -> None:
     store = make_store(chunk_tokens=120)
 
@@ -717,6 +725,7 @@ def _blocked(call: Callable[[], Any]) -> tuple[Any, list[BaseException]]:
     return thread, errors
 
 
+@pytest.mark.slow
 def test_server_killed_mid_checkpoint(server: CrashableServer) -> None:
     """The server dies while a checkpoint (alone, or with its turn) is written but not
     committed: after recovery neither is there, and the retry stores each exactly once."""
@@ -762,6 +771,7 @@ def test_server_killed_mid_checkpoint(server: CrashableServer) -> None:
 # ---------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow
 def test_cli(store: shardstore.Store, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     from shardstore.cli import main
 

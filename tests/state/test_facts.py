@@ -212,6 +212,7 @@ def test_the_database_refuses_a_second_open_version(store: shardstore.Store, dsn
     assert [x.fact_id for x in store.fact_history(T, S, "k")] == [f.fact_id]
 
 
+@pytest.mark.slow
 def test_async_store(dsn: str) -> None:
     async def go() -> None:
         store = await shardstore.connect_async(dsn)
@@ -240,6 +241,7 @@ def test_async_store(dsn: str) -> None:
 # ---------------------------------------------------------------- purges and retention
 
 
+@pytest.mark.slow
 def test_purge_subject_removes_every_fact_of_the_subject(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -271,6 +273,7 @@ def test_purge_subject_removes_every_fact_of_the_subject(
     assert store.purge_subject(T, subject).tables["shardstore.facts"].rows == 0
 
 
+@pytest.mark.slow
 def test_purge_tenant_removes_every_fact_of_the_tenant(store: shardstore.Store, dsn: str) -> None:
     marker = uuid.uuid4().hex
     mine = _session(store, tenant="initech")
@@ -295,6 +298,7 @@ def test_purge_tenant_removes_every_fact_of_the_tenant(store: shardstore.Store, 
     assert store.purge_tenant("initech").tables["shardstore.facts"].rows == 0
 
 
+@pytest.mark.slow
 def test_session_and_range_purges_remove_facts_of_removed_turns(
     store: shardstore.Store,
 ) -> None:
@@ -348,6 +352,7 @@ def test_purge_before_and_retention_remove_sourced_facts(
 # ---------------------------------------------------------------- Row-Level Security
 
 
+@pytest.mark.slow
 def test_rls_scopes_facts_to_the_tenant(
     store: shardstore.Store, dsn: str, tenant_role: str
 ) -> None:
@@ -384,6 +389,7 @@ def test_rls_scopes_facts_to_the_tenant(
 # ---------------------------------------------------------------- concurrency and crashes
 
 
+@pytest.mark.slow
 def test_concurrent_writers_of_one_key_never_leave_two_valid_versions(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -572,6 +578,7 @@ class FactsModel(RuleBasedStateMachine):
             ]
 
 
+@pytest.mark.slow
 def test_facts_model(store: shardstore.Store, dsn: str) -> None:
     FactsModel.store = store
     FactsModel.dsn = dsn

@@ -261,6 +261,7 @@ def test_range_purge_of_the_parent_keeps_the_fork(make_store: StoreFactory) -> N
 # ---------------------------------------------------------------- purges
 
 
+@pytest.mark.slow
 def test_gdpr_purge_of_the_parent_erases_shared_turns_everywhere(
     make_store: StoreFactory, dsn: str
 ) -> None:
@@ -329,6 +330,7 @@ def test_purge_subject_erases_forks_of_the_subject(make_store: StoreFactory) -> 
 # ---------------------------------------------------------------- errors
 
 
+@pytest.mark.slow
 def test_hostile_input_writes_nothing(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(**SMALL)
     parent = store.create_session("acme")
@@ -474,6 +476,7 @@ def test_cli_fork(make_store: StoreFactory, dsn: str, capsys: pytest.CaptureFixt
     assert count(dsn, "SELECT count(*) FROM shardstore.sessions") == 3
 
 
+@pytest.mark.slow
 def test_session_search_in_a_fork(make_store: StoreFactory) -> None:
     store = make_store(embedding_model=HashEmbedder(window_tokens=8), **SMALL)
     parent = store.create_session("acme")
@@ -520,6 +523,7 @@ def test_a_fact_sourced_at_an_inherited_turn_names_its_owner(make_store: StoreFa
     assert {f.key for f in store.recall("acme", "user:1")} == {"pet"}
 
 
+@pytest.mark.slow
 def test_retention_of_a_parent_leaves_its_fork_a_session_of_its_own(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:

@@ -160,6 +160,7 @@ def test_rewind_into_a_flushed_open_chunk(make_store: StoreFactory, dsn: str) ->
     same_as_fresh(store, dsn, sid, sent[:3])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut", [0, 1, 9, 10, 23, 38, 39])
 def test_rewind_into_sealed_and_folded_chunks(make_store: StoreFactory, dsn: str, cut: int) -> None:
     store = make_store(**SMALL)
@@ -175,6 +176,7 @@ def test_rewind_into_sealed_and_folded_chunks(make_store: StoreFactory, dsn: str
     invariants(store, dsn, sid)
 
 
+@pytest.mark.slow
 def test_rewind_of_buffered_sealed_chunks(make_store: StoreFactory, dsn: str) -> None:
     """No background fold: sealed chunks still in the buffer are cut there."""
     store = make_store(**SMALL)
@@ -193,6 +195,7 @@ def test_rewind_of_buffered_sealed_chunks(make_store: StoreFactory, dsn: str) ->
     same_as_fresh(store, dsn, sid, sent[:17])
 
 
+@pytest.mark.slow
 def test_appends_continue_the_reopened_chunk_through_folds(
     make_store: StoreFactory, dsn: str
 ) -> None:
@@ -260,6 +263,7 @@ def test_no_op_zero_and_errors_write_nothing(make_store: StoreFactory, dsn: str)
         store.rewind(sid, 0)
 
 
+@pytest.mark.slow
 def test_below_a_range_purge(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(**SMALL)
     sid = store.create_session("acme")
@@ -283,6 +287,7 @@ def test_below_a_range_purge(make_store: StoreFactory, dsn: str) -> None:
 # ---------------------------------------------------------------- derived state
 
 
+@pytest.mark.slow
 def test_keys_of_removed_turns_are_released(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(**SMALL)
     sid = store.create_session("acme")
@@ -334,6 +339,7 @@ def test_facts_sourced_at_removed_turns_go(make_store: StoreFactory, dsn: str) -
         store.remember("acme", "user:1", "plan", "x", source=(sid, 4))
 
 
+@pytest.mark.slow
 def test_vectors_of_removed_turns_go(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(embedding_model=HashEmbedder(window_tokens=8), **SMALL)
     sid = store.create_session("acme")
@@ -378,6 +384,7 @@ def test_vectors_of_removed_turns_go(make_store: StoreFactory, dsn: str) -> None
 # ---------------------------------------------------------------- concurrency
 
 
+@pytest.mark.slow
 def test_concurrent_appends_folds_and_rewinds(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(**SMALL)
     sid = store.create_session("acme")
@@ -494,6 +501,7 @@ def test_async_rewind(dsn: str) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_rls_tenant_cannot_rewind_another_tenant(dsn: str) -> None:
     owner = shardstore.connect(dsn, **SMALL)
     acme = owner.create_session("acme")
@@ -546,6 +554,7 @@ def server() -> Iterator[CrashableServer]:
     srv.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "lock_sql",
     [
@@ -591,6 +600,7 @@ def test_server_killed_mid_rewind(server: CrashableServer, tmp_path: Path, lock_
         assert store.append_turn(sid, msg(0), idempotency_key="k20").turn_seq == 13
 
 
+@pytest.mark.slow
 def test_a_reopened_chunk_never_spans_partitions(make_store: StoreFactory, dsn: str) -> None:
     store = make_store(chunk_tokens=10_000, partition_interval=timedelta(seconds=1), premake=0)
     sid = store.create_session("acme")

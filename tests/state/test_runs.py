@@ -224,6 +224,7 @@ def test_open_with_a_run_id_is_idempotent(store: shardstore.Store, dsn: str) -> 
     assert store.open_run(sid, framework="lg", thread_key="t", run_id=rid) == closed
 
 
+@pytest.mark.slow
 def test_concurrent_opens_of_one_id_make_one_run(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
@@ -258,6 +259,7 @@ def test_concurrent_opens_of_one_id_make_one_run(
 # ---------------------------------------------------------------- the awaiting index
 
 
+@pytest.mark.slow
 def test_awaiting_query_uses_its_index(store: shardstore.Store, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         # 40,000 runs of 200 tenants, ~1% waiting on a human
@@ -384,6 +386,7 @@ def test_retention_removes_runs_with_their_sessions(
 # ---------------------------------------------------------------- row-level security
 
 
+@pytest.mark.slow
 def test_rls_scopes_runs_to_the_tenant(store: shardstore.Store, dsn: str) -> None:
     acme = store.create_session("acme")
     globex = store.create_session("globex")
@@ -484,6 +487,7 @@ def test_async_store_behaves_alike(store: shardstore.Store, dsn: str) -> None:
 # ---------------------------------------------------------------- hostile input
 
 
+@pytest.mark.slow
 def test_hostile_input_writes_nothing(store: shardstore.Store, dsn: str) -> None:
     sid = store.create_session("acme")
     rid = store.open_run(sid, framework="f", thread_key="t").run_id
@@ -563,6 +567,7 @@ def test_hostile_input_writes_nothing(store: shardstore.Store, dsn: str) -> None
 # ---------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow
 def test_cli_lists_runs(
     store: shardstore.Store, dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -730,6 +735,7 @@ class RunsMachine(RuleBasedStateMachine):
         }
 
 
+@pytest.mark.slow
 def test_store_matches_the_model(store: shardstore.Store) -> None:
     run_state_machine_as_test(
         lambda: RunsMachine(store),

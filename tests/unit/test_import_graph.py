@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shardstore", "partition_manager")
 
@@ -113,6 +115,7 @@ def test_the_check_finds_a_cycle() -> None:
     assert _cycles(graph) == [["a", "b", "c"]]
 
 
+@pytest.mark.slow
 def test_partition_manager_imports_no_shardstore() -> None:
     graph = _graph()
     reach = {

@@ -48,6 +48,7 @@ values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(value=values, ascii_only=st.booleans())
 def test_parse_is_json_loads(value: Any, ascii_only: bool) -> None:
@@ -131,6 +132,7 @@ def test_new_turn_is_the_dataclass(
         fast.tokens = 1  # type: ignore[misc]
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(value=values)
 def test_the_write_encoder_writes_what_json_would(value: Any) -> None:

@@ -140,6 +140,7 @@ def scenarios(draw: st.DrawFn) -> tuple[list[Partition], MaintenancePolicy, date
     return list(found.values()), policy, now, interval
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(scenarios())
 def test_plan_properties(
