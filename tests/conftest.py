@@ -53,6 +53,35 @@ def _share_the_cores_among_workers() -> None:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+def _encodable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates) as backslash escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A report whose captured output or failure text holds a lone surrogate (the hostile
+    tests feed them to the CLI and the API, and a log line or an assertion may quote one)
+    cannot be sent from an xdist worker: the worker dies and its remaining tests never run.
+    Such text is escaped before the report leaves the worker; nothing else changes."""
+    outcome = yield
+    report = outcome.get_result()
+    report.sections = [(_encodable(k), _encodable(v)) for k, v in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _encodable(text) != text:
+            report.longrepr = _encodable(text)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_warning_recorded(warning_message: warnings.WarningMessage) -> None:
+    """A warning whose text holds a lone surrogate, escaped for the same reason as a
+    report's text (:func:`pytest_runtest_makereport`)."""
+    text = str(warning_message.message)
+    if _encodable(text) != text:
+        warning_message.message = UserWarning(_encodable(text))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # files with a slow test run first, each still whole (its module-scoped servers start
     # once): under pytest-xdist the long tests then overlap the others instead of keeping
