@@ -10,7 +10,7 @@
 * :mod:`partition_manager.archive` — archive hooks (callables, shell commands).
 
 Nothing here imports shardstore (which configures this library for its own tables, and
-runs it as ``shardstore maintain``); tests/test_import_graph.py checks it.
+runs it as ``shardstore maintain``); tests/unit/test_import_graph.py checks it.
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def plan_maintenance(
 ) -> MaintenancePlan:
     """Plan a maintenance run from the partitions found, the policy and the clock. Pure.
 
-    Guarantees (tests/test_maintenance_plan.py checks them with hypothesis):
+    Guarantees (tests/unit/test_maintenance_planner.py checks them with hypothesis):
     - a partition is expired only if its whole range ends at or before ``now - retention``
       (so never the current one, never one ahead);
     - after applying the plan, the current partition and ``premake`` after it are attached;

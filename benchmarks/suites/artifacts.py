@@ -162,7 +162,7 @@ def throughput(dsn: str, rounds: int = 5) -> list[str]:
     data = os.urandom(16 * MB)
     urls = ["postgres", "file://" + tempfile.mkdtemp(prefix="bench-artifacts-")]
     try:
-        from tests.test_artifact_support import s3_url
+        from tests.artifacts.support import s3_url
 
         urls.append(s3_url())
     except BaseException as exc:  # pytest.skip is a BaseException

@@ -39,7 +39,7 @@ class TiktokenCounter:
     make it wait; larger tool outputs go to tiktoken and do not stall the application's
     other threads. Below the limit splintr is 2-15x faster than tiktoken on every kind of
     text measured (docs/decisions/0005-token-counter.md). Both give the same count for every text
-    (``tests/test_tokens.py`` checks it on arbitrary text, special-token spellings and
+    (``tests/history/test_tokens.py`` checks it on arbitrary text, special-token spellings and
     multi-megabyte inputs), so stored counts do not depend on which one ran.
     ``fast=False`` keeps to tiktoken."""
 

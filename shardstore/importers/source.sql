@@ -1,6 +1,6 @@
 -- Statements the importers send to the SOURCE database (a user's table, LangGraph's
 -- tables), by name: kept apart from shardstore/sql/, whose statements all run against the
--- shardstore schema (tests/test_migrations.py prepares each of them there).
+-- shardstore schema (tests/schema/test_migrations.py prepares each of them there).
 
 -- The single-row importer's reads of the SOURCE database. {placeholders} are quoted
 -- identifiers (psycopg.sql.Identifier) or the fixed fragments the importer composes.

@@ -4,7 +4,7 @@ colocated by ``session_id`` (docs/scale-out.md).
 ``store.distribute()`` / ``shardstore distribute`` on a Citus coordinator, idempotently:
 
 1. checks that the schema is distributable (:data:`CHECKS`, the same queries as
-   ``tests/test_distributable.py``) and changes nothing if it is not;
+   ``tests/citus/test_distributable.py``) and changes nothing if it is not;
 2. makes the config-like tables every node reads reference tables (``config``,
    ``embedding_config``, ``rls_role_tenants``: the policies look tenant bindings up on the
    shards);
