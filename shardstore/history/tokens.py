@@ -37,7 +37,7 @@ class TiktokenCounter:
     characters measured (base64, runs of spaces) take splintr ~5 ms, the interpreter's own
     switch interval, so no other thread waits longer than a thread of Python code could
     make it wait; larger tool outputs go to tiktoken and do not stall the application's
-    other threads. Below the limit splintr is 2-15x faster than tiktoken on every kind of
+    other threads. Below the limit splintr is 1.8-15x faster than tiktoken on every kind of
     text measured (docs/decisions/0005-token-counter.md). Both give the same count for every text
     (``tests/history/test_tokens.py`` checks it on arbitrary text, special-token spellings and
     multi-megabyte inputs), so stored counts do not depend on which one ran.
