@@ -5,6 +5,7 @@ and search work with no call failing because of the pooler (docs/pooling.md)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 import uuid
 from collections.abc import Iterator
@@ -214,6 +215,14 @@ def _tour(store: shardstore.Store) -> None:
     assert report.healthy and not report.already_running
     assert store.maintain().healthy  # the lock was given back
     assert store.purge_range(sid, 10).cut_turn_seq == 10
+    assert store.purge_range(sid, 4).cut_turn_seq == 10  # where the history starts
+    assert (store.session(sid).first_turn_seq, store.session(sid).stored_turns) == (10, 53)
+    summarized = store.summarize(lambda turns: f"{len(turns)} turns", tenant_id="acme")
+    assert summarized == len(store.summaries(sid)) + len(store.summaries(fork))
+    exported = io.StringIO()
+    store.export_sessions(tenant_id="acme", out=exported)  # format version 2: state too
+    again = store.import_jsonl(io.StringIO(exported.getvalue()), on_existing="skip")
+    assert (again.sessions, len(again.skipped)) == (0, 2)
     assert store.purge_session(fork).sessions_affected == 1
     assert store.purge_subject("acme", "user:42").sessions_affected >= 1
     other = store.create_session("gone", "user:1")
