@@ -57,6 +57,7 @@ from ..errors import ConfigurationError, InvalidInput, MissingDependency
 from ..settings import Settings
 
 __all__ = [
+    "OPERATOR_GRANTS",
     "DatabaseGauges",
     "DatabaseSnapshot",
     "MetricsServer",
@@ -350,6 +351,20 @@ def start_call(
 # ---------------------------------------------------------------- database gauges
 
 
+#: What an operator role needs to read the metrics statement (``{role}``: the role's quoted
+#: name), and nothing more: counts, ages and times, never a message, fact or payload. With
+#: Row-Level Security on, the role also needs BYPASSRLS (set by a superuser) to count every
+#: tenant's rows; without it, it counts none.
+OPERATOR_GRANTS: Final = (
+    "GRANT USAGE ON SCHEMA shardstore TO {role}",
+    "GRANT SELECT (partition_interval, partition_origin) ON shardstore.config TO {role}",
+    "GRANT SELECT (queued_at) ON shardstore.embed_queue TO {role}",
+    "GRANT SELECT (created_at) ON shardstore.turn_buffer TO {role}",
+    "GRANT SELECT (status, awaiting_since) ON shardstore.runs TO {role}",
+    "GRANT SELECT (run_id, finished_at, healthy) ON shardstore.maintenance_runs TO {role}",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class DatabaseSnapshot:
     """The database-derived gauges at one moment (one statement). Ages and times are in
@@ -431,8 +446,8 @@ def snapshot(source: Any, *, connect_timeout: float = 30.0) -> DatabaseSnapshot:
     """The database-derived gauges now, read with one statement from ``source`` (a
     :class:`~shardstore.Store`, or a DSN string: then one connection is opened, waiting
     at most ``connect_timeout`` seconds, and closed).
-    With Row-Level Security on, a tenant-bound source counts its own tenant's rows only;
-    an operator role (docs/integrations/telemetry.md) counts all. Errors are shardstore's:
+    It needs the :data:`OPERATOR_GRANTS` (tenant roles lack them); with Row-Level Security
+    on, a role without BYPASSRLS counts its own tenant's rows only. Errors are shardstore's:
     ``InvalidInput`` for another kind of source, ``DatabaseUnavailable``,
     ``AccessDenied`` for a role without the SELECT rights the statement needs."""
     reader = _Source(source, connect_timeout)
@@ -600,7 +615,7 @@ def observe_database(
 
 # ---------------------------------------------------------------- Prometheus
 
-_HOST = re.compile(r"^[A-Za-z0-9.\-_:%]+$")
+_HOST = re.compile(r"[A-Za-z0-9.\-_:%]+")
 
 
 def parse_address(address: Any) -> tuple[str, int]:
@@ -618,7 +633,7 @@ def parse_address(address: Any) -> tuple[str, int]:
             raise InvalidInput(
                 f"address must be HOST:PORT (an IPv6 host in brackets), not {text!r}"
             )
-    if not host or not _HOST.match(host):
+    if not host or not _HOST.fullmatch(host):
         raise InvalidInput(f"address needs a host name or IP address, not {text!r}")
     if not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise InvalidInput(f"address port must be 0-65535, not {port!r}")

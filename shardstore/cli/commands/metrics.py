@@ -4,7 +4,8 @@ Prometheus text format (:mod:`shardstore.integrations.metrics`; the ``metrics`` 
 Without ``--serve`` it prints them once (``--json``: one object of the values) and exits 0.
 With ``--serve HOST:PORT`` it serves them at ``http://HOST:PORT/metrics``, reading the
 database once per scrape, until interrupted or terminated (exit 0): it prints the URL it
-listens on first (port 0 picks a free one). It needs only the operator role's read rights
+listens on first (port 0 picks a free one; with ``--json`` one line,
+``{"url", "host", "port"}``). It needs only the operator role's read rights
 (docs/integrations/telemetry.md), not the schema owner's: it runs no migration. Exit
 status: 2 for a bad address or one it cannot listen on, 6 when the database cannot be
 reached, 8 when the connection settings are refused.
@@ -21,6 +22,7 @@ from ...core.connector import resolve_dsn
 from ...errors import ConnectionRejected
 from ...integrations import metrics
 from ..app import EXIT_OK, Commands, Runner
+from ..output import dumps
 
 
 def _dsn(run: Runner) -> str:
@@ -72,7 +74,9 @@ def cmd_metrics(run: Runner) -> int:
     server = metrics.serve(_dsn(run), address, record_calls=False, connect_timeout=timeout)
     try:
         if run.json:
-            run.emit({"url": server.url, "host": server.host, "port": server.port})
+            # one line, so that a script can read it while the command keeps running
+            doc = {"url": server.url, "host": server.host, "port": server.port}
+            run.line(dumps(doc, indent=None))
         else:
             run.line(f"serving metrics on {server.url} (Ctrl-C stops)")
         run.out.flush()
