@@ -26,7 +26,7 @@ WITH cfg AS (
       FROM cfg
 )
 SELECT (SELECT count(*) FROM shardstore.embed_queue) AS embedding_backlog,
-       ahead.n AS partitions_ahead,
+       coalesce(ahead.n, 0) AS partitions_ahead,
        CASE WHEN ahead.current
             THEN extract(epoch FROM cfg.current_lower + (ahead.n + 1) * cfg.step - now())
             ELSE 0 END::float8 AS partitions_ahead_seconds,
@@ -36,10 +36,11 @@ SELECT (SELECT count(*) FROM shardstore.embed_queue) AS embedding_backlog,
        extract(epoch FROM now() - awaiting.oldest)::float8 AS oldest_awaiting_age_seconds,
        extract(epoch FROM last.finished_at)::float8 AS last_maintenance_time,
        last.healthy AS last_maintenance_healthy
-  FROM cfg
- CROSS JOIN ahead
- CROSS JOIN (SELECT count(*) AS turns, min(created_at) AS oldest
-               FROM shardstore.turn_buffer) AS buffer
+-- one row even before a store's first connect() has written the config row
+  FROM (SELECT count(*) AS turns, min(created_at) AS oldest
+          FROM shardstore.turn_buffer) AS buffer
+  LEFT JOIN cfg ON true
+  LEFT JOIN ahead ON true
  CROSS JOIN (SELECT count(*) AS runs, min(awaiting_since) AS oldest
                FROM shardstore.runs WHERE status = 'awaiting_human') AS awaiting
   LEFT JOIN (SELECT finished_at, healthy FROM shardstore.maintenance_runs
