@@ -87,6 +87,7 @@ def _calls(samples: Samples, method: str) -> float:
     return count or 0.0
 
 
+@pytest.mark.slow
 def test_endpoint_values_move_after_appends_and_maintenance(
     shared_store: shardstore.Store,
 ) -> None:
@@ -184,6 +185,7 @@ def _first_line(proc: subprocess.Popen[str], timeout: float = 120.0) -> str:
     return proc.stdout.readline()
 
 
+@pytest.mark.slow
 def test_serve_command_in_a_child_process(shared_dsn: str, shared_store: shardstore.Store) -> None:
     proc = subprocess.Popen(
         [
@@ -333,6 +335,7 @@ def test_async_store_records_calls(shared_dsn: str) -> None:
     assert SECRET not in json.dumps(data.to_json())
 
 
+@pytest.mark.slow
 def test_operator_role_reads_counts_not_content(
     dsn: str, store: shardstore.Store, tenant_role: str
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import shardstore
@@ -24,6 +25,7 @@ def _scrape(url: str) -> dict[str, float]:
     return found
 
 
+@pytest.mark.slow
 def test_metrics_through_the_pooler(pooled_dsn: str) -> None:
     # before any store connected (no config row, no partition yet): one row of zeros
     assert metrics.snapshot(pooled_dsn).partitions_ahead == 0
