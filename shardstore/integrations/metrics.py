@@ -668,6 +668,7 @@ class MetricsServer:
         self.provider = provider
         self.gauges = gauges
         self._owns_calls = owns_calls
+        self._previous = _provider  # shardstore's meter provider before serve() took over
         host, port = httpd.server_address[:2]
         self.host: str = str(host)
         self.port: int = int(port)
@@ -675,14 +676,14 @@ class MetricsServer:
         self.url = f"http://{shown}:{self.port}/metrics"
 
     def close(self) -> None:
-        """Stop serving, stop reading the database, and (if :func:`serve` set it) stop
-        recording calls into this endpoint's provider."""
+        """Stop serving, stop reading the database, and (if :func:`serve` set it) record
+        calls with the meter provider shardstore had before again."""
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=10)
         self.gauges.close()
         if self._owns_calls and _provider is self.provider:
-            use_provider(None)
+            use_provider(self._previous)
         self.provider.shutdown()
 
     def __enter__(self) -> MetricsServer:
@@ -723,9 +724,10 @@ def serve(
         provider.shutdown()
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise ConfigurationError(f"cannot serve metrics on {address!r}: {reason}") from None
+    server = MetricsServer(httpd, thread, provider, gauges, record_calls)
     if record_calls:
         use_provider(provider)
-    return MetricsServer(httpd, thread, provider, gauges, record_calls)
+    return server
 
 
 def exposition(source: Any, *, connect_timeout: float = 30.0) -> str:

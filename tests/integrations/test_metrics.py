@@ -295,7 +295,8 @@ def test_bad_sources(shared_dsn: str, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_async_store_records_calls(shared_dsn: str) -> None:
     reader = InMemoryMetricReader()
-    metrics.use_provider(MeterProvider(metric_readers=[reader]))
+    mine = MeterProvider(metric_readers=[reader])
+    metrics.use_provider(mine)
     tenant = f"a-{uuid.uuid4().hex[:8]}"
 
     async def main_() -> None:
@@ -315,6 +316,10 @@ def test_async_store_records_calls(shared_dsn: str) -> None:
         metrics._tenants.pop(sid, None)
         other.append_turn(sid, {"role": "user", "content": "z"})
         other.append_turn(sid, {"role": "user", "content": "z"})
+        # an endpoint takes the calls over while it runs, and gives them back
+        with metrics.serve(shared_dsn, "127.0.0.1:0") as server:
+            assert metrics._provider is server.provider
+        assert metrics._provider is mine
     finally:
         other.close()
         metrics.use_provider(None)
