@@ -1,16 +1,36 @@
-"""OpenTelemetry spans of store operations (the ``otel`` extra: opentelemetry-api).
+"""OpenTelemetry spans of store operations (the ``otel`` extra: opentelemetry-api), in the
+GenAI semantic conventions for memory operations, and the hook that records the store's
+call metrics (:mod:`shardstore.integrations.metrics`).
 
 Every store method runs in a span named ``shardstore.<method>`` (``shardstore.append_turn``,
 ``shardstore.tail``, ``shardstore.search``, ``shardstore.checkpoint``,
 ``shardstore.maintain``, ``shardstore.purge_subject``, ...), made in one place: the method
-bindings of :mod:`shardstore.core.bind`. Attributes: ``db.system`` / ``db.system.name``
-(``postgresql``), ``db.operation.name``, the session and tenant ids given, and counts from
-the result (``shardstore.turn_seq``, ``shardstore.tokens``, ``shardstore.turns``,
-``shardstore.bytes``, ...), never message content. Errors are recorded on the span.
+bindings of :mod:`shardstore.core.bind`. Attributes:
 
-No span, no cost: without opentelemetry installed, or with no tracer provider set (neither
-globally with ``trace.set_tracer_provider`` nor here with :func:`use_provider`), a call
-checks one flag and runs as before.
+* ``gen_ai.operation.name``: the GenAI memory operation the method is
+  (:data:`OPERATIONS`): ``search_memory`` (reads), ``update_memory`` (writes that create or
+  change records), ``delete_memory`` (rewinds, purges, forgetting), and for the store's
+  own upkeep, which the conventions name no operation for, ``maintain_memory_store``
+  (maintenance, folds, embedding, partitions) and ``describe_memory_store`` (statistics and
+  settings); ``gen_ai.conversation.id`` (the session), ``gen_ai.agent.id`` (an ``agent_id``
+  argument), ``gen_ai.memory.record.id`` (the one record a call names or makes: a
+  checkpoint, run, artifact or fact id);
+* ``db.system`` / ``db.system.name`` (``postgresql``), ``db.operation.name`` (the method);
+* the ``shardstore.*`` ids given (``shardstore.session_id``, ``.tenant_id``,
+  ``.subject_id``, ``.checkpoint_id``, ``.artifact_id``) and counts from the result
+  (``shardstore.turn_seq``, ``shardstore.tokens``, ``shardstore.turns``, ``shardstore.items``,
+  ``shardstore.bytes``, ...);
+* on failure ``error.type`` (the shardstore error's class name), the span's status and its
+  exception event.
+
+Never content: no message text, fact value, state, payload or query is put on a span; the
+conventions' opt-in content attributes (``gen_ai.memory.query.text``,
+``gen_ai.memory.records``) are never set.
+
+No telemetry, no cost: without opentelemetry installed, or with neither a tracer provider
+(``trace.set_tracer_provider``, or :func:`use_provider` here) nor a meter provider
+(``metrics.set_meter_provider``, or :func:`shardstore.integrations.metrics.use_provider`)
+set, a call checks one flag and runs as before.
 
 :func:`attach_payload` (``store.attach_payload``) stores a payload (a prompt, a tool
 output) as an artifact owned by the trajectory, referenced until ``trajectory_retention``
@@ -25,10 +45,112 @@ import functools
 import inspect
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import nullcontext
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
+
+from . import metrics
 
 DB_SYSTEM = "postgresql"
+
+# the GenAI memory operations (semantic-conventions-genai's memory spans; the Python
+# package opentelemetry-semantic-conventions 0.66b2 does not define them yet)
+SEARCH_MEMORY: Final = "search_memory"
+UPDATE_MEMORY: Final = "update_memory"
+DELETE_MEMORY: Final = "delete_memory"
+# the store's own upkeep and description: no GenAI operation fits, so these are named in
+# the conventions' style (<verb>_memory_store, as create_memory_store / delete_memory_store)
+MAINTAIN_MEMORY_STORE: Final = "maintain_memory_store"
+DESCRIBE_MEMORY_STORE: Final = "describe_memory_store"
+
+# attribute names: gen_ai.operation.name, gen_ai.conversation.id, gen_ai.agent.id and
+# error.type as opentelemetry-semantic-conventions defines them (a test compares), the
+# gen_ai.memory.* one as semantic-conventions-genai does
+OPERATION_NAME: Final = "gen_ai.operation.name"
+CONVERSATION_ID: Final = "gen_ai.conversation.id"
+AGENT_ID: Final = "gen_ai.agent.id"
+MEMORY_RECORD_ID: Final = "gen_ai.memory.record.id"
+ERROR_TYPE: Final = "error.type"
+
+#: ``gen_ai.operation.name`` of each store method.
+OPERATIONS: Final[dict[str, str]] = {
+    **dict.fromkeys(
+        (
+            "session",
+            "sessions",
+            "tail",
+            "tail_explained",
+            "history",
+            "chunks",
+            "search",
+            "restore",
+            "checkpoints",
+            "recall",
+            "fact_history",
+            "get_run",
+            "runs",
+            "context",
+            "summaries",
+            "get_artifact",
+            "open_artifact",
+            "list_artifacts",
+            "expand",
+            "export_sessions",
+        ),
+        SEARCH_MEMORY,
+    ),
+    **dict.fromkeys(
+        (
+            "create_session",
+            "append_turn",
+            "append_turns",
+            "checkpoint",
+            "fork",
+            "remember",
+            "open_run",
+            "mark_awaiting",
+            "resume_run",
+            "record_step",
+            "close_run",
+            "summarize",
+            "put_artifact",
+            "ref_artifact",
+            "attach_payload",
+            "import_single_row",
+            "import_langgraph",
+            "import_jsonl",
+        ),
+        UPDATE_MEMORY,
+    ),
+    **dict.fromkeys(
+        (
+            "purge_session",
+            "purge_subject",
+            "purge_tenant",
+            "purge_range",
+            "purge_before",
+            "rewind",
+            "forget",
+            "unref_artifact",
+            "sweep_artifacts",
+        ),
+        DELETE_MEMORY,
+    ),
+    **dict.fromkeys(
+        (
+            "flush",
+            "premake_partitions",
+            "maintain",
+            "embed",
+            "reembed",
+            "configure_text_search",
+            "distribute",
+        ),
+        MAINTAIN_MEMORY_STORE,
+    ),
+    **dict.fromkeys(("stats", "text_search_language"), DESCRIBE_MEMORY_STORE),
+}
+
 _api: Any = None  # the opentelemetry.trace module once imported; False: not installed
 _provider: Any = None
 
@@ -51,8 +173,7 @@ def use_provider(provider: Any) -> None:
     _provider = provider
 
 
-def active() -> bool:
-    """Whether a tracer provider is set: the one check every store call makes."""
+def _tracing() -> bool:
     if _provider is not None:
         return True
     trace = _api if _api is not None else _trace()
@@ -66,6 +187,17 @@ def active() -> bool:
     return not isinstance(provider, trace.NoOpTracerProvider)
 
 
+def active() -> bool:
+    """Whether a tracer or a meter provider is set: the one check every store call makes."""
+    return _tracing() or metrics.recording()
+
+
+def operation_name(method: str) -> str | None:
+    """The ``gen_ai.operation.name`` of the store method ``method`` (None: not a store
+    method)."""
+    return OPERATIONS.get(method)
+
+
 def _tracer() -> Any:
     trace = _trace()
     provider = _provider if _provider is not None else trace.get_tracer_provider()
@@ -77,25 +209,61 @@ def _signature(build: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(build)
 
 
-def _start_attributes(build: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
+def _id_text(value: Any) -> str | None:
+    return str(value) if isinstance(value, str | uuid.UUID) else None
+
+
+def _arguments(build: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any] | None:
+    """The call's arguments by parameter name (None when they do not fit: the call itself
+    then raises the TypeError)."""
+    try:
+        return dict(_signature(build).bind(None, *args, **kwargs).arguments)
+    except TypeError:
+        return None
+
+
+def _start_attributes(
+    build: Callable[..., Any], arguments: dict[str, Any] | None
+) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "db.system": DB_SYSTEM,
         "db.system.name": DB_SYSTEM,
         "db.operation.name": build.__name__,
     }
-    try:
-        bound = _signature(build).bind(None, *args, **kwargs)
-    except TypeError:
+    operation = operation_name(build.__name__)
+    if operation is not None:
+        attrs[OPERATION_NAME] = operation
+    if arguments is None:
         return attrs
     for name in ("session_id", "tenant_id", "subject_id", "checkpoint_id", "artifact_id"):
-        value = bound.arguments.get(name)
-        if isinstance(value, str | uuid.UUID):
-            attrs[f"shardstore.{name}"] = str(value)
+        value = _id_text(arguments.get(name))
+        if value is not None:
+            attrs[f"shardstore.{name}"] = value
+    session = _id_text(arguments.get("session_id"))
+    if session is not None:
+        attrs[CONVERSATION_ID] = session
+    agent = _id_text(arguments.get("agent_id"))
+    if agent is not None:
+        attrs[AGENT_ID] = agent
+    for name in ("checkpoint_id", "run_id", "artifact_id"):
+        record = _id_text(arguments.get(name))
+        if record is not None:
+            attrs[MEMORY_RECORD_ID] = record
+            break
     return attrs
 
 
-def _result_attributes(span: Any, result: Any) -> None:
-    """Counts from a result, never its content."""
+def _record_id(result: Any) -> str | None:
+    """The id of the one record a call made (a checkpoint, run, artifact, fact)."""
+    for name in ("checkpoint_id", "run_id", "artifact_id", "fact_id"):
+        value = getattr(result, name, None)
+        if isinstance(value, uuid.UUID):
+            return str(value)
+    return None
+
+
+def _result_attributes(span: Any, method: str, result: Any) -> None:
+    """Counts and ids from a result, never its content."""
     items = result if isinstance(result, list) else None
     if items is not None:
         span.set_attribute("shardstore.items", len(items))
@@ -115,57 +283,122 @@ def _result_attributes(span: Any, result: Any) -> None:
     turns = getattr(result, "turns", None)
     if isinstance(turns, list):
         span.set_attribute("shardstore.turns", len(turns))
+    record = _record_id(result)
+    if record is not None:
+        span.set_attribute(MEMORY_RECORD_ID, record)
+    elif isinstance(result, uuid.UUID) and method in ("create_session", "fork"):
+        span.set_attribute(CONVERSATION_ID, str(result))  # the session it made
 
 
-def _span(build: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+def error_type(exc: BaseException) -> str:
+    """``error.type`` of a failed call: the exception's class name (``SessionNotFound``,
+    ``InvalidInput``, ...; a low-cardinality value, never its message)."""
+    return type(exc).__name__
+
+
+def _span(build: Callable[..., Any], arguments: dict[str, Any] | None) -> Any:
     trace = _trace()
     return _tracer().start_as_current_span(
         f"shardstore.{build.__name__}",
         kind=trace.SpanKind.CLIENT,
-        attributes=_start_attributes(build, args, kwargs),
+        attributes=_start_attributes(build, arguments),
     )
 
 
+def _open(build: Callable[..., Any], args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """The span (or a null context) and the metrics call (or None) of one store call."""
+    arguments = _arguments(build, args, kwargs)
+    span = _span(build, arguments) if _tracing() else nullcontext(None)
+    call = metrics.start_call(build.__name__, operation_name(build.__name__), arguments)
+    return span, call
+
+
+def _failed(span: Any, call: Any, exc: BaseException) -> None:
+    if span is not None:
+        span.set_attribute(ERROR_TYPE, error_type(exc))
+    if call is not None:
+        call.failed(error_type(exc))
+
+
 def run(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-    """``store._run(build(store, ...))`` in a span."""
-    with _span(build, args, kwargs) as span:
-        result = store._run(build(store, *args, **kwargs))
-        _result_attributes(span, result)
+    """``store._run(build(store, ...))`` in a span, its duration (and appends) recorded."""
+    context, call = _open(build, args, kwargs)
+    with context as span:
+        try:
+            result = store._run(build(store, *args, **kwargs))
+        except BaseException as exc:
+            _failed(span, call, exc)
+            raise
+        if span is not None:
+            _result_attributes(span, build.__name__, result)
+        if call is not None:
+            call.done(store, result)
         return result
 
 
 async def arun(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     """The asyncio flavour of :func:`run`."""
-    with _span(build, args, kwargs) as span:
-        result = await store._run(build(store, *args, **kwargs))
-        _result_attributes(span, result)
+    context, call = _open(build, args, kwargs)
+    with context as span:
+        try:
+            result = await store._run(build(store, *args, **kwargs))
+        except BaseException as exc:
+            _failed(span, call, exc)
+            raise
+        if span is not None:
+            _result_attributes(span, build.__name__, result)
+        if call is not None:
+            await call.adone(store, result)
         return result
 
 
 def stream(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Iterator[Any]:
-    """A streaming method's items, the whole iteration in one span."""
-    with _span(build, args, kwargs) as span:
+    """A streaming method's items, the whole iteration in one span (and one duration)."""
+    context, call = _open(build, args, kwargs)
+    with context as span:
         count = tokens = 0
-        for item in store._stream(build(store, *args, **kwargs)):
-            count += 1
-            tokens += (
-                getattr(item, "tokens", 0) if isinstance(getattr(item, "tokens", 0), int) else 0
-            )
-            yield item
-        span.set_attribute("shardstore.items", count)
-        span.set_attribute("shardstore.tokens", tokens)
+        try:
+            for item in store._stream(build(store, *args, **kwargs)):
+                count += 1
+                size = getattr(item, "tokens", 0)
+                tokens += size if isinstance(size, int) else 0
+                yield item
+        except GeneratorExit:  # the caller stopped early: not a failure
+            if call is not None:
+                call.done(store, None)
+            raise
+        except BaseException as exc:
+            _failed(span, call, exc)
+            raise
+        if span is not None:
+            span.set_attribute("shardstore.items", count)
+            span.set_attribute("shardstore.tokens", tokens)
+        if call is not None:
+            call.done(store, None)
 
 
 async def astream(
     store: Any, build: Callable[..., Any], args: Any, kwargs: Any
 ) -> AsyncIterator[Any]:
     """The asyncio flavour of :func:`stream`."""
-    with _span(build, args, kwargs) as span:
+    context, call = _open(build, args, kwargs)
+    with context as span:
         count = 0
-        async for item in store._stream(build(store, *args, **kwargs)):
-            count += 1
-            yield item
-        span.set_attribute("shardstore.items", count)
+        try:
+            async for item in store._stream(build(store, *args, **kwargs)):
+                count += 1
+                yield item
+        except GeneratorExit:  # the caller stopped early: not a failure
+            if call is not None:
+                call.done(store, None)
+            raise
+        except BaseException as exc:
+            _failed(span, call, exc)
+            raise
+        if span is not None:
+            span.set_attribute("shardstore.items", count)
+        if call is not None:
+            await call.adone(store, None)
 
 
 # ---------------------------------------------------------------- payloads

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import shardstore
-from shardstore.integrations import tracing
+from shardstore.integrations import metrics, tracing
 
 SECRET = "top-secret-" + uuid.uuid4().hex
 
@@ -87,6 +87,73 @@ def test_every_operation_has_a_span_without_content(
         SECRET
     )
     assert SECRET not in _dump(spans)
+    # the GenAI memory operation of each, beside the shardstore.* attributes
+    operations = {s.name: s.attributes.get("gen_ai.operation.name") for s in finished}
+    assert operations["shardstore.append_turn"] == "update_memory"
+    assert operations["shardstore.create_session"] == "update_memory"
+    assert operations["shardstore.tail"] == operations["shardstore.search"] == "search_memory"
+    assert operations["shardstore.history"] == "search_memory"
+    assert operations["shardstore.purge_range"] == "delete_memory"
+    assert operations["shardstore.purge_subject"] == "delete_memory"
+    assert operations["shardstore.maintain"] == "maintain_memory_store"
+    assert append["gen_ai.conversation.id"] == str(sid)
+    made = by_name["shardstore.create_session"].attributes
+    assert made["gen_ai.conversation.id"] == str(sid) and "shardstore.session_id" not in made
+    checkpoint = by_name["shardstore.checkpoint"].attributes
+    assert uuid.UUID(str(checkpoint["gen_ai.memory.record.id"]))
+    artifact = by_name["shardstore.put_artifact"].attributes
+    assert uuid.UUID(str(artifact["gen_ai.memory.record.id"]))
+    for span in finished:
+        assert span.kind.name == "CLIENT"
+        # the conventions' opt-in content attributes are never set
+        assert not {"gen_ai.memory.query.text", "gen_ai.memory.records"} & set(span.attributes)
+        assert "error.type" not in span.attributes
+
+
+def test_every_store_method_has_a_memory_operation() -> None:
+    """Each public method of both stores maps to a GenAI operation: the conventions'
+    memory operations, or the two store-upkeep names the docs explain."""
+    allowed = {
+        "search_memory",
+        "update_memory",
+        "delete_memory",
+        "maintain_memory_store",
+        "describe_memory_store",
+    }
+    for cls in (shardstore.Store, shardstore.AsyncStore):
+        methods = {
+            name
+            for name, value in vars(cls).items()
+            if callable(value) and not name.startswith("_") and hasattr(value, "__wrapped__")
+        }
+        assert methods, cls
+        missing = sorted(m for m in methods if tracing.operation_name(m) is None)
+        assert missing == [], f"{cls.__name__}: add these to tracing.OPERATIONS: {missing}"
+    assert set(tracing.OPERATIONS.values()) == allowed
+
+
+def test_attribute_names_are_the_semantic_conventions() -> None:
+    """The names the installed opentelemetry-semantic-conventions defines are used as it
+    spells them; where it defines the memory operations (a later release), with the same
+    values."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+    from opentelemetry.semconv.attributes import db_attributes, error_attributes
+
+    assert tracing.OPERATION_NAME == gen_ai.GEN_AI_OPERATION_NAME
+    assert tracing.CONVERSATION_ID == gen_ai.GEN_AI_CONVERSATION_ID
+    assert tracing.AGENT_ID == gen_ai.GEN_AI_AGENT_ID
+    assert tracing.ERROR_TYPE == error_attributes.ERROR_TYPE
+    assert db_attributes.DB_OPERATION_NAME == "db.operation.name"
+    assert db_attributes.DB_SYSTEM_NAME == "db.system.name"
+    values = gen_ai.GenAiOperationNameValues
+    for ours in (tracing.SEARCH_MEMORY, tracing.UPDATE_MEMORY, tracing.DELETE_MEMORY):
+        member = getattr(values, ours.upper(), None)
+        assert member is None or member.value == ours
+    # the two upkeep names are not the conventions' (so they cannot mean something else)
+    known = {member.value for member in values}
+    assert not {tracing.MAINTAIN_MEMORY_STORE, tracing.DESCRIBE_MEMORY_STORE} & known
+    record = getattr(gen_ai, "GEN_AI_MEMORY_RECORD_ID", tracing.MEMORY_RECORD_ID)
+    assert record == tracing.MEMORY_RECORD_ID == "gen_ai.memory.record.id"
 
 
 def test_errors_are_recorded(store: shardstore.Store, spans: InMemorySpanExporter) -> None:
@@ -94,6 +161,8 @@ def test_errors_are_recorded(store: shardstore.Store, spans: InMemorySpanExporte
         store.tail(uuid.uuid4())
     (span,) = [s for s in spans.get_finished_spans() if s.name == "shardstore.tail"]
     assert not span.status.is_ok
+    assert span.attributes["error.type"] == "SessionNotFound"
+    assert span.attributes["gen_ai.operation.name"] == "search_memory"
     assert any(e.name == "exception" for e in span.events)
 
 
@@ -132,10 +201,10 @@ def test_no_provider_records_nothing(
     """Without a tracer provider (none global, none given) a store call makes no span: the
     span factory is never reached. Without the extra (opentelemetry not importable) the
     same."""
-    assert not tracing.active()
+    assert not tracing.active() and not metrics.recording()
     made: list[str] = []
 
-    def no_span(build: Any, args: Any, kwargs: Any) -> Any:
+    def no_span(build: Any, *_arguments: Any) -> Any:
         made.append(build.__name__)
         raise AssertionError("a span was started without a tracer provider")
 
@@ -175,18 +244,35 @@ exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from shardstore.integrations import metrics as shardstore_metrics
+assert not shardstore_metrics.recording()
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+assert shardstore_metrics.recording()
 store = shardstore.connect(sys.argv[1])
 sid = store.create_session("t")
 store.append_turn(sid, {"role": "user", "content": "hi"})
 store.close()
-print(json.dumps([s.name for s in exporter.get_finished_spans()]))
+turns = [
+    p.value
+    for r in reader.get_metrics_data().resource_metrics
+    for s in r.scope_metrics
+    for m in s.metrics
+    if m.name == "shardstore.appended.turns"
+    for p in m.data.data_points
+]
+print(json.dumps({"spans": [s.name for s in exporter.get_finished_spans()], "turns": turns}))
 """
 
 
 @pytest.mark.slow
 def test_global_tracer_provider_is_used(dsn: str) -> None:
-    """A provider set the usual way (``trace.set_tracer_provider``, once per process, so in
-    a child process) turns spans on without ``use_provider``."""
+    """Providers set the usual way (``trace.set_tracer_provider``,
+    ``metrics.set_meter_provider``: once per process, so in a child process) turn spans and
+    call metrics on without ``use_provider``."""
     out = subprocess.run(
         [sys.executable, "-c", _GLOBAL_PROVIDER, dsn],
         capture_output=True,
@@ -194,8 +280,10 @@ def test_global_tracer_provider_is_used(dsn: str) -> None:
         timeout=120,
         check=True,
     )
-    names = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    names = seen["spans"]
     assert "shardstore.create_session" in names and "shardstore.append_turn" in names
+    assert seen["turns"] == [1]  # a global meter provider turns call metrics on too
 
 
 def test_hostile_payload_names(store: shardstore.Store) -> None:
