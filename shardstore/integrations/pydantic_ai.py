@@ -53,9 +53,7 @@ def to_turns(messages: Any) -> list[dict[str, Any]]:
     that is not a list of ``ModelRequest`` / ``ModelResponse``, ``InvalidMessage`` for a
     message Pydantic AI cannot serialize or read back, or one holding a NaN or an infinity
     (Pydantic AI's JSON would turn it into ``null``: refused instead of changed)."""
-    if isinstance(messages, ModelRequest | ModelResponse) or not isinstance(
-        messages, list | tuple
-    ):
+    if isinstance(messages, ModelRequest | ModelResponse) or not isinstance(messages, list | tuple):
         raise InvalidInput(
             "messages must be a list of pydantic_ai ModelRequest / ModelResponse, "
             f"not {type(messages).__name__}"
@@ -176,9 +174,7 @@ class ShardstoreMessageHistory:
         )
         self.conversation_id = conversation_id
         self.max_messages = validate.optional_count(max_messages, "max_messages")
-        self.max_tokens = validate.optional_count(
-            max_tokens, "max_tokens", high=validate.MAX_INT64
-        )
+        self.max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
 
     @property
     def shardstore_session_id(self) -> uuid.UUID:
