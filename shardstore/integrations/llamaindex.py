@@ -13,6 +13,7 @@ with ``ChatMessage.model_validate``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import uuid
 from collections import OrderedDict
@@ -127,8 +128,11 @@ class ShardstoreChatStore(BaseChatStore):
     lists that tenant's keys.
 
     ``store``: a :class:`shardstore.Store` serves the sync methods directly and the async
-    ones from a worker thread; a :class:`shardstore.AsyncStore` serves the async ones and
-    refuses the sync ones with ``ConfigurationError``.
+    ones from a worker thread; a :class:`shardstore.AsyncStore` serves the async ones, and
+    the sync ones only when they are called from a worker thread while its event loop runs
+    (``ChatMemoryBuffer.aget`` / ``aset`` / ``areset`` call them so): they are run on that
+    loop. Elsewhere (no loop, or on the loop's own thread, which would block it) they raise
+    ``ConfigurationError``.
 
     ``max_messages``: None (default) makes ``get_messages`` read the whole history; N reads
     the newest turns within N, never opening on a ``role="tool"`` message whose tool call
@@ -159,6 +163,7 @@ class ShardstoreChatStore(BaseChatStore):
 
     _store: Store | AsyncStore = PrivateAttr()
     _sessions: OrderedDict[str, MappedSession] = PrivateAttr(default_factory=OrderedDict)
+    _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -177,6 +182,13 @@ class ShardstoreChatStore(BaseChatStore):
             max_messages=validate.optional_count(max_messages, "max_messages"),
         )
         self._store = checked
+        self._note_loop()
+
+    def _note_loop(self) -> None:
+        """Remember the running event loop of an AsyncStore's caller (see :meth:`_call`)."""
+        if isinstance(self._store, AsyncStore):
+            with contextlib.suppress(RuntimeError):  # called outside a loop
+                self._loop = asyncio.get_running_loop()
 
     @classmethod
     def class_name(cls) -> str:
@@ -227,7 +239,9 @@ class ShardstoreChatStore(BaseChatStore):
         return turns
 
     def _set_op(self, mapped: MappedSession, items: list[dict[str, Any]]) -> Op[None]:
-        if not (yield from mapped._resolve_op(create=bool(items))):
+        if not (yield from mapped._resolve_op(create=False)):
+            # a new session: the batch is checked whole before the session is made
+            yield from mapped.add_op(items)
             return
         yield Tx.BEGIN
         turns = yield from self._locked_turns_op(mapped)
@@ -279,14 +293,26 @@ class ShardstoreChatStore(BaseChatStore):
             and s.stored_turns > 0
         ]
 
-    def _run(self, op: Op[T]) -> T:
-        if isinstance(self._store, AsyncStore):
+    def _call(self, op: Op[T]) -> T:
+        """Run ``op`` for a sync method. On an AsyncStore that works only from a thread
+        other than its event loop's (``ChatMemoryBuffer.aget`` and ``aset`` call the sync
+        methods in a worker thread): the operation is handed to that loop, which the
+        awaiting caller leaves free, and waited for here."""
+        if not isinstance(self._store, AsyncStore):
+            return self._store._run(op)
+        loop = self._loop
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if loop is None or loop.is_closed() or not loop.is_running() or here is loop:
             op.close()
             raise ConfigurationError(
-                "ShardstoreChatStore was given an AsyncStore: use its async methods, or "
-                "give it a sync Store (shardstore.connect())"
+                "ShardstoreChatStore was given an AsyncStore: use its async methods (a "
+                "sync one works only from a worker thread while the store's event loop "
+                "runs), or give it a sync Store (shardstore.connect())"
             )
-        return self._store._run(op)
+        return asyncio.run_coroutine_threadsafe(self._store._run(op), loop).result()
 
     async def _arun(self, op: Op[T]) -> T:
         if isinstance(self._store, AsyncStore):
@@ -299,84 +325,92 @@ class ShardstoreChatStore(BaseChatStore):
         """Make ``messages`` the key's whole history, atomically (see the class
         docstring: the matching prefix stays, the rest is rewound and appended)."""
         mapped, items = self._session(key), _items(messages)
-        mapped.run(self._set_op(mapped, items))
+        self._call(self._set_op(mapped, items))
 
     def get_messages(self, key: str) -> list[ChatMessage]:
         """The key's messages, oldest first (all, or the newest within
         ``max_messages``); none for a key never written."""
         mapped = self._session(key)
-        return mapped.run(self._get_op(mapped))
+        return self._call(self._get_op(mapped))
 
     def add_message(self, key: str, message: ChatMessage) -> None:
         """Append one message (one statement); the first write creates the session."""
         mapped, items = self._session(key), [to_item(message)]
-        mapped.run(mapped.add_op(items))
+        self._call(mapped.add_op(items))
 
     def add_messages(self, key: str, messages: list[ChatMessage]) -> None:
         """Append ``messages`` in order, atomically, in one statement (not part of
         ``BaseChatStore``)."""
         mapped, items = self._session(key), _items(messages)
-        mapped.run(mapped.add_op(items))
+        self._call(mapped.add_op(items))
 
     def delete_messages(self, key: str) -> list[ChatMessage] | None:
         """Remove every message of the key and return them (None for a key never
         written); the session stays, empty, for more."""
         mapped = self._session(key)
-        return mapped.run(self._delete_all_op(mapped))
+        return self._call(self._delete_all_op(mapped))
 
     def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Remove the message at ``idx`` (0: the first stored) and return it; None when
         there is none (``InvalidInput`` for a negative or non-int ``idx``)."""
         mapped, at = self._session(key), _index(idx)
-        return mapped.run(self._delete_at_op(mapped, at))
+        return self._call(self._delete_at_op(mapped, at))
 
     def delete_last_message(self, key: str) -> ChatMessage | None:
         """Remove the newest message and return it (None when there is none)."""
         mapped = self._session(key)
-        return mapped.run(self._pop_op(mapped))
+        return self._call(self._pop_op(mapped))
 
     def get_keys(self) -> list[str]:
         """The tenant's keys holding at least one message, oldest session first."""
-        return self._run(self._keys_op())
+        return self._call(self._keys_op())
 
     # ------------------------------------------------------------ BaseChatStore, async
 
     async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
         """asyncio version of :meth:`set_messages`."""
+        self._note_loop()
         mapped, items = self._session(key), _items(messages)
         await mapped.amutate(self._set_op(mapped, items))
 
     async def aget_messages(self, key: str) -> list[ChatMessage]:
         """asyncio version of :meth:`get_messages`."""
+        self._note_loop()
         mapped = self._session(key)
         return await mapped.arun(self._get_op(mapped))
 
     async def async_add_message(self, key: str, message: ChatMessage) -> None:
         """asyncio version of :meth:`add_message` (a cancelled caller still waits for the
         write's outcome, as for every write here)."""
+        self._note_loop()
         mapped, items = self._session(key), [to_item(message)]
         await mapped.amutate(mapped.add_op(items))
 
     async def aadd_messages(self, key: str, messages: list[ChatMessage]) -> None:
         """asyncio version of :meth:`add_messages`."""
+        self._note_loop()
         mapped, items = self._session(key), _items(messages)
         await mapped.amutate(mapped.add_op(items))
 
     async def adelete_messages(self, key: str) -> list[ChatMessage] | None:
         """asyncio version of :meth:`delete_messages`."""
+        self._note_loop()
         mapped = self._session(key)
         return await mapped.amutate(self._delete_all_op(mapped))
 
     async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
         """asyncio version of :meth:`delete_message`."""
+        self._note_loop()
         mapped, at = self._session(key), _index(idx)
         return await mapped.amutate(self._delete_at_op(mapped, at))
 
     async def adelete_last_message(self, key: str) -> ChatMessage | None:
         """asyncio version of :meth:`delete_last_message`."""
+        self._note_loop()
         mapped = self._session(key)
         return await mapped.amutate(self._pop_op(mapped))
 
     async def aget_keys(self) -> list[str]:
         """asyncio version of :meth:`get_keys`."""
+        self._note_loop()
         return await self._arun(self._keys_op())
