@@ -215,7 +215,7 @@ def _apply(store: BaseChatStore, step: tuple[Any, ...]) -> Any:
 
 async def _aapply(store: BaseChatStore, step: tuple[Any, ...]) -> Any:
     name, *args = step
-    method = {
+    method: Any = {
         "set_messages": store.aset_messages,
         "get_messages": store.aget_messages,
         "add_message": store.async_add_message,
