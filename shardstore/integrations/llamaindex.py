@@ -19,7 +19,13 @@ import uuid
 from collections import OrderedDict
 from typing import Any, TypeVar
 
-from ..errors import ConfigurationError, InvalidInput, InvalidMessage, MissingDependency
+from ..errors import (
+    ConfigurationError,
+    Conflict,
+    InvalidInput,
+    InvalidMessage,
+    MissingDependency,
+)
 
 try:
     from llama_index.core.bridge.pydantic import PrivateAttr
@@ -35,10 +41,9 @@ from ..aio import AsyncStore
 from ..core import validate
 from ..core.sql import query
 from ..core.steps import Op, Q, Tx, collect
-from ..history.ops import append_turns, history
+from ..history.ops import append_turns, history, window_op
 from ..history.ops import sessions as sessions_op
 from ..models import Turn
-from ..state import rewind as rewind_ops
 from ..store import Store
 from ._mapped import MappedSession, check_store
 from .ids import EXTERNAL_ID_KEY, FRAMEWORK_KEY
@@ -117,6 +122,15 @@ def _index(idx: Any) -> int:
     return idx
 
 
+def _rewind_locked_op(session_id: uuid.UUID, to_turn_seq: int) -> Op[None]:
+    """``store.rewind``'s statement, in a transaction that holds the session row and has
+    read its turns (so ``to_turn_seq`` is a stored turn: nothing to retry, and no
+    savepoint's two round trips around it)."""
+    row = yield Q(query("rewind"), (session_id, to_turn_seq), fetch="one", named=True)
+    if row["status"] != "ok":  # pragma: no cover - the lock and the read rule it out
+        raise Conflict(f"session {session_id} changed under its lock ({row['status']}); retry")
+
+
 class ShardstoreChatStore(BaseChatStore):
     """A LlamaIndex ``BaseChatStore`` whose keys are shardstore sessions of one tenant.
 
@@ -146,7 +160,8 @@ class ShardstoreChatStore(BaseChatStore):
     ``delete_messages``, ``delete_message`` and ``delete_last_message`` each run in one
     transaction holding the session row, so no append lands halfway. ``set_messages`` keeps
     the stored messages that already match the new list from the start and rewinds and
-    appends the rest only. ``delete_message(key, idx)`` rewinds to ``idx`` and appends the
+    appends the rest only (a list equal to the stored one costs one read and writes
+    nothing). ``delete_message(key, idx)`` rewinds to ``idx`` and appends the
     later messages again (new positions and times; checkpoints, vectors and facts at them
     go, as with ``store.rewind``). ``delete_messages`` empties the session and keeps it:
     erasure is ``store.purge_session(chat_store.session_id(key))``. Bad input raises
@@ -243,13 +258,18 @@ class ShardstoreChatStore(BaseChatStore):
             # a new session: the batch is checked whole before the session is made
             yield from mapped.add_op(items)
             return
+        # chat engines and agents call set() with the history they were given, most often
+        # the one stored: one read settles that without the locking transaction
+        stored = yield from mapped.items_op(None)
+        if stored == items:
+            return
         yield Tx.BEGIN
         turns = yield from self._locked_turns_op(mapped)
         keep = 0
         while keep < min(len(turns), len(items)) and turns[keep].message == items[keep]:
             keep += 1
         if keep < len(turns):
-            yield from rewind_ops.rewind(self._store, mapped.session_id, turns[keep].turn_seq)
+            yield from _rewind_locked_op(mapped.session_id, turns[keep].turn_seq)
         if keep < len(items):
             yield from append_turns(self._store, mapped.session_id, items[keep:])
         yield Tx.COMMIT
@@ -260,7 +280,7 @@ class ShardstoreChatStore(BaseChatStore):
         yield Tx.BEGIN
         turns = yield from self._locked_turns_op(mapped)
         if turns:
-            yield from rewind_ops.rewind(self._store, mapped.session_id, turns[0].turn_seq)
+            yield from _rewind_locked_op(mapped.session_id, turns[0].turn_seq)
         yield Tx.COMMIT
         return [from_item(t.message) for t in turns]
 
@@ -272,7 +292,7 @@ class ShardstoreChatStore(BaseChatStore):
         if idx >= len(turns):
             yield Tx.COMMIT
             return None
-        yield from rewind_ops.rewind(self._store, mapped.session_id, turns[idx].turn_seq)
+        yield from _rewind_locked_op(mapped.session_id, turns[idx].turn_seq)
         later = [t.message for t in turns[idx + 1 :]]
         if later:
             yield from append_turns(self._store, mapped.session_id, later)
@@ -280,8 +300,15 @@ class ShardstoreChatStore(BaseChatStore):
         return from_item(turns[idx].message)
 
     def _pop_op(self, mapped: MappedSession) -> Op[ChatMessage | None]:
-        item = yield from mapped.pop_op()
-        return None if item is None else from_item(item)
+        if not (yield from mapped._resolve_op(create=False)):
+            return None
+        yield Tx.BEGIN
+        yield Q(query("adapter_lock_session"), (mapped.session_id,), fetch="one")
+        newest = yield from window_op(mapped.session_id, 1, None)
+        if newest:
+            yield from _rewind_locked_op(mapped.session_id, newest[0].turn_seq)
+        yield Tx.COMMIT
+        return from_item(newest[0].message) if newest else None
 
     def _keys_op(self) -> Op[list[str]]:
         listed = yield from sessions_op(self._store, tenant_id=self.tenant_id)
