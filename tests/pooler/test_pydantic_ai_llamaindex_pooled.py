@@ -146,6 +146,11 @@ EXPECTED = {
 }
 
 
+def _add_then_pop(chats: ShardstoreChatStore, message: ChatMessage) -> None:
+    chats.add_message("rt-pop", message)
+    assert chats.delete_last_message("rt-pop") == message
+
+
 def test_round_trips_of_the_hot_paths(module_dsn: str) -> None:
     agent = _agent()
     prompt = [ModelRequest(parts=[UserPromptPart("x")])]
@@ -176,10 +181,7 @@ def test_round_trips_of_the_hot_paths(module_dsn: str) -> None:
             "llamaindex set_messages (unchanged)": lambda: chats.set_messages(
                 "rt-set", [message, message]
             ),
-            "llamaindex delete_last_message": lambda: (
-                chats.add_message("rt-pop", message),
-                chats.delete_last_message("rt-pop"),
-            ),
+            "llamaindex delete_last_message": lambda: _add_then_pop(chats, message),
         }
         seen = _counts(proxy, calls)
         # delete_last_message is counted with the add_message (1) that gives it an item
