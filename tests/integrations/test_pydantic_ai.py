@@ -198,7 +198,7 @@ def test_normalized_parts_round_trip_as_pydantic_ai_does(mstore: shardstore.Stor
     stored = mstore.tail(history.shardstore_session_id, n=10)
     assert [{k: v for k, v in t.message.items() if k != "type"} for t in stored] == _dump(messages)
     assert got[1] == messages[1] and got[3:] == messages[3:]  # unnormalized parts: equal
-    args = got[1].parts[1].args  # type: ignore[union-attr]
+    args: Any = got[1].parts[1].args  # type: ignore[union-attr]
     assert str(args["x"]) == "-0.0" and args["big"] == 10**30
 
 
