@@ -13,6 +13,36 @@ TurnT = TypeVar("TurnT", bound=Turn)
 #: LangChain message types (``message_to_dict`` / ``dumpd`` forms): never Responses items.
 LANGCHAIN_TYPES = frozenset({"human", "ai", "system", "tool", "function", "chat", "developer"})
 
+#: The ``type`` of a Pydantic AI ``ModelRequest`` / ``ModelResponse`` as
+#: ``shardstore.integrations.pydantic_ai`` stores it: ``ModelMessagesTypeAdapter``'s JSON
+#: of the message (``kind``, ``parts``, ...) with this ``type`` added. Never a Responses item.
+PYDANTIC_AI_TYPE = "pydantic-ai"
+
+#: The ``part_kind`` of the parts of a Pydantic AI ``ModelRequest`` that answer the
+#: ``ModelResponse`` right before it: a tool's return (or its retry, ``outcome="retried"``),
+#: the deprecated ``RetryPromptPart``, and Pydantic AI's feedback on a response it could not
+#: use. All the calls of one model step are parts of one response, and all their returns
+#: parts of the next request, so these pairs are matched by position.
+PYDANTIC_AI_RESULT_PARTS = frozenset({"tool-return", "retry-prompt", "retry-feedback"})
+
+
+def is_pydantic_ai_result(message: Mapping[str, Any]) -> bool:
+    """True for a stored Pydantic AI ``ModelRequest`` (``type`` :data:`PYDANTIC_AI_TYPE`,
+    ``kind: "request"``) holding a part that answers the response before it
+    (:data:`PYDANTIC_AI_RESULT_PARTS`: a ``ToolReturnPart`` whose ``ToolCallPart`` is in that
+    response, ...). A window must not open on one: its call would be cut off. Responses
+    (tool calls, and the provider's built-in tool calls with their returns, which sit in
+    the same response) are never results."""
+    if message.get("type") != PYDANTIC_AI_TYPE or message.get("kind") != "request":
+        return False
+    parts = message.get("parts")
+    if type(parts) is not list:
+        return False
+    return any(
+        isinstance(part, Mapping) and part.get("part_kind") in PYDANTIC_AI_RESULT_PARTS
+        for part in parts
+    )
+
 
 def is_tool_result(message: Mapping[str, Any]) -> bool:
     """True for a message that answers an earlier tool call, in every common format:
@@ -24,6 +54,8 @@ def is_tool_result(message: Mapping[str, Any]) -> bool:
     - Anthropic: a ``role: "user"`` message whose content holds a ``tool_result`` block;
     - LangChain: ``type: "tool"`` (also the ``{"type": "tool", "data": {...}}`` dump and
       the ``dumpd`` constructor form of a ``ToolMessage``);
+    - Pydantic AI: a stored ``ModelRequest`` holding a tool return (:func:`is_pydantic_ai_result`);
+    - LlamaIndex: a ``ChatMessage`` with ``role: "tool"`` (the OpenAI chat rule above);
     - any message carrying ``tool_call_id`` at top level or in ``metadata`` (the seed
       format), unless its role is ``assistant``."""
     role = message.get("role")
@@ -40,6 +72,8 @@ def is_tool_result(message: Mapping[str, Any]) -> bool:
                         return True
     else:
         kind = message.get("type")
+        if kind == PYDANTIC_AI_TYPE:
+            return is_pydantic_ai_result(message)
         if type(kind) is str:
             if kind.endswith("_call_output") or kind in ("tool", "mcp_approval_response"):
                 return True
@@ -66,7 +100,12 @@ def may_follow_reasoning(message: Mapping[str, Any]) -> bool:
     type), the only kind a ``reasoning`` item precedes: for other messages the stores do
     not look up the turn before a window (chat-format tails cost no extra query)."""
     kind = message.get("type")
-    return type(kind) is str and kind not in LANGCHAIN_TYPES and kind != "constructor"
+    return (
+        type(kind) is str
+        and kind not in LANGCHAIN_TYPES
+        and kind != "constructor"
+        and kind != PYDANTIC_AI_TYPE
+    )
 
 
 def responses_call_id(message: Mapping[str, Any]) -> str | None:
