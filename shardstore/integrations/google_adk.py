@@ -112,7 +112,10 @@ def _user_key(app_name: str, key: str) -> str:
 
 def _event_message(event: Event) -> dict[str, Any]:
     """The turn stored for ``event``: its JSON, with the role of its content on top."""
-    body = event.model_dump(mode="json", exclude_none=True)
+    try:
+        body = event.model_dump(mode="json", exclude_none=True)
+    except (ValueError, TypeError, RecursionError) as exc:  # pydantic's depth limit
+        raise InvalidInput(f"the event cannot be stored as JSON: {exc}") from exc
     content = body.get("content")
     role = content.get("role") if isinstance(content, dict) else None
     if not isinstance(role, str) or not role:
@@ -229,7 +232,10 @@ class ShardstoreSessionService(BaseSessionService):
         """ADK's split of a state dict into app, user and session parts (``temp:`` keys
         dropped), made JSON-safe as ADK's database service makes it, then checked as
         shardstore checks every stored value (before anything is written)."""
-        deltas = _session_util.extract_json_safe_state_delta(dict(state))
+        try:
+            deltas = _session_util.extract_json_safe_state_delta(dict(state))
+        except (ValueError, TypeError, RecursionError) as exc:  # pydantic's depth limit
+            raise InvalidInput(f"state cannot be stored as JSON: {exc}") from exc
         for scope, part in deltas.items():
             for key, value in part.items():
                 _text(key, f"{scope} state key")
