@@ -55,7 +55,7 @@ class ScriptedLlm(BaseLlm):
     """An offline model: each call returns the next canned response."""
 
     model: str = "scripted"
-    script: list[LlmResponse] = []
+    script: list[LlmResponse] = []  # noqa: RUF012  (a pydantic field)
 
     async def generate_content_async(
         self, llm_request: LlmRequest, stream: bool = False
