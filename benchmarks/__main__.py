@@ -30,6 +30,7 @@ class Suite:
 
 
 SUITES: dict[str, Suite] = {
+    "adk": Suite("adk", "Google ADK get_session(num_recent_events=20) at 10 vs 10,000 events"),
     "compare": Suite(
         "compare",
         "shardstore vs naive jsonb ||, langchain-postgres, LangGraph PostgresSaver and the "

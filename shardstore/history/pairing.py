@@ -83,10 +83,41 @@ def is_tool_result(message: Mapping[str, Any]) -> bool:
                 ids = message.get("id")
                 if type(ids) is list and ids and ids[-1] == "ToolMessage":
                     return True
+    if is_adk_function_response(message) or is_agent_framework_result(message):
+        return True
     if "tool_call_id" in message:
         return True
     metadata = message.get("metadata")
     return isinstance(metadata, Mapping) and "tool_call_id" in metadata
+
+
+def is_adk_function_response(message: Mapping[str, Any]) -> bool:
+    """True for a Google ADK event (shardstore.integrations.google_adk: the event's JSON
+    with its content's ``role`` on top) whose content holds a ``function_response`` part:
+    it answers the ``function_call`` parts of an earlier event (ADK merges the responses
+    to parallel calls into one event, so the pair is two turns)."""
+    if message.get("role") == "model":
+        return False
+    content = message.get("content")
+    if not isinstance(content, Mapping):
+        return False
+    parts = content.get("parts")
+    if type(parts) is not list:
+        return False
+    return any(isinstance(p, Mapping) and p.get("function_response") is not None for p in parts)
+
+
+def is_agent_framework_result(message: Mapping[str, Any]) -> bool:
+    """True for a Microsoft Agent Framework message (``Message.to_dict()``: ``type``
+    ``"message"``, a ``contents`` list) that carries a ``function_result`` content, whatever
+    its role (the framework gives results the ``tool`` role, which the chat rule already
+    covers; a result under another role still answers an earlier ``function_call``)."""
+    if message.get("type") != "message" or message.get("role") == "assistant":
+        return False
+    contents = message.get("contents")
+    if type(contents) is not list:
+        return False
+    return any(isinstance(c, Mapping) and c.get("type") == "function_result" for c in contents)
 
 
 def is_reasoning(message: Mapping[str, Any]) -> bool:
