@@ -880,8 +880,9 @@ class _State:
         """The records written are counted; summaries no imported chunk holds exactly
         (chunked otherwise here) and references to artifacts exported without bytes that
         this database lacks are listed."""
-        for name in ("checkpoints", "runs", "summaries", "artifact_refs"):
-            tally.counts.add(name[:-1], getattr(self.counts, name))
+        for kind in ("checkpoint", "run", "summary", "artifact_ref"):
+            name = "summaries" if kind == "summary" else kind + "s"
+            tally.counts.add(kind, getattr(self.counts, name))
         for at in self.unmatched:
             tally.skipped.append(
                 Skipped(at, f"summary of session {self.sid}: no chunk here holds its turns")
@@ -1170,10 +1171,10 @@ def import_jsonl(
             number, doc = item
             where = f"line {number}"
             kind = doc["kind"]
-            if kind == "export":
-                if ids is not None or export_id is not None:
-                    raise ImportRejected(f"{where}: an export line after the file's first record")
+            if kind == "export":  # several exports concatenated: each part maps by its own
                 export_id = _export_head(doc, where)
+                if ids is not None and ids.active and given_id is None:
+                    ids.import_id = export_id
                 continue
             if ids is None:
                 ids = needs_import_id(remap, given_id, export_id)

@@ -37,7 +37,7 @@ class IdMap:
 
     def __init__(self, import_id: str | None) -> None:
         self.import_id = import_id
-        self.sessions: set[uuid.UUID] = set()  # source sessions of this file met so far
+        self.sessions: dict[uuid.UUID, uuid.UUID] = {}  # sessions of the file met so far
 
     @property
     def active(self) -> bool:
@@ -52,15 +52,13 @@ class IdMap:
         """The imported id of a session of the file."""
         if not self.active:
             return old
-        self.sessions.add(old)
-        return self._new("session", old)
+        new = self.sessions[old] = self._new("session", old)
+        return new
 
     def source_session(self, old: uuid.UUID) -> uuid.UUID:
         """A fact's source session: the copy when that session was in the file, else the
         id as it is (a session of this database, or none)."""
-        if self.active and old in self.sessions:
-            return self._new("session", old)
-        return old
+        return self.sessions.get(old, old)
 
     def checkpoint(self, old: uuid.UUID) -> uuid.UUID:
         """The imported id of a checkpoint (and of a checkpoint's parent)."""

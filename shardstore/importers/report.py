@@ -89,7 +89,7 @@ class Counts:
 
     def add(self, kind: str, n: int = 1) -> None:
         """Count ``n`` records of a line kind (``checkpoint``, ``artifact_ref``...)."""
-        name = kind + "s"
+        name = "summaries" if kind == "summary" else kind + "s"
         setattr(self, name, getattr(self, name) + n)
 
 
