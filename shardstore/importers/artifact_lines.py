@@ -10,15 +10,17 @@ after its other state lines.
 
 The importer checks each artifact's parts as they come (consecutive, base64, no more bytes
 than announced) while hashing them into a spooled temporary file (memory-bound: at most
-8 MiB of it in memory), refuses the artifact when its size or sha256 differ from the line
-(or its id is not the content's address in its tenant), and only then stores it with the
-store's own put (``put_op``, whatever the importing store's backend), in a transaction of
-its own, before the session that references it. An artifact stored and not yet
-referenced (the import died before its session committed) is the sweep's after
-``artifact_grace``, and a re-run stores the same content again under the same id: nothing
-is doubled. A reference is written in the session's transaction by ``artifact_ref_v1``
-(the artifact must be ready in the session's tenant); one naming an artifact exported
-without bytes that this database does not hold is listed in the report's ``skipped``."""
+8 MiB of it in memory), and refuses the artifact when its size or sha256 differ from the
+line (or its id is not the content's address in its tenant). The checked artifacts wait
+for the session that follows them and are stored in its transaction with the store's own
+put (``put_op``, into whatever backend the importing store uses; one already ready here
+is not stored again), so a refused session takes its artifacts with it (on the postgres
+backend entirely; an object backend may keep the object, at its content address, without
+a row, which a re-run or a later put of the same content reuses). Artifacts after the last
+session are stored in a transaction of their own. A reference is written in the session's
+transaction by ``artifact_ref_v1`` (the artifact must be ready in the session's tenant);
+one naming an artifact exported without bytes that this database does not hold is listed
+in the report's ``skipped``."""
 
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, relay
 from ..errors import ImportRejected
+from .fields import _int, _opt_instant, _opt_int, _text, _uuid
 from .remap import IdMap
 
 PART = 512 * 1024
@@ -217,8 +220,6 @@ class Spool:
 
 
 def _head(doc: dict[str, Any], where: str) -> tuple[str, uuid.UUID, str, int, str]:
-    from .fields import _int, _text, _uuid
-
     tenant = _text(doc, "tenant_id", where)
     aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
     sha = doc.get("sha256")
@@ -239,14 +240,27 @@ def _head(doc: dict[str, Any], where: str) -> tuple[str, uuid.UUID, str, int, st
     return tenant, aid, sha, size, ctype
 
 
-def import_artifact_op(
-    store: StoreState, reader: Any, doc: dict[str, Any], where: str, carried: dict[Any, Carried]
-) -> Op[bool]:
-    """One ``artifact`` line and its parts: stored (True) when its bytes came, checked
-    against its size and sha256 first; False when the file carries none or this database
-    holds the artifact ready already (the same content in the same tenant)."""
-    from .fields import _int, _opt_int
+@dataclass(slots=True)
+class Pending:
+    """An artifact read and checked, its bytes spooled, waiting for the transaction of
+    the session that follows it in the file (so that a session refused takes its
+    artifacts with it)."""
 
+    where: str
+    tenant: str
+    artifact_id: uuid.UUID
+    content_type: str
+    tokens: int | None
+    required: bool
+    spool: Spool
+
+
+def read_artifact_op(
+    reader: Any, doc: dict[str, Any], where: str, carried: dict[Any, Carried]
+) -> Op[Pending | None]:
+    """One ``artifact`` line and its parts, checked (consecutive parts, base64, the size
+    and sha256 announced, the id the content's address in its tenant) with the bytes
+    spooled: the artifact to store, or None when the file carries no bytes."""
     tenant, aid, sha, size, ctype = _head(doc, where)
     tokens = _opt_int(doc.get("tokens"), where, "tokens")
     required = doc.get("required_for_resume", False)
@@ -257,7 +271,7 @@ def import_artifact_op(
     if not with_bytes:
         _check(parts == 0, where, "an artifact without bytes has no parts")
         carried[(tenant, aid)] = Carried(False)
-        return False
+        return None
     _check(parts == -(-size // PART), where, f"{size} bytes come in {-(-size // PART)} parts")
     spool = Spool()
     try:
@@ -267,9 +281,10 @@ def import_artifact_op(
                 raise ImportRejected(f"{where}: the file ends inside artifact {aid}")
             number, part = item
             at = f"line {number}"
-            _check(part["kind"] == "artifact_part", at, f"part {n} of artifact {aid} expected")
             _check(
-                part.get("artifact_id") == str(aid) and part.get("n") == n,
+                part["kind"] == "artifact_part"
+                and part.get("artifact_id") == str(aid)
+                and part.get("n") == n,
                 at,
                 f"part {n} of artifact {aid} expected",
             )
@@ -295,17 +310,46 @@ def import_artifact_op(
             where,
             f"the bytes of artifact {aid} do not match its size and sha256",
         )
-        carried[(tenant, aid)] = Carried(True)
-        there = yield Q(query("artifact_get"), (tenant, aid), fetch="one", named=True)
-        if there is not None and there["state"] == "ready":
-            return False  # a re-run, or the same content already here: stored once
-        ref = yield from put_op(
-            config_of(store), tenant, source(spool.rewind()), ctype, tokens, required
-        )
-        _check(ref.artifact_id == aid, where, f"artifact {aid} was stored under another id")
-    finally:
+    except BaseException:
         spool.close()
-    return True
+        raise
+    carried[(tenant, aid)] = Carried(True)
+    return Pending(where, tenant, aid, ctype, tokens, required, spool)
+
+
+def store_artifacts_op(store: StoreState, pending: list[Pending]) -> Op[int]:
+    """Store the pending artifacts (in the caller's transaction, the session's), each
+    with the store's own put into its configured backend; returns how many were stored
+    (an artifact this database holds ready already is not stored again). The spools are
+    closed and the list emptied."""
+    stored = 0
+    try:
+        for item in pending:
+            there = yield Q(
+                query("artifact_get"), (item.tenant, item.artifact_id), fetch="one", named=True
+            )
+            if there is not None and there["state"] == "ready":
+                continue  # a re-run, or the same content already here: stored once
+            src = source(item.spool.rewind())
+            ref = yield from put_op(
+                config_of(store), item.tenant, src, item.content_type, item.tokens, item.required
+            )
+            _check(
+                ref.artifact_id == item.artifact_id,
+                item.where,
+                f"artifact {item.artifact_id} was stored under another id",
+            )
+            stored += 1
+    finally:
+        discard(pending)
+    return stored
+
+
+def discard(pending: list[Pending]) -> None:
+    """Drop pending artifacts' spooled bytes."""
+    for item in pending:
+        item.spool.close()
+    pending.clear()
 
 
 def import_ref_op(
@@ -323,8 +367,6 @@ def import_ref_op(
     """One ``artifact_ref`` line of a session, written in its transaction: None when
     written, else why it was not (an artifact exported without bytes that this database
     does not hold). ``ImportRejected`` for a line naming an owner the session lacks."""
-    from .fields import _opt_instant, _text, _uuid
-
     aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
     kind = doc.get("owner_type")
     _check(kind in REF_OWNERS, where, f"owner_type must be one of {', '.join(REF_OWNERS)}")

@@ -76,11 +76,14 @@ from ..models import SessionInfo, Turn
 from .access import AccessReport, access_tables_op
 from .artifact_lines import (
     Carried,
+    Pending,
     Written,
+    discard,
     export_artifacts_op,
     export_refs_op,
-    import_artifact_op,
     import_ref_op,
+    read_artifact_op,
+    store_artifacts_op,
 )
 from .fields import (
     _field,
@@ -978,6 +981,7 @@ def _session_op(
     partitions: Partitions,
     ids: IdMap,
     carried: dict[Any, Carried],
+    pending: list[Pending],
 ) -> Op[None]:
     """One session: created and filled in one transaction, or skipped / refused. In a
     remapped import a session already there is this import's own from an earlier run
@@ -993,6 +997,7 @@ def _session_op(
     )
     if made is None:
         yield Tx.COMMIT  # nothing was written
+        discard(pending)
         if ids.active:
             yield from _skip_session_op(reader, head, where)
             tally.add_session(0, 0, existed=True)
@@ -1006,6 +1011,7 @@ def _session_op(
         yield from _skip_session_op(reader, head, where)
         tally.skipped.append(Skipped(where, f"session {sid} already exists"))
         return
+    artifacts = yield from store_artifacts_op(store, pending)
     batch = Batch()
     state = _State(old_sid, sid, head.tenant, ids, carried)
     places: list[str] = []
@@ -1076,6 +1082,7 @@ def _session_op(
                 yield Q(query("import_session_first_turn"), (first, sid), fetch="none")
             yield Tx.COMMIT
             tally.add_session(count, written, existed=False)
+            tally.counts.add("artifact", artifacts)
             state.counted(tally)
             return
         else:
@@ -1162,6 +1169,7 @@ def import_jsonl(
     export_id: str | None = None
     ids: IdMap | None = None
     carried: dict[Any, Carried] = {}
+    pending: list[Pending] = []  # artifacts waiting for the session after them
     try:
         yield Call(lines.open)
         while True:
@@ -1186,24 +1194,40 @@ def import_jsonl(
             if kind == "fact":
                 yield from _fact_op(doc, where, ids, tally)
                 continue
-            if kind == "artifact":
-                work: Op[Any] = import_artifact_op(store, reader, doc, where, carried)
-            else:
-                head = _Head(doc, where)
-                work = _session_op(
-                    store, reader, head, where, on_existing, tally, bar, partitions, ids, carried
-                )
             try:
-                stored = yield Try(work)
+                if kind == "artifact":
+                    artifact = yield from read_artifact_op(reader, doc, where, carried)
+                    if artifact is not None:
+                        pending.append(artifact)
+                    continue
+                head = _Head(doc, where)
+                yield Try(
+                    _session_op(
+                        store,
+                        reader,
+                        head,
+                        where,
+                        on_existing,
+                        tally,
+                        bar,
+                        partitions,
+                        ids,
+                        carried,
+                        pending,
+                    )
+                )
             except ImportRejected as exc:
                 if on_error == "raise":
                     raise
+                discard(pending)  # the refused session's artifacts go with it
                 tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
                 yield from _resync_op(reader)
-                continue
-            if kind == "artifact" and stored:
-                tally.counts.add("artifact")
+        if pending:  # artifacts no session follows
+            yield Tx.BEGIN
+            tally.counts.add("artifact", (yield from store_artifacts_op(store, pending)))
+            yield Tx.COMMIT
     finally:
+        discard(pending)
         bar.close()
         lines.close()
     return tally.report()
