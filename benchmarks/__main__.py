@@ -123,6 +123,7 @@ SUITES: dict[str, Suite] = {
         "importer throughput: import_single_row, export JSONL, import_jsonl of one 10^5-turn "
         "history (turns/s, MB/s)",
     ),
+    "portability": Suite("portability", "tenant export + import: records/s, peak RSS by size"),
     "langgraph": Suite(
         "langgraph_agent",
         "a LangGraph agent with ShardstoreSaver vs PostgresSaver: bytes, step time first vs "

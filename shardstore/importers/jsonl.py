@@ -1,10 +1,13 @@
 """Export sessions to JSONL and import them back (``store.export_sessions``,
 ``store.import_jsonl``; ``shardstore export``, ``shardstore import jsonl``).
 
-The format (``shardstore.jsonl`` version 2): one JSON object per line, pure ASCII
-(non-ASCII characters and lone surrogates as ``\\u`` escapes), and per session
+The format (``shardstore.jsonl`` version 3; every record in docs/portability.md): one JSON
+object per line, pure ASCII (non-ASCII characters and lone surrogates as ``\\u``
+escapes): an ``export`` line (the export's id, time, scope, whether artifact bytes are in
+it), then per session the ``artifact`` lines (and base64 ``artifact_part`` lines) of the
+artifacts it references that the file does not hold yet (``artifact_lines.py``), and
 
-    {"kind": "session", "format": "shardstore.jsonl", "version": 2, "session_id": "…",
+    {"kind": "session", "format": "shardstore.jsonl", "version": 3, "session_id": "…",
      "tenant_id": "…", "subject_id": "…"|null, "agent_id": "…"|null, "metadata": {…},
      "created_at": "2026-05-01T10:00:00.123456+00:00", "first_turn_seq": 0,
      "fork": {"parent": "…", "at": 19}|null}
@@ -21,6 +24,7 @@ The format (``shardstore.jsonl`` version 2): one JSON object per line, pure ASCI
     {"kind": "summary", "tenant_id": "…", "chunk_seq": 0, "chunk_start": "…",
      "first_turn_seq": 0, "last_turn_seq": 11, "summary": "…", "tokens": 6, "model": "…",
      "created_at": "…", "message_tokens": 26|null, "counted_by": "…"|null}
+    {"kind": "artifact_ref", ...}                        the session's artifact references
     {"kind": "end", "session_id": "…", "turns": 1}
 
 and, after the sessions of an export by tenant and/or subject, each version of their facts:
@@ -29,9 +33,9 @@ and, after the sessions of an export by tenant and/or subject, each version of t
      "value": …, "confidence": 0.9|null, "source_session_id": "…"|null,
      "source_turn_seq": 3|null, "valid_from": "…", "valid_to": "…"|null, "recorded_at": "…"}
 
-Version 1 is the same without the session line's ``first_turn_seq`` and ``fork`` and without
-checkpoint, run, summary and fact lines; it still imports. Not carried yet: artifacts' bytes
-(a checkpoint's artifact references stay in its state as they are). A fork is imported as a
+Version 2 is the same without the export, artifact, artifact_part and artifact_ref lines;
+version 1 also without the session line's ``first_turn_seq`` and ``fork`` and without
+checkpoint, run, summary and fact lines; both still import. A fork is imported as a
 plain session holding its inherited turns (its lineage stays in the file); a checkpoint's
 ``seq`` is renumbered by the importing database (the order is kept); a summary goes on the
 imported chunk holding exactly its turns, and is listed in the report's ``skipped`` when none
@@ -63,26 +67,55 @@ import os
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from ..core import jsoncodec, validate
 from ..core.sql import query
 from ..core.state import StoreState
-from ..core.steps import Call, Op, Q, StatementFailed, Tx, relay
+from ..core.steps import Call, Op, Q, StatementFailed, Try, Tx, relay
 from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
 from ..history import ops as history_ops
 from ..models import SessionInfo, Turn
-from .report import ExportReport, ImportReport, Progress, Skipped, Tally
+from .access import AccessReport, access_tables_op
+from .artifact_lines import (
+    Carried,
+    Pending,
+    Written,
+    discard,
+    export_artifacts_op,
+    export_refs_op,
+    import_ref_op,
+    read_artifact_op,
+    store_artifacts_op,
+)
+from .fields import (
+    _field,
+    _instant,
+    _int,
+    _jsonb,
+    _key,
+    _number,
+    _opt_instant,
+    _opt_int,
+    _opt_text,
+    _owned,
+    _text,
+    _uuid,
+)
+from .remap import IdMap, import_id_of, needs_import_id
+from .report import Counts, ExportReport, ImportReport, Progress, Skipped, Tally
 from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
 
 FORMAT = "shardstore.jsonl"
-VERSION = 2
-VERSIONS = (1, 2)  # the versions this shardstore reads
+VERSION = 3
+VERSIONS = (1, 2, 3)  # the versions this shardstore reads
 DEFAULT_BATCH = 500
 PAGE = 200  # sessions listed per round trip when exporting by tenant or subject
 ON_EXISTING = ("refuse", "skip")
-STATE_KINDS = ("checkpoint", "run", "summary")  # a session's lines after its turns (version 2)
+STATE_KINDS = ("checkpoint", "run", "summary", "artifact_ref")  # after a session's turns
+ON_ERROR = ("raise", "skip")
+TOP_KINDS = ("session", "artifact", "fact")  # the lines that start a record of their own
 RUN_STATUSES = ("running", "awaiting_human", "done", "failed")
 # a row the server refuses all the same (a unique or check constraint, a value out of range):
 # recovered as ImportRejected naming the line, the session's transaction rolled back
@@ -300,7 +333,7 @@ def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
     return written
 
 
-def _state_op(sid: uuid.UUID, sink: _Sink) -> Op[None]:
+def _state_op(sid: uuid.UUID, sink: _Sink, counts: Counts) -> Op[None]:
     """A session's checkpoints (seq order), runs and chunk summaries, a page at a time."""
     after = 0
     while True:
@@ -308,23 +341,29 @@ def _state_op(sid: uuid.UUID, sink: _Sink) -> Op[None]:
         if rows:
             yield Call(sink.write, ([checkpoint_line(r) for r in rows],))
             after = rows[-1]["seq"]
+            counts.checkpoints += len(rows)
         if len(rows) < PAGE:
             break
     rows = yield Q(query("export_runs"), (sid,), named=True)
     if rows:
         yield Call(sink.write, ([run_line(r) for r in rows],))
+        counts.runs += len(rows)
     after = -1
     while True:
         rows = yield Q(query("export_summaries"), (sid, after, PAGE), named=True)
         if rows:
             yield Call(sink.write, ([summary_line(r) for r in rows],))
             after = rows[-1]["chunk_seq"]
+            counts.summaries += len(rows)
         if len(rows) < PAGE:
             break
 
 
-def _facts_op(tenant: str | None, subject: str | None, sink: _Sink) -> Op[int]:
-    """Every version of the facts of ``tenant`` and/or ``subject``, one snapshot."""
+def _facts_op(
+    tenant: str | None, subject: str | None, sink: _Sink, access: AccessReport | None
+) -> Op[int]:
+    """Every version of the facts of ``tenant`` and/or ``subject``, one snapshot (the
+    current ones noted in ``access``)."""
     written = 0
     params: dict[str, Any] = {
         "tenant": tenant,
@@ -339,6 +378,8 @@ def _facts_op(tenant: str | None, subject: str | None, sink: _Sink) -> Op[int]:
         if rows:
             yield Call(sink.write, ([fact_line(r) for r in rows],))
             written += len(rows)
+            if access is not None:
+                access.facts(rows)
             params["after_tenant"] = rows[-1]["tenant_id"]
             params["after_id"] = rows[-1]["fact_id"]
         if len(rows) < PAGE:
@@ -347,21 +388,57 @@ def _facts_op(tenant: str | None, subject: str | None, sink: _Sink) -> Op[int]:
     return written
 
 
-def _export_one_op(store: StoreState, sid: uuid.UUID, sink: _Sink, bar: Progress) -> Op[int]:
-    """One session's lines, from one snapshot; returns its turn count."""
+def _export_one_op(
+    store: StoreState,
+    sid: uuid.UUID,
+    sink: _Sink,
+    bar: Progress,
+    counts: Counts,
+    written: Written,
+    access: AccessReport | None,
+) -> Op[int]:
+    """One session's lines, from one snapshot: the artifacts it references that the file
+    does not hold yet, its session line, turns, state, references and end line; returns
+    its turn count."""
     yield Tx.BEGIN_SNAPSHOT
     info: SessionInfo = yield from history_ops.session(store, sid)
     if info.purged:
         raise SessionPurged(f"session {sid} was purged; there is nothing to export")
     bar.expect(info.turn_count)
+    yield from export_artifacts_op(store, sid, written, sink.write, _dumps)
     state = yield Q(query("export_session_state"), (sid,), fetch="one", named=True)
     yield Call(sink.write, ([session_line(info, state)],))
     turns = yield from _turns_op(history_ops.history(store, sid), sink, bar)
-    yield from _state_op(sid, sink)
+    yield from _state_op(sid, sink, counts)
+    yield from export_refs_op(sid, written, sink.write, _dumps)
     end = _dumps({"kind": "end", "session_id": str(sid), "turns": turns}) + "\n"
     yield Call(sink.write, ([end],))
     yield Tx.COMMIT
+    if access is not None:
+        access.session(info, turns)
     return turns
+
+
+def export_line(
+    export_id: uuid.UUID,
+    ids: int | None,
+    tenant: str | None,
+    subject: str | None,
+    with_bytes: bool,
+) -> str:
+    """The first line of a version 3 export: which export this is (``export_id``, what
+    ``import_jsonl(remap_ids=True)`` derives new ids from), when, of what, and whether
+    artifacts' bytes are in it."""
+    doc = {
+        "kind": "export",
+        "format": FORMAT,
+        "version": VERSION,
+        "export_id": str(export_id),
+        "exported_at": datetime.now(UTC).isoformat(),
+        "scope": {"session_ids": ids, "tenant_id": tenant, "subject_id": subject},
+        "artifact_bytes": with_bytes,
+    }
+    return _dumps(doc) + "\n"
 
 
 def export_sessions(
@@ -372,15 +449,26 @@ def export_sessions(
     subject_id: str | None = None,
     out: Any,
     progress: bool = False,
+    no_artifact_bytes: bool = False,
+    report: Any = None,
 ) -> Op[ExportReport]:
-    """Write sessions as JSONL (the format in :mod:`shardstore.importers.jsonl`) to
-    ``out``, a text stream or a path (created or truncated): the sessions named by
-    ``session_ids``, or every live session of ``tenant_id`` and/or ``subject_id``
-    (newest first). Each session is read in one snapshot and streamed a chunk at a time
-    (memory stays flat however long it is), ending with its ``end`` line; a session that
-    is missing raises ``SessionNotFound``, a purged one ``SessionPurged`` (the lines
-    written before stay in ``out``, and a session without its end line is refused by
-    :meth:`import_jsonl`). ``progress`` draws a bar of turns on stderr."""
+    """Write sessions as JSONL (the format in :mod:`shardstore.importers.jsonl` and
+    docs/portability.md) to ``out``, a text stream or a path (created or truncated): the
+    sessions named by ``session_ids``, or every live session of ``tenant_id`` and/or
+    ``subject_id`` (newest first), and for a tenant or subject scope every version of its
+    facts. Each session is read in one snapshot and streamed a chunk at a time (memory
+    stays flat however long it is), with its checkpoints, runs, summaries, the artifacts
+    it references (their bytes, base64, each artifact once per file; only their
+    description with ``no_artifact_bytes=True``) and the references, ending with its
+    ``end`` line; a session that is missing raises ``SessionNotFound``, a purged one
+    ``SessionPurged`` (the lines written before stay in ``out``, and a session without
+    its end line is refused by :meth:`import_jsonl`). ``progress`` draws a bar of turns
+    on stderr.
+
+    ``report``: a path or text stream that gets a human-readable Markdown summary of what
+    was exported (an access report, for ``subject_id``: every record kind counted, the
+    rows each session table holds of the subject, the sessions and the current facts).
+    The returned :class:`ExportReport` counts every record kind written."""
     ids: list[uuid.UUID] | None = None
     if session_ids is not None:
         if tenant_id is not None or subject_id is not None:
@@ -394,12 +482,21 @@ def export_sessions(
     tenant = validate.optional_text(tenant_id, "tenant_id")
     subject = validate.optional_text(subject_id, "subject_id")
     show = validate.flag(progress, "progress")
+    with_bytes = not validate.flag(no_artifact_bytes, "no_artifact_bytes")
     sink = _Sink(out)
+    access = None if report is None else AccessReport(report, tenant, subject, sink.path)
     bar = Progress(show, "exporting")
     sessions = turns = 0
+    counts = Counts()
+    written = Written(with_bytes)
+    export_id = uuid.uuid4()
     tally = Tally()
     try:
         yield Call(sink.open)
+        header = export_line(
+            export_id, None if ids is None else len(ids), tenant, subject, with_bytes
+        )
+        yield Call(sink.write, ([header],))
         before: SessionInfo | None = None
         while True:
             if ids is not None:
@@ -413,14 +510,34 @@ def export_sessions(
             if not page:
                 break
             for sid in page:
-                turns += yield from _export_one_op(store, sid, sink, bar)
+                turns += yield from _export_one_op(store, sid, sink, bar, counts, written, access)
                 sessions += 1
         if ids is None:  # a tenant or subject scope: its facts too
-            yield from _facts_op(tenant, subject, sink)
+            counts.facts = yield from _facts_op(tenant, subject, sink, access)
+        counts.artifacts, counts.artifact_refs = written.artifacts, written.refs
+        done = ExportReport(
+            sessions,
+            turns,
+            sink.bytes,
+            tally.report().seconds,
+            checkpoints=counts.checkpoints,
+            runs=counts.runs,
+            summaries=counts.summaries,
+            facts=counts.facts,
+            artifacts=counts.artifacts,
+            artifact_refs=counts.artifact_refs,
+            artifact_bytes=written.bytes,
+            export_id=str(export_id),
+        )
+        if access is not None and subject is not None:
+            tables = yield from access_tables_op(subject, tenant)
+            access.tables = tables
+        if access is not None:
+            yield Call(access.write, (done,))
     finally:
         bar.close()
         sink.close()
-    return ExportReport(sessions, turns, sink.bytes, tally.report().seconds)
+    return done
 
 
 # ---------------------------------------------------------------- import
@@ -523,92 +640,6 @@ def parse_line(number: int, text: str) -> dict[str, Any]:
     return value
 
 
-def _instant(value: Any, where: str, what: str) -> datetime:
-    if not isinstance(value, str):
-        raise ImportRejected(f"{where}: {what} must be an ISO 8601 string")
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        raise ImportRejected(
-            f"{where}: {what} {validate.shown(value, 60)} is not an ISO 8601 time"
-        ) from None
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise ImportRejected(f"{where}: {what} {validate.shown(value, 60)} has no UTC offset")
-    # in UTC it must still be a datetime (0001-01-01T00:00+14:00 is not): the database
-    # stores it in UTC and every read hands it back as one
-    return _field(validate.instant, at, where, what)  # type: ignore[no-any-return]
-
-
-def _field(check: Any, value: Any, where: str, *args: Any) -> Any:
-    try:
-        return check(value, *args)
-    except InvalidInput as exc:
-        raise ImportRejected(f"{where}: {exc}") from None
-
-
-def _key(value: Any) -> str | None:
-    return validate.optional_text(value, "idempotency_key", limit=validate.MAX_KEY_CHARS)
-
-
-def _int(value: Any, where: str, what: str, *, low: int = 0, high: int = validate.MAX_INT64) -> int:
-    if type(value) is not int or not low <= value <= high:
-        raise ImportRejected(f"{where}: {what} must be an int from {low} to {high}")
-    return value
-
-
-def _opt_int(value: Any, where: str, what: str, *, high: int = validate.MAX_INT64) -> int | None:
-    return None if value is None else _int(value, where, what, high=high)
-
-
-def _text(
-    doc: dict[str, Any], name: str, where: str, limit: int | None = validate.MAX_ID_CHARS
-) -> str:
-    try:
-        return validate.text(doc.get(name), name, limit=limit)
-    except InvalidInput as exc:
-        raise ImportRejected(f"{where}: {exc}") from None
-
-
-def _opt_text(
-    doc: dict[str, Any], name: str, where: str, limit: int | None = validate.MAX_ID_CHARS
-) -> str | None:
-    return None if doc.get(name) is None else _text(doc, name, where, limit)
-
-
-def _uuid(value: Any, where: str, what: str) -> uuid.UUID:
-    if not isinstance(value, str):
-        raise ImportRejected(f"{where}: {what} must be a UUID string")
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise ImportRejected(f"{where}: {what} {validate.shown(value, 60)} is not a UUID") from None
-
-
-def _opt_instant(value: Any, where: str, what: str) -> datetime | None:
-    return None if value is None else _instant(value, where, what)
-
-
-def _jsonb(value: Any, where: str, what: str, *, null: bool = False) -> str | None:
-    if value is None and null:
-        return None
-    return _field(jsoncodec.encode_json, value, where, what)  # type: ignore[no-any-return]
-
-
-def _number(value: Any, where: str, what: str, low: float, high: float) -> float:
-    if type(value) not in (int, float) or not low <= value <= high:
-        raise ImportRejected(f"{where}: {what} must be a number from {low} to {high}")
-    return float(value)
-
-
-def _owned(doc: dict[str, Any], tenant: str, where: str) -> None:
-    """A row of a session may repeat its tenant, never name another."""
-    named = doc.get("tenant_id", tenant)
-    if named != tenant:
-        raise ImportRejected(
-            f"{where}: the row names tenant {validate.shown(named, 60)}, not its session's"
-        )
-
-
 class _Head:
     """A validated session line."""
 
@@ -654,16 +685,31 @@ class _Reader:
         self.batch = batch
         self.buffer: deque[tuple[int, str]] = deque()
         self.last = 0
+        self.last_kind: str | None = None
 
-    def next_op(self) -> Op[tuple[int, dict[str, Any]] | None]:
-        """The next line (number, object); None at the end."""
+    def next_raw_op(self) -> Op[tuple[int, str] | None]:
+        """The next line unparsed (number, text); None at the end."""
         if not self.buffer:
             self.buffer.extend((yield Call(self.lines.read, (self.batch,))))
         if not self.buffer:
             return None
         number, text = self.buffer.popleft()
         self.last = number
-        return number, parse_line(number, text)
+        self.last_kind = None
+        return number, text
+
+    def next_op(self) -> Op[tuple[int, dict[str, Any]] | None]:
+        """The next line (number, object); None at the end."""
+        raw = yield from self.next_raw_op()
+        if raw is None:
+            return None
+        doc = parse_line(*raw)
+        self.last_kind = doc["kind"]
+        return raw[0], doc
+
+    def push_back(self, number: int, text: str) -> None:
+        """Hand a line back: the next read returns it again."""
+        self.buffer.appendleft((number, text))
 
 
 def _stored(row: Any, at: str) -> Any:
@@ -674,33 +720,63 @@ def _stored(row: Any, at: str) -> Any:
 
 
 class _State:
-    """The checkpoints, runs and summaries of one session being imported (version 2):
-    each line checked, then written in the session's transaction, in the tenant of the
-    session (a row naming another is refused)."""
+    """The checkpoints, runs, summaries and artifact references of one session being
+    imported (version 2 and 3): each line checked, then written in the session's
+    transaction, in the tenant of the session (a row naming another is refused), under
+    the ids ``ids`` gives (``old_sid``: the session's id in the file, ``sid`` here)."""
 
-    def __init__(self, sid: uuid.UUID, tenant: str) -> None:
+    def __init__(
+        self,
+        old_sid: uuid.UUID,
+        sid: uuid.UUID,
+        tenant: str,
+        ids: IdMap,
+        carried: dict[Any, Carried],
+    ) -> None:
+        self.old_sid = old_sid
         self.sid = sid
         self.tenant = tenant
+        self.remap = ids
+        self.carried = carried
         self.started = False
         self.head = 0  # the session's next turn_seq once its turns are in
         self.ids: set[uuid.UUID] = set()
         self.keys: set[str] = set()
         self.runs: set[uuid.UUID] = set()
-        self.counts = {"checkpoint": 0, "run": 0, "summary": 0}
+        self.counts = Counts()
         self.unmatched: list[str] = []
+        self.unreferenced: list[tuple[str, str]] = []
 
-    def line_op(self, kind: str, doc: dict[str, Any], at: str) -> Op[None]:
+    def line_op(self, kind: str, doc: dict[str, Any], at: str, version: int) -> Op[None]:
         """Check one state line and write it."""
+        if kind == "artifact_ref" and version < 3:
+            raise ImportRejected(f"{at}: an 'artifact_ref' line inside a version {version} file")
         _owned(doc, self.tenant, at)
-        if doc.get("session_id", str(self.sid)) != str(self.sid):
+        if doc.get("session_id", str(self.old_sid)) != str(self.old_sid):
             raise ImportRejected(f"{at}: the row names another session than its own")
         if kind == "checkpoint":
             yield from self._checkpoint_op(doc, at)
         elif kind == "run":
             yield from self._run_op(doc, at)
+        elif kind == "summary":
+            if not (yield from self._summary_op(doc, at)):
+                return
         else:
-            yield from self._summary_op(doc, at)
-        self.counts[kind] += 1
+            why = yield from import_ref_op(
+                doc,
+                at,
+                old_sid=self.old_sid,
+                sid=self.sid,
+                tenant=self.tenant,
+                head=self.head,
+                checkpoints=self.ids,
+                ids=self.remap,
+                carried=self.carried,
+            )
+            if why is not None:
+                self.unreferenced.append((at, why))
+                return
+        self.counts.add(kind)
 
     def _checkpoint_op(self, doc: dict[str, Any], at: str) -> Op[None]:
         cid = _uuid(doc.get("checkpoint_id"), at, "checkpoint_id")
@@ -720,10 +796,12 @@ class _State:
         parent = doc.get("parent_id")
         params = {
             "sid": self.sid,
-            "id": cid,
+            "id": self.remap.checkpoint(cid),
             "turn": turn,
             "sub": _opt_int(doc.get("sub_step"), at, "sub_step", high=validate.MAX_INT32),
-            "parent": None if parent is None else _uuid(parent, at, "parent_id"),
+            "parent": None
+            if parent is None
+            else self.remap.checkpoint(_uuid(parent, at, "parent_id")),
             "key": key,
             "at": _instant(doc.get("created_at"), at, "created_at"),
             "state": _jsonb(doc.get("state"), at, "state"),
@@ -756,7 +834,7 @@ class _State:
             raise ImportRejected(f"{at}: only a failed run has an error")
         params = {
             "sid": self.sid,
-            "id": rid,
+            "id": self.remap.run(rid),
             "framework": _text(doc, "framework", at),
             "thread": _text(doc, "thread_key", at, validate.MAX_KEY_CHARS),
             "status": status,
@@ -770,13 +848,15 @@ class _State:
             "updated": _instant(doc.get("updated_at"), at, "updated_at"),
             "closed": closed,
         }
-        elsewhere = yield Q(query("import_run_elsewhere"), (rid, self.sid), fetch="one")
+        elsewhere = yield Q(
+            query("import_run_elsewhere"), (self.remap.run(rid), self.sid), fetch="one"
+        )
         if elsewhere is not None:
             raise ImportRejected(f"{at}: run id {rid} belongs to another session here")
         self.runs.add(rid)
         _stored((yield Q(query("import_run"), params, fetch="none", recover=_REFUSALS)), at)
 
-    def _summary_op(self, doc: dict[str, Any], at: str) -> Op[None]:
+    def _summary_op(self, doc: dict[str, Any], at: str) -> Op[bool]:
         first = _int(doc.get("first_turn_seq"), at, "first_turn_seq")
         last = _int(doc.get("last_turn_seq"), at, "last_turn_seq")
         if last < first or last >= self.head:
@@ -801,13 +881,21 @@ class _State:
         )
         if not row[0]:
             self.unmatched.append(at)
+        return bool(row[0])
 
     def counted(self, tally: Tally) -> None:
-        """Summaries no imported chunk holds exactly (chunked otherwise here) are listed."""
+        """The records written are counted; summaries no imported chunk holds exactly
+        (chunked otherwise here) and references to artifacts exported without bytes that
+        this database lacks are listed."""
+        for kind in ("checkpoint", "run", "summary", "artifact_ref"):
+            name = "summaries" if kind == "summary" else kind + "s"
+            tally.counts.add(kind, getattr(self.counts, name))
         for at in self.unmatched:
             tally.skipped.append(
                 Skipped(at, f"summary of session {self.sid}: no chunk here holds its turns")
             )
+        for at, why in self.unreferenced:
+            tally.skipped.append(Skipped(at, why))
 
 
 def _object(value: Any, where: str, what: str) -> dict[str, Any]:
@@ -816,14 +904,16 @@ def _object(value: Any, where: str, what: str) -> dict[str, Any]:
     return value
 
 
-def _fact_op(doc: dict[str, Any], at: str) -> Op[bool]:
+def _fact_op(doc: dict[str, Any], at: str, ids: IdMap, tally: Tally) -> Op[bool]:
     """One fact version, in a transaction of its own: True when written, False when its
     fact_id is there already. Its source session, when this database has it, must be of
-    the fact's tenant."""
+    the fact's tenant. A current version whose subject and key have another current
+    version here is refused, or, in a remapped import (which adds a copy beside existing
+    data), left out and listed in the report's ``skipped``."""
     tenant = _text(doc, "tenant_id", at)
-    fid = _uuid(doc.get("fact_id"), at, "fact_id")
+    fid = ids.fact(_uuid(doc.get("fact_id"), at, "fact_id"))
     source = doc.get("source_session_id")
-    src = None if source is None else _uuid(source, at, "source_session_id")
+    src = None if source is None else ids.source_session(_uuid(source, at, "source_session_id"))
     seq = _opt_int(doc.get("source_turn_seq"), at, "source_turn_seq")
     if (src is None) != (seq is None):
         raise ImportRejected(f"{at}: source_session_id and source_turn_seq go together")
@@ -857,11 +947,17 @@ def _fact_op(doc: dict[str, Any], at: str) -> Op[bool]:
     row = _stored((yield Q(query("import_fact"), params, fetch="one", recover=_REFUSALS)), at)
     if row is None:
         there = yield Q(query("import_fact_exists"), (tenant, fid), fetch="one")
-        if there is None:
+        if there is None and not ids.active:
             raise ImportRejected(
                 f"{at}: the subject and key already have a current fact in this database"
             )
+        if there is None:
+            tally.skipped.append(
+                Skipped(at, "fact: its subject and key already have a current fact here")
+            )
     yield Tx.COMMIT
+    if row is not None:
+        tally.counts.add("fact")
     return row is not None
 
 
@@ -887,10 +983,16 @@ def _session_op(
     tally: Tally,
     bar: Progress,
     partitions: Partitions,
+    ids: IdMap,
+    carried: dict[Any, Carried],
+    pending: list[Pending],
 ) -> Op[None]:
-    """One session: created and filled in one transaction, or skipped / refused."""
+    """One session: created and filled in one transaction, or skipped / refused. In a
+    remapped import a session already there is this import's own from an earlier run
+    (its id derives from the import id), complete: counted as unchanged."""
     ctx = store.ctx
-    sid = head.session_id
+    old_sid = head.session_id
+    sid = ids.session(old_sid)
     yield Tx.BEGIN
     made = yield Q(
         query("import_session_insert"),
@@ -899,6 +1001,11 @@ def _session_op(
     )
     if made is None:
         yield Tx.COMMIT  # nothing was written
+        discard(pending)
+        if ids.active:
+            yield from _skip_session_op(reader, head, where)
+            tally.add_session(0, 0, existed=True)
+            return
         if on_existing == "refuse":
             exists = f"{where}: session {sid} already exists in this database"
             raise SessionExists(
@@ -908,8 +1015,9 @@ def _session_op(
         yield from _skip_session_op(reader, head, where)
         tally.skipped.append(Skipped(where, f"session {sid} already exists"))
         return
+    artifacts = yield from store_artifacts_op(store, pending)
     batch = Batch()
-    state = _State(sid, head.tenant)
+    state = _State(old_sid, sid, head.tenant, ids, carried)
     places: list[str] = []
     first: int | None = None
     start = 0  # turn_seq of the batch's first turn
@@ -935,7 +1043,7 @@ def _session_op(
                 places.clear()
                 state.started = True
                 state.head = (first or 0) + count
-            yield from state.line_op(kind, doc, at)
+            yield from state.line_op(kind, doc, at, head.version)
         elif kind == "turn" and state.started:
             raise ImportRejected(f"{at}: a turn line after the session's state lines")
         elif kind == "turn":
@@ -962,9 +1070,9 @@ def _session_op(
                 batch.clear()
                 places.clear()
         elif kind == "end":
-            if doc.get("session_id") != str(sid) or doc.get("turns") != count:
+            if doc.get("session_id") != str(old_sid) or doc.get("turns") != count:
                 raise ImportRejected(
-                    f"{at}: the end line does not close session {sid} with {count} turns"
+                    f"{at}: the end line does not close session {old_sid} with {count} turns"
                 )
             yield from premake_op(store, partitions, batch.times)
             yield from append_exact_op(ctx, sid, start, batch, places)
@@ -978,10 +1086,33 @@ def _session_op(
                 yield Q(query("import_session_first_turn"), (first, sid), fetch="none")
             yield Tx.COMMIT
             tally.add_session(count, written, existed=False)
+            tally.counts.add("artifact", artifacts)
             state.counted(tally)
             return
         else:
             raise ImportRejected(f"{at}: a {kind!r:.40} line inside session {sid}")
+
+
+def _resync_op(reader: _Reader) -> Op[None]:
+    """After a session or artifact was refused (``on_error="skip"``): read past the rest
+    of its lines, up to its end line or the next line that starts a record of its own
+    (handed back to the reader), lines that are not JSON included."""
+    if reader.last_kind == "end":
+        return
+    while True:
+        raw = yield from reader.next_raw_op()
+        if raw is None:
+            return
+        number, text = raw
+        try:
+            kind = parse_line(number, text)["kind"]
+        except ImportRejected:
+            continue
+        if kind == "end":
+            return
+        if kind in TOP_KINDS:
+            reader.push_back(number, text)
+            return
 
 
 def import_jsonl(
@@ -991,11 +1122,16 @@ def import_jsonl(
     on_existing: str = "refuse",
     batch_size: int = DEFAULT_BATCH,
     progress: bool = False,
+    remap_ids: bool = False,
+    import_id: str | None = None,
+    on_error: str = "raise",
 ) -> Op[ImportReport]:
-    """Import the sessions of a JSONL export (a path or a text stream; the format in
-    :mod:`shardstore.importers.jsonl`), each exactly as exported: ids, owners, metadata,
-    ``created_at``, turn_seqs, turn times and idempotency keys. ``batch_size`` turns per
-    statement; lines are read as they are needed.
+    """Import a JSONL export (a path or a text stream; the format in
+    :mod:`shardstore.importers.jsonl` and docs/portability.md): its sessions, each exactly
+    as exported (ids, owners, metadata, ``created_at``, turn_seqs, turn times, idempotency
+    keys, checkpoints, runs, summaries, artifact references), its artifacts (their bytes
+    checked against their sha256 and stored in this store's artifact backend) and its
+    facts. ``batch_size`` turns per statement; lines are read as they are needed.
 
     A session already in this database (live or purged) is refused with
     ``SessionExists`` (``on_existing="refuse"``, the default) or left as it is and listed
@@ -1004,13 +1140,29 @@ def import_jsonl(
     message shardstore cannot store or over ``chunk_max_bytes``, a file ending before the
     session's end line) raises ``ImportRejected`` naming the line, with nothing of that
     session written; sessions before it stay, so a re-run with ``on_existing="skip"``
-    completes the import. ``progress`` draws a bar of turns on stderr."""
+    completes the import. ``on_error="skip"`` lists such a session (or artifact) in the
+    report's ``skipped`` instead, and goes on with the next.
+
+    ``remap_ids=True`` imports beside existing data: sessions, checkpoints, runs and
+    facts get new ids derived from their ids in the file and ``import_id`` (default: the
+    ``export_id`` of the file's export line; ``InvalidInput`` for a file without one), so
+    the same import re-run (after a crash, say) finds its sessions there and writes
+    nothing twice (they count as ``unchanged``). ``progress`` draws a bar of turns on
+    stderr. The report counts every record kind written."""
     if on_existing not in ON_EXISTING:
         raise InvalidInput(
             f"on_existing must be 'refuse' or 'skip', not {validate.shown(on_existing)}"
         )
+    if on_error not in ON_ERROR:
+        raise InvalidInput(f"on_error must be 'raise' or 'skip', not {validate.shown(on_error)}")
     size = validate.count(batch_size, "batch_size", high=100_000)
     show = validate.flag(progress, "progress")
+    remap = validate.flag(remap_ids, "remap_ids")
+    given_id = import_id_of(import_id)
+    if given_id is not None and not remap:
+        raise InvalidInput(
+            "import_id goes with remap_ids=True", cli="--import-id goes with --remap-ids"
+        )
     if isinstance(source, io.BufferedIOBase | io.RawIOBase):
         raise InvalidInput("source must be opened in text mode, not binary")
     lines = _Lines(source, 2 * store.ctx.settings.chunk_max_bytes + _LINE_SLACK)
@@ -1018,6 +1170,10 @@ def import_jsonl(
     tally = Tally()
     bar = Progress(show, "importing")
     partitions = Partitions()
+    export_id: str | None = None
+    ids: IdMap | None = None
+    carried: dict[Any, Carried] = {}
+    pending: list[Pending] = []  # artifacts waiting for the session after them
     try:
         yield Call(lines.open)
         while True:
@@ -1026,17 +1182,69 @@ def import_jsonl(
                 break
             number, doc = item
             where = f"line {number}"
-            if doc["kind"] == "fact":
-                yield from _fact_op(doc, where)
+            kind = doc["kind"]
+            if kind == "export":  # several exports concatenated: each part maps by its own
+                export_id = _export_head(doc, where)
+                if ids is not None and ids.active and given_id is None:
+                    ids.import_id = export_id
                 continue
-            if doc["kind"] != "session":
+            if ids is None:
+                ids = needs_import_id(remap, given_id, export_id)
+            if kind not in TOP_KINDS:
                 raise ImportRejected(
-                    f"{where}: a {doc['kind']!r:.40} line outside a session "
+                    f"{where}: a {kind!r:.40} line outside a session "
                     "(each session starts with its session line)"
                 )
-            head = _Head(doc, where)
-            yield from _session_op(store, reader, head, where, on_existing, tally, bar, partitions)
+            if kind == "fact":
+                yield from _fact_op(doc, where, ids, tally)
+                continue
+            try:
+                if kind == "artifact":
+                    artifact = yield from read_artifact_op(reader, doc, where, carried)
+                    if artifact is not None:
+                        pending.append(artifact)
+                    continue
+                head = _Head(doc, where)
+                yield Try(
+                    _session_op(
+                        store,
+                        reader,
+                        head,
+                        where,
+                        on_existing,
+                        tally,
+                        bar,
+                        partitions,
+                        ids,
+                        carried,
+                        pending,
+                    )
+                )
+            except ImportRejected as exc:
+                if on_error == "raise":
+                    raise
+                discard(pending)  # the refused session's artifacts go with it
+                tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
+                yield from _resync_op(reader)
+        if pending:  # artifacts no session follows
+            yield Tx.BEGIN
+            tally.counts.add("artifact", (yield from store_artifacts_op(store, pending)))
+            yield Tx.COMMIT
     finally:
+        discard(pending)
         bar.close()
         lines.close()
     return tally.report()
+
+
+def _export_head(doc: dict[str, Any], where: str) -> str:
+    """The export id of a checked export line."""
+    if doc.get("format") != FORMAT:
+        raise ImportRejected(f"{where}: not a {FORMAT} export line")
+    version = doc.get("version")
+    if type(version) is not int or version not in VERSIONS or version < 3:
+        raise ImportRejected(
+            f"{where}: export line of format version {validate.shown(version, 20)} "
+            f"(this shardstore reads {', '.join(map(str, VERSIONS))})"
+        )
+    return str(_uuid(doc.get("export_id"), where, "export_id"))

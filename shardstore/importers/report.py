@@ -28,7 +28,10 @@ class ImportReport:
     ``sessions``: sessions created or extended; ``turns`` and ``bytes``: turns appended and
     their stored JSON size; ``unchanged``: sessions already complete (a re-run finds every
     source element already imported); ``skipped``: what was left out, with the reason;
-    ``seconds``: the run's wall time."""
+    ``seconds``: the run's wall time. The other records a JSONL import writes, each
+    counted when written (a re-run that finds them there counts none): ``checkpoints``,
+    ``runs``, ``summaries``, ``facts`` (versions), ``artifacts`` (stored from the file's
+    bytes) and ``artifact_refs``."""
 
     sessions: int
     turns: int
@@ -36,6 +39,12 @@ class ImportReport:
     unchanged: int
     skipped: tuple[Skipped, ...]
     seconds: float
+    checkpoints: int = 0
+    runs: int = 0
+    summaries: int = 0
+    facts: int = 0
+    artifacts: int = 0
+    artifact_refs: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The report as the CLI prints it with ``--json``."""
@@ -44,16 +53,44 @@ class ImportReport:
 
 @dataclass(frozen=True, slots=True)
 class ExportReport:
-    """The outcome of an export: sessions and turns written, bytes of JSONL text."""
+    """The outcome of an export: sessions and turns written, bytes of JSONL text, and
+    every other record kind written: ``checkpoints``, ``runs``, ``summaries``, ``facts``
+    (versions), ``artifacts`` (``artifact_bytes`` of their content, 0 without bytes),
+    ``artifact_refs``; ``export_id``: the id on the file's export line."""
 
     sessions: int
     turns: int
     bytes: int
     seconds: float
+    checkpoints: int = 0
+    runs: int = 0
+    summaries: int = 0
+    facts: int = 0
+    artifacts: int = 0
+    artifact_refs: int = 0
+    artifact_bytes: int = 0
+    export_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as the CLI prints it with ``--json``."""
         return json_fields(self)
+
+
+@dataclass(slots=True)
+class Counts:
+    """The records other than sessions and turns that an export or import wrote."""
+
+    checkpoints: int = 0
+    runs: int = 0
+    summaries: int = 0
+    facts: int = 0
+    artifacts: int = 0
+    artifact_refs: int = 0
+
+    def add(self, kind: str, n: int = 1) -> None:
+        """Count ``n`` records of a line kind (``checkpoint``, ``artifact_ref``...)."""
+        name = "summaries" if kind == "summary" else kind + "s"
+        setattr(self, name, getattr(self, name) + n)
 
 
 @dataclass(slots=True)
@@ -66,6 +103,7 @@ class Tally:
     unchanged: int = 0
     skipped: list[Skipped] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    counts: Counts = field(default_factory=Counts)
 
     def add_session(self, turns: int, stored_bytes: int, existed: bool) -> None:
         """Count one imported session: ``turns`` appended, ``stored_bytes`` of them; a
@@ -102,6 +140,12 @@ class Tally:
             self.unchanged,
             tuple(self.skipped),
             time.perf_counter() - self.started,
+            checkpoints=self.counts.checkpoints,
+            runs=self.counts.runs,
+            summaries=self.counts.summaries,
+            facts=self.counts.facts,
+            artifacts=self.counts.artifacts,
+            artifact_refs=self.counts.artifact_refs,
         )
 
 

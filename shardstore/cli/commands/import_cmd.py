@@ -29,6 +29,22 @@ def _print(run: Runner, report: ImportReport) -> int:
         f"({num(round(rate))} turns/s); {num(report.unchanged)} already complete, "
         f"{num(len(report.skipped))} skipped"
     )
+    records = [
+        (report.checkpoints, "checkpoint"),
+        (report.runs, "run"),
+        (report.summaries, "summary"),
+        (report.facts, "fact"),
+        (report.artifacts, "artifact"),
+        (report.artifact_refs, "artifact reference"),
+    ]
+    if any(n for n, _ in records):
+        run.line(
+            "  with "
+            + ", ".join(
+                f"{num(n)} {what if n == 1 else ('summaries' if what == 'summary' else what + 's')}"
+                for n, what in records
+            )
+        )
     for skipped in report.skipped:
         run.line(f"  skipped {printable(skipped.source)}: {printable(skipped.reason)}")
     return 0
@@ -77,7 +93,13 @@ def cmd_jsonl(run: Runner) -> int:
     source: Any = sys.stdin if a.file == "-" else a.file
     with run.connect() as store:
         report = store.import_jsonl(
-            source, on_existing=a.on_existing, batch_size=a.batch, progress=_progress(run)
+            source,
+            on_existing=a.on_existing,
+            batch_size=a.batch,
+            progress=_progress(run),
+            remap_ids=a.remap_ids,
+            import_id=a.import_id,
+            on_error=a.on_error,
         )
     return _print(run, report)
 
@@ -156,4 +178,16 @@ def register(commands: Commands) -> None:
         help="a session this database has already: stop (refuse, the default) "
         "or leave it and go on (skip)",
     )
-    _common(j, on_error=False)
+    j.add_argument(
+        "--remap-ids",
+        action="store_true",
+        help="import beside existing data: new session, checkpoint, run and fact ids, "
+        "derived from the file's export id (or --import-id), so a re-run writes nothing twice",
+    )
+    j.add_argument(
+        "--import-id",
+        metavar="ID",
+        help="with --remap-ids: what the new ids derive from (needed for files without an "
+        "export line; give the same ID again to resume)",
+    )
+    _common(j)

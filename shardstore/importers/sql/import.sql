@@ -134,3 +134,34 @@ RETURNING fact_id;
 
 -- name: import_fact_exists
 SELECT 1 AS found FROM shardstore.facts WHERE tenant_id = %s AND fact_id = %s;
+
+-- name: export_session_artifacts
+-- a page of the ready artifacts a session's references name, after artifact_id %s
+SELECT a.tenant_id, a.artifact_id, a.sha256, a.size_bytes, a.content_type, a.tokens,
+       a.required_for_resume, a.created_at
+  FROM shardstore.artifacts a
+ WHERE a.state = 'ready'
+   AND (a.tenant_id, a.artifact_id) IN (
+        SELECT r.tenant_id, r.artifact_id FROM shardstore.artifact_refs r
+         WHERE r.session_id = %s)
+   AND a.artifact_id > %s
+ ORDER BY a.artifact_id
+ LIMIT %s;
+
+-- name: export_session_refs
+-- a page of a session's artifact references, by (turn_seq, owner_type, owner_id, artifact_id)
+-- after the given one (a NULL turn_seq, a trajectory's, sorts as -1)
+SELECT r.tenant_id, r.artifact_id, r.owner_type, r.owner_id, r.turn_seq,
+       r.required_for_resume, r.expires_at
+  FROM shardstore.artifact_refs r
+ WHERE r.session_id = %(sid)s
+   AND (coalesce(r.turn_seq, -1), r.owner_type, r.owner_id, r.artifact_id)
+       > (%(turn)s::bigint, %(type)s::text, %(owner)s::text, %(artifact)s::uuid)
+ ORDER BY coalesce(r.turn_seq, -1), r.owner_type, r.owner_id, r.artifact_id
+ LIMIT %(limit)s;
+
+-- name: access_session_tables
+-- the session tables a purge covers (the registry's), for an access report's row counts
+SELECT table_name::text AS table_name, session_column::text AS session_column
+  FROM shardstore.purge_targets
+ ORDER BY position, table_name::text;

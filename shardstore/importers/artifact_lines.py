@@ -1,0 +1,412 @@
+"""Artifacts in a ``shardstore.jsonl`` export (format version 3): the bytes a session's
+turns, checkpoints and trajectories reference, and the references themselves.
+
+An exported session is preceded by one ``artifact`` line per artifact it references that
+the export has not written yet (each artifact once per file), followed by its bytes as
+``artifact_part`` lines of base64 (at most :data:`PART` raw bytes each, so that no line
+needs more memory than that); ``export_sessions(no_artifact_bytes=True)`` writes the
+``artifact`` line alone (``"bytes": false``). The session's ``artifact_ref`` lines come
+after its other state lines.
+
+The importer checks each artifact's parts as they come (consecutive, base64, no more bytes
+than announced) while hashing them into a spooled temporary file (memory-bound: at most
+8 MiB of it in memory), and refuses the artifact when its size or sha256 differ from the
+line (or its id is not the content's address in its tenant). The checked artifacts wait
+for the session that follows them and are stored in its transaction with the store's own
+put (``put_op``, into whatever backend the importing store uses; one already ready here
+is not stored again), so a refused session takes its artifacts with it (on the postgres
+backend entirely; an object backend may keep the object, at its content address, without
+a row, which a re-run or a later put of the same content reuses). Artifacts after the last
+session are stored in a transaction of their own. A reference is written in the session's
+transaction by ``artifact_ref_v1`` (the artifact must be ready in the session's tenant);
+one naming an artifact exported without bytes that this database does not hold is listed
+in the report's ``skipped``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..artifacts.config import config_of
+from ..artifacts.model import artifact_id_for
+from ..artifacts.ops import MAX_CONTENT_TYPE, put_op, raise_ref_status, read_op
+from ..artifacts.source import source
+from ..core import validate
+from ..core.sql import query
+from ..core.state import StoreState
+from ..core.steps import Call, Op, Q, relay
+from ..errors import ImportRejected
+from .fields import _int, _opt_instant, _opt_int, _text, _uuid
+from .remap import IdMap
+
+PART = 512 * 1024
+"""Raw bytes per ``artifact_part`` line (about 700,000 characters of base64)."""
+PAGE = 200
+SPOOL = 8 << 20  # bytes of an artifact an import holds in memory before spilling to disk
+REF_OWNERS = ("turn", "checkpoint", "trajectory")  # the session-scoped reference kinds
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+# ---------------------------------------------------------------- export
+
+
+class Written:
+    """The artifacts an export has written (each goes into the file once): ids per
+    tenant, so memory grows with distinct artifacts, not with turns."""
+
+    def __init__(self, with_bytes: bool) -> None:
+        self.with_bytes = with_bytes
+        self.seen: set[tuple[str, uuid.UUID]] = set()
+        self.artifacts = 0
+        self.refs = 0
+        self.bytes = 0
+
+
+def artifact_line(row: Mapping[str, Any], with_bytes: bool) -> dict[str, Any]:
+    """The ``artifact`` line of an ``artifacts`` row (its parts follow when ``with_bytes``)."""
+    size = int(row["size_bytes"])
+    return {
+        "kind": "artifact",
+        "tenant_id": row["tenant_id"],
+        "artifact_id": str(row["artifact_id"]),
+        "sha256": row["sha256"],
+        "size_bytes": size,
+        "content_type": row["content_type"],
+        "tokens": None if row["tokens"] is None else int(row["tokens"]),
+        "required_for_resume": bool(row["required_for_resume"]),
+        "created_at": row["created_at"].isoformat(),
+        "bytes": with_bytes,
+        "parts": -(-size // PART) if with_bytes else 0,
+    }
+
+
+def ref_line(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``artifact_ref`` line of an ``artifact_refs`` row of a session."""
+    return {
+        "kind": "artifact_ref",
+        "tenant_id": row["tenant_id"],
+        "artifact_id": str(row["artifact_id"]),
+        "owner_type": row["owner_type"],
+        "owner_id": row["owner_id"],
+        "turn_seq": row["turn_seq"],
+        "required_for_resume": bool(row["required_for_resume"]),
+        "expires_at": _iso(row["expires_at"]),
+    }
+
+
+def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any, dumps: Any) -> Op[int]:
+    """The artifact's bytes as ``artifact_part`` lines, read chunk by chunk (the store's
+    read checks them against their sha256 at the end); returns the parts written."""
+    aid = str(row["artifact_id"])
+    parts = 0
+
+    def emit(pieces: Any) -> Op[None]:
+        nonlocal parts
+        lines = []
+        for piece in pieces:
+            for at in range(0, len(piece), PART):
+                data = base64.b64encode(piece[at : at + PART]).decode("ascii")
+                lines.append(
+                    dumps({"kind": "artifact_part", "artifact_id": aid, "n": parts, "data": data})
+                    + "\n"
+                )
+                parts += 1
+        if lines:
+            yield Call(write, (lines,))
+
+    yield from relay(read_op(config_of(store), row["tenant_id"], row["artifact_id"]), emit)
+    return parts
+
+
+def export_artifacts_op(
+    store: StoreState, sid: uuid.UUID, written: Written, write: Any, dumps: Any
+) -> Op[None]:
+    """The ``artifact`` lines (and parts) of the ready artifacts the session references
+    that this export has not written yet, a page at a time, in the caller's snapshot."""
+    after = uuid.UUID(int=0)
+    while True:
+        rows = yield Q(query("export_session_artifacts"), (sid, after, PAGE), named=True)
+        for row in rows:
+            key = (row["tenant_id"], row["artifact_id"])
+            if key in written.seen:
+                continue
+            written.seen.add(key)
+            line = artifact_line(row, written.with_bytes)
+            yield Call(write, ([dumps(line) + "\n"],))
+            if written.with_bytes:
+                parts = yield from _parts_op(store, row, write, dumps)
+                assert parts == line["parts"], (parts, line["parts"])
+                written.bytes += int(row["size_bytes"])
+            written.artifacts += 1
+        if len(rows) < PAGE:
+            break
+        after = rows[-1]["artifact_id"]
+
+
+def export_refs_op(sid: uuid.UUID, written: Written, write: Any, dumps: Any) -> Op[None]:
+    """The session's ``artifact_ref`` lines, a page at a time."""
+    params: dict[str, Any] = {
+        "sid": sid,
+        "turn": -2,
+        "type": "",
+        "owner": "",
+        "artifact": uuid.UUID(int=0),
+        "limit": PAGE,
+    }
+    while True:
+        rows = yield Q(query("export_session_refs"), params, named=True)
+        if rows:
+            yield Call(write, ([dumps(ref_line(r)) + "\n" for r in rows],))
+            written.refs += len(rows)
+            last = rows[-1]
+            params.update(
+                turn=-1 if last["turn_seq"] is None else last["turn_seq"],
+                type=last["owner_type"],
+                owner=last["owner_id"],
+                artifact=last["artifact_id"],
+            )
+        if len(rows) < PAGE:
+            break
+
+
+# ---------------------------------------------------------------- import
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """What a file said of an artifact: whether its bytes came with it."""
+
+    with_bytes: bool
+
+
+def _check(cond: bool, where: str, what: str) -> None:
+    if not cond:
+        raise ImportRejected(f"{where}: {what}")
+
+
+class Spool:
+    """An artifact's bytes as its parts arrive: hashed, counted, spooled to a temporary
+    file past :data:`SPOOL` bytes."""
+
+    def __init__(self) -> None:
+        self.file: Any = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def add(self, data: bytes) -> None:
+        """One part's bytes."""
+        self.digest.update(data)
+        self.size += len(data)
+        self.file.write(data)
+
+    def rewind(self) -> Any:
+        """The spooled bytes, readable from the start."""
+        self.file.seek(0)
+        return self.file
+
+    def close(self) -> None:
+        """Drop the spooled bytes."""
+        self.file.close()
+
+
+def _head(doc: dict[str, Any], where: str) -> tuple[str, uuid.UUID, str, int, str]:
+    tenant = _text(doc, "tenant_id", where)
+    aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
+    sha = doc.get("sha256")
+    _check(
+        isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha),
+        where,
+        "sha256 must be 64 lowercase hex digits",
+    )
+    assert isinstance(sha, str)
+    _check(
+        aid == artifact_id_for(tenant, sha),
+        where,
+        f"artifact_id {aid} is not the address of that content in tenant "
+        f"{validate.shown(tenant, 60)}",
+    )
+    size = _int(doc.get("size_bytes"), where, "size_bytes")
+    ctype = _text(doc, "content_type", where, MAX_CONTENT_TYPE)
+    return tenant, aid, sha, size, ctype
+
+
+@dataclass(slots=True)
+class Pending:
+    """An artifact read and checked, its bytes spooled, waiting for the transaction of
+    the session that follows it in the file (so that a session refused takes its
+    artifacts with it)."""
+
+    where: str
+    tenant: str
+    artifact_id: uuid.UUID
+    content_type: str
+    tokens: int | None
+    required: bool
+    spool: Spool
+
+
+def read_artifact_op(
+    reader: Any, doc: dict[str, Any], where: str, carried: dict[Any, Carried]
+) -> Op[Pending | None]:
+    """One ``artifact`` line and its parts, checked (consecutive parts, base64, the size
+    and sha256 announced, the id the content's address in its tenant) with the bytes
+    spooled: the artifact to store, or None when the file carries no bytes."""
+    tenant, aid, sha, size, ctype = _head(doc, where)
+    tokens = _opt_int(doc.get("tokens"), where, "tokens")
+    required = doc.get("required_for_resume", False)
+    with_bytes = doc.get("bytes")
+    _check(type(required) is bool, where, "required_for_resume must be true or false")
+    _check(type(with_bytes) is bool, where, "bytes must be true or false")
+    parts = _int(doc.get("parts"), where, "parts")
+    if not with_bytes:
+        _check(parts == 0, where, "an artifact without bytes has no parts")
+        carried[(tenant, aid)] = Carried(False)
+        return None
+    _check(parts == -(-size // PART), where, f"{size} bytes come in {-(-size // PART)} parts")
+    spool = Spool()
+    try:
+        for n in range(parts):
+            item = yield from reader.next_op()
+            if item is None:
+                raise ImportRejected(f"{where}: the file ends inside artifact {aid}")
+            number, part = item
+            at = f"line {number}"
+            _check(
+                part["kind"] == "artifact_part"
+                and part.get("artifact_id") == str(aid)
+                and part.get("n") == n,
+                at,
+                f"part {n} of artifact {aid} expected",
+            )
+            data = part.get("data")
+            _check(
+                isinstance(data, str) and len(data) <= 4 * (PART // 3 + 1),
+                at,
+                f"data must be base64 of at most {PART} bytes",
+            )
+            try:
+                raw = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError):
+                raise ImportRejected(f"{at}: data is not base64") from None
+            _check(
+                len(raw) <= PART and (len(raw) == PART or n == parts - 1),
+                at,
+                f"a part holds {PART} bytes (the last one up to that)",
+            )
+            spool.add(raw)
+            _check(spool.size <= size, at, f"more bytes than artifact {aid} announces")
+        _check(
+            spool.size == size and spool.digest.hexdigest() == sha,
+            where,
+            f"the bytes of artifact {aid} do not match its size and sha256",
+        )
+    except BaseException:
+        spool.close()
+        raise
+    carried[(tenant, aid)] = Carried(True)
+    return Pending(where, tenant, aid, ctype, tokens, required, spool)
+
+
+def store_artifacts_op(store: StoreState, pending: list[Pending]) -> Op[int]:
+    """Store the pending artifacts (in the caller's transaction, the session's), each
+    with the store's own put into its configured backend; returns how many were stored
+    (an artifact this database holds ready already is not stored again). The spools are
+    closed and the list emptied."""
+    stored = 0
+    try:
+        for item in pending:
+            there = yield Q(
+                query("artifact_get"), (item.tenant, item.artifact_id), fetch="one", named=True
+            )
+            if there is not None and there["state"] == "ready":
+                continue  # a re-run, or the same content already here: stored once
+            src = source(item.spool.rewind())
+            ref = yield from put_op(
+                config_of(store), item.tenant, src, item.content_type, item.tokens, item.required
+            )
+            _check(
+                ref.artifact_id == item.artifact_id,
+                item.where,
+                f"artifact {item.artifact_id} was stored under another id",
+            )
+            stored += 1
+    finally:
+        discard(pending)
+    return stored
+
+
+def discard(pending: list[Pending]) -> None:
+    """Drop pending artifacts' spooled bytes."""
+    for item in pending:
+        item.spool.close()
+    pending.clear()
+
+
+def import_ref_op(
+    doc: dict[str, Any],
+    where: str,
+    *,
+    old_sid: uuid.UUID,
+    sid: uuid.UUID,
+    tenant: str,
+    head: int,
+    checkpoints: set[uuid.UUID],
+    ids: IdMap,
+    carried: Mapping[Any, Carried],
+) -> Op[str | None]:
+    """One ``artifact_ref`` line of a session, written in its transaction: None when
+    written, else why it was not (an artifact exported without bytes that this database
+    does not hold). ``ImportRejected`` for a line naming an owner the session lacks."""
+    aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
+    kind = doc.get("owner_type")
+    _check(kind in REF_OWNERS, where, f"owner_type must be one of {', '.join(REF_OWNERS)}")
+    owner = _text(doc, "owner_id", where, validate.MAX_KEY_CHARS)
+    required = doc.get("required_for_resume", False)
+    _check(type(required) is bool, where, "required_for_resume must be true or false")
+    expires = _opt_instant(doc.get("expires_at"), where, "expires_at")
+    turn = doc.get("turn_seq")
+    session: uuid.UUID | None = sid
+    if kind == "turn":
+        _check(
+            type(turn) is int and 0 <= turn < head,
+            where,
+            "turn_seq must name a turn of the session",
+        )
+        _check(
+            owner == f"{old_sid}:{turn}", where, "a turn's owner_id is '<session_id>:<turn_seq>'"
+        )
+        owner = f"{sid}:{turn}"
+    elif kind == "checkpoint":
+        cid = _uuid(owner, where, "owner_id")
+        _check(cid in checkpoints, where, f"checkpoint {cid} is not one of the session's")
+        owner = str(ids.checkpoint(cid))
+        turn = None
+    else:
+        _check(turn is None, where, "a trajectory reference has no turn_seq")
+    (status,) = yield Q(
+        query("artifact_ref"),
+        (tenant, aid, kind, owner, session, turn, required, expires),
+        fetch="one",
+    )
+    if status == "missing":
+        said = carried.get((tenant, aid))
+        if said is None or not said.with_bytes:
+            return (
+                f"reference of {kind} {owner} to artifact {aid}: exported without its bytes, "
+                "and this database does not hold it"
+            )
+    try:
+        raise_ref_status(status, tenant, f"{aid} for {kind} {owner}")
+    except Exception as exc:
+        raise ImportRejected(f"{where}: {exc}") from None
+    return None

@@ -1,0 +1,91 @@
+"""New ids for an import beside existing data (``import_jsonl(..., remap_ids=True)``).
+
+Every id that a row is found by is derived from the id in the file and an *import id*
+(``import_id=``, else the ``export_id`` the file's export line carries): the same import
+of the same file always gives the same ids, so a re-run after a crash recognises what it
+already wrote (the session is there: complete, since a session is one transaction) and
+writes nothing twice; two imports of one file under two import ids give two copies.
+
+What follows the session id: the session's checkpoint ids (an artifact reference of a
+checkpoint names it by id within the tenant, so the copy's must differ from the
+original's), their ``parent_id``, run ids (runs are looked up by run id alone), fact ids
+(unique per tenant), a fact's ``source_session_id`` when that session is in the file, a
+turn reference's owner id (``"<session_id>:<turn_seq>"``). Tenants, subjects, idempotency
+keys (scoped by session) and artifact ids (the content's address in the tenant) stay."""
+
+from __future__ import annotations
+
+import uuid
+
+from ..core import validate
+from ..errors import InvalidInput
+
+_NAMESPACE = uuid.UUID("0c7d3a52-95e1-4b8e-8f46-2f3c51d07a9e")
+MAX_IMPORT_ID = 200
+
+
+def import_id_of(value: object) -> str | None:
+    """A caller's import id checked: None, or a non-empty string of at most 200 characters."""
+    if value is None:
+        return None
+    return validate.text(value, "import_id", limit=MAX_IMPORT_ID)
+
+
+class IdMap:
+    """The id mapping of one remapped import (``IdMap(None)`` maps nothing: ids as in
+    the file)."""
+
+    def __init__(self, import_id: str | None) -> None:
+        self.import_id = import_id
+        self.sessions: dict[uuid.UUID, uuid.UUID] = {}  # sessions of the file met so far
+
+    @property
+    def active(self) -> bool:
+        """Whether ids are remapped."""
+        return self.import_id is not None
+
+    def _new(self, kind: str, old: uuid.UUID) -> uuid.UUID:
+        assert self.import_id is not None
+        return uuid.uuid5(_NAMESPACE, f"{self.import_id}\x00{kind}\x00{old}")
+
+    def session(self, old: uuid.UUID) -> uuid.UUID:
+        """The imported id of a session of the file."""
+        if not self.active:
+            return old
+        new = self.sessions[old] = self._new("session", old)
+        return new
+
+    def source_session(self, old: uuid.UUID) -> uuid.UUID:
+        """A fact's source session: the copy when that session was in the file, else the
+        id as it is (a session of this database, or none)."""
+        return self.sessions.get(old, old)
+
+    def checkpoint(self, old: uuid.UUID) -> uuid.UUID:
+        """The imported id of a checkpoint (and of a checkpoint's parent)."""
+        return self._new("checkpoint", old) if self.active else old
+
+    def run(self, old: uuid.UUID) -> uuid.UUID:
+        """The imported id of a run."""
+        return self._new("run", old) if self.active else old
+
+    def fact(self, old: uuid.UUID) -> uuid.UUID:
+        """The imported id of a fact version."""
+        return self._new("fact", old) if self.active else old
+
+
+def needs_import_id(remap: bool, import_id: str | None, export_id: str | None) -> IdMap:
+    """The mapping for an import: none without ``remap``; else by ``import_id``, or the
+    file's ``export_id``; ``InvalidInput`` when neither is known."""
+    if not remap:
+        if import_id is not None:
+            raise InvalidInput("import_id goes with remap_ids=True")
+        return IdMap(None)
+    chosen = import_id if import_id is not None else export_id
+    if chosen is None:
+        raise InvalidInput(
+            "remap_ids needs an import_id: this file has no export line carrying one "
+            "(format version 3 has); give import_id= (the same one again on a re-run)",
+            cli="--remap-ids needs --import-id ID: this file has no export line carrying one "
+            "(format version 3 has); give the same ID again on a re-run",
+        )
+    return IdMap(chosen)
