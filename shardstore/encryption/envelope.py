@@ -21,10 +21,9 @@ import json
 import secrets
 from typing import Any
 
-from cryptography.exceptions import InvalidTag
-
 from ..errors import DecryptionFailed, PlaintextRefused
 from .keystore import DataKey, KeyStore
+from .provider import aead
 
 MARK = "ss_enc"
 VERSION = 1
@@ -91,9 +90,10 @@ class Sealer:
         except (TypeError, ValueError, binascii.Error):
             raise DecryptionFailed(f"{what}: the ciphertext is malformed") from None
         ad = associated_data(kind, key.scope.tenant, origin, position)
+        _aes_gcm, invalid_tag = aead()
         try:
             plain = key.aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad)
-        except (InvalidTag, ValueError):
+        except (invalid_tag, ValueError):
             raise DecryptionFailed(
                 f"{what} does not authenticate where it is stored (altered, or copied from "
                 "another row, position, session or tenant); nothing of it is returned"

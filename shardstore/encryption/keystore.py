@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from ..errors import ConfigurationError, DecryptionFailed, InvalidInput, KeyShredded
-from .provider import KeyProvider
+from .provider import KeyProvider, aead
 
 DATA_KEY_BYTES = 32
 FORMAT_VERSION = 1
@@ -75,7 +73,7 @@ class DataKey:
 
     kid: str
     scope: Scope
-    aead: AESGCM
+    aead: Any  # cryptography's AESGCM over the data key
 
 
 def _wrap_context(kid: str, scope: Scope) -> bytes:
@@ -161,7 +159,8 @@ class KeyStore:
         key = self.provider.unwrap(wrapped, _wrap_context(kid, scope))
         if len(key) != DATA_KEY_BYTES:
             raise DecryptionFailed(f"the key in {file} unwrapped to {len(key)} bytes, not 32")
-        return DataKey(kid, scope, AESGCM(key))
+        aes_gcm, _invalid_tag = aead()
+        return DataKey(kid, scope, aes_gcm(key))
 
     # ------------------------------------------------------------ keys
 

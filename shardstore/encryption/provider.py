@@ -14,12 +14,9 @@ import hashlib
 import os
 import secrets
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-from ..errors import ConfigurationError, DecryptionFailed
+from ..errors import ConfigurationError, DecryptionFailed, MissingDependency
 
 KEK_BYTES = 32
 NONCE_BYTES = 12
@@ -43,6 +40,19 @@ class KeyProvider(Protocol):
     def wrap(self, data_key: bytes, context: bytes) -> bytes: ...
 
     def unwrap(self, wrapped: bytes, context: bytes) -> bytes: ...
+
+
+def aead() -> tuple[Any, type[Exception]]:
+    """``cryptography``'s AESGCM class and its InvalidTag error, imported on first use so
+    that ``import shardstore`` needs no cryptography; ``MissingDependency`` without it."""
+    try:
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:
+        raise MissingDependency(
+            "encryption needs the cryptography package: pip install 'shardstore[encryption]'"
+        ) from None
+    return AESGCM, InvalidTag
 
 
 def parse_kek(raw: bytes, where: str) -> bytes:
@@ -70,7 +80,8 @@ class LocalKek:
     def __init__(self, kek: bytes) -> None:
         if type(kek) is not bytes or len(kek) != KEK_BYTES:
             raise ConfigurationError("a local key-encryption key is exactly 32 bytes")
-        self._aead = AESGCM(kek)
+        aes_gcm, self._invalid_tag = aead()
+        self._aead = aes_gcm(kek)
         # a fingerprint, not the key: which KEK wrapped a stored key
         self._key_id = "local:" + hashlib.sha256(b"shardstore-kek\x00" + kek).hexdigest()[:16]
 
@@ -115,7 +126,7 @@ class LocalKek:
     def unwrap(self, wrapped: bytes, context: bytes) -> bytes:
         try:
             return self._aead.decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], context)
-        except (InvalidTag, ValueError):
+        except (self._invalid_tag, ValueError):
             raise DecryptionFailed(
                 "a wrapped data key does not unwrap under this key-encryption key "
                 "(another KEK, or the key file was altered or moved to another scope)"
