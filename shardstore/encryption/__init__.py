@@ -54,7 +54,9 @@ class LocalKeyProvider(KeyStore):
     ) -> None:
         if not isinstance(path, str | os.PathLike) or not str(path):
             raise ConfigurationError("LocalKeyProvider(path): path must be a non-empty path")
-        if key_file is not None and (not isinstance(key_file, str | os.PathLike) or not str(key_file)):
+        if key_file is not None and (
+            not isinstance(key_file, str | os.PathLike) or not str(key_file)
+        ):
             raise ConfigurationError("key_file must be a non-empty path or None")
         if type(key_env) is not str or not key_env or "\x00" in key_env or "=" in key_env:
             raise ConfigurationError("key_env must name an environment variable")

@@ -51,8 +51,14 @@ class Sealer:
         self.keys = keys
 
     def seal(
-        self, key: DataKey, kind: str, origin: str, position: str, plaintext: str,
-        *, with_origin: bool = False,
+        self,
+        key: DataKey,
+        kind: str,
+        origin: str,
+        position: str,
+        plaintext: str,
+        *,
+        with_origin: bool = False,
     ) -> dict[str, Any]:
         """``plaintext`` sealed under ``key``, bound to ``(kind, key's tenant, origin,
         position)``."""
@@ -66,8 +72,14 @@ class Sealer:
         return sealed
 
     def seal_text(
-        self, key: DataKey, kind: str, origin: str, position: str, plaintext: str,
-        *, with_origin: bool = False,
+        self,
+        key: DataKey,
+        kind: str,
+        origin: str,
+        position: str,
+        plaintext: str,
+        *,
+        with_origin: bool = False,
     ) -> str:
         """:meth:`seal` as the JSON text to store."""
         return json.dumps(
@@ -84,15 +96,15 @@ class Sealer:
                 f"{what} is stored in plaintext, but this store reads encrypted values only; "
                 "it is not returned"
             )
-        key = self.keys.key(value.get("k"))  # type: ignore[arg-type]
+        key = self.keys.key(value.get("k"))
         try:
-            raw = base64.b64decode(value.get("c"), validate=True)  # type: ignore[arg-type]
+            raw = base64.b64decode(value.get("c"), validate=True)
         except (TypeError, ValueError, binascii.Error):
             raise DecryptionFailed(f"{what}: the ciphertext is malformed") from None
         ad = associated_data(kind, key.scope.tenant, origin, position)
         _aes_gcm, invalid_tag = aead()
         try:
-            plain = key.aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad)
+            plain: bytes = key.aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad)
         except (invalid_tag, ValueError):
             raise DecryptionFailed(
                 f"{what} does not authenticate where it is stored (altered, or copied from "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import os
@@ -54,9 +55,13 @@ class Scope:
             raise InvalidInput(f"a key scope is one of {SCOPE_KINDS}, not {self.kind!r}")
         for what, value in (("tenant", self.tenant), ("name", self.name)):
             if type(value) is not str or len(value) > MAX_SCOPE_CHARS:
-                raise InvalidInput(f"a key scope's {what} is a str of at most {MAX_SCOPE_CHARS} chars")
+                raise InvalidInput(
+                    f"a key scope's {what} is a str of at most {MAX_SCOPE_CHARS} chars"
+                )
         if not self.tenant or (self.kind != "tenant") != bool(self.name):
-            raise InvalidInput("a key scope names a tenant, and a subject or session unless it is a tenant's")
+            raise InvalidInput(
+                "a key scope names a tenant, and a subject or session unless it is a tenant's"
+            )
 
     def canonical(self) -> bytes:
         """The scope as bytes that no other scope has."""
@@ -227,10 +232,9 @@ class KeyStore:
                 out.write(json.dumps(doc).encode("ascii"))
                 out.flush()
                 os.fsync(out.fileno())
-            try:
+            # link() fails when another process created this scope's key first: use that one
+            with contextlib.suppress(FileExistsError):
                 os.link(tmp, file)
-            except FileExistsError:
-                pass  # another process created this scope's key first: use that one
             _fsync_dir(self._keys_dir)
         finally:
             tmp.unlink(missing_ok=True)

@@ -63,7 +63,7 @@ def parse_kek(raw: bytes, where: str) -> bytes:
     text = raw.strip()
     for decode in (bytes.fromhex, base64.b64decode):
         try:
-            key = decode(text.decode("ascii"))  # type: ignore[operator]
+            key = decode(text.decode("ascii"))
         except (ValueError, binascii.Error, UnicodeDecodeError):
             continue
         if len(key) == KEK_BYTES:
@@ -108,7 +108,9 @@ class LocalKek:
         try:
             raw = file.read_bytes()
         except OSError as exc:
-            raise ConfigurationError(f"cannot read the key-encryption key file {file}: {exc}") from None
+            raise ConfigurationError(
+                f"cannot read the key-encryption key file {file}: {exc}"
+            ) from None
         return cls(parse_kek(raw, str(file)))
 
     @classmethod
@@ -121,13 +123,15 @@ class LocalKek:
 
     def wrap(self, data_key: bytes, context: bytes) -> bytes:
         nonce = secrets.token_bytes(NONCE_BYTES)
-        return nonce + self._aead.encrypt(nonce, data_key, context)
+        body: bytes = self._aead.encrypt(nonce, data_key, context)
+        return nonce + body
 
     def unwrap(self, wrapped: bytes, context: bytes) -> bytes:
         try:
-            return self._aead.decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], context)
+            key: bytes = self._aead.decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], context)
         except (self._invalid_tag, ValueError):
             raise DecryptionFailed(
                 "a wrapped data key does not unwrap under this key-encryption key "
                 "(another KEK, or the key file was altered or moved to another scope)"
             ) from None
+        return key

@@ -18,7 +18,7 @@ from typing import Any
 from ..core import jsoncodec
 from ..core.sql import query
 from ..core.steps import Op, Q
-from ..errors import DecryptionFailed
+from ..errors import DecryptionFailed, SessionNotFound, SessionPurged
 from ..models import Turn, new_turn
 from .envelope import Sealer, is_sealed
 from .keystore import DataKey, Scope
@@ -113,7 +113,9 @@ def lineage_op(session_id: uuid.UUID) -> Op[dict[str, int | None]]:
     return lineage
 
 
-def open_turns_op(sealer: Sealer | None, session_id: uuid.UUID, turns: list[Turn]) -> Op[list[Turn]]:
+def open_turns_op(
+    sealer: Sealer | None, session_id: uuid.UUID, turns: list[Turn]
+) -> Op[list[Turn]]:
     """The turns with their messages opened (unchanged without a sealer); one statement
     more only when a turn was sealed by another session."""
     if sealer is None or not turns:
@@ -132,3 +134,16 @@ def open_turns_op(sealer: Sealer | None, session_id: uuid.UUID, turns: list[Turn
         )
         for t in turns
     ]
+
+
+def session_key_op(sealer: Sealer, session_id: uuid.UUID) -> Op[DataKey]:
+    """The data key a session's values are sealed with (created on first use); one
+    statement (its owners). ``SessionNotFound`` / ``SessionPurged`` as for writes."""
+    owners = yield Q(query("session_owners"), (session_id,), fetch="one", named=True)
+    if owners is None:
+        raise SessionNotFound(f"session {session_id} does not exist")
+    if owners["purged"]:
+        raise SessionPurged(f"session {session_id} was purged")
+    key = sealer.keys.key_for(session_scope(owners["tenant_id"], owners["subject_id"], session_id))
+    assert key is not None
+    return key
