@@ -69,26 +69,32 @@ def seal_batch(
     return sealed, expected
 
 
+Lineage = Mapping[str, Sequence[tuple[int | None, int | None]]]
+"""Sessions whose sealed turns a session may read -> the turn ranges (inclusive, None:
+unbounded) it may read from each."""
+
+
 def open_message(
     sealer: Sealer,
     session_id: uuid.UUID,
     turn_seq: int,
     message: Any,
-    lineage: Mapping[str, int | None] | None,
+    lineage: Lineage | None,
 ) -> dict[str, Any]:
     """The plaintext message of the turn at ``turn_seq`` read through ``session_id``. A
-    turn sealed by another session is accepted only from the session's fork lineage
-    (``lineage``: ancestor session -> the last turn inherited from it)."""
+    turn sealed by another session is accepted only from the session's fork lineage, within
+    the turns it inherited (``lineage``)."""
     where = f"turn {turn_seq} of session {session_id}"
     origin = message.get("o") if is_sealed(message) else str(session_id)
     if origin != str(session_id):
-        if lineage is None or type(origin) is not str or origin not in lineage:
+        ranges = lineage.get(origin, ()) if lineage is not None and type(origin) is str else ()
+        if not any(
+            (lo is None or lo <= turn_seq) and (hi is None or turn_seq <= hi) for lo, hi in ranges
+        ):
             raise DecryptionFailed(
-                f"{where} was sealed for another session; nothing of it is returned"
+                f"{where} was sealed for another session or position of its fork lineage; "
+                "nothing of it is returned"
             )
-        bound = lineage[origin]
-        if bound is not None and turn_seq > bound:
-            raise DecryptionFailed(f"{where} lies past its fork point; nothing of it is returned")
     text = sealer.open(message, TURN, origin, str(turn_seq), where)
     opened: dict[str, Any] = jsoncodec.loads(text)
     return opened
@@ -101,15 +107,15 @@ def needs_lineage(session_id: uuid.UUID, messages: Sequence[Any]) -> bool:
     return any(is_sealed(m) and m.get("o") != own for m in messages)
 
 
-def lineage_op(session_id: uuid.UUID) -> Op[dict[str, int | None]]:
-    """The sessions a session's history is read from (itself and its fork ancestors), each
-    with the last turn read from it (None: all)."""
-    rows = yield Q(query("fork_segments"), (session_id,), named=True)
-    lineage: dict[str, int | None] = {}
+def lineage_op(session_id: uuid.UUID) -> Op[Lineage]:
+    """The sessions whose sealed turns a session may read, with the turns of each: its fork
+    chain, and the origins of turns a copy-on-write moved into that chain's storage."""
+    rows = yield Q(query("sealed_origins"), {"sid": session_id}, named=True)
+    lineage: dict[str, list[tuple[int | None, int | None]]] = {}
     for row in rows:
-        name = str(row["session_id"])
-        hi = row["turn_hi"]
-        lineage[name] = None if hi is None else max(int(hi), lineage.get(name) or -1)
+        lo = None if row["lo"] is None else int(row["lo"])
+        hi = None if row["hi"] is None else int(row["hi"])
+        lineage.setdefault(str(row["origin"]), []).append((lo, hi))
     return lineage
 
 
