@@ -73,7 +73,7 @@ def test_ciphertext_copied_to_another_position_session_or_tenant_is_refused(
         enc.tail(c, n=1 + 2)
     _raw(
         dsn,
-        "UPDATE shardstore.turn_buffer SET message = '{\"role\": \"user\", \"content\": \"x\"}'"
+        'UPDATE shardstore.turn_buffer SET message = \'{"role": "user", "content": "x"}\''
         " WHERE session_id = %s AND turn_seq = 2",
         (c,),
     )
