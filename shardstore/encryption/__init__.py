@@ -9,7 +9,7 @@
   environment variable: ``shardstore.connect(dsn, encryption=LocalKeyProvider(path))``.
 
 What is encrypted, what stays clear and what a backup still reveals: docs/security.md,
-"Encryption at rest"; why so: docs/decisions/0031-encryption-key-store.md.
+"Encryption at rest"; why so: docs/decisions/0022-encryption-key-store.md.
 """
 
 from __future__ import annotations

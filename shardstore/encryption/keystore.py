@@ -4,7 +4,7 @@ Why here and not in a table: a backup of the database taken before a shred (``pg
 copy of the data directory, a WAL archive) would keep a wrapped data key in a table, and the
 key-encryption key, which outlives the shred, would still unwrap it. A file that a shred
 unlinks is gone from every copy of the database, which never held it
-(docs/decisions/0031-encryption-key-store.md).
+(docs/decisions/0022-encryption-key-store.md).
 
 Layout: ``<path>/keys/<scope hash>.key``, JSON ``{"v", "kid", "scope", "kek", "wrapped"}``.
 A key is created by writing a temporary file, fsyncing it and hard-linking it to its final
