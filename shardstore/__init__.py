@@ -9,6 +9,7 @@ store.tail(sid, n=20)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -19,6 +20,8 @@ from .base import setup_op
 from .context.assembly import Context, ContextPart
 from .context.summaries import ChunkSummary
 from .core.connector import AsyncConnector, Connector
+from .encryption import KeyStore, sealer_for
+from .encryption.envelope import Sealer
 from .errors import (
     AccessDenied,
     ArtifactCorrupt,
@@ -29,11 +32,14 @@ from .errors import (
     ConnectionRejected,
     DatabaseError,
     DatabaseUnavailable,
+    DecryptionFailed,
     EmbeddingModelMismatch,
     ImportRejected,
     InvalidInput,
     InvalidMessage,
+    KeyShredded,
     MissingDependency,
+    PlaintextRefused,
     RunClosed,
     RunConflict,
     RunNotFound,
@@ -78,6 +84,7 @@ __all__ = [
     "ContextPart",
     "DatabaseError",
     "DatabaseUnavailable",
+    "DecryptionFailed",
     "Embedder",
     "EmbeddingModelMismatch",
     "ExportReport",
@@ -87,9 +94,11 @@ __all__ = [
     "ImportReport",
     "InvalidInput",
     "InvalidMessage",
+    "KeyShredded",
     "MaintenanceReport",
     "MissingDependency",
     "PartitionInfo",
+    "PlaintextRefused",
     "PurgeReport",
     "Restored",
     "Run",
@@ -125,7 +134,25 @@ from .lifecycle.maintenance import MaintenanceReport
 Tokenizer = TokenCounter | str | os.PathLike[str] | None
 
 
-def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) -> Store:
+def encryption_sealer(encryption: Any, artifacts: Any) -> Sealer | None:
+    """The sealer for ``connect(encryption=...)``; ``ConfigurationError`` for a value that
+    is not a key store, and for offloading (artifact bytes are not encrypted yet)."""
+    sealer = sealer_for(encryption)
+    if sealer is not None and artifacts.offload_over is not None:
+        raise ConfigurationError(
+            "offload_over cannot be combined with encryption yet: offloaded strings become "
+            "artifacts, whose bytes are not encrypted"
+        )
+    return sealer
+
+
+def connect(
+    dsn: Any = None,
+    *,
+    tokenizer: Tokenizer = None,
+    encryption: KeyStore | None = None,
+    **settings: Any,
+) -> Store:
     """Open a store and make its schema current.
 
     ``dsn`` may be a DSN string, a ``psycopg_pool.ConnectionPool`` or a ``psycopg.Connection``
@@ -142,13 +169,23 @@ def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) ->
     message is stored as an artifact; None, the default: never), ``artifact_grace`` (how
     long an unreferenced artifact is kept, default 1 day) and ``trajectory_retention``
     (payloads attached to spans, default 7 days).
+
+    ``encryption``: a :class:`shardstore.encryption.LocalKeyProvider` (or any
+    :class:`~shardstore.encryption.KeyStore`) turns on encryption at rest: every message,
+    checkpoint state, tool calls and results, fact value and summary this store writes is
+    sealed client-side under its subject's data key, bound to its tenant, session and
+    position, and every read opens it (``DecryptionFailed`` for a value that does not belong
+    where it is read, ``PlaintextRefused`` for a plaintext one). Off (None) by default.
+    What stays clear: docs/security.md, "Encryption at rest".
     """
     artifacts = pop_config(settings)
+    sealer = encryption_sealer(encryption, artifacts)
     config = Settings.from_kwargs(settings)
     counter = make_counter(tokenizer)
     connector = Connector(dsn, config)
     store = Store(connector, config, counter)
     store.artifact_config = artifacts
+    store.ctx = dataclasses.replace(store.ctx, sealer=sealer)
     try:
         store._run(setup_op(store))
     except BaseException:
@@ -158,17 +195,23 @@ def connect(dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any) ->
 
 
 async def connect_async(
-    dsn: Any = None, *, tokenizer: Tokenizer = None, **settings: Any
+    dsn: Any = None,
+    *,
+    tokenizer: Tokenizer = None,
+    encryption: KeyStore | None = None,
+    **settings: Any,
 ) -> AsyncStore:
     """asyncio version of :func:`connect` (accepts a DSN, an ``AsyncConnectionPool`` or an
     ``AsyncConnection``, or a SQLAlchemy ``AsyncEngine`` / ``AsyncConnection`` on
-    ``postgresql+psycopg``) returning an :class:`AsyncStore`."""
+    ``postgresql+psycopg``) returning an :class:`AsyncStore`; ``encryption`` as there."""
     artifacts = pop_config(settings)
+    sealer = encryption_sealer(encryption, artifacts)
     config = Settings.from_kwargs(settings)
     counter = make_counter(tokenizer)
     connector = await AsyncConnector.create(dsn, config)
     store = AsyncStore(connector, config, counter)
     store.artifact_config = artifacts
+    store.ctx = dataclasses.replace(store.ctx, sealer=sealer)
     try:
         await store._run(setup_op(store))
     except BaseException:

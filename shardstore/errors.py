@@ -144,6 +144,23 @@ class SessionExists(SessionConflict):
     (``on_existing="refuse"``); ``on_existing="skip"`` leaves it as it is and goes on."""
 
 
+class DecryptionFailed(ShardstoreError):
+    """An encrypted value could not be read back: its ciphertext does not authenticate
+    (altered, or copied to another row, position, session or tenant), its data key is not
+    in the key store, or the key-encryption key cannot unwrap that key. Nothing of the value
+    is returned. Repeating the call cannot succeed."""
+
+
+class KeyShredded(DecryptionFailed):
+    """The value's data key was destroyed (``purge_subject(..., shred=True)``): what was
+    encrypted under it is unreadable for good, in this database and in every copy of it."""
+
+
+class PlaintextRefused(DecryptionFailed):
+    """A store connected with ``encryption=`` found a plaintext value where a ciphertext
+    belongs (written without encryption, or injected); it is refused, never returned."""
+
+
 def cli_text(error: BaseException) -> str:
     """The message of ``error`` as the command line prints it: its ``cli_message`` when it
     carries one (a :class:`ShardstoreError` raised with ``cli=``), else ``str(error)``."""

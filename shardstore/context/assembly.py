@@ -21,6 +21,7 @@ from ..core.context import Context as OpContext
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q, Tx
+from ..encryption import turns as enc_turns
 from ..errors import SessionNotFound, SessionPurged
 from ..history.ops import tail_op
 from ..history.pairing import (
@@ -34,6 +35,7 @@ from ..history.pairing import (
 from ..history.tokens import TokenCounter, make_counter
 from ..models import SearchHit, Turn, new_turn
 from ..search.embedding import message_text
+from ..search.ops import refuse_encrypted_search
 from ..search.text import (
     best_chunks,
     hybrid_ranking_op,
@@ -43,7 +45,7 @@ from ..search.text import (
 from ..search.vectors import MAX_K, hits_op, search_scope
 from ..state.facts import Fact
 from ..state.facts import recall as facts_recall
-from .summaries import ChunkSummary, summary_message
+from .summaries import ChunkSummary, open_summary, summary_message
 
 KINDS = ("summary", "recall", "facts", "recent")
 #: summaries read per context call at most (newest first)
@@ -332,6 +334,8 @@ def context(
         return count(turn.message) if own else turn.tokens
 
     vector = None
+    if wanted is not None:
+        refuse_encrypted_search(ctx)
     if wanted is not None:  # the query's embedding, before the snapshot (a model call)
         vector = yield from query_vector_op(store.vector_state, wanted)
     fetch = min(validate.MAX_INT64, budget * CUSTOM_FETCH_FACTOR) if own else budget
@@ -360,10 +364,16 @@ def context(
         raise SessionNotFound(f"session {sid} does not exist")
     if read["purged"]:
         raise SessionPurged(f"session {sid} was purged")
+    sealer = ctx.sealer
     window = decode_window(read["turns"])
+    window = yield from enc_turns.open_turns_op(sealer, sid, window)
     before = None
     if window and window[0].turn_seq > 0 and may_follow_reasoning(window[0].message):
         before = None if read["before"] is None else jsoncodec.loads(read["before"])
+        if before is not None and sealer is not None:
+            prior = new_turn(window[0].turn_seq - 1, before, 0, window[0].created_at, 0, None)
+            (opened,) = yield from enc_turns.open_turns_op(sealer, sid, [prior])
+            before = opened.message
     candidates = trim_tail(window, before)
     if own and not candidates and int(read["turn_count"]) > 0:
         # the newest unit is over the fetch in the store's tokens, yet by your tokenizer
@@ -374,6 +384,7 @@ def context(
     # what the recent part takes first: summaries and recall hits come from before it
     start = groups[len(groups) - taken][0].turn_seq if taken else int(read["turn_count"])
     stored, known_tokens = decode_summaries(read["summaries"], start, limit)
+    stored = [open_summary(sealer, sid, summary) for summary in stored]
     known: tuple[str, list[Fact]] | None = None
     if subject is not None:
         facts = yield from facts_recall(store, read["tenant_id"], subject)

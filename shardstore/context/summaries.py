@@ -14,6 +14,7 @@ Each public function whose first parameter is ``store`` is a store method, bound
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from ..core.rows import record
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
+from ..encryption import turns as enc_turns
+from ..encryption.envelope import Sealer
 from ..errors import InvalidInput
 from ..history.ops import envelope_turn, session
 from ..models import Turn
@@ -90,6 +93,30 @@ def summary_text(value: Any) -> str:
     return validate.text(value.strip(), "the summary", limit=MAX_SUMMARY_CHARS)
 
 
+_SEALED_KIND = "summary"
+
+
+def _summary_position(chunk_seq: int, first_turn_seq: int, last_turn_seq: int) -> str:
+    return f"{chunk_seq}/{first_turn_seq}-{last_turn_seq}"
+
+
+def open_summary(
+    sealer: Sealer | None, session_id: uuid.UUID, summary: ChunkSummary
+) -> ChunkSummary:
+    """A stored summary with its text opened by a store's sealer (unchanged without one):
+    bound to its session, chunk and turn range."""
+    if sealer is None:
+        return summary
+    where = f"the summary of chunk {summary.chunk_seq} of session {session_id}"
+    try:
+        sealed = jsoncodec.loads(summary.text)
+    except ValueError:
+        sealed = summary.text
+    position = _summary_position(summary.chunk_seq, summary.first_turn_seq, summary.last_turn_seq)
+    text = sealer.open(sealed, _SEALED_KIND, str(session_id), position, where)
+    return dataclasses.replace(summary, text=text)
+
+
 def queue_count_op(session_id: uuid.UUID | None, tenant: str | None = None) -> Op[int]:
     """Sealed chunks waiting for a summary (of one session, or one tenant's sessions, when
     given)."""
@@ -141,14 +168,21 @@ def summarize_one_op(
         envelope_turn(e, int(row["chunk_seq"]))
         for e in jsoncodec.loads_envelopes(row["chunk_text"])
     ]
+    sealer = store.ctx.sealer
+    turns = yield from enc_turns.open_turns_op(sealer, row["session_id"], turns)
     answer = yield Call(summarizer, (turns,))
     text = summary_text(answer)
     counter = store.ctx.counter
     tokens = counter.count(text)
     first = int(row["first_turn_seq"])
+    last = first + int(row["turn_count"]) - 1
     # the message a context renders for it, counted once here so that context() need not
-    message = summary_message_for(first, first + int(row["turn_count"]) - 1, text)
+    message = summary_message_for(first, last, text)
     message_tokens = counter.count(jsoncodec.encode_json(message, "message"))
+    if sealer is not None:
+        data_key = yield from enc_turns.session_key_op(sealer, row["session_id"])
+        position = _summary_position(int(row["chunk_seq"]), first, last)
+        text = sealer.seal_text(data_key, _SEALED_KIND, str(row["session_id"]), position, text)
     (status,) = yield Q(
         query("summary_store"),
         (
@@ -236,4 +270,4 @@ def summaries(store: StoreState, session_id: uuid.UUID | str) -> Op[list[ChunkSu
     sid = validate.session_id(session_id)
     yield from session(store, sid)
     rows = yield Q(query("summary_list"), (sid,), named=True)
-    return [record(ChunkSummary, r) for r in rows]
+    return [open_summary(store.ctx.sealer, sid, record(ChunkSummary, r)) for r in rows]

@@ -23,9 +23,13 @@ from ..core.rerun import rerun_on_deadlock, retrying
 from ..core.rows import record
 from ..core.sql import query
 from ..core.state import StoreState
-from ..core.steps import Call, Emit, Op, Q, StatementFailed, Tx
+from ..core.steps import Call, Emit, Op, Q, StatementFailed, Try, Tx
+from ..encryption import turns as enc_turns
+from ..encryption.envelope import Sealer
+from ..encryption.keystore import DataKey
 from ..errors import (
     ConfigurationError,
+    Conflict,
     InvalidInput,
     SessionConflict,
     SessionNotFound,
@@ -274,6 +278,12 @@ def append_op(
     if not messages:
         return AppendOutcome(sid, [], False)
     batch = prepare_turns(ctx, messages, keys)
+    if ctx.sealer is not None:
+        return (yield from _sealed_append_op(ctx, sid, batch, None))
+    return (yield from _append_prepared_op(ctx, sid, batch))
+
+
+def _append_prepared_op(ctx: Context, sid: uuid.UUID, batch: PreparedTurns) -> Op[AppendOutcome]:
     chunking = (
         ctx.settings.budget_tokens,
         ctx.settings.chunk_max_bytes,
@@ -335,6 +345,14 @@ def append_checkpoint_op(
             "a checkpoint with the turns needs at least one message; use checkpoint() alone"
         )
     batch = prepare_turns(ctx, messages, keys)
+    if ctx.sealer is not None:
+        return (yield from _sealed_append_op(ctx, sid, batch, state))
+    return (yield from _append_checkpoint_prepared_op(ctx, sid, batch, uuid.uuid4(), state))
+
+
+def _append_checkpoint_prepared_op(
+    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, checkpoint_id: uuid.UUID, state: str
+) -> Op[AppendOutcome]:
     texts = "[" + ",".join(batch.texts) + "]"
     head = (sid, texts, batch.tokens, batch.sizes, batch.keys, ctx.settings.budget_tokens)
     chunking = (
@@ -342,7 +360,7 @@ def append_checkpoint_op(
         ctx.partition_interval.total_seconds(),
         ctx.partition_origin,
     )
-    tail = (uuid.uuid4(), state)
+    tail = (checkpoint_id, state)
     rows: Any = None
     if len(batch.texts) == 1:
         # append_checkpoint_v2: scalars in, one plain row out; a unique violation is a
@@ -368,6 +386,70 @@ def append_checkpoint_op(
         )
     results = [record(AppendResult, r) for r in rows]
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
+
+
+def _sealed_append_op(
+    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, state: str | None
+) -> Op[AppendOutcome]:
+    """An append (with a checkpoint when ``state`` is given) of a store connected with
+    ``encryption=``: each turn sealed for the seq it gets, the checkpoint's state for its id
+    (:mod:`shardstore.encryption.turns`); an attempt that a concurrent append overtook is
+    rolled back whole and repeated."""
+    for _attempt in range(enc_turns.SEALED_APPEND_ATTEMPTS):
+        try:
+            outcome: AppendOutcome = yield Try(_sealed_attempt_op(ctx, sid, batch, state))
+        except enc_turns.HeadMoved:
+            continue
+        return outcome
+    raise Conflict(
+        f"session {sid} was appended to concurrently {enc_turns.SEALED_APPEND_ATTEMPTS} times "
+        "while an encrypted append sealed its turns; nothing was written, retry the call"
+    )
+
+
+def _sealed_attempt_op(
+    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, state: str | None
+) -> Op[AppendOutcome]:
+    sealer = ctx.sealer
+    assert sealer is not None
+    yield Tx.BEGIN
+    head = yield _named("sealed_append_head", {"sid": sid, "keys": batch.keys}, fetch="one")
+    if head is None:
+        raise SessionNotFound(f"session {sid} does not exist")
+    if head["purged"]:
+        raise SessionPurged(f"session {sid} was purged")
+    key = sealer.keys.key_for(enc_turns.session_scope(head["tenant_id"], head["subject_id"], sid))
+    assert key is not None
+    texts, expected = enc_turns.seal_batch(sealer, key, sid, head, batch.texts, batch.keys)
+    limit = ctx.settings.chunk_max_bytes
+    sizes = [len(text.encode("utf-8")) for text in texts]
+    for i, size in enumerate(sizes):
+        if size > limit:
+            raise TurnTooLarge(
+                f"message {i} is {size} bytes once encrypted; the per-turn cap is {limit} "
+                "bytes (chunk_max_bytes). Store large tool outputs elsewhere and reference them."
+            )
+    sealed = PreparedTurns(texts, batch.tokens, sizes, batch.keys)
+    if state is None:
+        outcome = yield from _append_prepared_op(ctx, sid, sealed)
+    else:
+        checkpoint_id = uuid.uuid4()
+        sealed_state = seal_checkpoint_state(sealer, key, sid, checkpoint_id, state)
+        outcome = yield from _append_checkpoint_prepared_op(
+            ctx, sid, sealed, checkpoint_id, sealed_state
+        )
+    for result, seq in zip(outcome.results, expected, strict=True):
+        if not result.duplicate and result.turn_seq != seq:
+            raise enc_turns.HeadMoved
+    yield Tx.COMMIT
+    return outcome
+
+
+def seal_checkpoint_state(
+    sealer: Sealer, key: DataKey, sid: uuid.UUID, checkpoint_id: uuid.UUID, state: str
+) -> str:
+    """A checkpoint's encoded state sealed for that checkpoint of that session."""
+    return sealer.seal_text(key, "checkpoint.state", str(sid), str(checkpoint_id), state)
 
 
 def fold_sealed_op(session_id: uuid.UUID, keep_turns: int = 0) -> Op[int]:
@@ -612,7 +694,8 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
     if n is None and max_tokens is None:
         n = ctx.settings.default_tail_turns
     turns = yield from window_op(sid, n, max_tokens)
-    before = yield from before_window_op(sid, turns)
+    turns = yield from enc_turns.open_turns_op(ctx.sealer, sid, turns)
+    before = yield from before_window_op(sid, turns, ctx.sealer)
     return trim_tail(turns, before)
 
 
@@ -646,14 +729,24 @@ def before_window(turns: Sequence[Turn], before: str | None) -> dict[str, Any] |
     return message
 
 
-def before_window_op(sid: uuid.UUID, turns: Sequence[Turn]) -> Op[dict[str, Any] | None]:
+def before_window_op(
+    sid: uuid.UUID, turns: Sequence[Turn], sealer: Sealer | None = None
+) -> Op[dict[str, Any] | None]:
     """The message of the turn just before a window, looked up (one more statement) only
     when the window's first item is a Responses item, which a ``reasoning`` item outside
-    the window may precede (pairing.trim_tail); None otherwise."""
+    the window may precede (pairing.trim_tail); None otherwise. ``sealer``: the store's,
+    which opens it."""
     if not turns or turns[0].turn_seq == 0 or not may_follow_reasoning(turns[0].message):
         return None
     rows = yield _named("tail_at", (sid, turns[0].turn_seq - 1, 1, None))
-    return jsoncodec.loads(rows[0]["message"]) if rows else None
+    if not rows:
+        return None
+    message: dict[str, Any] = jsoncodec.loads(rows[0]["message"])
+    if sealer is None:
+        return message
+    before = new_turn(turns[0].turn_seq - 1, message, 0, _EPOCH, 0, None)
+    (opened,) = yield from enc_turns.open_turns_op(sealer, sid, [before])
+    return opened.message
 
 
 def tail(
@@ -681,6 +774,15 @@ def _expanded(store: StoreState, turns: list[Turn], expand: bool) -> Op[list[Tur
     return (yield from offload.expand_op(store, turns))
 
 
+def _opened(
+    store: StoreState, sid: uuid.UUID, turns: list[Turn], expand: bool
+) -> Op[list[Turn]]:
+    """Stored turns of session ``sid`` as a read returns them: opened (a store with
+    ``encryption=``), then expanded when ``expand``."""
+    turns = yield from enc_turns.open_turns_op(store.ctx.sealer, sid, turns)
+    return (yield from _expanded(store, turns, expand))
+
+
 def tail_explained(
     store: StoreState,
     session_id: uuid.UUID | str,
@@ -697,10 +799,13 @@ def tail_explained(
     max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
     if n is None and max_tokens is None:
         n = store.ctx.settings.default_tail_turns
+    sealer = store.ctx.sealer
     yield Tx.BEGIN_SNAPSHOT
     window = yield from window_op(sid, n, max_tokens)
+    window = yield from enc_turns.open_turns_op(sealer, sid, window)
     newest = [] if window else (yield from window_op(sid, 1, None))
-    before = yield from before_window_op(sid, window)
+    newest = yield from enc_turns.open_turns_op(sealer, sid, newest)
+    before = yield from before_window_op(sid, window, sealer)
     yield Tx.COMMIT
     if newest:  # the session has turns, but not even its newest fits max_tokens
         return TailWindow([], newest, HELD_OVER_MAX_TOKENS)
@@ -729,7 +834,7 @@ def history(
     # folded chunks of a session that is not a fork: the common "read the recent past"
     rows = yield _named("history_range", (sid, lo, hi, HISTORY_BATCH))
     if not rows or rows[0]["kind"] not in _GENERAL_PATH:
-        yield from _emit_range_op(store, rows, lo, hi, expand)
+        yield from _emit_range_op(store, sid, rows, lo, hi, expand)
         return None
     yield Tx.BEGIN_SNAPSHOT
     head = yield from _head_op(sid, live=True)
@@ -749,7 +854,12 @@ _GENERAL_PATH = frozenset({"fork", "long"})
 
 
 def _emit_range_op(
-    store: StoreState, rows: Sequence[Mapping[str, Any]], lo: int, hi: int | None, expand: bool
+    store: StoreState,
+    sid: uuid.UUID,
+    rows: Sequence[Mapping[str, Any]],
+    lo: int,
+    hi: int | None,
+    expand: bool,
 ) -> Op[None]:
     """Emit history_range_v1's rows as :func:`_history_segment_op` emits a segment: chunk
     by chunk in order, a chunk's folded turns (``lo <= turn_seq < hi``) before its
@@ -770,11 +880,11 @@ def _emit_range_op(
                 if lo <= e["s"] and (hi is None or e["s"] < hi)
             ]
             if turns:
-                yield Emit((yield from _expanded(store, turns, expand)))
+                yield Emit((yield from _opened(store, sid, turns, expand)))
         buffered = by_chunk.get(chunk_seq)
         if buffered:
             buffered.sort(key=lambda t: t.turn_seq)
-            yield Emit((yield from _expanded(store, buffered, expand)))
+            yield Emit((yield from _opened(store, sid, buffered, expand)))
     return None
 
 
@@ -814,9 +924,9 @@ def _history_segment_op(
                     if lo <= e["s"] < end
                 ]
                 if turns:
-                    yield Emit((yield from _expanded(store, turns, expand)))
+                    yield Emit((yield from _opened(store, sid, turns, expand)))
         if chunk_seq in by_chunk:
-            yield Emit((yield from _expanded(store, by_chunk[chunk_seq], expand)))
+            yield Emit((yield from _opened(store, sid, by_chunk[chunk_seq], expand)))
 
 
 def chunks(

@@ -48,7 +48,8 @@ from ..core.rows import json_fields
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
-from ..errors import Conflict, InvalidInput, SessionPurged
+from ..encryption.keystore import Scope
+from ..errors import AccessDenied, ConfigurationError, Conflict, InvalidInput, SessionPurged
 from ..history.ops import parse_bound
 
 AGENT_HISTORY = "shardstore.agent_history"
@@ -115,6 +116,7 @@ class PurgeReport:
     vacuumed: tuple[str, ...] = ()
     batches: int = 0
     seconds: float = 0.0
+    shredded_keys: tuple[str, ...] = ()
 
     @property
     def sessions_affected(self) -> int:
@@ -628,6 +630,7 @@ def purge_subject(
     vacuum: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | ProgressHook = False,
+    shred: bool = False,
 ) -> Op[PurgeReport]:
     """Purge every session of one data subject of a tenant, ``batch_size`` sessions per
     transaction (``progress=True`` shows a bar on stderr; a callable gets
@@ -635,8 +638,19 @@ def purge_subject(
     crash, call again to finish (also the artifacts' bytes). The subject's facts go too,
     also those with no source turn (``remember(..., source=None)``), and, as for
     :meth:`purge_session`, every artifact its sessions ever referenced that no live
-    reference of another subject's session (or naming no session) still needs."""
+    reference of another subject's session (or naming no session) still needs.
+
+    ``shred=True`` (a store connected with ``encryption=``): first the subject's data key
+    is destroyed in the key store (durably, before the rows are deleted), so that every
+    copy of the database taken before, backups and WAL archives included, holds only
+    ciphertext nobody can open any more, even with the key-encryption key
+    (``report.shredded_keys`` names it). A crash after the shred leaves rows that read as
+    ``KeyShredded``; calling again purges them. Refused (``AccessDenied``) from a store
+    bound to another tenant or by its role; ``ConfigurationError`` without encryption."""
     tenant, subject = validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id")
+    shredded: tuple[str, ...] = ()
+    if validate.flag(shred, "shred"):
+        shredded = yield from _shred_subject_op(store, tenant, subject, dry_run)
     purge = _sessions_op(
         "subject",
         (tenant, subject),
@@ -646,7 +660,31 @@ def purge_subject(
         progress,
         lambda acc: subject_facts_op(acc, tenant, subject),
     )
-    return (yield from _erasing_op(store, dry_run, tenant, purge))
+    report = yield from _erasing_op(store, dry_run, tenant, purge)
+    return dataclasses.replace(report, shredded_keys=shredded)
+
+
+def _shred_subject_op(
+    store: StoreState, tenant: str, subject: str, dry_run: bool
+) -> Op[tuple[str, ...]]:
+    """Destroy the subject's data key (nothing on a dry run); the key's id, if it had one."""
+    sealer = store.ctx.sealer
+    if sealer is None:
+        raise ConfigurationError(
+            "shred=True needs a store connected with encryption= (the key store holding "
+            "the subject's data key)",
+            cli="--shred needs --key-store (the key store holding the subject's data key)",
+        )
+    bound = store.connector.tenant
+    _setting, role_bound, _distributed = yield Q(query("rls_store_binding"), fetch="one")
+    if role_bound or (bound is not None and bound != tenant):
+        raise AccessDenied(
+            "only an operator's store, or one bound to this tenant, may shred a subject's key"
+        )
+    if dry_run:
+        return ()
+    kid = yield Call(sealer.keys.shred, (Scope("subject", tenant, subject),))
+    return () if kid is None else (str(kid),)
 
 
 def purge_tenant(

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from ..core import validate
 from ..core.state import StoreState
 from ..core.steps import Call, Op
+from ..errors import ConfigurationError
 from ..models import SearchHit
 from .text import MODES, search_hybrid_op, search_text_op, text_query
 from .vectors import (
@@ -107,6 +108,18 @@ def reembed(
     return (yield from embed(store, progress=show, batch_size=size))
 
 
+def refuse_encrypted_search(ctx: Any) -> None:
+    """Search reads the server's text windows and vectors, which hold no plaintext of
+    encrypted turns (docs/security.md, "Encryption at rest"): a store connected with
+    ``encryption=`` refuses it rather than return empty or meaningless hits."""
+    if ctx.sealer is not None:
+        raise ConfigurationError(
+            "search (every mode) and context(recall=...) are not available with "
+            "encryption on yet: the server holds no plaintext of encrypted turns to index "
+            "(keyed lexeme hashes and client-side vectors are planned)"
+        )
+
+
 def search(
     store: StoreState,
     query: Query,
@@ -138,6 +151,7 @@ def search(
     (score: the fused score; only the text ranking while nothing was ever embedded). Text
     and hybrid take a text query; scopes and tenant isolation are the same in every mode."""
     chosen = validate.choice(mode, "mode", MODES)
+    refuse_encrypted_search(store.ctx)
     scope = search_scope(session_id, tenant_id, agent_id, since, until, k)
     hits: list[SearchHit]
     if chosen == "text":

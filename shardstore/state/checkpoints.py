@@ -29,6 +29,8 @@ from ..core.rows import record
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q, Tx, collect
+from ..encryption import turns as enc_turns
+from ..encryption.envelope import Sealer
 from ..errors import CheckpointNotFound, InvalidInput, SessionNotFound, SessionPurged
 from ..history import ops as history_ops
 from ..history.pairing import explain_tail
@@ -78,14 +80,34 @@ def _loads(text: str | None) -> Any:
     return None if text is None else jsoncodec.loads(text)
 
 
-def _checkpoint(row: Mapping[str, Any], session_id: uuid.UUID) -> Checkpoint:
+# what each sealed column of a checkpoint is bound to (with the session and checkpoint id)
+_SEALED_PARTS = ("state", "tool_calls", "tool_results")
+
+
+def _sealed_kind(part: str) -> str:
+    return f"checkpoint.{part}"
+
+
+def _opened(sealer: Sealer | None, row: Mapping[str, Any], part: str, sid: uuid.UUID) -> Any:
+    """A checkpoint column as stored, opened by the store's sealer (None stays None)."""
+    value = _loads(row[part])
+    if sealer is None or value is None:
+        return value
+    where = f"the {part} of checkpoint {row['checkpoint_id']} of session {sid}"
+    text = sealer.open(value, _sealed_kind(part), str(sid), str(row["checkpoint_id"]), where)
+    return jsoncodec.loads(text)
+
+
+def _checkpoint(
+    row: Mapping[str, Any], session_id: uuid.UUID, sealer: Sealer | None = None
+) -> Checkpoint:
     return record(
         Checkpoint,
         row,
         session_id=session_id,
-        state=jsoncodec.loads(row["state"]),
-        tool_calls=_loads(row["tool_calls"]),
-        tool_results=_loads(row["tool_results"]),
+        state=_opened(sealer, row, "state", session_id),
+        tool_calls=_opened(sealer, row, "tool_calls", session_id),
+        tool_results=_opened(sealer, row, "tool_results", session_id),
         metadata=jsoncodec.loads(row["metadata"]),
     )
 
@@ -151,6 +173,20 @@ def checkpoint(
         raise InvalidInput(f"metadata must be a dict, not {type(metadata).__name__}")
     meta = history_ops.encode_value(metadata, "metadata", limit)
     cid = uuid.uuid4()
+    sealer = store.ctx.sealer
+    if sealer is not None:
+        data_key = yield from enc_turns.session_key_op(sealer, sid)
+        state_text = sealer.seal_text(
+            data_key, _sealed_kind("state"), str(sid), str(cid), state_text
+        )
+        if calls is not None:
+            calls = sealer.seal_text(
+                data_key, _sealed_kind("tool_calls"), str(sid), str(cid), calls
+            )
+        if results is not None:
+            results = sealer.seal_text(
+                data_key, _sealed_kind("tool_results"), str(sid), str(cid), results
+            )
     stored_key = None if key is None else _CHECKPOINT_KEY + key
     params = (sid, cid, stored_key, state_text, calls, results, step, parent, meta)
     links = artifact_links.wanted(state, artifacts)
@@ -166,7 +202,7 @@ def checkpoint(
         assert parent is not None
         raise _not_found(parent, sid)
     if row["status"] == "duplicate":
-        return _checkpoint(row, sid)
+        return _checkpoint(row, sid, sealer)
     return Checkpoint(
         checkpoint_id=cid,
         session_id=sid,
@@ -212,9 +248,15 @@ def restore(
         raise _not_found(cid, sid)
     if row["has_artifacts"]:  # its artifacts are read in the same snapshot as the rest
         return (yield from _restore_snapshot_op(store, sid, cid, n, max_tokens))
-    found = None if row["checkpoint_id"] is None else _checkpoint(row, sid)
+    sealer = store.ctx.sealer
+    found = None if row["checkpoint_id"] is None else _checkpoint(row, sid, sealer)
     window = history_ops.window_turns(row["window"])
-    explained = explain_tail(window, history_ops.before_window(window, row["before"]))
+    if sealer is None:
+        explained = explain_tail(window, history_ops.before_window(window, row["before"]))
+        return Restored(found, explained.turns, [], explained.held_back)
+    window = yield from enc_turns.open_turns_op(sealer, sid, window)
+    before = yield from history_ops.before_window_op(sid, window, sealer)
+    explained = explain_tail(window, before)
     return Restored(found, explained.turns, [], explained.held_back)
 
 
@@ -231,7 +273,8 @@ def _restore_snapshot_op(
         row = yield _named("checkpoint_get", (sid, cid), fetch="one")
         if row is None:
             raise _not_found(cid, sid)
-    found = None if row is None else _checkpoint(row, sid)
+    sealer = store.ctx.sealer
+    found = None if row is None else _checkpoint(row, sid, sealer)
     upto = int(head["turn_count"]) - 1 if found is None else found.turn_seq
     turns: list[Turn]
     held: list[Turn] = []
@@ -240,7 +283,8 @@ def _restore_snapshot_op(
     else:
         rows = yield _named("tail_at", (sid, upto, n, max_tokens))
         window = [record(Turn, r, message=jsoncodec.loads(r["message"])) for r in reversed(rows)]
-        before = yield from history_ops.before_window_op(sid, window)
+        window = yield from enc_turns.open_turns_op(sealer, sid, window)
+        before = yield from history_ops.before_window_op(sid, window, sealer)
         explained = explain_tail(window, before)
         turns, held = explained.turns, explained.held_back
     refs: list[ArtifactRef] = []
@@ -278,7 +322,7 @@ def checkpoints(
     if not rows[0]["anchor_found"]:
         assert before_id is not None
         raise _not_found(before_id, sid)
-    return [_checkpoint(r, sid) for r in rows if r["checkpoint_id"] is not None]
+    return [_checkpoint(r, sid, store.ctx.sealer) for r in rows if r["checkpoint_id"] is not None]
 
 
 # ---------------------------------------------------------------- maintenance

@@ -36,6 +36,8 @@ from ..core.rows import record
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q, Tx
+from ..encryption.envelope import Sealer
+from ..encryption.keystore import Scope
 from ..errors import InvalidInput, SessionNotFound, SessionPurged
 
 MAX_VALUE_BYTES = 1 << 20
@@ -67,8 +69,33 @@ def _named(name: str, params: Any, fetch: Any = "all") -> Q:
     return Q(query(name), params, fetch=fetch, named=True)
 
 
-def _fact(row: Mapping[str, Any], **values: Any) -> Fact:
-    return record(Fact, row, value=jsoncodec.loads(row["value"]), **values)
+_SEALED_KIND = "fact.value"
+
+
+def _fact_position(fact_id: Any, key: str) -> str:
+    return f"{fact_id}/{key}"
+
+
+def _fact(row: Mapping[str, Any], sealer: Sealer | None = None, **values: Any) -> Fact:
+    value = jsoncodec.loads(row["value"])
+    if sealer is not None:
+        subject = values.get("subject", row.get("subject"))
+        key = values.get("key", row.get("key"))
+        where = f"the value of fact {key!r} of subject {subject!r} ({row['fact_id']})"
+        text = sealer.open(
+            value, _SEALED_KIND, str(subject), _fact_position(row["fact_id"], str(key)), where
+        )
+        value = jsoncodec.loads(text)
+    return record(Fact, row, value=value, **values)
+
+
+def _sealed_value(
+    sealer: Sealer, tenant: str, subject: str, key: str, fact_id: uuid.UUID, text: str
+) -> str:
+    """A fact's encoded value sealed under its subject's key, for that fact id and key."""
+    data_key = sealer.keys.key_for(Scope("subject", tenant, subject))
+    assert data_key is not None
+    return sealer.seal_text(data_key, _SEALED_KIND, subject, _fact_position(fact_id, key), text)
 
 
 def _ids(tenant_id: Any, subject: Any) -> tuple[str, str]:
@@ -138,6 +165,9 @@ def remember(
     start = validate.optional_instant(valid_from, "valid_from")
     sid, seq = ref if ref is not None else (None, None)
     fact_id = uuid.uuid4()
+    sealer = store.ctx.sealer
+    if sealer is not None:
+        text = _sealed_value(sealer, tenant, subj, name, fact_id, text)
     yield Tx.BEGIN
     if sid is not None:
         (sid,) = yield Q(query("fact_source_owner"), {"sid": sid, "seq": seq}, fetch="one")
@@ -149,6 +179,7 @@ def remember(
         raise _refused(row["status"], row["detail"], ref)
     return _fact(
         row,
+        sealer,
         tenant_id=tenant,
         subject=subj,
         key=name,
@@ -173,7 +204,7 @@ def recall(
     names = None if keys is None else validate.texts(keys, "keys", limit=validate.MAX_KEY_CHARS)
     at = validate.optional_instant(as_of, "as_of")
     rows = yield _named("fact_recall", (at, tenant, subj, names, names))
-    return [_fact(r) for r in rows]
+    return [_fact(r, store.ctx.sealer) for r in rows]
 
 
 def forget(store: StoreState, tenant_id: str, subject: str, key: str) -> Op[Fact | None]:
@@ -186,7 +217,7 @@ def forget(store: StoreState, tenant_id: str, subject: str, key: str) -> Op[Fact
     row = yield _named("fact_forget", (tenant, subj, name), fetch="one")
     if row is None:
         return None
-    return _fact(row, tenant_id=tenant, subject=subj, key=name)
+    return _fact(row, store.ctx.sealer, tenant_id=tenant, subject=subj, key=name)
 
 
 def fact_history(store: StoreState, tenant_id: str, subject: str, key: str) -> Op[list[Fact]]:
@@ -194,4 +225,4 @@ def fact_history(store: StoreState, tenant_id: str, subject: str, key: str) -> O
     tenant, subj = _ids(tenant_id, subject)
     name = _key(key)
     rows = yield _named("fact_history", (tenant, subj, name))
-    return [_fact(r) for r in rows]
+    return [_fact(r, store.ctx.sealer, subject=subj, key=name) for r in rows]

@@ -307,6 +307,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             vacuum=False,
             batch_size=100,
             progress=False,
+            shred=False,
         ),
         "purge_tenant": dict(
             tenant_id=tenant, dry_run=True, vacuum=False, batch_size=100, progress=False

@@ -16,10 +16,13 @@ TIME is an ISO 8601 date or time (UTC unless it names a zone) or an age such as 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime
 from typing import Any
 
+from ...encryption import LocalKeyProvider
+from ...errors import ConfigurationError
 from ...lifecycle.purge import DEFAULT_BATCH_SIZE, PurgeReport
 from ..app import Commands, Runner
 from ..args import TIME_HELP, UsageError, non_negative_int, parse_time, positive_int
@@ -65,6 +68,24 @@ def register(commands: Commands) -> None:
     p = form("subject", "purge every session of a data subject", batched=True)
     p.add_argument("--tenant", required=True, help="tenant id")
     p.add_argument("--subject", required=True, help="subject id")
+    p.add_argument(
+        "--shred",
+        action="store_true",
+        help="first destroy the subject's data key (encryption at rest): every backup taken "
+        "before holds only ciphertext nobody can open; needs --key-store",
+    )
+    p.add_argument(
+        "--key-store",
+        metavar="PATH",
+        default=os.environ.get("SHARDSTORE_KEY_STORE"),
+        help="the local key store (default: $SHARDSTORE_KEY_STORE)",
+    )
+    p.add_argument(
+        "--key-file",
+        metavar="PATH",
+        default=None,
+        help="the key-encryption key file (default: $SHARDSTORE_KEK, else PATH/kek)",
+    )
 
     p = form("tenant", "purge every session of a tenant", batched=True)
     p.add_argument("--tenant", required=True, help="tenant id")
@@ -138,7 +159,13 @@ def cmd_purge(run: Runner) -> int:
     progress = getattr(args, "progress", None)
     show = run.err.isatty() if progress is None else bool(progress)
     common: dict[str, Any] = {"dry_run": args.dry_run, "vacuum": args.vacuum}
-    with run.connect() as store:
+    connect: dict[str, Any] = {}
+    if kind == "subject" and args.shred:
+        if not args.key_store:
+            raise ConfigurationError("--shred needs --key-store PATH (or $SHARDSTORE_KEY_STORE)")
+        connect["encryption"] = LocalKeyProvider(args.key_store, key_file=args.key_file)
+        common["shred"] = True
+    with run.connect(**connect) as store:
         if kind == "session":
             report = store.purge_session(args.session_id, **common)
         elif kind == "subject":

@@ -39,6 +39,26 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
        open_tokens, open_bytes, last_turn_at, fork_parent
   FROM shardstore.sessions WHERE session_id = %s;
 
+-- name: sealed_append_head
+-- what an encrypted append seals its turns for (shardstore/encryption/turns.py): the session's
+-- owners, the seq its next turn gets and which of the batch's idempotency keys it knows
+SELECT s.tenant_id, s.subject_id, s.next_turn_seq, s.purged_at IS NOT NULL AS purged,
+       ARRAY(SELECT k.idempotency_key FROM shardstore.turn_keys k
+              WHERE k.session_id = s.session_id AND k.idempotency_key = ANY(%(keys)s::text[]))
+         AS known
+  FROM shardstore.sessions s WHERE s.session_id = %(sid)s;
+
+-- name: sealed_origins
+-- the sessions whose sealed turns a session may read (shardstore/encryption/turns.py), each with
+-- the turns it may give: the segments of its fork chain (up to each one's bound) and the origins
+-- of the turns copied into the storage of any of them (fork_copies: a fork's copy-on-write)
+WITH seg AS (SELECT g.r_session_id, g.r_turn_hi FROM shardstore.fork_segments_v1(%(sid)s) g)
+SELECT seg.r_session_id AS origin, NULL::bigint AS lo, seg.r_turn_hi AS hi FROM seg
+UNION ALL
+SELECT c.origin_session_id, c.first_turn_seq, c.last_turn_seq
+  FROM shardstore.fork_copies c
+ WHERE c.session_id IN (SELECT seg.r_session_id FROM seg);
+
 -- name: session_list
 -- live sessions newest first, paged by the keyset (created_at, session_id): sent unprepared
 -- so that it is planned with its values and the NULL filters fold away, reading one of the

@@ -1,0 +1,113 @@
+"""Sealed values: AES-256-GCM under a data key, with associated data naming where the value
+belongs, stored as a small JSON object in place of the plaintext.
+
+A sealed value is ``{"ss_enc": 1, "k": key id, "c": base64(nonce || ciphertext+tag)}``, plus
+``"o"`` (the session that wrote it) for a turn, which a fork reads from its ancestors. No
+message, checkpoint state or fact value can look like one: a message needs ``role`` or
+``type``, and the others are read only where a sealed value is expected.
+
+The associated data is ``(kind, tenant, origin, position)``, length-prefixed: the tenant of
+the data key's scope, the session (or tenant) the value was written for and its position in
+it (a turn's ``turn_seq``, a checkpoint's id, a fact's id and version). A ciphertext copied
+to another row, position, session or tenant therefore fails to authenticate, and reading it
+raises :class:`~shardstore.errors.DecryptionFailed`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+from typing import Any
+
+from ..errors import DecryptionFailed, PlaintextRefused
+from .keystore import DataKey, KeyStore
+from .provider import aead
+
+MARK = "ss_enc"
+VERSION = 1
+NONCE_BYTES = 12
+
+
+def associated_data(kind: str, tenant: str, origin: str, position: str) -> bytes:
+    """The bytes a ciphertext is bound to; each part length-prefixed, so no two tuples meet."""
+    out = bytearray(b"shardstore-ad/1")
+    for part in (kind, tenant, origin, position):
+        raw = part.encode("utf-8", "surrogatepass")
+        out += len(raw).to_bytes(4, "big") + raw
+    return bytes(out)
+
+
+def is_sealed(value: Any) -> bool:
+    """Whether ``value`` has the shape of a sealed value (not whether it is genuine)."""
+    return type(value) is dict and value.get(MARK) == VERSION
+
+
+class Sealer:
+    """Seals and opens values with the data keys of a :class:`KeyStore`."""
+
+    def __init__(self, keys: KeyStore) -> None:
+        self.keys = keys
+
+    def seal(
+        self,
+        key: DataKey,
+        kind: str,
+        origin: str,
+        position: str,
+        plaintext: str,
+        *,
+        with_origin: bool = False,
+    ) -> dict[str, Any]:
+        """``plaintext`` sealed under ``key``, bound to ``(kind, key's tenant, origin,
+        position)``."""
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        ad = associated_data(kind, key.scope.tenant, origin, position)
+        body = key.aead.encrypt(nonce, plaintext.encode("utf-8", "surrogatepass"), ad)
+        sealed: dict[str, Any] = {MARK: VERSION, "k": key.kid}
+        if with_origin:
+            sealed["o"] = origin
+        sealed["c"] = base64.b64encode(nonce + body).decode("ascii")
+        return sealed
+
+    def seal_text(
+        self,
+        key: DataKey,
+        kind: str,
+        origin: str,
+        position: str,
+        plaintext: str,
+        *,
+        with_origin: bool = False,
+    ) -> str:
+        """:meth:`seal` as the JSON text to store."""
+        return json.dumps(
+            self.seal(key, kind, origin, position, plaintext, with_origin=with_origin),
+            separators=(",", ":"),
+        )
+
+    def open(self, value: Any, kind: str, origin: str, position: str, what: str) -> str:
+        """The plaintext of a sealed ``value`` read where ``(kind, origin, position)`` says;
+        :class:`PlaintextRefused` for a value that is not sealed, :class:`KeyShredded` when
+        its key is gone, :class:`DecryptionFailed` when it does not belong here."""
+        if not is_sealed(value):
+            raise PlaintextRefused(
+                f"{what} is stored in plaintext, but this store reads encrypted values only; "
+                "it is not returned"
+            )
+        key = self.keys.key(value.get("k"))
+        try:
+            raw = base64.b64decode(value.get("c"), validate=True)
+        except (TypeError, ValueError, binascii.Error):
+            raise DecryptionFailed(f"{what}: the ciphertext is malformed") from None
+        ad = associated_data(kind, key.scope.tenant, origin, position)
+        _aes_gcm, invalid_tag = aead()
+        try:
+            plain: bytes = key.aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad)
+        except (invalid_tag, ValueError):
+            raise DecryptionFailed(
+                f"{what} does not authenticate where it is stored (altered, or copied from "
+                "another row, position, session or tenant); nothing of it is returned"
+            ) from None
+        return plain.decode("utf-8", "surrogatepass")
