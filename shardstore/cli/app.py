@@ -158,6 +158,7 @@ COMMAND_MODULES = (
     "export",
     "distribute",
     "text_search",
+    "mcp",
 )
 
 
