@@ -27,7 +27,7 @@ import anyio.from_thread
 import httpx2
 import psycopg
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 from psycopg.conninfo import make_conninfo
@@ -138,35 +138,52 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def post_status(url: str, headers: dict[str, str]) -> int:
-    """The HTTP status of an MCP initialize POST with ``headers``."""
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "probe", "version": "0"},
-            },
-        }
-    ).encode()
+def post(url: str, payload: Any, headers: dict[str, str]) -> tuple[int, Any]:
+    """POST one JSON-RPC message as its JSON text (``payload`` may be text already, for
+    what the real client refuses to serialise); the status and the JSON answer."""
+    body = payload if isinstance(payload, str) else json.dumps(payload)
     request = urllib.request.Request(
         url,
-        data=body,
+        data=body.encode(),
         method="POST",
         headers={
             "content-type": "application/json",
             "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2025-11-25",
             **headers,
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return int(response.status)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return int(response.status), json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        text = exc.read()
+        try:
+            return int(exc.code), json.loads(text or b"null")
+        except ValueError:
+            return int(exc.code), text.decode(errors="replace")
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "0"},
+    },
+}
+
+
+def tool_call(name: str, arguments: Any) -> dict[str, Any]:
+    """A raw ``tools/call`` request."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
 
 
 @contextmanager
@@ -189,7 +206,7 @@ def http_server(dsn: str, *args: str, env: dict[str, str] | None = None) -> Iter
             if process.poll() is not None:
                 raise RuntimeError(f"the server exited: {process.stderr.read().decode()}")  # type: ignore[union-attr]
             try:
-                post_status(url, {})
+                post(url, INITIALIZE, {})
                 break
             except (urllib.error.URLError, ConnectionError):
                 if time.monotonic() > deadline:
@@ -322,7 +339,10 @@ def test_tail_pages_back_to_the_first_turn(acme: McpClient, ids: dict[str, Any])
         page = acme.ok("tail", session_id=sid, n=1, before=page["next_before"])
         seen = page["turns"] + seen
     assert [t["turn_seq"] for t in seen] == [0, 1, 2, 3]
-    assert seen[0]["message"] == {"role": "user", "content": "my acme blue kettle leaks, I want a refund"}
+    assert seen[0]["message"] == {
+        "role": "user",
+        "content": "my acme blue kettle leaks, I want a refund",
+    }
 
 
 def test_get_context_keeps_the_budget(acme: McpClient, ids: dict[str, Any]) -> None:
@@ -353,7 +373,9 @@ def test_facts_remember_recall_forget(acme: McpClient, ids: dict[str, Any]) -> N
     plan = next(f for f in facts if f["key"] == "plan")
     assert plan["source"] == {"session_id": ids["acme"]["first"], "turn_seq": 0}
     source = {"session_id": ids["acme"]["first"], "turn_seq": 2}
-    made = acme.ok("remember_fact", subject="user:9", key="pet", value={"cat": [1, 2]}, source=source)
+    made = acme.ok(
+        "remember_fact", subject="user:9", key="pet", value={"cat": [1, 2]}, source=source
+    )
     assert made["fact"]["value"] == {"cat": [1, 2]} and made["fact"]["source"] == source
     before_forget = datetime.now(UTC).isoformat()
     forgotten = acme.ok("forget_fact", subject="user:9", key="pet")["forgotten"]
@@ -421,3 +443,264 @@ def test_another_tenants_session_is_not_found(
     hits = acme.ok("search_history", query="globex kettle", k=MAX_K)["hits"]
     assert ids["globex"]["first"] not in {h["session_id"] for h in hits}
     assert "globex blue kettle" not in json.dumps(hits)
+
+
+# ---------------------------------------------------------------- hostile arguments
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+SID = "00000000-0000-4000-8000-000000000000"
+HOSTILE: list[tuple[str, dict[str, Any], str]] = [
+    ("search_history", {"query": "x", "k": -1}, "k"),
+    ("search_history", {"query": "x", "k": 0}, "k"),
+    ("search_history", {"query": "x", "k": MAX_K + 1}, "k"),
+    ("search_history", {"query": "x", "k": 10**40}, "k"),
+    ("search_history", {"query": "x", "k": "5"}, "k"),
+    ("search_history", {"query": "x", "k": 2.5}, "k"),
+    ("search_history", {"query": "x", "k": True}, "k"),
+    ("search_history", {"query": ""}, "query"),
+    ("search_history", {"query": "x" * 200_000}, "query"),
+    ("search_history", {"query": ["kettle"]}, "query"),
+    ("search_history", {"query": None}, "query"),
+    ("search_history", {}, "query"),
+    ("search_history", {"query": "x", "since": "yesterday"}, "since"),
+    ("search_history", {"query": "x", "since": "2026-01-01T00:00:00"}, "timezone"),
+    ("search_history", {"query": "x", "since": 1700000000}, "since"),
+    ("search_history", {"query": "x", "session_id": "not-a-uuid"}, "session_id"),
+    ("search_history", {"query": "x\x00y"}, "NUL"),
+    ("tail", {"session_id": SID, "n": -1}, "n"),
+    ("tail", {"session_id": SID, "n": 10**6}, "n"),
+    ("tail", {"session_id": SID, "before": 0}, "before"),
+    ("tail", {"session_id": "x" * 100_000}, "session_id"),
+    ("tail", {"session_id": 12345}, "session_id"),
+    ("tail", {"session_id": {"$ne": None}}, "session_id"),
+    ("tail", {"session_id": _nested(50)}, "session_id"),
+    ("get_context", {"session_id": SID, "max_tokens": 0}, "max_tokens"),
+    ("get_context", {"session_id": SID, "max_tokens": 10**12}, "max_tokens"),
+    ("get_context", {"session_id": SID}, "max_tokens"),
+    ("list_sessions", {"limit": 0}, "limit"),
+    ("list_sessions", {"limit": 10_000}, "limit"),
+    ("list_sessions", {"cursor": "garbage"}, "UUID"),
+    ("list_sessions", {"subject": "s" * 100_000}, "subject"),
+    ("recall_facts", {"subject": "u", "keys": ["k"] * 101}, "keys"),
+    ("recall_facts", {"subject": "u", "keys": "plan,city"}, "keys"),
+    ("recall_facts", {"subject": "u", "keys": [["nested"]]}, "keys"),
+    ("recall_facts", {"subject": "u", "offset": -1}, "offset"),
+    ("recall_facts", {"subject": "u", "as_of": "10000-01-01T00:00:00Z"}, "as_of"),
+    ("recall_facts", {"subject": ""}, "subject"),
+    ("remember_fact", {"subject": "u", "key": "k", "value": "v" * (2 << 20)}, "larger than"),
+    (
+        "remember_fact",
+        {"subject": "u", "key": "k", "value": 1, "source": {"session_id": SID}},
+        "turn_seq",
+    ),
+    (
+        "remember_fact",
+        {"subject": "u", "key": "k", "value": 1, "source": {"session_id": SID, "turn_seq": -1}},
+        "turn_seq",
+    ),
+    (
+        "remember_fact",
+        {
+            "subject": "u",
+            "key": "k",
+            "value": 1,
+            "source": {"session_id": SID, "turn_seq": 0, "tenant": "globex"},
+        },
+        "tenant",
+    ),
+    ("remember_fact", {"subject": "u", "key": "", "value": 1}, "key"),
+    ("forget_fact", {"subject": "u", "key": 7}, "key"),
+    ("append_turn", {"session_id": "{sid}", "message": {"content": "no role"}}, "role"),
+    ("append_turn", {"session_id": "{sid}", "message": ["not", "a", "dict"]}, "message"),
+    ("append_turn", {"session_id": "{sid}", "message": "hi"}, "message"),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "says"), HOSTILE, ids=lambda v: str(v)[:40])
+def test_hostile_arguments_are_tool_errors(
+    acme: McpClient, ids: dict[str, Any], tool: str, arguments: dict[str, Any], says: str
+) -> None:
+    if arguments.get("session_id") == "{sid}":
+        arguments = {**arguments, "session_id": ids["acme"]["second"]}
+    message = acme.error(tool, **arguments)
+    assert says.lower() in message.lower(), message
+    assert len(message) < 4000, "the message echoes the hostile value"
+
+
+def test_nesting_deeper_than_json_rpc_takes_is_a_parse_error(
+    http_url: str, ids: dict[str, Any], mcp_dsn: str
+) -> None:
+    """The real client refuses to send such values; sent raw, the server answers a
+    JSON-RPC parse error (400), writes nothing and goes on serving."""
+    auth = {"Authorization": f"Bearer {TOKENS['acme']}"}
+    before = fingerprint(mcp_dsn)
+    for depth in (300, 100_000):
+        deep = "[" * depth + "]" * depth
+        for name, arguments in (
+            ("remember_fact", {"subject": "u", "key": "k", "value": "@"}),
+            ("search_history", {"query": "@"}),
+        ):
+            raw = json.dumps(tool_call(name, arguments)).replace('"@"', deep)
+            status, answer = post(http_url, raw, auth)
+            assert status == 400 and answer["error"]["code"] == -32700, answer
+            assert "Traceback" not in json.dumps(answer)
+    assert fingerprint(mcp_dsn) == before
+    call = tool_call("tail", {"session_id": ids["acme"]["first"], "n": 1})
+    status, answer = post(http_url, call, auth)
+    assert status == 200 and answer["result"]["structuredContent"]["turns"][0]["turn_seq"] == 3
+
+
+# ---------------------------------------------------------------- HTTP: tokens and tenants
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Bearer "},
+        {"Authorization": "Bearer wrong-token-0123456789abcdef"},
+        {"Authorization": f"Bearer {TOKENS['acme']}x"},
+        {"Authorization": f"Basic {TOKENS['acme']}"},
+        {"Authorization": f"Bearer {TOKENS['acme'][:-1]}\u00e9"},
+        {"Authorization": "Bearer " + "a" * 100_000},
+    ],
+    ids=range(8),
+)
+def test_a_request_without_a_valid_token_gets_401(http_url: str, headers: dict[str, str]) -> None:
+    status, answer = post(http_url, tool_call("list_sessions", {}), headers)
+    assert status == 401, answer
+    assert answer == {
+        "error": "invalid_token",
+        "error_description": "a valid bearer token is required",
+    }
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def test_the_real_client_with_a_bad_token_gets_no_session(http_url: str) -> None:
+    with (
+        pytest.raises(Exception) as caught,
+        connected(http_opener(http_url, "wrong-token-0123456789abcdef")),
+    ):
+        pass
+    # the client reports the 401 as an error response (the raw requests above see the 401)
+    assert [type(leaf) for leaf in _leaves(caught.value)] == [MCPError], caught.value
+    status, _ = post(http_url, INITIALIZE, {"Authorization": f"Bearer {TOKENS['acme']}"})
+    assert status == 200
+
+
+def test_each_token_reads_its_own_tenant_only(
+    by_token: dict[str, McpClient], ids: dict[str, Any]
+) -> None:
+    for tenant, other in (("acme", "globex"), ("globex", "acme")):
+        client = by_token[tenant]
+        listed = client.ok("list_sessions")["sessions"]
+        assert {s["session_id"] for s in listed} == set(ids[tenant].values())
+        hits = client.ok("search_history", query="blue kettle refund", k=MAX_K)["hits"]
+        assert {h["session_id"] for h in hits} == {ids[tenant]["first"]}
+        assert other not in json.dumps(hits)
+        facts = client.ok("recall_facts", subject="user:1")["facts"]
+        assert {f["key"]: f["value"] for f in facts}["plan"] == f"{tenant}-gold"
+        mine = client.ok("get_context", session_id=ids[tenant]["first"], max_tokens=1000)
+        assert tenant in json.dumps(mine["messages"]) and other not in json.dumps(mine)
+        for sid in ids[other].values():
+            assert "does not exist" in client.error("tail", session_id=sid)
+            assert "does not exist" in client.error("get_context", session_id=sid, max_tokens=99)
+            assert "does not exist" in client.error("search_history", query="x", session_id=sid)
+            assert "does not exist" in client.error("list_sessions", cursor=sid)
+
+
+def test_a_read_only_server_does_not_list_append_turn(
+    by_token: dict[str, McpClient], ids: dict[str, Any], mcp_dsn: str
+) -> None:
+    client = by_token["acme"]
+    assert set(client.tools()) == READ_TOOLS
+    before = fingerprint(mcp_dsn)
+    message = {"role": "user", "content": "let me in"}
+    refused = client.error("append_turn", session_id=ids["acme"]["first"], message=message)
+    assert "append_turn" in refused
+    assert fingerprint(mcp_dsn) == before
+
+
+# ---------------------------------------------------------------- refusing to start
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["mcp", "--http", "0.0.0.0:8765", "--tenant", "acme"], "127.0.0.1"),
+        (["mcp", "--http", "127.0.0.1:8765"], "--tokens"),
+        (["mcp", "--http", "localhost:8765", "--tenant", "acme"], "127.0.0.1"),
+        (["mcp"], "--tenant"),
+        (["mcp", "--tenant", "acme", "--tokens", "t.txt"], "--http"),
+        (["mcp", "--http", "nowhere", "--tenant", "acme"], "HOST:PORT"),
+        (["mcp", "--http", "127.0.0.1:99999", "--tenant", "acme"], "HOST:PORT"),
+        (["mcp", "--http", "0.0.0.0:8765", "--tokens", "/nonexistent/tokens"], "cannot read"),
+    ],
+)
+def test_the_command_refuses_what_it_cannot_serve_safely(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--dsn", "postgresql:///nowhere", *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_tokens_with_a_tenant_or_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"{TOKENS['acme']} acme\n")
+    argv = ["--dsn", "postgresql:///nowhere", "mcp", "--http", "0.0.0.0:8765"]
+    assert main([*argv, "--tokens", str(tokens), "--tenant", "acme"]) == 2
+    assert "each token names its tenant" in capsys.readouterr().err
+    monkeypatch.setenv("SHARDSTORE_MCP_TOKENS", f"{TOKENS['acme']} acme, short globex")
+    assert main(argv) == 2
+    assert "$SHARDSTORE_MCP_TOKENS, line 1: a token must be 16" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "holds no token"),
+        ("# only a comment\n\n", "holds no token"),
+        ("acme-token-0123456789abcdef\n", "line 1: expected 'TOKEN TENANT'"),
+        ("a b c\n", "expected 'TOKEN TENANT', got 3"),
+        ("short acme", "16 to 512"),
+        (
+            "acme-token-0123456789abcdef acme\nacme-token-0123456789abcdef globex",
+            "line 2: this token is listed twice",
+        ),
+        ("acme-token-0123456789abcdef " + "t" * 300, "line 1: tenant"),
+        ("acme-token-012345678\u00e9abcdef acme", "16 to 512"),
+    ],
+)
+def test_a_malformed_token_table_is_refused(text: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(says)):
+        TokenTable.parse(text, "tokens.txt")
+
+
+def test_a_token_table_maps_tokens_to_tenants() -> None:
+    table = TokenTable.parse(
+        "# comment\nacme-token-0123456789abcdef acme  # trailing\n"
+        "second-token-0123456789abcdef acme, globex-token-0123456789abcdef globex\n",
+        "tokens",
+    )
+    assert table.tenants == ["acme", "globex"]
+    assert table.tenant_for("globex-token-0123456789abcdef") == "globex"
+    assert table.tenant_for("second-token-0123456789abcdef") == "acme"
+    assert table.tenant_for("acme-token-0123456789abcdeX") is None
+    assert table.tenant_for(None) is None
+    assert table.tenant_for("") is None
