@@ -191,9 +191,9 @@ def http_server(dsn: str, *args: str, env: dict[str, str] | None = None) -> Iter
     """``shardstore mcp --http 127.0.0.1:PORT ARGS`` in a subprocess; yields its URL once
     it answers (401 to a request without a token, or 200 where it takes none)."""
     port = free_port()
+    command = [sys.executable, "-m", "shardstore", "--dsn", dsn, "mcp"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "shardstore", "--dsn", dsn, "mcp", "--http", f"127.0.0.1:{port}"]
-        + list(args),
+        [*command, "--http", f"127.0.0.1:{port}", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         stdout=subprocess.DEVNULL,
