@@ -704,3 +704,32 @@ def test_a_token_table_maps_tokens_to_tenants() -> None:
     assert table.tenant_for("acme-token-0123456789abcdeX") is None
     assert table.tenant_for(None) is None
     assert table.tenant_for("") is None
+
+
+# ---------------------------------------------------------------- the docs
+
+
+def test_the_docs_example_runs(mcp_dsn: str, ids: dict[str, Any], tmp_path: Path) -> None:
+    """docs/integrations/mcp.md's example, as written (at most 10 lines), against the
+    module's database: the installed ``shardstore`` command, the real client."""
+    page = (ROOT / "docs" / "integrations" / "mcp.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"^```python\n(.*?)^```$", page, re.DOTALL | re.MULTILINE)
+    assert len(code.splitlines()) <= 10
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "SHARDSTORE_DSN": mcp_dsn,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    env.pop("SHARDSTORE_TEST_DSN", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "'hits': [{" in done.stdout and ids["acme"]["first"] in done.stdout
+    assert "globex" not in done.stdout
