@@ -28,6 +28,9 @@ from tests.integrations.test_mcp_server import (
 from tests.pgbouncer import POOL_SIZE, Pooler
 
 ROUNDS = 6  # per tenant thread, each round five tool calls
+# one poisoner at a time: two, each holding some of the pool's server connections in a
+# transaction while it waits for the rest, would wait for each other for ever
+POISONING = threading.Lock()
 
 
 @pytest.fixture
@@ -54,6 +57,11 @@ def shared_role(pgbouncer: Pooler, dsn: str) -> Iterator[str]:
 
 def _poison(pooled: str, tenant: str) -> None:
     """Leave a session-level tenant setting on every server connection of the pool."""
+    with POISONING:
+        _poison_all(pooled, tenant)
+
+
+def _poison_all(pooled: str, tenant: str) -> None:
     conns = [psycopg.connect(pooled, autocommit=True) for _ in range(POOL_SIZE)]
     try:
         for conn in conns:
@@ -80,6 +88,7 @@ def _round(client: McpClient, tenant: str, ids: dict[str, Any], n: int) -> None:
     assert {f["key"]: f["value"] for f in facts}["plan"] == f"{tenant}-gold"
 
 
+@pytest.mark.timeout(180)
 def test_two_tenants_through_the_pooler_stay_apart(
     pgbouncer: Pooler, dsn: str, shared_role: str
 ) -> None:
