@@ -635,21 +635,24 @@ def build_server(
         n: TailNArg = 20,
         before: BeforeArg = None,
     ) -> dict[str, Any]:
-        """The newest n turns of a session, oldest first (a window never opens on a tool
-        result whose call it cut off). To read further back, call again with
-        before=next_before; next_before is null when the session holds nothing older."""
+        """The newest n turns of a session, oldest first; this newest page never opens on
+        a tool result whose call it left out. To read further back, call again with
+        before=next_before: the turns with turn_seq in [next_before - n, next_before),
+        exactly; next_before is null when the session holds nothing older."""
         who, store = scope_of(ctx)
         info = await owned(store, who, session_id)
         if before is None:
             turns = await _guarded(store.tail(info.session_id, n=n))
+            # an empty page (the newest turn a result of an older call) pages back from the head
+            edge = turns[0].turn_seq if turns else info.turn_count
         else:
             start = max(info.first_turn_seq, before - n)
             turns = await _guarded(_collect(store, info.session_id, start, before))
-        older = bool(turns) and turns[0].turn_seq > info.first_turn_seq
+            edge = start
         return {
             "session_id": str(info.session_id),
             "turns": [turn_json(t) for t in turns],
-            "next_before": turns[0].turn_seq if older else None,
+            "next_before": edge if edge > info.first_turn_seq else None,
         }
 
     async def list_sessions(

@@ -227,6 +227,18 @@ def http_server(dsn: str, *args: str, env: dict[str, str] | None = None) -> Iter
 # ---------------------------------------------------------------- the data
 
 
+TOOL_PAIR = [
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "order", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "shipped"},
+]
+
+
 def seed(store: shardstore.Store) -> dict[str, Any]:
     """Sessions and facts of two tenants that look alike (same subjects, keys, words)."""
     ids: dict[str, Any] = {}
@@ -245,7 +257,9 @@ def seed(store: shardstore.Store) -> dict[str, Any]:
         store.append_turn(second, {"role": "user", "content": f"{tenant} invoice question"})
         store.remember(tenant, "user:1", "plan", f"{tenant}-gold", source=(first, 0))
         store.remember(tenant, "user:1", "city", "Lyon", source=None)
-        ids[tenant] = {"first": str(first), "second": str(second)}
+        tools = store.create_session(tenant, subject_id="user:3")
+        store.append_turns(tools, [{"role": "user", "content": "order status?"}, *TOOL_PAIR])
+        ids[tenant] = {"first": str(first), "second": str(second), "tools": str(tools)}
     return ids
 
 
@@ -345,6 +359,18 @@ def test_tail_pages_back_to_the_first_turn(acme: McpClient, ids: dict[str, Any])
     }
 
 
+def test_tail_never_opens_on_a_cut_off_tool_result(acme: McpClient, ids: dict[str, Any]) -> None:
+    """The newest turn alone is a tool result: the page is empty and pages back from the
+    head; the page before is the exact range, call and result together."""
+    sid = ids["acme"]["tools"]
+    newest = acme.ok("tail", session_id=sid, n=1)
+    assert newest["turns"] == [] and newest["next_before"] == 3
+    older = acme.ok("tail", session_id=sid, n=2, before=3)
+    assert [t["message"] for t in older["turns"]] == TOOL_PAIR
+    assert older["next_before"] == 1
+    assert [t["turn_seq"] for t in acme.ok("tail", session_id=sid, n=5)["turns"]] == [0, 1, 2]
+
+
 def test_get_context_keeps_the_budget(acme: McpClient, ids: dict[str, Any]) -> None:
     sid = ids["acme"]["first"]
     whole = acme.ok("get_context", session_id=sid, max_tokens=10_000)
@@ -356,12 +382,13 @@ def test_get_context_keeps_the_budget(acme: McpClient, ids: dict[str, Any]) -> N
 
 
 def test_list_sessions_pages(acme: McpClient, ids: dict[str, Any]) -> None:
-    first = acme.ok("list_sessions", limit=1)
-    assert len(first["sessions"]) == 1 and first["next"] is not None
-    rest = acme.ok("list_sessions", limit=1, cursor=first["next"])
-    listed = [s["session_id"] for s in first["sessions"] + rest["sessions"]]
-    assert rest["next"] is None
-    assert sorted(listed) == sorted(ids["acme"].values())
+    page = acme.ok("list_sessions", limit=2)
+    listed = [s["session_id"] for s in page["sessions"]]
+    while page["next"] is not None:
+        page = acme.ok("list_sessions", limit=2, cursor=page["next"])
+        listed += [s["session_id"] for s in page["sessions"]]
+    assert len(listed) == len(set(listed)) == 3
+    assert set(listed) == set(ids["acme"].values())
     only = acme.ok("list_sessions", subject="user:2")["sessions"]
     assert [s["session_id"] for s in only] == [ids["acme"]["second"]]
     assert only[0]["turns"] == 1 and only[0]["subject_id"] == "user:2"
@@ -472,6 +499,8 @@ HOSTILE: list[tuple[str, dict[str, Any], str]] = [
     ("search_history", {"query": "x", "since": "yesterday"}, "since"),
     ("search_history", {"query": "x", "since": "2026-01-01T00:00:00"}, "timezone"),
     ("search_history", {"query": "x", "since": 1700000000}, "since"),
+    ("search_history", {"query": "x", "since": "0001-01-01T00:00:00+14:00"}, "since"),
+    ("recall_facts", {"subject": "u", "as_of": "9999-12-31T23:59:59-14:00"}, "as_of"),
     ("search_history", {"query": "x", "session_id": "not-a-uuid"}, "session_id"),
     ("search_history", {"query": "x\x00y"}, "NUL"),
     ("tail", {"session_id": SID, "n": -1}, "n"),
@@ -551,6 +580,18 @@ def test_nesting_deeper_than_json_rpc_takes_is_a_parse_error(
             status, answer = post(http_url, raw, auth)
             assert status == 400 and answer["error"]["code"] == -32700, answer
             assert "Traceback" not in json.dumps(answer)
+    assert fingerprint(mcp_dsn) == before
+    # a lone surrogate, which the real client cannot encode either: the SDK's parser
+    # refuses it as it refuses too deep a nesting
+    for name, arguments in (
+        ("search_history", {"query": "@"}),
+        ("recall_facts", {"subject": "@"}),
+        ("list_sessions", {"subject": "@"}),
+        ("tail", {"session_id": "@"}),
+    ):
+        raw = json.dumps(tool_call(name, arguments)).replace('"@"', '"x\\ud800y"')
+        status, answer = post(http_url, raw, auth)
+        assert status == 400 and answer["error"]["code"] == -32700, answer
     assert fingerprint(mcp_dsn) == before
     call = tool_call("tail", {"session_id": ids["acme"]["first"], "n": 1})
     status, answer = post(http_url, call, auth)
