@@ -699,6 +699,15 @@ def test_the_command_refuses_what_it_cannot_serve_safely(
     assert says in err and "Traceback" not in err
 
 
+def test_the_server_migrates_nothing_and_says_so(
+    empty_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--dsn", empty_dsn, "mcp", "--tenant", "acme"]) == 2
+    assert "run 'shardstore init'" in capsys.readouterr().err
+    with psycopg.connect(empty_dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace('shardstore')").fetchone() == (None,)
+
+
 def test_tokens_with_a_tenant_or_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
