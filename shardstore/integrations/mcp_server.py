@@ -405,9 +405,9 @@ class TenantStores:
 
 @dataclass(frozen=True)
 class TokenTable:
-    """Bearer tokens and the tenant each one acts as, from lines ``TOKEN TENANT`` (a file
-    given with ``--tokens``, or ``$SHARDSTORE_MCP_TOKENS``, where entries may also be
-    separated by commas). Blank lines and ``#`` comments are skipped. A token is 16 to 512
+    """Bearer tokens and the tenant each one acts as, from entries ``TOKEN TENANT`` one a
+    line or separated by commas (a file given with ``--tokens``, or
+    ``$SHARDSTORE_MCP_TOKENS``). Blank lines and ``#`` comments are skipped. A token is 16 to 512
     URL-safe characters (``A-Z a-z 0-9 . _ ~ + / = -``); a token listed twice, a malformed
     line or an empty table is a :class:`~shardstore.errors.ConfigurationError`, never a
     server that lets in fewer (or more) callers than meant. Only the tokens' SHA-256
@@ -482,18 +482,21 @@ class BearerTenants:
     """ASGI middleware in front of the MCP endpoint: an HTTP request whose bearer token is
     in the :class:`TokenTable` goes on with its tenant in the scope
     (:data:`TENANT_SCOPE_KEY`, which the tools read); any other gets ``401`` and reaches
-    nothing behind. Lifespan events pass through."""
+    nothing behind; a WebSocket handshake is refused. Lifespan events pass through."""
 
     def __init__(self, app: Any, tokens: TokenTable) -> None:
         self.app = app
         self.tokens = tokens
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] == "websocket":  # MCP has no WebSocket transport: refuse the handshake
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
         tenant = self.tokens.tenant_for(_bearer(scope))
-        if tenant is None or scope["type"] != "http":
+        if tenant is None:
             await _unauthorized(send)
             return
         await self.app({**scope, TENANT_SCOPE_KEY: tenant}, receive, send)
