@@ -87,7 +87,8 @@ def register(commands: Commands) -> None:
     p.add_argument(
         "--writable",
         action="store_true",
-        help="also offer append_turn (by default the server only reads history)",
+        help="also offer append_turn (without it the model reads history and keeps facts, "
+        "but adds no turn)",
     )
     p.add_argument(
         "--http",
