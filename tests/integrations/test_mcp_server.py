@@ -759,6 +759,7 @@ def test_a_token_table_maps_tokens_to_tenants() -> None:
 # ---------------------------------------------------------------- the docs
 
 
+@pytest.mark.slow  # two interpreters start: the example's and its server's
 def test_the_docs_example_runs(mcp_dsn: str, ids: dict[str, Any], tmp_path: Path) -> None:
     """docs/integrations/mcp.md's example, as written (at most 10 lines), against the
     module's database: the installed ``shardstore`` command, the real client."""

@@ -88,6 +88,7 @@ def _round(client: McpClient, tenant: str, ids: dict[str, Any], n: int) -> None:
     assert {f["key"]: f["value"] for f in facts}["plan"] == f"{tenant}-gold"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_two_tenants_through_the_pooler_stay_apart(
     pgbouncer: Pooler, dsn: str, shared_role: str
