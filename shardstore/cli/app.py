@@ -159,6 +159,7 @@ COMMAND_MODULES = (
     "distribute",
     "text_search",
     "metrics",
+    "mcp",
 )
 
 

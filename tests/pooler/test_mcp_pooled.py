@@ -1,0 +1,131 @@
+"""``shardstore mcp`` behind a real PgBouncer in transaction mode (tests/pgbouncer.py): one
+HTTP server serving two tenants by bearer token, through one shared role bound to no
+tenant, Row-Level Security on, and server connections left with another tenant's session
+setting by a client in between. Each tenant still reads and writes only its own rows: the
+tenant stores bind per transaction (docs/pooling.md)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import shardstore
+from shardstore.schema import rls
+from tests.integrations.test_mcp_server import (
+    TOKENS,
+    McpClient,
+    connected,
+    http_opener,
+    http_server,
+    seed,
+)
+from tests.pgbouncer import POOL_SIZE, Pooler
+
+ROUNDS = 6  # per tenant thread, each round five tool calls
+# one poisoner at a time: two, each holding some of the pool's server connections in a
+# transaction while it waits for the rest, would wait for each other for ever
+POISONING = threading.Lock()
+
+
+@pytest.fixture
+def shared_role(pgbouncer: Pooler, dsn: str) -> Iterator[str]:
+    """One LOGIN role for both tenants, bound to none, with the tenant grants; RLS on."""
+    role = f"ss_mcp_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        rls.grant_tenant_role(admin, role)
+        rls.enable_rls(admin)
+    pgbouncer.allow(role)
+    try:
+        yield role
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            rls.disable_rls(admin)
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')
+
+
+def _poison(pooled: str, tenant: str) -> None:
+    """Leave a session-level tenant setting on every server connection of the pool."""
+    with POISONING:
+        _poison_all(pooled, tenant)
+
+
+def _poison_all(pooled: str, tenant: str) -> None:
+    conns = [psycopg.connect(pooled, autocommit=True) for _ in range(POOL_SIZE)]
+    try:
+        for conn in conns:
+            conn.execute("BEGIN")  # holds its server connection, so each gets another
+            conn.execute("SELECT set_config('shardstore.tenant_id', %s, false)", (tenant,))
+        for conn in conns:
+            conn.execute("COMMIT")
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def _round(client: McpClient, tenant: str, ids: dict[str, Any], n: int) -> None:
+    other = "globex" if tenant == "acme" else "acme"
+    listed = client.ok("list_sessions")["sessions"]
+    assert {s["session_id"] for s in listed} == set(ids[tenant].values())
+    hits = client.ok("search_history", query="blue kettle refund")["hits"]
+    assert {h["session_id"] for h in hits} == {ids[tenant]["first"]}
+    assert other not in json.dumps(hits)
+    assert "does not exist" in client.error("tail", session_id=ids[other]["first"])
+    client.ok("remember_fact", subject="user:1", key=f"round-{n}", value=tenant)
+    facts = client.ok("recall_facts", subject="user:1", limit=100)["facts"]
+    assert {f["value"] for f in facts if f["key"].startswith("round-")} == {tenant}
+    assert {f["key"]: f["value"] for f in facts}["plan"] == f"{tenant}-gold"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_two_tenants_through_the_pooler_stay_apart(
+    pgbouncer: Pooler, dsn: str, shared_role: str
+) -> None:
+    with shardstore.connect(dsn) as owner:
+        ids = seed(owner)
+    pooled = pgbouncer.dsn(dsn, user=shared_role)
+    # the tokens from the environment this time (the other module reads a file)
+    tokens = ", ".join(f"{token} {tenant}" for tenant, token in TOKENS.items())
+    failures: list[BaseException] = []
+    with (
+        http_server(pooled, env={"SHARDSTORE_MCP_TOKENS": tokens}) as url,
+        connected(http_opener(url, TOKENS["acme"])) as acme,
+        connected(http_opener(url, TOKENS["globex"])) as globex,
+    ):
+        _poison(pooled, "globex")
+
+        def work(client: McpClient, tenant: str) -> None:
+            try:
+                for n in range(ROUNDS):
+                    _round(client, tenant, ids, n)
+                    _poison(pooled, "globex" if tenant == "acme" else "acme")
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [
+            threading.Thread(target=work, args=(acme, "acme")),
+            threading.Thread(target=work, args=(globex, "globex")),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not failures, failures[0]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        written = admin.execute(
+            "SELECT tenant_id, value #>> '{}', count(*) FROM shardstore.facts "
+            "WHERE key LIKE 'round-%' GROUP BY 1, 2 ORDER BY 1"
+        ).fetchall()
+    assert written == [("acme", "acme", ROUNDS), ("globex", "globex", ROUNDS)]
