@@ -774,9 +774,7 @@ def _expanded(store: StoreState, turns: list[Turn], expand: bool) -> Op[list[Tur
     return (yield from offload.expand_op(store, turns))
 
 
-def _opened(
-    store: StoreState, sid: uuid.UUID, turns: list[Turn], expand: bool
-) -> Op[list[Turn]]:
+def _opened(store: StoreState, sid: uuid.UUID, turns: list[Turn], expand: bool) -> Op[list[Turn]]:
     """Stored turns of session ``sid`` as a read returns them: opened (a store with
     ``encryption=``), then expanded when ``expand``."""
     turns = yield from enc_turns.open_turns_op(store.ctx.sealer, sid, turns)

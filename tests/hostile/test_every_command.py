@@ -64,11 +64,15 @@ EXCLUDED = {
     "demo": "writes thousands of synthetic turns and loads (or downloads) an embedding model",
     "server start": "starts the user's embedded Postgres",
     "server stop": "stops the user's embedded Postgres",
+    "mcp": "serves until its client closes stdin or it is interrupted;"
+    " tests/integrations/test_mcp_server.py sends it hostile arguments through the real MCP client",
 }
 # options never given a hostile value, with why (the command is still walked without them)
 EXCLUDED_OPTIONS = {
     ("maintain", "archive_command"): "runs its value as a shell command",
     ("summarize", "command"): "runs its value as a shell command (kept a harmless echo)",
+    ("metrics", "serve"): "serves until interrupted (tests/integrations/test_metrics.py"
+    " gives it bad addresses)",
 }
 GLOBAL = ("dsn", "json", "connect_timeout")
 # the embedding model of embed and reembed: shipped with the test dependencies, so that it
@@ -159,6 +163,7 @@ def valid_args(w: Cli) -> dict[str, dict[str, Any]]:
         },
         "init": {},
         "maintain": {"dry_run": True},
+        "metrics": {},
         "purge before": {"time": "2001-01-01", "dry_run": True, "yes": True},
         "purge range": {"session_id": sid, "before_turn": "1", "dry_run": True},
         "purge session": {"session_id": sid, "dry_run": True},

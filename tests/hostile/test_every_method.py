@@ -229,7 +229,13 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "embed": dict(limit=None, batch_size=16, progress=False, session_id=None),
         "expand": dict(turns=w.turns),
         "export_sessions": dict(
-            session_ids=[sid], tenant_id=None, subject_id=None, out=io.StringIO(), progress=False
+            session_ids=[sid],
+            tenant_id=None,
+            subject_id=None,
+            out=io.StringIO(),
+            progress=False,
+            no_artifact_bytes=False,
+            report=None,
         ),
         "fact_history": dict(tenant_id=tenant, subject="u", key="k"),
         "flush": dict(session_id=sid),
@@ -241,7 +247,13 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "get_run": dict(run_id=w.run_id),
         "history": dict(session_id=sid, from_seq=0, to_seq=None, expand=False),
         "import_jsonl": dict(
-            source=w.jsonl(), on_existing="refuse", batch_size=500, progress=False
+            source=w.jsonl(),
+            on_existing="refuse",
+            batch_size=500,
+            progress=False,
+            remap_ids=False,
+            import_id=None,
+            on_error="raise",
         ),
         "import_langgraph": dict(
             source_dsn=w.dsn,
