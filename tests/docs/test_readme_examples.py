@@ -35,6 +35,7 @@ DOC_PAGES = tuple(
         "fork",
         "integrations",
         "importers",
+        "portability",
         "artifacts",
     )
 )
