@@ -251,33 +251,62 @@ def _json_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
+def _call_text(name: Any, arguments: Any) -> str:
+    return f"{name if isinstance(name, str) else ''}({_json_text(arguments)})"
+
+
+def _part_text(part: dict[str, Any], parts: list[str]) -> None:
+    """Text of one part or block of a content list, in each format the adapters store."""
+    kind = part.get("type")
+    if isinstance(part.get("text"), str):  # OpenAI, Anthropic, LlamaIndex, ADK, Agent Framework
+        parts.append(part["text"])
+    elif kind == "tool_use":  # Anthropic
+        parts.append(_call_text(part.get("name"), part.get("input", "")))
+    elif kind == "tool_result":
+        _content_parts(part.get("content"), parts)
+    elif isinstance(part.get("thinking"), str):
+        parts.append(part["thinking"])
+    elif isinstance(part.get("function_call"), dict):  # Google ADK (google.genai parts)
+        call = part["function_call"]
+        parts.append(_call_text(call.get("name"), call.get("args", "")))
+    elif isinstance(part.get("function_response"), dict):
+        reply = part["function_response"]
+        parts.append(_call_text(reply.get("name"), reply.get("response", "")))
+    elif kind == "function_call":  # Microsoft Agent Framework contents
+        parts.append(_call_text(part.get("name"), part.get("arguments", "")))
+    elif kind == "function_result":
+        _content_parts(part.get("result"), parts)
+    elif "part_kind" in part:  # Pydantic AI parts: prompts, text, tool calls and returns
+        if "args" in part:
+            parts.append(_call_text(part.get("tool_name"), part["args"]))
+        else:
+            _content_parts(part.get("content"), parts)
+
+
 def _content_parts(content: Any, parts: list[str]) -> None:
-    """Text of a content value: a string, or a list of parts / blocks (OpenAI text parts,
+    """Text of a content value: a string, a list of parts / blocks (OpenAI text parts,
     Responses ``input_text`` / ``output_text`` / ``summary_text``, Anthropic ``text``,
-    ``thinking``, ``tool_use`` and ``tool_result`` blocks)."""
+    ``thinking``, ``tool_use`` and ``tool_result`` blocks, and the parts of the formats in
+    :func:`_part_text`), or a Google ``Content`` (a dict of ``parts``)."""
     if isinstance(content, str):
         parts.append(content)
     elif isinstance(content, list):
         for part in content:
             if isinstance(part, str):
                 parts.append(part)
-            elif not isinstance(part, dict):
-                continue
-            elif isinstance(part.get("text"), str):
-                parts.append(part["text"])
-            elif part.get("type") == "tool_use":
-                parts.append(f"{part.get('name', '')}({_json_text(part.get('input', ''))})")
-            elif part.get("type") == "tool_result":
-                _content_parts(part.get("content"), parts)
-            elif isinstance(part.get("thinking"), str):
-                parts.append(part["thinking"])
+            elif isinstance(part, dict):
+                _part_text(part, parts)
+    elif isinstance(content, dict) and isinstance(content.get("parts"), list):
+        _content_parts(content["parts"], parts)
     elif content is not None:
         parts.append(_json_text(content))
 
 
 def message_text(message: dict[str, Any]) -> str:
     """The searchable text of a message: its role (or, for a Responses / LangChain item
-    without one, its ``type``), text content (string or text parts and blocks), a tool's
+    without one, its ``type``), text content (string or text parts and blocks, also
+    Pydantic AI ``parts``, LlamaIndex ``blocks``, Agent Framework ``contents`` and a Google
+    ADK event's ``content``), a tool's
     name and the tool calls it makes, a call item's name and arguments, a call output's
     output, a reasoning item's summary. Other fields are metadata, not meaning."""
     data = message.get("data")
@@ -296,6 +325,10 @@ def message_text(message: dict[str, Any]) -> str:
     head_word = str(role) if role is not None else str(message.get("type", ""))
     parts: list[str] = []
     _content_parts(message.get("content"), parts)
+    # Pydantic AI's parts, LlamaIndex's blocks, Microsoft Agent Framework's contents
+    for key in ("parts", "blocks", "contents"):
+        if isinstance(message.get(key), list):
+            _content_parts(message[key], parts)
     for call in message.get("tool_calls") or ():
         if isinstance(call, dict):
             inner_fn = call.get("function")
