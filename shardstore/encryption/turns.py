@@ -20,7 +20,7 @@ from ..core.sql import query
 from ..core.steps import Op, Q
 from ..errors import DecryptionFailed, SessionNotFound, SessionPurged
 from ..models import Turn, new_turn
-from .envelope import Sealer, is_sealed
+from .envelope import MARK, Sealer, is_sealed, refuse_sealed
 from .keystore import DataKey, Scope
 
 TURN = "turn"
@@ -122,9 +122,15 @@ def lineage_op(session_id: uuid.UUID) -> Op[Lineage]:
 def open_turns_op(
     sealer: Sealer | None, session_id: uuid.UUID, turns: list[Turn]
 ) -> Op[list[Turn]]:
-    """The turns with their messages opened (unchanged without a sealer); one statement
-    more only when a turn was sealed by another session."""
-    if sealer is None or not turns:
+    """The turns with their messages opened; one statement more only when a turn was sealed
+    by another session. Without a sealer (a store connected without ``encryption=``) the
+    turns are returned as they are, but a sealed one is refused (``EncryptionRequired``)."""
+    if sealer is None:
+        for t in turns:
+            if type(t.message) is dict and MARK in t.message:
+                refuse_sealed(t.message, f"turn {t.turn_seq} of session {session_id}")
+        return turns
+    if not turns:
         return turns
     lineage = None
     if needs_lineage(session_id, [t.message for t in turns]):

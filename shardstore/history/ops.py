@@ -742,8 +742,6 @@ def before_window_op(
     if not rows:
         return None
     message: dict[str, Any] = jsoncodec.loads(rows[0]["message"])
-    if sealer is None:
-        return message
     before = new_turn(turns[0].turn_seq - 1, message, 0, _EPOCH, 0, None)
     (opened,) = yield from enc_turns.open_turns_op(sealer, sid, [before])
     return opened.message
@@ -774,9 +772,7 @@ def _expanded(store: StoreState, turns: list[Turn], expand: bool) -> Op[list[Tur
     return (yield from offload.expand_op(store, turns))
 
 
-def _opened(
-    store: StoreState, sid: uuid.UUID, turns: list[Turn], expand: bool
-) -> Op[list[Turn]]:
+def _opened(store: StoreState, sid: uuid.UUID, turns: list[Turn], expand: bool) -> Op[list[Turn]]:
     """Stored turns of session ``sid`` as a read returns them: opened (a store with
     ``encryption=``), then expanded when ``expand``."""
     turns = yield from enc_turns.open_turns_op(store.ctx.sealer, sid, turns)
