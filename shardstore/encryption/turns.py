@@ -4,9 +4,10 @@ opening the turns every read path returns.
 The server assigns ``turn_seq``, and a turn's ciphertext is bound to it. A sealed append
 therefore reads the session's head (tenant, subject, next ``turn_seq``, which of the batch's
 idempotency keys it knows) inside the transaction of the append, seals each new turn for the
-seq it will get, appends, and checks that every stored turn got the seq it was sealed for;
-a concurrent append that moved the head in between rolls the whole attempt back (nothing
-sealed for a wrong position is ever committed) and the attempt is repeated.
+seq it will get, appends, and checks that every stored turn got the seq it was sealed for.
+The head statement locks the session row as the append does, so no concurrent append or
+rewind moves the head in between; should the check fail all the same, the whole attempt is
+rolled back (nothing sealed for a wrong position is ever committed) and repeated.
 """
 
 from __future__ import annotations

@@ -61,6 +61,8 @@ def test_tenants_read_only_their_own_and_no_key_is_in_the_database(
         store = rls.connect_tenant(conn, encryption=keys)
         try:
             assert store.tail(sids["acme"])[0].message["content"] == f"{MARKER} acme 0"
+            store.append_turn(sids["acme"], {"role": "user", "content": f"{MARKER} by acme"})
+            assert store.tail(sids["acme"], n=1)[0].message["content"] == f"{MARKER} by acme"
             assert store.restore(sids["acme"]).checkpoint.state == {"plan": f"{MARKER} acme"}
             assert store.recall("acme", "acme-person")[0].value == f"{MARKER} acme"
             for read in (
