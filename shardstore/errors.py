@@ -156,6 +156,13 @@ class KeyShredded(DecryptionFailed):
     encrypted under it is unreadable for good, in this database and in every copy of it."""
 
 
+class EncryptionRequired(DecryptionFailed, ConfigurationError):
+    """A store connected without ``encryption=`` read a value that was stored encrypted
+    (by a store connected with ``encryption=``): it is refused, never returned sealed.
+    Connect with ``encryption=`` and the key store that holds its data key
+    (``shardstore.connect(dsn, encryption=LocalKeyProvider(path))``)."""
+
+
 class PlaintextRefused(DecryptionFailed):
     """A store connected with ``encryption=`` found a plaintext value where a ciphertext
     belongs (written without encryption, or injected); it is refused, never returned."""

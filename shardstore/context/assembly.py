@@ -370,7 +370,7 @@ def context(
     before = None
     if window and window[0].turn_seq > 0 and may_follow_reasoning(window[0].message):
         before = None if read["before"] is None else jsoncodec.loads(read["before"])
-        if before is not None and sealer is not None:
+        if before is not None:
             prior = new_turn(window[0].turn_seq - 1, before, 0, window[0].created_at, 0, None)
             (opened,) = yield from enc_turns.open_turns_op(sealer, sid, [prior])
             before = opened.message

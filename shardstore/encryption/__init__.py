@@ -52,7 +52,7 @@ class LocalKeyProvider(KeyStore):
         key_file: str | os.PathLike[str] | None = None,
         key_env: str = DEFAULT_KEY_ENV,
     ) -> None:
-        if not isinstance(path, str | os.PathLike) or not str(path):
+        if not isinstance(path, str | os.PathLike) or not str(path) or "\x00" in str(path):
             raise ConfigurationError("LocalKeyProvider(path): path must be a non-empty path")
         if key_file is not None and (
             not isinstance(key_file, str | os.PathLike) or not str(key_file)

@@ -21,7 +21,7 @@ import json
 import secrets
 from typing import Any
 
-from ..errors import DecryptionFailed, PlaintextRefused
+from ..errors import DecryptionFailed, EncryptionRequired, PlaintextRefused
 from .keystore import DataKey, KeyStore
 from .provider import aead
 
@@ -39,9 +39,35 @@ def associated_data(kind: str, tenant: str, origin: str, position: str) -> bytes
     return bytes(out)
 
 
+# the fields a sealed value may have: the mark, the key id, the ciphertext, the writing
+# session of a turn ("o") and the rewind epoch a turn was sealed in ("e")
+_SEALED_FIELDS = frozenset({MARK, "k", "c", "o", "e"})
+
+
 def is_sealed(value: Any) -> bool:
-    """Whether ``value`` has the shape of a sealed value (not whether it is genuine)."""
-    return type(value) is dict and value.get(MARK) == VERSION
+    """Whether ``value`` has the shape of a sealed value (not whether it is genuine): the
+    mark, a key id, a ciphertext and no field a sealed value does not have (so that a
+    caller's message that happens to carry an ``ss_enc`` field is not taken for one)."""
+    return (
+        type(value) is dict
+        and value.get(MARK) == VERSION
+        and "k" in value
+        and "c" in value
+        and _SEALED_FIELDS.issuperset(value)
+    )
+
+
+def refuse_sealed(value: Any, what: str) -> None:
+    """For a store connected without ``encryption=``: :class:`EncryptionRequired` when
+    ``value`` is sealed, so that a sealed value is never returned as if it were the data."""
+    if is_sealed(value):
+        raise EncryptionRequired(
+            f"{what} is stored encrypted; connect with encryption= and the key store holding "
+            "its data key (shardstore.connect(dsn, encryption=LocalKeyProvider(path))) to "
+            "read it",
+            cli=f"{what} is stored encrypted; the command line cannot read encrypted values "
+            "yet (use the Python API with connect(encryption=...))",
+        )
 
 
 class Sealer:

@@ -106,14 +106,14 @@ class KeyStore:
     def __init__(self, path: str | os.PathLike[str], provider: KeyProvider) -> None:
         if not isinstance(provider, KeyProvider):
             raise ConfigurationError("provider must implement shardstore.encryption.KeyProvider")
-        if not isinstance(path, str | os.PathLike) or not str(path):
+        if not isinstance(path, str | os.PathLike) or not str(path) or "\x00" in str(path):
             raise ConfigurationError("the key store path must be a non-empty path")
         self.path = Path(path)
         self.provider = provider
         self._keys_dir = self.path / "keys"
         try:
             self._keys_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ConfigurationError(f"cannot open the key store at {self.path}: {exc}") from None
         self._lock = threading.Lock()
         self._by_kid: dict[str, tuple[tuple[int, int], DataKey]] = {}
@@ -142,6 +142,8 @@ class KeyStore:
                 raw = handle.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise DecryptionFailed(f"the key file {file} cannot be read: {exc}") from None
         if not raw.strip(b"\x00"):
             return None
         try:
@@ -159,6 +161,8 @@ class KeyStore:
             wrapped = base64.b64decode(doc["wrapped"], validate=True)
         except (KeyError, TypeError, ValueError, binascii.Error, InvalidInput):
             raise DecryptionFailed(f"the key file {file} is malformed") from None
+        if type(kid) is not str:
+            raise DecryptionFailed(f"the key file {file} is malformed")
         if file.name != f"{scope.file_stem}.key" or not kid.startswith(scope.file_stem + "."):
             raise DecryptionFailed(f"the key file {file} holds the key of another scope")
         key = self.provider.unwrap(wrapped, _wrap_context(kid, scope))

@@ -21,6 +21,7 @@ from ..errors import ConfigurationError, DecryptionFailed, MissingDependency
 KEK_BYTES = 32
 NONCE_BYTES = 12
 DEFAULT_KEY_ENV = "SHARDSTORE_KEK"
+MAX_KEK_FILE_BYTES = 4096
 
 
 @runtime_checkable
@@ -93,24 +94,31 @@ class LocalKek:
     def from_file(cls, path: str | os.PathLike[str], *, create: bool = False) -> LocalKek:
         """The KEK in ``path``; with ``create``, a new random one written there (mode 0600,
         created exclusively, so two processes never write two keys) when the file is absent."""
+        if not isinstance(path, str | os.PathLike) or not str(path) or "\x00" in str(path):
+            raise ConfigurationError("the key-encryption key file must be a non-empty path")
         file = Path(path)
-        if create and not file.exists():
-            file.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass
-            else:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(base64.b64encode(secrets.token_bytes(KEK_BYTES)) + b"\n")
-                    out.flush()
-                    os.fsync(out.fileno())
         try:
-            raw = file.read_bytes()
-        except OSError as exc:
+            if create and not file.exists():
+                file.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                except FileExistsError:
+                    pass
+                else:
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(base64.b64encode(secrets.token_bytes(KEK_BYTES)) + b"\n")
+                        out.flush()
+                        os.fsync(out.fileno())
+            with open(file, "rb") as handle:
+                # a key is 32 bytes, at most 44 characters of base64 or 64 hex digits with
+                # whitespace: a large file is not a key, and is not read whole
+                raw = handle.read(MAX_KEK_FILE_BYTES + 1)
+        except (OSError, ValueError) as exc:
             raise ConfigurationError(
                 f"cannot read the key-encryption key file {file}: {exc}"
             ) from None
+        if len(raw) > MAX_KEK_FILE_BYTES:
+            raise ConfigurationError(f"{file} is not a key-encryption key (too large)")
         return cls(parse_kek(raw, str(file)))
 
     @classmethod
@@ -119,6 +127,8 @@ class LocalKek:
         value = os.environ.get(name)
         if value is None:
             return None
+        if len(value) > MAX_KEK_FILE_BYTES:
+            raise ConfigurationError(f"${name} is not a key-encryption key (too long)")
         return cls(parse_kek(value.encode("utf-8", "surrogateescape"), f"${name}"))
 
     def wrap(self, data_key: bytes, context: bytes) -> bytes:

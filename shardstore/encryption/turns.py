@@ -4,9 +4,10 @@ opening the turns every read path returns.
 The server assigns ``turn_seq``, and a turn's ciphertext is bound to it. A sealed append
 therefore reads the session's head (tenant, subject, next ``turn_seq``, which of the batch's
 idempotency keys it knows) inside the transaction of the append, seals each new turn for the
-seq it will get, appends, and checks that every stored turn got the seq it was sealed for;
-a concurrent append that moved the head in between rolls the whole attempt back (nothing
-sealed for a wrong position is ever committed) and the attempt is repeated.
+seq it will get, appends, and checks that every stored turn got the seq it was sealed for.
+The head statement locks the session row as the append does, so no concurrent append or
+rewind moves the head in between; should the check fail all the same, the whole attempt is
+rolled back (nothing sealed for a wrong position is ever committed) and repeated.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..core.sql import query
 from ..core.steps import Op, Q
 from ..errors import DecryptionFailed, SessionNotFound, SessionPurged
 from ..models import Turn, new_turn
-from .envelope import Sealer, is_sealed
+from .envelope import MARK, Sealer, is_sealed, refuse_sealed
 from .keystore import DataKey, Scope
 
 TURN = "turn"
@@ -122,9 +123,15 @@ def lineage_op(session_id: uuid.UUID) -> Op[Lineage]:
 def open_turns_op(
     sealer: Sealer | None, session_id: uuid.UUID, turns: list[Turn]
 ) -> Op[list[Turn]]:
-    """The turns with their messages opened (unchanged without a sealer); one statement
-    more only when a turn was sealed by another session."""
-    if sealer is None or not turns:
+    """The turns with their messages opened; one statement more only when a turn was sealed
+    by another session. Without a sealer (a store connected without ``encryption=``) the
+    turns are returned as they are, but a sealed one is refused (``EncryptionRequired``)."""
+    if sealer is None:
+        for t in turns:
+            if type(t.message) is dict and MARK in t.message:
+                refuse_sealed(t.message, f"turn {t.turn_seq} of session {session_id}")
+        return turns
+    if not turns:
         return turns
     lineage = None
     if needs_lineage(session_id, [t.message for t in turns]):

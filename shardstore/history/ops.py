@@ -742,8 +742,6 @@ def before_window_op(
     if not rows:
         return None
     message: dict[str, Any] = jsoncodec.loads(rows[0]["message"])
-    if sealer is None:
-        return message
     before = new_turn(turns[0].turn_seq - 1, message, 0, _EPOCH, 0, None)
     (opened,) = yield from enc_turns.open_turns_op(sealer, sid, [before])
     return opened.message

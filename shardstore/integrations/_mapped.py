@@ -4,8 +4,10 @@ session, its four operations (read, append, pop, clear) and how they run on a
 
 The operations are written once, as step-protocol operations composed of the stores' own
 (``append_turns``, ``history``, ``rewind``) and named statements, and run through the
-store's executor: the same code under both stores. A sync store runs them in a worker
-thread when a framework calls from asyncio.
+store's executor: the same code under both stores. Every read opens what it returns as the
+store's own reads do (a store connected with ``encryption=``: sealed turns are opened, or
+refused with a typed error; without it: a sealed turn is refused, never returned sealed).
+A sync store runs them in a worker thread when a framework calls from asyncio.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..aio import AsyncStore
 from ..core import validate
 from ..core.sql import query
 from ..core.steps import Op, Q, Tx, collect
+from ..encryption.turns import open_turns_op
 from ..errors import ConfigurationError, Conflict, InvalidInput, SessionConflict, SessionPurged
 from ..history.ops import (
     append_turns,
@@ -122,6 +125,7 @@ class MappedSession:
             turns: list[Turn] = yield from collect(history(self.store, self.session_id))
             return [t.message for t in turns]
         newest = yield from window_op(self.session_id, limit, None)
+        newest = yield from open_turns_op(self.store.ctx.sealer, self.session_id, newest)
         return [t.message for t in newest]
 
     def window_op(self, n: int) -> Op[list[dict[str, Any]]]:
@@ -157,7 +161,8 @@ class MappedSession:
         if not window:
             yield Tx.COMMIT
             return None
-        newest = window[0]
+        # opened before the rewind: an item that cannot be read is not removed either
+        (newest,) = yield from open_turns_op(self.store.ctx.sealer, self.session_id, window)
         removed = yield from rewind_ops.rewind(self.store, self.session_id, newest.turn_seq)
         if removed != 1:  # pragma: no cover - the lock rules it out
             raise Conflict(f"the newest turn of session {self.session_id} moved; retry")

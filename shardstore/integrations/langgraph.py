@@ -43,7 +43,14 @@ from typing import Any
 from ..core import jsoncodec, validate
 from ..core.sql import query
 from ..core.steps import Op, Q, Tx, collect
-from ..errors import Conflict, InvalidInput, MissingDependency, SessionNotFound, SessionPurged
+from ..errors import (
+    ConfigurationError,
+    Conflict,
+    InvalidInput,
+    MissingDependency,
+    SessionNotFound,
+    SessionPurged,
+)
 from ..history import ops as history_ops
 from ..lifecycle import purge as purge_ops
 from ..state import fork as fork_ops
@@ -267,6 +274,14 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         if not isinstance(store, Store | AsyncStore):
             raise InvalidInput(
                 f"store must be a shardstore.Store or AsyncStore, not {type(store).__name__}"
+            )
+        if store.ctx.sealer is not None:
+            # its puts write turns, checkpoint blobs and pending writes through its own
+            # statements, which would store them in plaintext beside sealed turns
+            raise ConfigurationError(
+                "ShardstoreSaver does not work with encryption at rest yet: give it a store "
+                "connected without encryption=, or keep the graph's history with the session "
+                "adapters (langchain, openai_agents), which encrypt"
             )
         self.store = store
         self.tenant_id = _text(tenant_id, "tenant_id")

@@ -22,6 +22,7 @@ binding, for a direct connection only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +36,7 @@ from ..core.connector import AsyncConnector, Connector, TenantConnection
 from ..core.executor import translate
 from ..core.sql import query
 from ..core.steps import Op, Q
+from ..encryption import KeyStore, sealer_for
 from ..errors import ConfigurationError, InvalidInput
 from ..history.ops import configure_op
 from ..history.tokens import TokenCounter, make_counter
@@ -170,6 +172,7 @@ def connect_tenant(
     *,
     tenant: str | None = None,
     tokenizer: TokenCounter | str | None = None,
+    encryption: KeyStore | None = None,
     **settings: Any,
 ) -> Store:
     """A store that sees and writes only one tenant's sessions, for a role without DDL
@@ -188,11 +191,15 @@ def connect_tenant(
     Unlike ``shardstore.connect`` it runs no migration and creates no partition (a tenant
     role may do neither; the owner migrates, ``shardstore maintain`` premakes): it checks
     that the schema is current and reads the partitioning. The tenant is fixed when the
-    store is made."""
+    store is made. ``encryption``: as for :func:`shardstore.connect` (the tenant's sealed
+    values are opened with the key store's data keys; a ciphertext of another tenant, were
+    one copied into this tenant's rows, fails with ``DecryptionFailed``)."""
     bound = _bound_tenant(tenant)
+    sealer = sealer_for(encryption)
     config = Settings.from_kwargs(settings)
     connector = Connector(source, config)
     store = Store(connector, config, make_counter(tokenizer))
+    store.ctx = dataclasses.replace(store.ctx, sealer=sealer)
     try:
         record_partitioning(store, *store._run(_tenant_setup_op(connector, bound, config)))
     except BaseException:
@@ -206,14 +213,17 @@ async def connect_tenant_async(
     *,
     tenant: str | None = None,
     tokenizer: TokenCounter | str | None = None,
+    encryption: KeyStore | None = None,
     **settings: Any,
 ) -> AsyncStore:
     """asyncio version of :func:`connect_tenant` (a DSN, an ``AsyncConnectionPool`` or an
     ``AsyncConnection``), returning an :class:`~shardstore.AsyncStore`; the same rules."""
     bound = _bound_tenant(tenant)
+    sealer = sealer_for(encryption)
     config = Settings.from_kwargs(settings)
     connector = await AsyncConnector.create(source, config)
     store = AsyncStore(connector, config, make_counter(tokenizer))
+    store.ctx = dataclasses.replace(store.ctx, sealer=sealer)
     try:
         record_partitioning(store, *(await store._run(_tenant_setup_op(connector, bound, config))))
     except BaseException:

@@ -30,7 +30,7 @@ from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q, Tx, collect
 from ..encryption import turns as enc_turns
-from ..encryption.envelope import Sealer
+from ..encryption.envelope import Sealer, is_sealed, refuse_sealed
 from ..errors import CheckpointNotFound, InvalidInput, SessionNotFound, SessionPurged
 from ..history import ops as history_ops
 from ..history.pairing import explain_tail
@@ -91,9 +91,12 @@ def _sealed_kind(part: str) -> str:
 def _opened(sealer: Sealer | None, row: Mapping[str, Any], part: str, sid: uuid.UUID) -> Any:
     """A checkpoint column as stored, opened by the store's sealer (None stays None)."""
     value = _loads(row[part])
-    if sealer is None or value is None:
+    if value is None or (sealer is None and not is_sealed(value)):
         return value
     where = f"the {part} of checkpoint {row['checkpoint_id']} of session {sid}"
+    if sealer is None:
+        refuse_sealed(value, where)  # raises: the value is sealed
+    assert sealer is not None
     text = sealer.open(value, _sealed_kind(part), str(sid), str(row["checkpoint_id"]), where)
     return jsoncodec.loads(text)
 

@@ -36,7 +36,7 @@ from ..core.rows import record
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q, Tx
-from ..encryption.envelope import Sealer
+from ..encryption.envelope import Sealer, is_sealed, refuse_sealed
 from ..encryption.keystore import Scope
 from ..errors import InvalidInput, SessionNotFound, SessionPurged
 
@@ -78,10 +78,13 @@ def _fact_position(fact_id: Any, key: str) -> str:
 
 def _fact(row: Mapping[str, Any], sealer: Sealer | None = None, **values: Any) -> Fact:
     value = jsoncodec.loads(row["value"])
-    if sealer is not None:
+    if sealer is not None or is_sealed(value):
         subject = values.get("subject", row.get("subject"))
         key = values.get("key", row.get("key"))
         where = f"the value of fact {key!r} of subject {subject!r} ({row['fact_id']})"
+        if sealer is None:
+            refuse_sealed(value, where)  # raises: the value is sealed
+        assert sealer is not None
         text = sealer.open(
             value, _SEALED_KIND, str(subject), _fact_position(row["fact_id"], str(key)), where
         )

@@ -41,12 +41,16 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
 
 -- name: sealed_append_head
 -- what an encrypted append seals its turns for (shardstore/encryption/turns.py): the session's
--- owners, the seq its next turn gets and which of the batch's idempotency keys it knows
+-- owners, the seq its next turn gets and which of the batch's idempotency keys it knows. The
+-- row is locked as the append locks it (FOR NO KEY UPDATE: folds and text passes, which hold
+-- FOR KEY SHARE, go on), so no other append or rewind moves the head before this
+-- transaction's append: optimistic re-reads starved under four concurrent writers.
 SELECT s.tenant_id, s.subject_id, s.next_turn_seq, s.purged_at IS NOT NULL AS purged,
        ARRAY(SELECT k.idempotency_key FROM shardstore.turn_keys k
               WHERE k.session_id = s.session_id AND k.idempotency_key = ANY(%(keys)s::text[]))
          AS known
-  FROM shardstore.sessions s WHERE s.session_id = %(sid)s;
+  FROM shardstore.sessions s WHERE s.session_id = %(sid)s
+   FOR NO KEY UPDATE OF s;
 
 -- name: sealed_origins
 -- the sessions whose sealed turns a session may read (shardstore/encryption/turns.py), each with
