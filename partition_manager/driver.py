@@ -142,15 +142,25 @@ def _prologue(source: Any) -> tuple[Q | None, bool]:
     return first, bool(getattr(source, "prologue_in_block", False))
 
 
-class _SyncIO:
-    """Steps on sync psycopg connections; coroutines that never suspend."""
+_S = TypeVar("_S")
+_C = TypeVar("_C")
 
-    def __init__(self, source: Source[psycopg.Connection[Any]]) -> None:
+
+class _Held(Generic[_S, _C]):
+    """What a driver holds: its source, the connection it acquired (None until a step needs
+    one), the open transaction blocks, the source's prologue, and whether the open block
+    has run that prologue."""
+
+    def __init__(self, source: _S) -> None:
         self.source = source
-        self.conn: psycopg.Connection[Any] | None = None
+        self.conn: _C | None = None
         self.stack: list[Any] = []
         self.prologue, self.prologue_in_block = _prologue(source)
-        self.primed = False  # the open transaction block has run the prologue
+        self.primed = False
+
+
+class _SyncIO(_Held[Source[psycopg.Connection[Any]], psycopg.Connection[Any]]):
+    """Steps on sync psycopg connections; coroutines that never suspend."""
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self.conn is None:
@@ -229,15 +239,8 @@ class _SyncIO:
             self.source.release(conn)
 
 
-class _AsyncIO:
+class _AsyncIO(_Held[AsyncSource[psycopg.AsyncConnection[Any]], psycopg.AsyncConnection[Any]]):
     """Steps on asyncio psycopg connections."""
-
-    def __init__(self, source: AsyncSource[psycopg.AsyncConnection[Any]]) -> None:
-        self.source = source
-        self.conn: psycopg.AsyncConnection[Any] | None = None
-        self.stack: list[Any] = []
-        self.prologue, self.prologue_in_block = _prologue(source)
-        self.primed = False  # as _SyncIO.primed
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self.conn is None:

@@ -171,16 +171,24 @@ def choice(value: Any, what: str, options: Sequence[str]) -> str:
     return value
 
 
-def uuid_value(value: Any, what: str) -> uuid.UUID:
-    """An id as a UUID (a UUID or its string form): run ids and the like."""
+def parsed_uuid(value: Any) -> uuid.UUID | None:
+    """A UUID or its string form as a UUID; None for anything else (never raises)."""
     if isinstance(value, uuid.UUID):
         return value
     if isinstance(value, str):
         try:
             return uuid.UUID(value)
         except ValueError:
-            pass
-    raise InvalidInput(f"{what} must be a UUID (or its string form), not {shown(value)}")
+            return None
+    return None
+
+
+def uuid_value(value: Any, what: str) -> uuid.UUID:
+    """An id as a UUID (a UUID or its string form): run ids and the like."""
+    parsed = parsed_uuid(value)
+    if parsed is None:
+        raise InvalidInput(f"{what} must be a UUID (or its string form), not {shown(value)}")
+    return parsed
 
 
 def fraction(value: Any, what: str) -> float:

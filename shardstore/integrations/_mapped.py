@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
@@ -205,6 +206,65 @@ class MappedSession:
         (stored or not) before the cancellation propagates, so it never stops knowing
         whether it happened."""
         return await finish_despite_cancel(self.arun(op))
+
+
+class MappedSessions:
+    """The :class:`MappedSession` of each framework session id that one adapter instance
+    serves, all in one store and tenant and written with the same owners. The newest
+    ``keep`` are kept (each knows its owner check: a kept one costs no statement)."""
+
+    def __init__(
+        self,
+        framework: str,
+        adapter: str,
+        store: Store | AsyncStore,
+        tenant_id: str,
+        subject_id: str | None,
+        agent_id: str | None,
+        keep: int = 1024,
+    ) -> None:
+        self._made = (framework, adapter, store, tenant_id, subject_id, agent_id)
+        self._keep = keep
+        self._sessions: OrderedDict[str, MappedSession] = OrderedDict()
+
+    def get(self, external_id: Any) -> MappedSession:
+        """The mapped session of ``external_id`` (checked as :class:`MappedSession`
+        checks it)."""
+        known = self._sessions.get(external_id) if isinstance(external_id, str) else None
+        if known is not None:
+            self._sessions.move_to_end(external_id)
+            return known
+        framework, adapter, store, tenant_id, subject_id, agent_id = self._made
+        mapped = MappedSession(
+            framework, adapter, store, external_id, tenant_id, subject_id, agent_id
+        )
+        self._sessions[external_id] = mapped
+        if len(self._sessions) > self._keep:
+            self._sessions.popitem(last=False)
+        return mapped
+
+
+def create_session_row_op(
+    session_id: uuid.UUID,
+    tenant_id: str,
+    subject_id: str | None,
+    agent_id: str | None,
+    metadata_json: str,
+    purged: str,
+) -> Op[bool]:
+    """Create the session row (inside the caller's transaction); False where a row with
+    that id exists already, ``SessionPurged(purged)`` where that one was purged."""
+    row = yield Q(
+        query("session_create"),
+        (session_id, tenant_id, subject_id, agent_id, metadata_json),
+        fetch="one",
+    )
+    if row is not None:
+        return True
+    owners = yield Q(query("session_owners"), (session_id,), fetch="one", named=True)
+    if owners is not None and owners["purged"]:
+        raise SessionPurged(purged)
+    return False
 
 
 async def finish_despite_cancel(awaitable: Awaitable[T]) -> T:

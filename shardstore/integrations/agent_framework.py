@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..errors import CheckpointNotFound, InvalidInput, MissingDependency, SessionPurged
+from ..errors import CheckpointNotFound, InvalidInput, MissingDependency
 
 try:
     from agent_framework import HistoryProvider, Message
@@ -49,7 +48,13 @@ from ..history.pairing import trim_tail
 from ..lifecycle import purge as purge_ops
 from ..state import checkpoints as checkpoint_ops
 from ..store import Store
-from ._mapped import MappedSession, check_store, finish_despite_cancel
+from ._mapped import (
+    MappedSession,
+    MappedSessions,
+    check_store,
+    create_session_row_op,
+    finish_despite_cancel,
+)
 from .ids import EXTERNAL_ID_KEY, FRAMEWORK_KEY, external_metadata, external_session_id
 
 FRAMEWORK = "agent-framework"
@@ -120,7 +125,15 @@ class ShardstoreHistoryProvider(HistoryProvider):
         self.max_messages = (
             None if max_messages is None else validate.count(max_messages, "max_messages", low=1)
         )
-        self._sessions: OrderedDict[str, MappedSession] = OrderedDict()
+        self._sessions = MappedSessions(
+            FRAMEWORK,
+            "ShardstoreHistoryProvider",
+            self.store,
+            self.tenant_id,
+            self.subject_id,
+            self.agent_id,
+            keep=_SESSIONS_CACHED,
+        )
 
     def _mapped(self, session_id: Any) -> MappedSession:
         if session_id is None:
@@ -128,23 +141,7 @@ class ShardstoreHistoryProvider(HistoryProvider):
                 "ShardstoreHistoryProvider needs the agent session's id (run the agent with "
                 "a session: agent.create_session())"
             )
-        mapped = self._sessions.get(session_id) if isinstance(session_id, str) else None
-        if mapped is None:
-            mapped = MappedSession(
-                FRAMEWORK,
-                "ShardstoreHistoryProvider",
-                self.store,
-                session_id,
-                self.tenant_id,
-                self.subject_id,
-                self.agent_id,
-            )
-            self._sessions[session_id] = mapped
-            if len(self._sessions) > _SESSIONS_CACHED:
-                self._sessions.popitem(last=False)
-        else:
-            self._sessions.move_to_end(session_id)
-        return mapped
+        return self._sessions.get(session_id)
 
     def shardstore_session_id(self, session_id: str) -> uuid.UUID:
         """The shardstore session holding the agent session ``session_id``."""
@@ -261,17 +258,14 @@ class ShardstoreCheckpointStorage:
 
         def op() -> Op[None]:
             yield Tx.BEGIN
-            row = yield Q(
-                query("session_create"),
-                (sid, self.tenant_id, None, workflow, meta_text),
-                fetch="one",
+            yield from create_session_row_op(
+                sid,
+                self.tenant_id,
+                None,
+                workflow,
+                meta_text,
+                purged=f"workflow checkpoint {cid!r} was deleted; its id cannot be saved again",
             )
-            if row is None:
-                owners = yield Q(query("session_owners"), (sid,), fetch="one", named=True)
-                if owners is not None and owners["purged"]:
-                    raise SessionPurged(
-                        f"workflow checkpoint {cid!r} was deleted; its id cannot be saved again"
-                    )
             yield from checkpoint_ops.checkpoint(self.store, sid, state)
             yield Tx.COMMIT
 

@@ -67,7 +67,7 @@ from ..models import Turn
 from ..state import checkpoints as checkpoint_ops
 from ..state import facts as fact_ops
 from ..store import Store
-from ._mapped import check_store, finish_despite_cancel
+from ._mapped import check_store, create_session_row_op, finish_despite_cancel
 from .ids import FRAMEWORK_KEY, external_metadata, external_session_id
 
 FRAMEWORK = "google-adk"
@@ -263,17 +263,15 @@ class ShardstoreSessionService(BaseSessionService):
 
         def op() -> Op[Session]:
             yield Tx.BEGIN
-            row = yield Q(
-                query("session_create"),
-                (sid, self.tenant_id, user_id, app_name, meta_text),
-                fetch="one",
+            created = yield from create_session_row_op(
+                sid,
+                self.tenant_id,
+                user_id,
+                app_name,
+                meta_text,
+                purged=f"ADK session {ext!r} was deleted; its id cannot be used again",
             )
-            if row is None:
-                owners = yield Q(query("session_owners"), (sid,), fetch="one", named=True)
-                if owners is not None and owners["purged"]:
-                    raise SessionPurged(
-                        f"ADK session {ext!r} was deleted; its id cannot be used again"
-                    )
+            if not created:
                 raise AdkSessionExists(f"Session with id {ext} already exists.")
             if deltas["session"]:
                 yield from checkpoint_ops.checkpoint(

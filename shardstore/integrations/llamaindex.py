@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import math
 import uuid
-from collections import OrderedDict
 from typing import Any, TypeVar
 
 from ..errors import (
@@ -45,7 +44,7 @@ from ..history.ops import append_turns, history, window_op
 from ..history.ops import sessions as sessions_op
 from ..models import Turn
 from ..store import Store
-from ._mapped import MappedSession, check_store
+from ._mapped import MappedSession, MappedSessions, check_store
 from .ids import EXTERNAL_ID_KEY, FRAMEWORK_KEY
 
 FRAMEWORK = "llamaindex"
@@ -177,7 +176,7 @@ class ShardstoreChatStore(BaseChatStore):
     max_messages: int | None = None
 
     _store: Store | AsyncStore = PrivateAttr()
-    _sessions: OrderedDict[str, MappedSession] = PrivateAttr(default_factory=OrderedDict)
+    _sessions: MappedSessions = PrivateAttr()
     _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
 
     def __init__(
@@ -197,6 +196,15 @@ class ShardstoreChatStore(BaseChatStore):
             max_messages=validate.optional_count(max_messages, "max_messages"),
         )
         self._store = checked
+        self._sessions = MappedSessions(
+            FRAMEWORK,
+            "ShardstoreChatStore",
+            checked,
+            self.tenant_id,
+            self.subject_id,
+            self.agent_id,
+            keep=_KNOWN_KEYS,
+        )
         self._note_loop()
 
     def _note_loop(self) -> None:
@@ -220,23 +228,7 @@ class ShardstoreChatStore(BaseChatStore):
         return self._session(key).session_id
 
     def _session(self, key: Any) -> MappedSession:
-        known = self._sessions.get(key) if isinstance(key, str) else None
-        if known is not None:
-            self._sessions.move_to_end(key)
-            return known
-        mapped = MappedSession(
-            FRAMEWORK,
-            "ShardstoreChatStore",
-            self._store,
-            key,
-            self.tenant_id,
-            self.subject_id,
-            self.agent_id,
-        )
-        self._sessions[key] = mapped
-        if len(self._sessions) > _KNOWN_KEYS:
-            self._sessions.popitem(last=False)
-        return mapped
+        return self._sessions.get(key)
 
     # ------------------------------------------------------------ operations
 

@@ -55,6 +55,7 @@ from ..core.sql import query
 from ..core.steps import Op, Q
 from ..errors import ConfigurationError, InvalidInput, MissingDependency
 from ..settings import Settings
+from ._otel import global_provider_set, import_api
 
 __all__ = [
     "OPERATOR_GRANTS",
@@ -103,12 +104,7 @@ _api: Any = None  # opentelemetry.metrics._internal once imported; False: not in
 def _metrics_internal() -> Any:
     global _api
     if _api is None:
-        try:
-            from opentelemetry.metrics import _internal
-        except ImportError:
-            _api = False
-        else:
-            _api = _internal
+        _api = import_api("opentelemetry.metrics", "_internal")
     return _api
 
 
@@ -125,13 +121,8 @@ def recording() -> bool:
     or set globally (and is not the no-op one)."""
     if _provider is not None:
         return True
-    internal = _api if _api is not None else _metrics_internal()
-    if internal is False:
-        return False
-    provider = getattr(internal, "_METER_PROVIDER", None)
-    if provider is None:
-        return False
-    return not isinstance(provider, internal.NoOpMeterProvider)
+    api = _api if _api is not None else _metrics_internal()
+    return global_provider_set(api, "_METER_PROVIDER", "NoOpMeterProvider")
 
 
 def _meter_provider() -> Any:
@@ -225,15 +216,7 @@ def _tenant_op(session: uuid.UUID) -> Op[str | None]:
 
 
 def _session(arguments: dict[str, Any] | None) -> uuid.UUID | None:
-    value = None if arguments is None else arguments.get("session_id")
-    if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            return None
-    return None
+    return None if arguments is None else validate.parsed_uuid(arguments.get("session_id"))
 
 
 class _Call:
@@ -262,8 +245,8 @@ class _Call:
         except Exception:  # telemetry never fails a store call
             log.exception("shardstore metrics: recording a failed call")
 
-    def _record(self, result: Any) -> tuple[uuid.UUID, int, int] | None:
-        """Record the duration; for an append, what it stored: (session, turns, bytes)."""
+    def _record(self, store: Any, result: Any) -> _Appended | None:
+        """Record the duration; for an append, what it stored."""
         elapsed = time.perf_counter() - self.started
         _call_instruments().duration.record(elapsed, self._attributes())
         if self.method == "create_session" and isinstance(result, uuid.UUID):
@@ -288,56 +271,67 @@ class _Call:
             size += len(encode_message(message).encode("utf-8", "surrogatepass"))
         if not turns:
             return None
-        return session, turns, size
-
-    def _count(self, tenant: str, turns: int, size: int) -> None:
-        instruments = _call_instruments()
-        attrs = {"shardstore.tenant_id": tenant}
-        instruments.turns.add(turns, attrs)
-        instruments.bytes.add(size, attrs)
+        return _Appended(session, turns, size, _known_tenant(store, session))
 
     def done(self, store: Any, result: Any) -> None:
         """Record a call that returned ``result`` (sync store)."""
         try:
-            appended = self._record(result)
-            if appended is None:
-                return
-            session, turns, size = appended
-            tenant = _known_tenant(store, session)
-            if tenant is None:
-                tenant = _lookup(lambda: store._run(_tenant_op(session)), session)
-            self._count(tenant, turns, size)
+            appended = self._record(store, result)
+            if appended is not None:
+                appended.count(appended.tenant or _look_up_tenant(store, appended.session))
         except Exception:
             log.exception("shardstore metrics: recording a call")
 
     async def adone(self, store: Any, result: Any) -> None:
         """Record a call that returned ``result`` (asyncio store)."""
         try:
-            appended = self._record(result)
-            if appended is None:
-                return
-            session, turns, size = appended
-            tenant = _known_tenant(store, session)
-            if tenant is None:
-                try:
-                    found = await store._run(_tenant_op(session))
-                except Exception:
-                    found = None
-                tenant = found or UNKNOWN_TENANT
-                _remember_tenant(session, tenant)
-            self._count(tenant, turns, size)
+            appended = self._record(store, result)
+            if appended is not None:
+                tenant = appended.tenant or await _alook_up_tenant(store, appended.session)
+                appended.count(tenant)
         except Exception:
             log.exception("shardstore metrics: recording a call")
 
 
-def _lookup(run: Callable[[], Any], session: uuid.UUID) -> str:
+@dataclass(frozen=True, slots=True)
+class _Appended:
+    """What an append stored: its session, turns and bytes, and the session's tenant where
+    it is known without a statement."""
+
+    session: uuid.UUID
+    turns: int
+    size: int
+    tenant: str | None
+
+    def count(self, tenant: str) -> None:
+        instruments = _call_instruments()
+        attrs = {"shardstore.tenant_id": tenant}
+        instruments.turns.add(self.turns, attrs)
+        instruments.bytes.add(self.size, attrs)
+
+
+def _look_up_tenant(store: Any, session: uuid.UUID) -> str:
     try:
-        found = run()
+        found = store._run(_tenant_op(session))
     except Exception:  # a role that may not read sessions: counted, as unknown
         found = None
-    tenant = found or UNKNOWN_TENANT
+    return _found_tenant(session, found)
+
+
+async def _alook_up_tenant(store: Any, session: uuid.UUID) -> str:
+    try:
+        found = await store._run(_tenant_op(session))
+    except Exception:  # as in _look_up_tenant
+        found = None
+    return _found_tenant(session, found)
+
+
+def _found_tenant(session: uuid.UUID, found: Any) -> str:
+    """The tenant a look-up found (``unknown`` where it found none or failed), remembered
+    for the session."""
+    tenant = str(found or UNKNOWN_TENANT)
     _remember_tenant(session, tenant)
-    return str(tenant)
+    return tenant
 
 
 def start_call(

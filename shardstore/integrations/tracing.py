@@ -45,11 +45,12 @@ import functools
 import inspect
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from typing import Any, Final
 
 from . import metrics
+from ._otel import global_provider_set, import_api
 
 DB_SYSTEM = "postgresql"
 
@@ -155,36 +156,24 @@ _api: Any = None  # the opentelemetry.trace module once imported; False: not ins
 _provider: Any = None
 
 
-def _trace() -> Any:
-    global _api
-    if _api is None:
-        try:
-            from opentelemetry import trace
-        except ImportError:
-            _api = False
-        else:
-            _api = trace
-    return _api
-
-
 def use_provider(provider: Any) -> None:
     """Trace shardstore with this TracerProvider (None: the global one again)."""
     global _provider
     _provider = provider
 
 
+def _trace() -> Any:
+    global _api
+    if _api is None:
+        _api = import_api("opentelemetry", "trace")
+    return _api
+
+
 def _tracing() -> bool:
     if _provider is not None:
         return True
-    trace = _api if _api is not None else _trace()
-    if trace is False:
-        return False
-    # the global provider as set_tracer_provider() stored it: get_tracer_provider() reads
-    # the environment on every call while none is set (~7 us measured, per store call)
-    provider = getattr(trace, "_TRACER_PROVIDER", None)
-    if provider is None:
-        return False
-    return not isinstance(provider, trace.NoOpTracerProvider)
+    api = _api if _api is not None else _trace()
+    return global_provider_set(api, "_TRACER_PROVIDER", "NoOpTracerProvider")
 
 
 def active() -> bool:
@@ -320,15 +309,30 @@ def _failed(span: Any, call: Any, exc: BaseException) -> None:
         call.failed(error_type(exc))
 
 
-def run(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-    """``store._run(build(store, ...))`` in a span, its duration (and appends) recorded."""
+@contextmanager
+def _measured(
+    store: Any, build: Callable[..., Any], args: Any, kwargs: Any
+) -> Iterator[tuple[Any, Any]]:
+    """The span (or None) and the metrics call (or None) of one store call, around its
+    body: a failure is recorded on both and raised again; a stream its caller stops early
+    (GeneratorExit) is recorded as done, not as failed."""
     context, call = _open(build, args, kwargs)
     with context as span:
         try:
-            result = store._run(build(store, *args, **kwargs))
+            yield span, call
+        except GeneratorExit:
+            if call is not None:
+                call.done(store, None)
+            raise
         except BaseException as exc:
             _failed(span, call, exc)
             raise
+
+
+def run(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """``store._run(build(store, ...))`` in a span, its duration (and appends) recorded."""
+    with _measured(store, build, args, kwargs) as (span, call):
+        result = store._run(build(store, *args, **kwargs))
         if span is not None:
             _result_attributes(span, build.__name__, result)
         if call is not None:
@@ -338,13 +342,8 @@ def run(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Any:
 
 async def arun(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     """The asyncio flavour of :func:`run`."""
-    context, call = _open(build, args, kwargs)
-    with context as span:
-        try:
-            result = await store._run(build(store, *args, **kwargs))
-        except BaseException as exc:
-            _failed(span, call, exc)
-            raise
+    with _measured(store, build, args, kwargs) as (span, call):
+        result = await store._run(build(store, *args, **kwargs))
         if span is not None:
             _result_attributes(span, build.__name__, result)
         if call is not None:
@@ -354,22 +353,13 @@ async def arun(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) ->
 
 def stream(store: Any, build: Callable[..., Any], args: Any, kwargs: Any) -> Iterator[Any]:
     """A streaming method's items, the whole iteration in one span (and one duration)."""
-    context, call = _open(build, args, kwargs)
-    with context as span:
+    with _measured(store, build, args, kwargs) as (span, call):
         count = tokens = 0
-        try:
-            for item in store._stream(build(store, *args, **kwargs)):
-                count += 1
-                size = getattr(item, "tokens", 0)
-                tokens += size if isinstance(size, int) else 0
-                yield item
-        except GeneratorExit:  # the caller stopped early: not a failure
-            if call is not None:
-                call.done(store, None)
-            raise
-        except BaseException as exc:
-            _failed(span, call, exc)
-            raise
+        for item in store._stream(build(store, *args, **kwargs)):
+            count += 1
+            size = getattr(item, "tokens", 0)
+            tokens += size if isinstance(size, int) else 0
+            yield item
         if span is not None:
             span.set_attribute("shardstore.items", count)
             span.set_attribute("shardstore.tokens", tokens)
@@ -381,20 +371,11 @@ async def astream(
     store: Any, build: Callable[..., Any], args: Any, kwargs: Any
 ) -> AsyncIterator[Any]:
     """The asyncio flavour of :func:`stream`."""
-    context, call = _open(build, args, kwargs)
-    with context as span:
+    with _measured(store, build, args, kwargs) as (span, call):
         count = 0
-        try:
-            async for item in store._stream(build(store, *args, **kwargs)):
-                count += 1
-                yield item
-        except GeneratorExit:  # the caller stopped early: not a failure
-            if call is not None:
-                call.done(store, None)
-            raise
-        except BaseException as exc:
-            _failed(span, call, exc)
-            raise
+        async for item in store._stream(build(store, *args, **kwargs)):
+            count += 1
+            yield item
         if span is not None:
             span.set_attribute("shardstore.items", count)
         if call is not None:

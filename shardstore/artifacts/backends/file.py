@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import unquote, urlparse
 
+from ...core.durable import fsync_dir
 from ...errors import ConfigurationError
 
 _STAGING = ".staging"
@@ -37,14 +38,6 @@ class FileStaging:
             os.fsync(self.handle.fileno())
             self.handle.close()
             self.handle = None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -92,7 +85,7 @@ class FileBackend:
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
         os.link(staging.path, tmp)
         os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
 
     def verify(self, key: str, sha256: str, size: int) -> bool:
         """Read the object back and hash it."""
