@@ -22,8 +22,9 @@ from typing import Any
 import psycopg
 
 import shardstore
-from benchmarks.lib.corpus import CORPUS_CHOICES, corpus_sources, encode, messages
+from benchmarks.lib.corpus import CORPUS_CHOICES, CORPUS_LABELS, corpus_sources, encode, messages
 from benchmarks.lib.server import create_database, drop_database, lsn, lsn_diff, open_server
+from benchmarks.lib.stats import spread
 
 PARTS = [f"shardstore.turn_text_h{i:02d}_tsv_idx" for i in range(16)]
 
@@ -55,6 +56,27 @@ VARIANTS: dict[str, list[str]] = {
         CHUNK_GIN,
     ],
     "no per-turn rows, GIN per chunk": [TEXT_OFF, CHUNK_LEXEMES, CHUNK_GIN],
+    "GIN built once after the appends": ["DROP INDEX shardstore.turn_text_tsv"],
+    # a server setting, not the store's: compresses full-page images (floor's too)
+    "wal_compression = pglz": [
+        "ALTER SYSTEM SET wal_compression = pglz",
+        "SELECT pg_reload_conf()",
+    ],
+}
+
+#: what a variant builds after the appends and the flush, its WAL counted apart (an index
+#: built once over sealed data instead of kept up to date turn by turn)
+VARIANT_BUILD: dict[str, list[str]] = {
+    "GIN built once after the appends": [
+        f"CREATE INDEX {p.split('.')[1]} ON shardstore.turn_text_h{i:02d} USING gin (tsv)"
+        " WITH (gin_pending_list_limit = 256)"
+        for i, p in enumerate(PARTS)
+    ],
+}
+
+#: server settings a variant changed, put back after it
+VARIANT_UNDO: dict[str, list[str]] = {
+    "wal_compression = pglz": ["ALTER SYSTEM RESET wal_compression", "SELECT pg_reload_conf()"],
 }
 
 GROUPS = (
@@ -137,6 +159,11 @@ def run_one(
             store.flush(sid)
             c = lsn(admin)
             admin.execute("CHECKPOINT")
+            c2 = lsn(admin)
+            for stmt in VARIANT_BUILD.get(variant, []):
+                admin.execute(stmt)
+            wal_build = lsn_diff(admin, c2, lsn(admin))
+            admin.execute("CHECKPOINT")
             d = lsn(admin)
             fsid = uuid.uuid4()
             flat = []
@@ -153,6 +180,7 @@ def run_one(
                 "payload": payload,
                 "wal_appends": lsn_diff(admin, a, b),
                 "wal_flush": lsn_diff(admin, b, c),
+                "wal_build": wal_build,
                 "wal_floor": lsn_diff(admin, d, e),
                 "p50_ms": statistics.median(lat) / 1e6,
                 "floor_p50_ms": statistics.median(flat) / 1e6,
@@ -164,7 +192,37 @@ def run_one(
             res["disk"] = {g: after.get(g, 0) - empty.get(g, 0) for g in after}
         return res
     finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as server:
+            for stmt in VARIANT_UNDO.get(variant, []):
+                server.execute(stmt)
         drop_database(admin_dsn, db)
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    """Per corpus and variant: medians [min–max] over rounds; ratios to the floor pair by
+    pair within a run (the floor in the same database, right after)."""
+    lines = [
+        "| corpus | variant | rounds | WAL / payload byte | WAL / the INSERT's | disk / payload"
+        " byte | disk / the INSERT's | append p50 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    keys: list[tuple[str, str]] = []
+    for r in results:
+        if (r["corpus"], r["variant"]) not in keys:
+            keys.append((r["corpus"], r["variant"]))
+    for corpus, variant in keys:
+        rs = [r for r in results if r["corpus"] == corpus and r["variant"] == variant]
+        wal = [(r["wal_appends"] + r.get("wal_build", 0)) / r["payload"] for r in rs]
+        wal_ratio = [(r["wal_appends"] + r.get("wal_build", 0)) / r["wal_floor"] for r in rs]
+        disk = [sum(n for g, n in r["disk"].items() if g != "floor") / r["payload"] for r in rs]
+        disk_ratio = [d * r["payload"] / r["disk"]["floor"] for d, r in zip(disk, rs, strict=True)]
+        p50 = [r["p50_ms"] for r in rs]
+        lines.append(
+            f"| {CORPUS_LABELS.get(corpus, corpus)} | {variant} | {len(rs)} | {spread(wal, 2)} |"
+            f" {spread(wal_ratio, 2)} | {spread(disk, 3)} | {spread(disk_ratio, 2)} |"
+            f" {spread(p50, 3)} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="rounds over every variant")
     p.add_argument("--dsn")
     p.add_argument("--json")
+    p.add_argument("--render", help="print the table of a --json file of an earlier run")
     args = p.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            print(render(json.load(f)), end="")
+        return 0
     results = []
     with open_server(args.dsn) as srv:
         corpora = {s: messages(s, args.turns, 7) for s in corpus_sources(args.corpus)}
@@ -195,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 ss = sum(n for g, n in disk.items() if g != "floor") / pay
                 print(
                     f"{source:9} {v:30} WAL/B {r['wal_appends'] / pay:5.2f} "
-                    f"(+flush {r['wal_flush'] / pay:4.2f}) floor {r['wal_floor'] / pay:4.2f} "
+                    f"(+flush {r['wal_flush'] / pay:4.2f}, +build {r['wal_build'] / pay:4.2f}) "
+                    f"floor {r['wal_floor'] / pay:4.2f} "
                     f"ratio {r['wal_appends'] / r['wal_floor']:5.2f} | disk/B {ss:5.3f} "
                     f"floor {fl:5.3f} ratio {ss / fl:4.2f} | p50 {r['p50_ms']:.3f} "
                     f"floor {r['floor_p50_ms']:.3f}",
