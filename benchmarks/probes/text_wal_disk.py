@@ -57,6 +57,16 @@ VARIANTS: dict[str, list[str]] = {
     ],
     "no per-turn rows, GIN per chunk": [TEXT_OFF, CHUNK_LEXEMES, CHUNK_GIN],
     "GIN built once after the appends": ["DROP INDEX shardstore.turn_text_tsv"],
+    # the buffer's messages compressed in their row (pglz on the append), not moved to TOAST
+    "turn_buffer compressed inline": [
+        "ALTER TABLE shardstore.turn_buffer ALTER COLUMN message SET STORAGE MAIN",
+        "ALTER TABLE shardstore.turn_buffer SET (toast_tuple_target = 128)",
+    ],
+    "turn_buffer compressed inline, text off": [
+        "ALTER TABLE shardstore.turn_buffer ALTER COLUMN message SET STORAGE MAIN",
+        "ALTER TABLE shardstore.turn_buffer SET (toast_tuple_target = 128)",
+        TEXT_OFF,
+    ],
     # a server setting, not the store's: compresses full-page images (floor's too)
     "wal_compression = pglz": [
         "ALTER SYSTEM SET wal_compression = pglz",
