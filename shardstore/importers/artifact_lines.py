@@ -51,6 +51,7 @@ PART = 512 * 1024
 PAGE = 200
 SPOOL = 8 << 20  # bytes of an artifact an import holds in memory before spilling to disk
 REF_OWNERS = ("turn", "checkpoint", "trajectory")  # the session-scoped reference kinds
+LOOSE_OWNERS = ("trajectory", "business_output")  # references that may name no session
 
 
 def _iso(at: datetime | None) -> str | None:
@@ -69,6 +70,7 @@ class Written:
         self.seen: set[tuple[str, uuid.UUID]] = set()
         self.artifacts = 0
         self.refs = 0
+        self.links = 0
         self.bytes = 0
 
 
@@ -128,29 +130,85 @@ def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any, dumps: Any)
     return parts
 
 
+def _artifact_rows_op(
+    store: StoreState, rows: Any, written: Written, write: Any, dumps: Any
+) -> Op[None]:
+    """The ``artifact`` lines (and parts) of the rows this export has not written yet."""
+    for row in rows:
+        key = (row["tenant_id"], row["artifact_id"])
+        if key in written.seen:
+            continue
+        written.seen.add(key)
+        line = artifact_line(row, written.with_bytes)
+        yield Call(write, ([dumps(line) + "\n"],))
+        if written.with_bytes:
+            parts = yield from _parts_op(store, row, write, dumps)
+            assert parts == line["parts"], (parts, line["parts"])
+            written.bytes += int(row["size_bytes"])
+        written.artifacts += 1
+
+
 def export_artifacts_op(
     store: StoreState, sid: uuid.UUID, written: Written, write: Any, dumps: Any
 ) -> Op[None]:
     """The ``artifact`` lines (and parts) of the ready artifacts the session references
-    that this export has not written yet, a page at a time, in the caller's snapshot."""
-    after = uuid.UUID(int=0)
+    or is linked to that this export has not written yet, a page at a time, in the
+    caller's snapshot."""
+    params: dict[str, Any] = {"sid": sid, "after": uuid.UUID(int=0), "limit": PAGE}
     while True:
-        rows = yield Q(query("export_session_artifacts"), (sid, after, PAGE), named=True)
-        for row in rows:
-            key = (row["tenant_id"], row["artifact_id"])
-            if key in written.seen:
-                continue
-            written.seen.add(key)
-            line = artifact_line(row, written.with_bytes)
-            yield Call(write, ([dumps(line) + "\n"],))
-            if written.with_bytes:
-                parts = yield from _parts_op(store, row, write, dumps)
-                assert parts == line["parts"], (parts, line["parts"])
-                written.bytes += int(row["size_bytes"])
-            written.artifacts += 1
+        rows = yield Q(query("export_session_artifacts"), params, named=True)
+        yield from _artifact_rows_op(store, rows, written, write, dumps)
         if len(rows) < PAGE:
             break
-        after = rows[-1]["artifact_id"]
+        params["after"] = rows[-1]["artifact_id"]
+
+
+def export_links_op(sid: uuid.UUID, written: Written, write: Any, dumps: Any) -> Op[None]:
+    """The session's ``artifact_link`` lines: links no reference of it backs any more."""
+    rows = yield Q(query("export_session_links"), (sid,), named=True)
+    if rows:
+        lines = [
+            dumps(
+                {
+                    "kind": "artifact_link",
+                    "tenant_id": r["tenant_id"],
+                    "artifact_id": str(r["artifact_id"]),
+                }
+            )
+            + "\n"
+            for r in rows
+        ]
+        yield Call(write, (lines,))
+        written.links += len(rows)
+
+
+def export_loose_refs_op(
+    store: StoreState, tenant: str, written: Written, write: Any, dumps: Any
+) -> Op[None]:
+    """The tenant's references that name no session (business outputs, trajectories of
+    no session), a page at a time in one snapshot, each page preceded by the artifacts it
+    names that the file does not hold yet."""
+    params: dict[str, Any] = {
+        "tenant": tenant,
+        "type": "",
+        "owner": "",
+        "artifact": uuid.UUID(int=0),
+        "limit": PAGE,
+    }
+    while True:
+        rows = yield Q(query("export_sessionless_refs"), params, named=True)
+        if rows:
+            named = sorted({r["artifact_id"] for r in rows})
+            found = yield Q(query("export_sessionless_artifacts"), (tenant, named), named=True)
+            yield from _artifact_rows_op(store, found, written, write, dumps)
+            yield Call(write, ([dumps(ref_line(r)) + "\n" for r in rows],))
+            written.refs += len(rows)
+            last = rows[-1]
+            params.update(
+                type=last["owner_type"], owner=last["owner_id"], artifact=last["artifact_id"]
+            )
+        if len(rows) < PAGE:
+            break
 
 
 def export_refs_op(sid: uuid.UUID, written: Written, write: Any, dumps: Any) -> Op[None]:
@@ -356,26 +414,29 @@ def import_ref_op(
     doc: dict[str, Any],
     where: str,
     *,
-    old_sid: uuid.UUID,
-    sid: uuid.UUID,
+    old_sid: uuid.UUID | None,
+    sid: uuid.UUID | None,
     tenant: str,
     head: int,
     checkpoints: set[uuid.UUID],
     ids: IdMap,
     carried: Mapping[Any, Carried],
 ) -> Op[str | None]:
-    """One ``artifact_ref`` line of a session, written in its transaction: None when
-    written, else why it was not (an artifact exported without bytes that this database
-    does not hold). ``ImportRejected`` for a line naming an owner the session lacks."""
+    """One ``artifact_ref`` line, written in the caller's transaction (a session's, or,
+    with ``sid`` None, one of a reference naming no session: a business output or a
+    trajectory of no session): None when written, else why it was not (an artifact
+    exported without bytes that this database does not hold). ``ImportRejected`` for a
+    line naming an owner the session lacks. Under remapped ids a trajectory's or business
+    output's owner id is remapped too, so the copy's reference is a row of its own."""
     aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
     kind = doc.get("owner_type")
-    _check(kind in REF_OWNERS, where, f"owner_type must be one of {', '.join(REF_OWNERS)}")
+    kinds = REF_OWNERS if sid is not None else LOOSE_OWNERS
+    _check(kind in kinds, where, f"owner_type must be one of {', '.join(kinds)}")
     owner = _text(doc, "owner_id", where, validate.MAX_KEY_CHARS)
     required = doc.get("required_for_resume", False)
     _check(type(required) is bool, where, "required_for_resume must be true or false")
     expires = _opt_instant(doc.get("expires_at"), where, "expires_at")
     turn = doc.get("turn_seq")
-    session: uuid.UUID | None = sid
     if kind == "turn":
         _check(
             type(turn) is int and 0 <= turn < head,
@@ -392,21 +453,48 @@ def import_ref_op(
         owner = str(ids.checkpoint(cid))
         turn = None
     else:
-        _check(turn is None, where, "a trajectory reference has no turn_seq")
+        _check(turn is None, where, f"a {kind} reference has no turn_seq")
+        owner = ids.owner(str(kind), owner)
     (status,) = yield Q(
         query("artifact_ref"),
-        (tenant, aid, kind, owner, session, turn, required, expires),
+        (tenant, aid, kind, owner, sid, turn, required, expires),
         fetch="one",
     )
     if status == "missing":
-        said = carried.get((tenant, aid))
-        if said is None or not said.with_bytes:
-            return (
-                f"reference of {kind} {owner} to artifact {aid}: exported without its bytes, "
-                "and this database does not hold it"
-            )
+        why = _not_here(carried, tenant, aid, f"reference of {kind} {owner}")
+        if why is not None:
+            return why
     try:
         raise_ref_status(status, tenant, f"{aid} for {kind} {owner}")
     except Exception as exc:
         raise ImportRejected(f"{where}: {exc}") from None
     return None
+
+
+def _not_here(carried: Mapping[Any, Carried], tenant: str, aid: uuid.UUID, what: str) -> str | None:
+    """Why a record naming an artifact this database lacks is left out, when the file
+    carried the artifact without its bytes (else None: the file is wrong)."""
+    said = carried.get((tenant, aid))
+    if said is None or not said.with_bytes:
+        return (
+            f"{what} to artifact {aid}: exported without its bytes, and this database does "
+            "not hold it"
+        )
+    return None
+
+
+def import_link_op(
+    doc: dict[str, Any], where: str, sid: uuid.UUID, tenant: str, carried: Mapping[Any, Carried]
+) -> Op[str | None]:
+    """One ``artifact_link`` line of a session (the session linked to an artifact that no
+    reference of it backs: a purge of the session erases the artifact all the same),
+    written in its transaction: None when written, else why not."""
+    aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
+    params = {"sid": sid, "tenant": tenant, "artifact": aid}
+    row = yield Q(query("import_artifact_link"), params, fetch="one")
+    if row is not None:
+        return None
+    there = yield Q(query("import_artifact_there"), (tenant, aid), fetch="one")
+    if there is not None:
+        return None  # linked already (a link is kept once)
+    return _not_here(carried, tenant, aid, f"link of session {sid}")

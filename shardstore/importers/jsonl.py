@@ -67,6 +67,7 @@ import os
 import uuid
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -84,7 +85,10 @@ from .artifact_lines import (
     Written,
     discard,
     export_artifacts_op,
+    export_links_op,
+    export_loose_refs_op,
     export_refs_op,
+    import_link_op,
     import_ref_op,
     read_artifact_op,
     store_artifacts_op,
@@ -103,17 +107,29 @@ from .fields import (
     _text,
     _uuid,
 )
+from .lineage import (
+    Copy,
+    ancestors_op,
+    breaks,
+    copies_of,
+    copies_op,
+    fork_op,
+    inherited,
+    record_copies_op,
+    seal_op,
+)
 from .remap import IdMap, import_id_of, needs_import_id
 from .report import Counts, ExportReport, ImportReport, Progress, Skipped, Tally
 from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
 
 FORMAT = "shardstore.jsonl"
-VERSION = 3
-VERSIONS = (1, 2, 3)  # the versions this shardstore reads
+VERSION = 4
+VERSIONS = (1, 2, 3, 4)  # the versions this shardstore reads
 DEFAULT_BATCH = 500
 PAGE = 200  # sessions listed per round trip when exporting by tenant or subject
 ON_EXISTING = ("refuse", "skip")
-STATE_KINDS = ("checkpoint", "run", "summary", "artifact_ref")  # after a session's turns
+# the lines after a session's turns
+STATE_KINDS = ("checkpoint", "run", "summary", "artifact_ref", "artifact_link")
 ON_ERROR = ("raise", "skip")
 TOP_KINDS = ("session", "artifact", "fact")  # the lines that start a record of their own
 RUN_STATUSES = ("running", "awaiting_human", "done", "failed")
@@ -172,8 +188,11 @@ class _Sink:
             self.stream = None
 
 
-def session_line(info: SessionInfo, state: Any = None) -> str:
-    """The header line of a session (``state``: its export_session_state row, if read)."""
+def session_line(
+    info: SessionInfo, state: Any = None, copies: Sequence[dict[str, Any]] = ()
+) -> str:
+    """The header line of a session (``state``: its export_session_state row, if read;
+    ``copies``: the turns copy-on-write copied into it, by origin)."""
     doc: dict[str, Any] = {
         "kind": "session",
         "format": FORMAT,
@@ -186,6 +205,7 @@ def session_line(info: SessionInfo, state: Any = None) -> str:
         "created_at": info.created_at.isoformat(),
         "first_turn_seq": info.first_turn_seq,
         "fork": None,
+        "copies": list(copies),
     }
     if state is not None:
         doc["first_turn_seq"] = state["first_turn_seq"]
@@ -407,16 +427,57 @@ def _export_one_op(
     bar.expect(info.turn_count)
     yield from export_artifacts_op(store, sid, written, sink.write, _dumps)
     state = yield Q(query("export_session_state"), (sid,), fetch="one", named=True)
-    yield Call(sink.write, ([session_line(info, state)],))
+    copies = yield from copies_op(sid)
+    if state["fork_parent"] is not None:
+        counts.forks += 1
+    yield Call(sink.write, ([session_line(info, state, copies)],))
     turns = yield from _turns_op(history_ops.history(store, sid), sink, bar)
     yield from _state_op(sid, sink, counts)
     yield from export_refs_op(sid, written, sink.write, _dumps)
+    yield from export_links_op(sid, written, sink.write, _dumps)
     end = _dumps({"kind": "end", "session_id": str(sid), "turns": turns}) + "\n"
     yield Call(sink.write, ([end],))
     yield Tx.COMMIT
     if access is not None:
         access.session(info, turns)
     return turns
+
+
+class _Scope:
+    """Which sessions an export covers: those named, or a tenant's and/or subject's."""
+
+    def __init__(self, ids: list[uuid.UUID] | None, tenant: str | None, subject: str | None):
+        self.named = None if ids is None else set(ids)
+        self.tenant = tenant
+        self.subject = subject
+
+    def covers(self, row: Any) -> bool:
+        """Whether an export_session_ancestors row is in scope."""
+        if self.named is not None:
+            return bool(row["session_id"] in self.named)
+        return (self.tenant is None or row["tenant_id"] == self.tenant) and (
+            self.subject is None or row["subject_id"] == self.subject
+        )
+
+
+def _lineage_first_op(sid: uuid.UUID, scope: _Scope, early: set[uuid.UUID]) -> Op[list[uuid.UUID]]:
+    """The sessions to write for ``sid``, in order: its live ancestors in scope that were
+    not written yet (parents before forks, so that an import can rebuild the lineage),
+    then ``sid``. A listing by tenant or subject goes newest first, so a fork comes before
+    its parent: the parent is written early and skipped when the listing reaches it."""
+    order: list[uuid.UUID] = []
+    todo = [sid]
+    while todo:
+        at = todo.pop()
+        order.append(at)
+        for row in (yield from ancestors_op(at)):
+            anc = row["session_id"]
+            if anc not in early and anc != sid and scope.covers(row):
+                early.add(anc)
+                todo.append(anc)
+    if scope.named is not None:
+        early.add(sid)  # a list naming a session twice, or after its fork, writes it once
+    return order[::-1]
 
 
 def export_line(
@@ -498,6 +559,8 @@ def export_sessions(
         )
         yield Call(sink.write, ([header],))
         before: SessionInfo | None = None
+        scope = _Scope(ids, tenant, subject)
+        early: set[uuid.UUID] = set()  # ancestors written before the listing reached them
         while True:
             if ids is not None:
                 page, ids = ids, []
@@ -510,22 +573,27 @@ def export_sessions(
             if not page:
                 break
             for sid in page:
-                turns += yield from _export_one_op(store, sid, sink, bar, counts, written, access)
-                sessions += 1
+                if sid in early:
+                    continue
+                for one in (yield from _lineage_first_op(sid, scope, early)):
+                    turns += yield from _export_one_op(
+                        store, one, sink, bar, counts, written, access
+                    )
+                    sessions += 1
         if ids is None:  # a tenant or subject scope: its facts too
             counts.facts = yield from _facts_op(tenant, subject, sink, access)
+        if ids is None and tenant is not None:  # the tenant's references of no session
+            yield Tx.BEGIN_SNAPSHOT
+            yield from export_loose_refs_op(store, tenant, written, sink.write, _dumps)
+            yield Tx.COMMIT
         counts.artifacts, counts.artifact_refs = written.artifacts, written.refs
+        counts.artifact_links = written.links
         done = ExportReport(
             sessions,
             turns,
             sink.bytes,
             tally.report().seconds,
-            checkpoints=counts.checkpoints,
-            runs=counts.runs,
-            summaries=counts.summaries,
-            facts=counts.facts,
-            artifacts=counts.artifacts,
-            artifact_refs=counts.artifact_refs,
+            **asdict(counts),
             artifact_bytes=written.bytes,
             export_id=str(export_id),
         )
@@ -667,14 +735,18 @@ class _Head:
         self.metadata = _field(jsoncodec.encode_json, metadata, where, "metadata")
         self.created_at = _instant(doc.get("created_at"), where, "created_at")
         self.first_turn_seq: int | None = None
+        self.fork: tuple[uuid.UUID, int] | None = None
+        self.copies: list[Copy] = []
         if version >= 2:
             self.first_turn_seq = _int(doc.get("first_turn_seq"), where, "first_turn_seq")
             fork = doc.get("fork")
-            if fork is not None:  # lineage, read and checked; the import makes a plain session
+            if fork is not None:
                 if type(fork) is not dict:
                     raise ImportRejected(f"{where}: fork must be an object or null")
-                _field(validate.session_id, fork.get("parent"), where)
-                _int(fork.get("at"), where, "fork.at", low=-1)
+                parent = _field(validate.session_id, fork.get("parent"), where)
+                self.fork = (parent, _int(fork.get("at"), where, "fork.at", low=-1))
+        if version >= 4:
+            self.copies = copies_of(doc.get("copies", []), where)
 
 
 class _Reader:
@@ -749,8 +821,8 @@ class _State:
 
     def line_op(self, kind: str, doc: dict[str, Any], at: str, version: int) -> Op[None]:
         """Check one state line and write it."""
-        if kind == "artifact_ref" and version < 3:
-            raise ImportRejected(f"{at}: an 'artifact_ref' line inside a version {version} file")
+        if (kind == "artifact_ref" and version < 3) or (kind == "artifact_link" and version < 4):
+            raise ImportRejected(f"{at}: an {kind!r} line inside a version {version} file")
         _owned(doc, self.tenant, at)
         if doc.get("session_id", str(self.old_sid)) != str(self.old_sid):
             raise ImportRejected(f"{at}: the row names another session than its own")
@@ -762,17 +834,20 @@ class _State:
             if not (yield from self._summary_op(doc, at)):
                 return
         else:
-            why = yield from import_ref_op(
-                doc,
-                at,
-                old_sid=self.old_sid,
-                sid=self.sid,
-                tenant=self.tenant,
-                head=self.head,
-                checkpoints=self.ids,
-                ids=self.remap,
-                carried=self.carried,
-            )
+            if kind == "artifact_link":
+                why = yield from import_link_op(doc, at, self.sid, self.tenant, self.carried)
+            else:
+                why = yield from import_ref_op(
+                    doc,
+                    at,
+                    old_sid=self.old_sid,
+                    sid=self.sid,
+                    tenant=self.tenant,
+                    head=self.head,
+                    checkpoints=self.ids,
+                    ids=self.remap,
+                    carried=self.carried,
+                )
             if why is not None:
                 self.unreferenced.append((at, why))
                 return
@@ -887,7 +962,7 @@ class _State:
         """The records written are counted; summaries no imported chunk holds exactly
         (chunked otherwise here) and references to artifacts exported without bytes that
         this database lacks are listed."""
-        for kind in ("checkpoint", "run", "summary", "artifact_ref"):
+        for kind in STATE_KINDS:
             name = "summaries" if kind == "summary" else kind + "s"
             tally.counts.add(kind, getattr(self.counts, name))
         for at in self.unmatched:
@@ -961,6 +1036,38 @@ def _fact_op(doc: dict[str, Any], at: str, ids: IdMap, tally: Tally) -> Op[bool]
     return row is not None
 
 
+def _loose_ref_op(
+    store: StoreState,
+    doc: dict[str, Any],
+    at: str,
+    ids: IdMap,
+    tally: Tally,
+    carried: dict[Any, Carried],
+    pending: list[Pending],
+) -> Op[None]:
+    """A reference that names no session (version 4), in a transaction of its own with the
+    artifacts read before it."""
+    tenant = _text(doc, "tenant_id", at)
+    yield Tx.BEGIN
+    tally.counts.add("artifact", (yield from store_artifacts_op(store, pending)))
+    why = yield from import_ref_op(
+        doc,
+        at,
+        old_sid=None,
+        sid=None,
+        tenant=tenant,
+        head=0,
+        checkpoints=set(),
+        ids=ids,
+        carried=carried,
+    )
+    yield Tx.COMMIT
+    if why is None:
+        tally.counts.add("artifact_ref")
+    else:
+        tally.skipped.append(Skipped(at, why))
+
+
 def _skip_session_op(reader: _Reader, head: _Head, where: str) -> Op[None]:
     """Read past a session's lines up to its end line."""
     while True:
@@ -989,17 +1096,24 @@ def _session_op(
 ) -> Op[None]:
     """One session: created and filled in one transaction, or skipped / refused. In a
     remapped import a session already there is this import's own from an earlier run
-    (its id derives from the import id), complete: counted as unchanged."""
+    (its id derives from the import id), complete: counted as unchanged. A fork whose
+    parent is here is made a fork again (:mod:`.lineage`)."""
     ctx = store.ctx
     old_sid = head.session_id
     sid = ids.session(old_sid)
     yield Tx.BEGIN
-    made = yield Q(
-        query("import_session_insert"),
-        (sid, head.tenant, head.subject, head.agent, head.metadata, head.created_at),
-        fetch="one",
+    owners = (head.tenant, head.subject, head.agent)
+    status, lineage = yield from fork_op(
+        sid, head.fork, owners, head.metadata, head.created_at, ids
     )
-    if made is None:
+    made: Any = status == "ok"
+    if status == "plain":
+        made = yield Q(
+            query("import_session_insert"),
+            (sid, *owners, head.metadata, head.created_at),
+            fetch="one",
+        )
+    if not made:
         yield Tx.COMMIT  # nothing was written
         discard(pending)
         if ids.active:
@@ -1019,9 +1133,32 @@ def _session_op(
     batch = Batch()
     state = _State(old_sid, sid, head.tenant, ids, carried)
     places: list[str] = []
+    cuts = breaks(head.copies)
     first: int | None = None
     start = 0  # turn_seq of the batch's first turn
-    count = written = 0
+    count = written = inherited_turns = 0
+
+    def flush_op() -> Op[None]:
+        nonlocal start, written
+        yield from premake_op(store, partitions, batch.times)
+        yield from append_exact_op(ctx, sid, start, batch, places)
+        start += len(batch)
+        written += batch.bytes
+        bar.done(len(batch))
+        batch.clear()
+        places.clear()
+
+    def turns_done_op() -> Op[None]:
+        yield from flush_op()
+        if lineage is not None and not lineage.met:
+            raise ImportRejected(
+                f"{where}: session {old_sid} holds fewer turns than it inherits from its parent"
+            )
+        plain = yield from record_copies_op(sid, head.tenant, head.copies, ids, where)
+        tally.skipped.extend(Skipped(where, why) for why in plain)
+        state.started = True
+        state.head = (first or 0) + count
+
     while True:
         item = yield from reader.next_op()
         if item is None:
@@ -1034,15 +1171,7 @@ def _session_op(
         kind = doc["kind"]
         if kind in STATE_KINDS and head.version >= 2:
             if not state.started:  # the turns are over: the last batch goes in first
-                yield from premake_op(store, partitions, batch.times)
-                yield from append_exact_op(ctx, sid, start, batch, places)
-                start += len(batch)
-                written += batch.bytes
-                bar.done(len(batch))
-                batch.clear()
-                places.clear()
-                state.started = True
-                state.head = (first or 0) + count
+                yield from turns_done_op()
             yield from state.line_op(kind, doc, at, head.version)
         elif kind == "turn" and state.started:
             raise ImportRejected(f"{at}: a turn line after the session's state lines")
@@ -1057,36 +1186,38 @@ def _session_op(
             key = _field(_key, doc.get("idempotency_key"), at)
             created = _instant(doc.get("created_at"), at, "created_at")
             partition_check(ctx, created, at)
+            count += 1
+            if lineage is not None and seq <= lineage.at:  # read through the parent
+                inherited(lineage, seq, created, at)
+                inherited_turns += 1
+                start = seq + 1
+                continue
+            if seq in cuts:
+                yield from flush_op()
+                yield from seal_op(sid)
             batch.add(ctx, doc.get("message"), at, key, doc.get("tokens"))
             batch.times.append(created)
             places.append(at)
-            count += 1
             if len(batch) >= reader.batch:
-                yield from premake_op(store, partitions, batch.times)
-                yield from append_exact_op(ctx, sid, start, batch, places)
-                start += len(batch)
-                written += batch.bytes
-                bar.done(len(batch))
-                batch.clear()
-                places.clear()
+                yield from flush_op()
         elif kind == "end":
             if doc.get("session_id") != str(old_sid) or doc.get("turns") != count:
                 raise ImportRejected(
                     f"{at}: the end line does not close session {old_sid} with {count} turns"
                 )
-            yield from premake_op(store, partitions, batch.times)
-            yield from append_exact_op(ctx, sid, start, batch, places)
-            written += batch.bytes
-            bar.done(len(batch))
+            if not state.started:
+                yield from turns_done_op()
             if head.first_turn_seq is not None and count and first != head.first_turn_seq:
                 raise ImportRejected(
                     f"{where}: first_turn_seq {head.first_turn_seq} but the first turn is {first}"
                 )
-            if first:  # exported after a range purge: the history starts at its first turn
+            if first and lineage is None:  # exported after a range purge: starts there
                 yield Q(query("import_session_first_turn"), (first, sid), fetch="none")
             yield Tx.COMMIT
-            tally.add_session(count, written, existed=False)
+            tally.add_session(count - inherited_turns, written, existed=False)
             tally.counts.add("artifact", artifacts)
+            if lineage is not None:
+                tally.counts.add("fork")
             state.counted(tally)
             return
         else:
@@ -1190,7 +1321,7 @@ def import_jsonl(
                 continue
             if ids is None:
                 ids = needs_import_id(remap, given_id, export_id)
-            if kind not in TOP_KINDS:
+            if kind not in TOP_KINDS and kind != "artifact_ref":
                 raise ImportRejected(
                     f"{where}: a {kind!r:.40} line outside a session "
                     "(each session starts with its session line)"
@@ -1203,6 +1334,9 @@ def import_jsonl(
                     artifact = yield from read_artifact_op(reader, doc, where, carried)
                     if artifact is not None:
                         pending.append(artifact)
+                    continue
+                if kind == "artifact_ref":  # a reference of no session (version 4)
+                    yield Try(_loose_ref_op(store, doc, where, ids, tally, carried, pending))
                     continue
                 head = _Head(doc, where)
                 yield Try(

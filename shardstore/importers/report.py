@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core.rows import json_fields
@@ -31,7 +31,8 @@ class ImportReport:
     ``seconds``: the run's wall time. The other records a JSONL import writes, each
     counted when written (a re-run that finds them there counts none): ``checkpoints``,
     ``runs``, ``summaries``, ``facts`` (versions), ``artifacts`` (stored from the file's
-    bytes) and ``artifact_refs``."""
+    bytes), ``artifact_refs``, ``artifact_links`` (a session's links no reference backs)
+    and ``forks`` (sessions made forks of their parent, as in the source)."""
 
     sessions: int
     turns: int
@@ -45,6 +46,8 @@ class ImportReport:
     facts: int = 0
     artifacts: int = 0
     artifact_refs: int = 0
+    artifact_links: int = 0
+    forks: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The report as the CLI prints it with ``--json``."""
@@ -56,7 +59,8 @@ class ExportReport:
     """The outcome of an export: sessions and turns written, bytes of JSONL text, and
     every other record kind written: ``checkpoints``, ``runs``, ``summaries``, ``facts``
     (versions), ``artifacts`` (``artifact_bytes`` of their content, 0 without bytes),
-    ``artifact_refs``; ``export_id``: the id on the file's export line."""
+    ``artifact_refs``, ``artifact_links``, ``forks`` (sessions exported with a fork
+    lineage); ``export_id``: the id on the file's export line."""
 
     sessions: int
     turns: int
@@ -68,6 +72,8 @@ class ExportReport:
     facts: int = 0
     artifacts: int = 0
     artifact_refs: int = 0
+    artifact_links: int = 0
+    forks: int = 0
     artifact_bytes: int = 0
     export_id: str | None = None
 
@@ -86,6 +92,8 @@ class Counts:
     facts: int = 0
     artifacts: int = 0
     artifact_refs: int = 0
+    artifact_links: int = 0
+    forks: int = 0
 
     def add(self, kind: str, n: int = 1) -> None:
         """Count ``n`` records of a line kind (``checkpoint``, ``artifact_ref``...)."""
@@ -140,12 +148,7 @@ class Tally:
             self.unchanged,
             tuple(self.skipped),
             time.perf_counter() - self.started,
-            checkpoints=self.counts.checkpoints,
-            runs=self.counts.runs,
-            summaries=self.counts.summaries,
-            facts=self.counts.facts,
-            artifacts=self.counts.artifacts,
-            artifact_refs=self.counts.artifact_refs,
+            **asdict(self.counts),
         )
 
 
