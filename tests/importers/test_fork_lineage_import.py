@@ -20,6 +20,7 @@ from psycopg.conninfo import make_conninfo
 
 import shardstore
 from shardstore.errors import ImportRejected
+from shardstore.importers.remap import IdMap
 
 SMALL: dict[str, Any] = {"chunk_tokens": 120, "default_tail_turns": 1, "background_fold": False}
 TENANT = "acme"
@@ -170,18 +171,13 @@ def test_remapped_lineage_follows_the_new_ids(
         origins = conn.execute(
             "SELECT DISTINCT session_id, origin_session_id FROM shardstore.fork_copies"
         ).fetchall()
-    lineage = dict(rows)
-    copies = set(origins)
-    copied = {s for s in lineage if s not in sids.values()}
-    assert len(copied) == 2  # the copy's a and b, each the fork of a copy
-    for child in copied:
-        assert lineage[child] not in sids.values()
-    assert {(s, o) for s, o in copies if s in sids.values()} == {
-        (sids["a"], sids["main"]),
-        (sids["d"], sids["p"]),
-    }
-    remapped = {(s, o) for s, o in copies if s not in sids.values()}
-    assert len(remapped) == 2 and not {o for _, o in remapped} & set(sids.values())
+    new = IdMap("copy").session
+    want_lineage = {sids["a"]: sids["main"], sids["b"]: sids["a"]}
+    want_lineage |= {new(child): new(parent) for child, parent in want_lineage.items()}
+    assert dict(rows) == want_lineage
+    want_origins = {(sids["a"], sids["main"]), (sids["d"], sids["p"])}
+    want_origins |= {(new(held), new(origin)) for held, origin in want_origins}
+    assert set(origins) == want_origins
 
 
 @pytest.mark.slow
