@@ -1359,7 +1359,8 @@ def import_jsonl(
                     raise
                 discard(pending)  # the refused session's artifacts go with it
                 tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
-                yield from _resync_op(reader)
+                if kind != "artifact_ref":  # one line: nothing of it to read past
+                    yield from _resync_op(reader)
         if pending:  # artifacts no session follows
             yield Tx.BEGIN
             tally.counts.add("artifact", (yield from store_artifacts_op(store, pending)))
