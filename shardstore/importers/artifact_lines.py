@@ -29,9 +29,8 @@ import binascii
 import hashlib
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ..artifacts.config import config_of
@@ -44,18 +43,14 @@ from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, relay
 from ..errors import ImportRejected
 from .fields import _int, _opt_instant, _opt_int, _text, _uuid
+from .records import line, paged_op, record_lines
 from .remap import IdMap
 
 PART = 512 * 1024
 """Raw bytes per ``artifact_part`` line (about 700,000 characters of base64)."""
-PAGE = 200
 SPOOL = 8 << 20  # bytes of an artifact an import holds in memory before spilling to disk
 REF_OWNERS = ("turn", "checkpoint", "trajectory")  # the session-scoped reference kinds
 LOOSE_OWNERS = ("trajectory", "business_output")  # references that may name no session
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
 
 
 # ---------------------------------------------------------------- export
@@ -92,21 +87,7 @@ def artifact_line(row: Mapping[str, Any], with_bytes: bool) -> dict[str, Any]:
     }
 
 
-def ref_line(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``artifact_ref`` line of an ``artifact_refs`` row of a session."""
-    return {
-        "kind": "artifact_ref",
-        "tenant_id": row["tenant_id"],
-        "artifact_id": str(row["artifact_id"]),
-        "owner_type": row["owner_type"],
-        "owner_id": row["owner_id"],
-        "turn_seq": row["turn_seq"],
-        "required_for_resume": bool(row["required_for_resume"]),
-        "expires_at": _iso(row["expires_at"]),
-    }
-
-
-def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any, dumps: Any) -> Op[int]:
+def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any) -> Op[int]:
     """The artifact's bytes as ``artifact_part`` lines, read chunk by chunk (the store's
     read checks them against their sha256 at the end); returns the parts written."""
     aid = str(row["artifact_id"])
@@ -119,8 +100,7 @@ def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any, dumps: Any)
             for at in range(0, len(piece), PART):
                 data = base64.b64encode(piece[at : at + PART]).decode("ascii")
                 lines.append(
-                    dumps({"kind": "artifact_part", "artifact_id": aid, "n": parts, "data": data})
-                    + "\n"
+                    line({"kind": "artifact_part", "artifact_id": aid, "n": parts, "data": data})
                 )
                 parts += 1
         if lines:
@@ -131,7 +111,7 @@ def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any, dumps: Any)
 
 
 def _artifact_rows_op(
-    store: StoreState, rows: Any, written: Written, write: Any, dumps: Any
+    store: StoreState, rows: Sequence[Mapping[str, Any]], written: Written, write: Any
 ) -> Op[None]:
     """The ``artifact`` lines (and parts) of the rows this export has not written yet."""
     for row in rows:
@@ -139,102 +119,80 @@ def _artifact_rows_op(
         if key in written.seen:
             continue
         written.seen.add(key)
-        line = artifact_line(row, written.with_bytes)
-        yield Call(write, ([dumps(line) + "\n"],))
+        head = artifact_line(row, written.with_bytes)
+        yield Call(write, ([line(head)],))
         if written.with_bytes:
-            parts = yield from _parts_op(store, row, write, dumps)
-            assert parts == line["parts"], (parts, line["parts"])
+            parts = yield from _parts_op(store, row, write)
+            assert parts == head["parts"], (parts, head["parts"])
             written.bytes += int(row["size_bytes"])
         written.artifacts += 1
 
 
+def _refs_writer(store: StoreState, written: Written, write: Any, tenant: str | None = None) -> Any:
+    """A pager's page handler for references: with ``tenant`` (references of no session,
+    whose artifacts no session line brought) the artifacts they name first."""
+
+    def each(rows: Sequence[Mapping[str, Any]]) -> Op[None]:
+        if tenant is not None:
+            named = sorted({r["artifact_id"] for r in rows})
+            found = yield Q(query("export_sessionless_artifacts"), (tenant, named), named=True)
+            yield from _artifact_rows_op(store, found, written, write)
+        yield Call(write, (record_lines("artifact_ref", rows),))
+        written.refs += len(rows)
+
+    return each
+
+
+def _ref_cursor(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "turn": -1 if row["turn_seq"] is None else row["turn_seq"],
+        "type": row["owner_type"],
+        "owner": row["owner_id"],
+        "artifact": row["artifact_id"],
+    }
+
+
+def _ref_params(**scope: Any) -> dict[str, Any]:
+    """A reference pager's first parameters: before every (turn, type, owner, artifact)."""
+    return {**scope, "turn": -2, "type": "", "owner": "", "artifact": uuid.UUID(int=0)}
+
+
 def export_artifacts_op(
-    store: StoreState, sid: uuid.UUID, written: Written, write: Any, dumps: Any
+    store: StoreState, sid: uuid.UUID, written: Written, write: Any
 ) -> Op[None]:
     """The ``artifact`` lines (and parts) of the ready artifacts the session references
     or is linked to that this export has not written yet, a page at a time, in the
     caller's snapshot."""
-    params: dict[str, Any] = {"sid": sid, "after": uuid.UUID(int=0), "limit": PAGE}
-    while True:
-        rows = yield Q(query("export_session_artifacts"), params, named=True)
-        yield from _artifact_rows_op(store, rows, written, write, dumps)
-        if len(rows) < PAGE:
-            break
-        params["after"] = rows[-1]["artifact_id"]
+
+    def each(rows: Sequence[Mapping[str, Any]]) -> Op[None]:
+        yield from _artifact_rows_op(store, rows, written, write)
+
+    params = {"sid": sid, "after": uuid.UUID(int=0)}
+    yield from paged_op(
+        "export_session_artifacts", params, lambda r: {"after": r["artifact_id"]}, each
+    )
 
 
-def export_links_op(sid: uuid.UUID, written: Written, write: Any, dumps: Any) -> Op[None]:
+def export_refs_op(store: StoreState, sid: uuid.UUID, written: Written, write: Any) -> Op[None]:
+    """The session's ``artifact_ref`` lines, a page at a time."""
+    each = _refs_writer(store, written, write)
+    yield from paged_op("export_session_refs", _ref_params(sid=sid), _ref_cursor, each)
+
+
+def export_loose_refs_op(store: StoreState, tenant: str, written: Written, write: Any) -> Op[None]:
+    """The tenant's references that name no session (business outputs, trajectories of
+    no session), a page at a time in the caller's snapshot, each page preceded by the
+    artifacts it names that the file does not hold yet."""
+    each = _refs_writer(store, written, write, tenant)
+    yield from paged_op("export_sessionless_refs", _ref_params(tenant=tenant), _ref_cursor, each)
+
+
+def export_links_op(sid: uuid.UUID, written: Written, write: Any) -> Op[None]:
     """The session's ``artifact_link`` lines: links no reference of it backs any more."""
     rows = yield Q(query("export_session_links"), (sid,), named=True)
     if rows:
-        lines = [
-            dumps(
-                {
-                    "kind": "artifact_link",
-                    "tenant_id": r["tenant_id"],
-                    "artifact_id": str(r["artifact_id"]),
-                }
-            )
-            + "\n"
-            for r in rows
-        ]
-        yield Call(write, (lines,))
+        yield Call(write, (record_lines("artifact_link", rows),))
         written.links += len(rows)
-
-
-def export_loose_refs_op(
-    store: StoreState, tenant: str, written: Written, write: Any, dumps: Any
-) -> Op[None]:
-    """The tenant's references that name no session (business outputs, trajectories of
-    no session), a page at a time in one snapshot, each page preceded by the artifacts it
-    names that the file does not hold yet."""
-    params: dict[str, Any] = {
-        "tenant": tenant,
-        "type": "",
-        "owner": "",
-        "artifact": uuid.UUID(int=0),
-        "limit": PAGE,
-    }
-    while True:
-        rows = yield Q(query("export_sessionless_refs"), params, named=True)
-        if rows:
-            named = sorted({r["artifact_id"] for r in rows})
-            found = yield Q(query("export_sessionless_artifacts"), (tenant, named), named=True)
-            yield from _artifact_rows_op(store, found, written, write, dumps)
-            yield Call(write, ([dumps(ref_line(r)) + "\n" for r in rows],))
-            written.refs += len(rows)
-            last = rows[-1]
-            params.update(
-                type=last["owner_type"], owner=last["owner_id"], artifact=last["artifact_id"]
-            )
-        if len(rows) < PAGE:
-            break
-
-
-def export_refs_op(sid: uuid.UUID, written: Written, write: Any, dumps: Any) -> Op[None]:
-    """The session's ``artifact_ref`` lines, a page at a time."""
-    params: dict[str, Any] = {
-        "sid": sid,
-        "turn": -2,
-        "type": "",
-        "owner": "",
-        "artifact": uuid.UUID(int=0),
-        "limit": PAGE,
-    }
-    while True:
-        rows = yield Q(query("export_session_refs"), params, named=True)
-        if rows:
-            yield Call(write, ([dumps(ref_line(r)) + "\n" for r in rows],))
-            written.refs += len(rows)
-            last = rows[-1]
-            params.update(
-                turn=-1 if last["turn_seq"] is None else last["turn_seq"],
-                type=last["owner_type"],
-                owner=last["owner_id"],
-                artifact=last["artifact_id"],
-            )
-        if len(rows) < PAGE:
-            break
 
 
 # ---------------------------------------------------------------- import

@@ -67,7 +67,6 @@ import os
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -118,6 +117,7 @@ from .lineage import (
     record_copies_op,
     seal_op,
 )
+from .records import line, paged_op, record_lines
 from .remap import IdMap, import_id_of, needs_import_id
 from .report import Counts, ExportReport, ImportReport, Progress, Skipped, Tally
 from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
@@ -137,8 +137,6 @@ RUN_STATUSES = ("running", "awaiting_human", "done", "failed")
 # recovered as ImportRejected naming the line, the session's transaction rolled back
 _REFUSALS = frozenset({"23505", "23514", "22003", "22P02", "22007", "22008", "54000"})
 _LINE_SLACK = 1 << 20  # a turn line may exceed its message by this many characters
-
-_dumps = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
 
 
 # ---------------------------------------------------------------- export
@@ -211,130 +209,20 @@ def session_line(
         doc["first_turn_seq"] = state["first_turn_seq"]
         if state["fork_parent"] is not None:
             doc["fork"] = {"parent": str(state["fork_parent"]), "at": state["fork_at"]}
-    return _dumps(doc) + "\n"
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
-
-
-def _json(text: str | None) -> Any:
-    return None if text is None else jsoncodec.loads(text)
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def checkpoint_line(row: Any) -> str:
-    """The line of one checkpoint (its artifact references stay in its state as they are)."""
-    return (
-        _dumps(
-            {
-                "kind": "checkpoint",
-                "checkpoint_id": str(row["checkpoint_id"]),
-                "tenant_id": row["tenant_id"],
-                "turn_seq": row["turn_seq"],
-                "sub_step": row["sub_step"],
-                "parent_id": _str(row["parent_id"]),
-                "idempotency_key": row["idempotency_key"],
-                "created_at": row["created_at"].isoformat(),
-                "state": _json(row["state"]),
-                "tool_calls": _json(row["tool_calls"]),
-                "tool_results": _json(row["tool_results"]),
-                "metadata": _json(row["metadata"]),
-            }
-        )
-        + "\n"
-    )
-
-
-def run_line(row: Any) -> str:
-    """The line of one run."""
-    return (
-        _dumps(
-            {
-                "kind": "run",
-                "run_id": str(row["run_id"]),
-                "tenant_id": row["tenant_id"],
-                "framework": row["framework"],
-                "thread_key": row["thread_key"],
-                "status": row["status"],
-                "awaiting": _json(row["awaiting"]),
-                "awaiting_since": _iso(row["awaiting_since"]),
-                "steps": row["steps"],
-                "usd_cost": row["usd_cost"],
-                "error": row["error"],
-                "metadata": _json(row["metadata"]),
-                "created_at": row["created_at"].isoformat(),
-                "updated_at": row["updated_at"].isoformat(),
-                "closed_at": _iso(row["closed_at"]),
-            }
-        )
-        + "\n"
-    )
-
-
-def summary_line(row: Any) -> str:
-    """The line of one chunk summary."""
-    return (
-        _dumps(
-            {
-                "kind": "summary",
-                "tenant_id": row["tenant_id"],
-                "chunk_seq": row["chunk_seq"],
-                "chunk_start": row["chunk_start"].isoformat(),
-                "first_turn_seq": row["first_turn_seq"],
-                "last_turn_seq": row["last_turn_seq"],
-                "summary": row["summary"],
-                "tokens": row["tokens"],
-                "model": row["model"],
-                "created_at": row["created_at"].isoformat(),
-                "message_tokens": row["message_tokens"],
-                "counted_by": row["counted_by"],
-            }
-        )
-        + "\n"
-    )
-
-
-def fact_line(row: Any) -> str:
-    """The line of one fact version, with its provenance."""
-    return (
-        _dumps(
-            {
-                "kind": "fact",
-                "tenant_id": row["tenant_id"],
-                "fact_id": str(row["fact_id"]),
-                "subject": row["subject"],
-                "key": row["key"],
-                "value": _json(row["value"]),
-                "confidence": row["confidence"],
-                "source_session_id": _str(row["source_session_id"]),
-                "source_turn_seq": row["source_turn_seq"],
-                "valid_from": row["valid_from"].isoformat(),
-                "valid_to": _iso(row["valid_to"]),
-                "recorded_at": row["recorded_at"].isoformat(),
-            }
-        )
-        + "\n"
-    )
+    return line(doc)
 
 
 def turn_line(turn: Turn) -> str:
     """The line of one turn."""
-    return (
-        _dumps(
-            {
-                "kind": "turn",
-                "turn_seq": turn.turn_seq,
-                "created_at": turn.created_at.isoformat(),
-                "idempotency_key": turn.idempotency_key,
-                "tokens": turn.tokens,
-                "message": turn.message,
-            }
-        )
-        + "\n"
+    return line(
+        {
+            "kind": "turn",
+            "turn_seq": turn.turn_seq,
+            "created_at": turn.created_at.isoformat(),
+            "idempotency_key": turn.idempotency_key,
+            "tokens": turn.tokens,
+            "message": turn.message,
+        }
     )
 
 
@@ -353,59 +241,67 @@ def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
     return written
 
 
+def _writer(kind: str, sink: _Sink, counts: Counts) -> Any:
+    """A pager's page handler: the rows' lines written, and counted."""
+
+    def write(rows: Sequence[Any]) -> Op[None]:
+        yield Call(sink.write, (record_lines(kind, rows),))
+        counts.add(kind, len(rows))
+
+    return write
+
+
 def _state_op(sid: uuid.UUID, sink: _Sink, counts: Counts) -> Op[None]:
     """A session's checkpoints (seq order), runs and chunk summaries, a page at a time."""
-    after = 0
-    while True:
-        rows = yield Q(query("export_checkpoints"), (sid, after, PAGE), named=True)
-        if rows:
-            yield Call(sink.write, ([checkpoint_line(r) for r in rows],))
-            after = rows[-1]["seq"]
-            counts.checkpoints += len(rows)
-        if len(rows) < PAGE:
-            break
+    by_seq = {"sid": sid, "after": 0}
+    yield from paged_op(
+        "export_checkpoints",
+        by_seq,
+        lambda r: {"after": r["seq"]},
+        _writer("checkpoint", sink, counts),
+    )
     rows = yield Q(query("export_runs"), (sid,), named=True)
     if rows:
-        yield Call(sink.write, ([run_line(r) for r in rows],))
-        counts.runs += len(rows)
-    after = -1
-    while True:
-        rows = yield Q(query("export_summaries"), (sid, after, PAGE), named=True)
-        if rows:
-            yield Call(sink.write, ([summary_line(r) for r in rows],))
-            after = rows[-1]["chunk_seq"]
-            counts.summaries += len(rows)
-        if len(rows) < PAGE:
-            break
+        yield from _writer("run", sink, counts)(rows)
+    by_chunk = {"sid": sid, "after": -1}
+    yield from paged_op(
+        "export_summaries",
+        by_chunk,
+        lambda r: {"after": r["chunk_seq"]},
+        _writer("summary", sink, counts),
+    )
 
 
 def _facts_op(
-    tenant: str | None, subject: str | None, sink: _Sink, access: AccessReport | None
-) -> Op[int]:
+    tenant: str | None,
+    subject: str | None,
+    sink: _Sink,
+    counts: Counts,
+    access: AccessReport | None,
+) -> Op[None]:
     """Every version of the facts of ``tenant`` and/or ``subject``, one snapshot (the
     current ones noted in ``access``)."""
-    written = 0
+    write = _writer("fact", sink, counts)
+
+    def each(rows: Sequence[Any]) -> Op[None]:
+        yield from write(rows)
+        if access is not None:
+            access.facts(rows)
+
     params: dict[str, Any] = {
         "tenant": tenant,
         "subject": subject,
         "after_tenant": "",
         "after_id": uuid.UUID(int=0),
-        "limit": PAGE,
     }
     yield Tx.BEGIN_SNAPSHOT
-    while True:
-        rows = yield Q(query("export_facts"), params, named=True)
-        if rows:
-            yield Call(sink.write, ([fact_line(r) for r in rows],))
-            written += len(rows)
-            if access is not None:
-                access.facts(rows)
-            params["after_tenant"] = rows[-1]["tenant_id"]
-            params["after_id"] = rows[-1]["fact_id"]
-        if len(rows) < PAGE:
-            break
+    yield from paged_op(
+        "export_facts",
+        params,
+        lambda r: {"after_tenant": r["tenant_id"], "after_id": r["fact_id"]},
+        each,
+    )
     yield Tx.COMMIT
-    return written
 
 
 def _export_one_op(
@@ -425,17 +321,17 @@ def _export_one_op(
     if info.purged:
         raise SessionPurged(f"session {sid} was purged; there is nothing to export")
     bar.expect(info.turn_count)
-    yield from export_artifacts_op(store, sid, written, sink.write, _dumps)
+    yield from export_artifacts_op(store, sid, written, sink.write)
     state = yield Q(query("export_session_state"), (sid,), fetch="one", named=True)
     copies = yield from copies_op(sid)
     if state["fork_parent"] is not None:
-        counts.forks += 1
+        counts.add("fork")
     yield Call(sink.write, ([session_line(info, state, copies)],))
     turns = yield from _turns_op(history_ops.history(store, sid), sink, bar)
     yield from _state_op(sid, sink, counts)
-    yield from export_refs_op(sid, written, sink.write, _dumps)
-    yield from export_links_op(sid, written, sink.write, _dumps)
-    end = _dumps({"kind": "end", "session_id": str(sid), "turns": turns}) + "\n"
+    yield from export_refs_op(store, sid, written, sink.write)
+    yield from export_links_op(sid, written, sink.write)
+    end = line({"kind": "end", "session_id": str(sid), "turns": turns})
     yield Call(sink.write, ([end],))
     yield Tx.COMMIT
     if access is not None:
@@ -499,7 +395,7 @@ def export_line(
         "scope": {"session_ids": ids, "tenant_id": tenant, "subject_id": subject},
         "artifact_bytes": with_bytes,
     }
-    return _dumps(doc) + "\n"
+    return line(doc)
 
 
 def export_sessions(
@@ -581,19 +477,20 @@ def export_sessions(
                     )
                     sessions += 1
         if ids is None:  # a tenant or subject scope: its facts too
-            counts.facts = yield from _facts_op(tenant, subject, sink, access)
+            yield from _facts_op(tenant, subject, sink, counts, access)
         if ids is None and tenant is not None:  # the tenant's references of no session
             yield Tx.BEGIN_SNAPSHOT
-            yield from export_loose_refs_op(store, tenant, written, sink.write, _dumps)
+            yield from export_loose_refs_op(store, tenant, written, sink.write)
             yield Tx.COMMIT
-        counts.artifacts, counts.artifact_refs = written.artifacts, written.refs
-        counts.artifact_links = written.links
+        counts.add("artifact", written.artifacts)
+        counts.add("artifact_ref", written.refs)
+        counts.add("artifact_link", written.links)
         done = ExportReport(
             sessions,
             turns,
             sink.bytes,
             tally.report().seconds,
-            **asdict(counts),
+            **counts.by_name,
             artifact_bytes=written.bytes,
             export_id=str(export_id),
         )
@@ -963,8 +860,7 @@ class _State:
         (chunked otherwise here) and references to artifacts exported without bytes that
         this database lacks are listed."""
         for kind in STATE_KINDS:
-            name = "summaries" if kind == "summary" else kind + "s"
-            tally.counts.add(kind, getattr(self.counts, name))
+            tally.counts.add(kind, self.counts.of(kind))
         for at in self.unmatched:
             tally.skipped.append(
                 Skipped(at, f"summary of session {self.sid}: no chunk here holds its turns")

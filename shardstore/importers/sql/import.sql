@@ -29,14 +29,14 @@ SELECT next_turn_seq FROM shardstore.sessions WHERE session_id = %s;
 SELECT first_turn_seq, fork_parent, fork_at FROM shardstore.sessions WHERE session_id = %s;
 
 -- name: export_checkpoints
--- a page of a session's checkpoints, oldest first (seq order), after seq %s
+-- a page of a session's checkpoints, oldest first (seq order), after a seq
 SELECT checkpoint_id, seq, tenant_id, turn_seq, sub_step, parent_id, idempotency_key,
        created_at, state::text AS state, tool_calls::text AS tool_calls,
        tool_results::text AS tool_results, metadata::text AS metadata
   FROM shardstore.checkpoints
- WHERE session_id = %s AND seq > %s
+ WHERE session_id = %(sid)s AND seq > %(after)s
  ORDER BY seq
- LIMIT %s;
+ LIMIT %(limit)s;
 
 -- name: export_runs
 SELECT run_id, tenant_id, framework, thread_key, status, awaiting::text AS awaiting,
@@ -47,13 +47,13 @@ SELECT run_id, tenant_id, framework, thread_key, status, awaiting::text AS await
  ORDER BY created_at, run_id;
 
 -- name: export_summaries
--- a page of a session's own chunk summaries, after chunk_seq %s
+-- a page of a session's own chunk summaries, after a chunk_seq
 SELECT chunk_seq, tenant_id, chunk_start, first_turn_seq, last_turn_seq, summary, tokens,
        model, created_at, message_tokens, counted_by
   FROM shardstore.chunk_summaries
- WHERE session_id = %s AND chunk_seq > %s
+ WHERE session_id = %(sid)s AND chunk_seq > %(after)s
  ORDER BY chunk_seq
- LIMIT %s;
+ LIMIT %(limit)s;
 
 -- name: export_facts
 -- a page of the facts of a tenant and/or subject, every version, after (tenant, fact_id)
