@@ -8,6 +8,7 @@ inherited turns differ from the parent's here is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import uuid
@@ -214,3 +215,84 @@ def test_a_parent_not_here_gives_a_plain_session_and_differing_turns_are_refused
             "SELECT 1 FROM shardstore.sessions WHERE session_id = %s", (sids["b"],)
         ).fetchall()
     assert there == []  # nothing of the refused session written
+
+
+def _with_head(text: str, sid: uuid.UUID, change: dict[str, Any]) -> str:
+    docs = [json.loads(line) for line in text.splitlines()]
+    for doc in docs:
+        if doc["kind"] == "session" and doc["session_id"] == str(sid):
+            doc.update(change)
+    return "\n".join(json.dumps(d) for d in docs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"copies": {"origin": "x"}}, "copies must be a list"),
+        ({"copies": ["x"]}, r"copies\[0\] must be an object"),
+        ({"copies": [{"origin": "nope", "first": 0, "last": 1}]}, r"copies\[0\].origin"),
+        ({"copies": [{"origin": str(uuid.uuid4()), "first": 3, "last": 1}]}, "ends before"),
+        ({"copies": [{"origin": str(uuid.uuid4()), "first": -1, "last": 1}]}, "first"),
+        ({"copies": [{"origin": str(uuid.uuid4()), "first": 0, "last": 2**70}]}, "last"),
+        ({"copies": [{"origin": str(uuid.uuid4()), "first": 0, "last": 0}] * 10_001}, "more than"),
+        ({"fork": {"parent": "p", "at": 3}}, "session_id"),
+        ({"fork": {"parent": str(uuid.uuid4()), "at": -2}}, "fork.at"),
+        ({"fork": [1]}, "fork must be an object"),
+    ],
+)
+def test_hostile_lineage_fields_write_nothing(
+    source: tuple[str, dict[str, uuid.UUID], str],
+    databases: Callable[[], str],
+    change: dict[str, Any],
+    match: str,
+) -> None:
+    _src, sids, text = source
+    dst = databases()
+    with shardstore.connect(dst, **SMALL) as b:
+        with pytest.raises(ImportRejected, match=match):
+            b.import_jsonl(io.StringIO(_with_head(text, sids["a"], change)))
+        with psycopg.connect(dst) as conn:
+            there = conn.execute("SELECT session_id FROM shardstore.sessions").fetchall()
+        assert (sids["a"],) not in there and (sids["main"],) in there  # the one before stays
+
+
+@pytest.mark.slow
+def test_copies_the_session_does_not_hold_or_from_elsewhere(
+    source: tuple[str, dict[str, uuid.UUID], str], databases: Callable[[], str]
+) -> None:
+    _src, sids, text = source
+    past_end = [{"origin": str(sids["p"]), "first": 900, "last": 901}]
+    elsewhere = [{"origin": str(uuid.uuid4()), "first": 0, "last": 4}]
+    dst = databases()
+    with shardstore.connect(dst, **SMALL) as b:
+        with pytest.raises(ImportRejected, match="not the session's"):
+            b.import_jsonl(io.StringIO(_with_head(text, sids["d"], {"copies": past_end})))
+        report = b.import_jsonl(
+            io.StringIO(_with_head(text, sids["d"], {"copies": elsewhere})), on_existing="skip"
+        )
+        (why,) = [s.reason for s in report.skipped if "copied from" in s.reason]
+        assert "lacks: imported as its own turns" in why
+        assert [t.turn_seq for t in b.history(sids["d"])] == list(range(18))
+
+
+@pytest.mark.slow
+def test_async_import_restores_the_same_lineage(
+    source: tuple[str, dict[str, uuid.UUID], str], databases: Callable[[], str]
+) -> None:
+    _src, _sids, text = source
+    dst = databases()
+
+    async def go() -> Any:
+        astore = await shardstore.connect_async(dst, **SMALL)
+        try:
+            return await astore.import_jsonl(io.StringIO(text))
+        finally:
+            await astore.close()
+
+    report = asyncio.run(go())
+    assert (report.sessions, report.forks) == (5, 2)
+    ref = databases()  # (the source's origin was purged by the round trip test)
+    with shardstore.connect(ref, **SMALL) as b:
+        b.import_jsonl(io.StringIO(text))
+    assert tables(dst) == tables(ref)
