@@ -1,16 +1,16 @@
 """Export sessions to JSONL and import them back (``store.export_sessions``,
 ``store.import_jsonl``; ``shardstore export``, ``shardstore import jsonl``).
 
-The format (``shardstore.jsonl`` version 3; every record in docs/portability.md): one JSON
+The format (``shardstore.jsonl`` version 4; every record in docs/portability.md): one JSON
 object per line, pure ASCII (non-ASCII characters and lone surrogates as ``\\u``
 escapes): an ``export`` line (the export's id, time, scope, whether artifact bytes are in
 it), then per session the ``artifact`` lines (and base64 ``artifact_part`` lines) of the
 artifacts it references that the file does not hold yet (``artifact_lines.py``), and
 
-    {"kind": "session", "format": "shardstore.jsonl", "version": 3, "session_id": "…",
+    {"kind": "session", "format": "shardstore.jsonl", "version": 4, "session_id": "…",
      "tenant_id": "…", "subject_id": "…"|null, "agent_id": "…"|null, "metadata": {…},
      "created_at": "2026-05-01T10:00:00.123456+00:00", "first_turn_seq": 0,
-     "fork": {"parent": "…", "at": 19}|null}
+     "fork": {"parent": "…", "at": 19}|null, "copies": [{"origin": "…", "first": 20, "last": 24}]}
     {"kind": "turn", "turn_seq": 0, "created_at": "…", "idempotency_key": "…"|null,
      "tokens": 12, "message": {…}}                       one line per turn, in order
     {"kind": "checkpoint", "checkpoint_id": "…", "tenant_id": "…", "turn_seq": 0,
@@ -25,6 +25,7 @@ artifacts it references that the file does not hold yet (``artifact_lines.py``),
      "first_turn_seq": 0, "last_turn_seq": 11, "summary": "…", "tokens": 6, "model": "…",
      "created_at": "…", "message_tokens": 26|null, "counted_by": "…"|null}
     {"kind": "artifact_ref", ...}                        the session's artifact references
+    {"kind": "artifact_link", "tenant_id": "…", "artifact_id": "…"}   links no reference backs
     {"kind": "end", "session_id": "…", "turns": 1}
 
 and, after the sessions of an export by tenant and/or subject, each version of their facts:
@@ -33,10 +34,12 @@ and, after the sessions of an export by tenant and/or subject, each version of t
      "value": …, "confidence": 0.9|null, "source_session_id": "…"|null,
      "source_turn_seq": 3|null, "valid_from": "…", "valid_to": "…"|null, "recorded_at": "…"}
 
-Version 2 is the same without the export, artifact, artifact_part and artifact_ref lines;
-version 1 also without the session line's ``first_turn_seq`` and ``fork`` and without
-checkpoint, run, summary and fact lines; both still import. A fork is imported as a
-plain session holding its inherited turns (its lineage stays in the file); a checkpoint's
+Version 3 is the same without the session line's ``copies``, the ``artifact_link`` lines
+and the references of no session (which follow the facts of a tenant export); version 2
+also without the export, artifact, artifact_part and artifact_ref lines; version 1 also
+without the session line's ``first_turn_seq`` and ``fork`` and without checkpoint, run,
+summary and fact lines; all still import. A fork is imported as a fork when its parent
+is here (:mod:`.lineage`), else as a plain session holding its inherited turns; a checkpoint's
 ``seq`` is renumbered by the importing database (the order is kept); a summary goes on the
 imported chunk holding exactly its turns, and is listed in the report's ``skipped`` when none
 does (a chunk cut by a range purge, other chunk settings). Every row of a session is written in
