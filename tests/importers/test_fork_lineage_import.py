@@ -296,3 +296,30 @@ def test_async_import_restores_the_same_lineage(
     with shardstore.connect(ref, **SMALL) as b:
         b.import_jsonl(io.StringIO(text))
     assert tables(dst) == tables(ref)
+
+
+@pytest.mark.slow
+def test_a_parent_or_origin_of_another_tenant_is_never_linked(
+    source: tuple[str, dict[str, uuid.UUID], str], databases: Callable[[], str]
+) -> None:
+    _src, sids, text = source
+    dst = databases()
+    with shardstore.connect(dst, **SMALL) as b:
+        other = b.create_session("globex", "alice", "agent")  # same owners, another tenant
+        b.append_turns(other, [say(i) for i in range(40)])
+        hostile = _with_head(text, sids["a"], {"fork": {"parent": str(other), "at": 19}})
+        hostile = _with_head(
+            hostile, sids["d"], {"copies": [{"origin": str(other), "first": 0, "last": 14}]}
+        )
+        report = b.import_jsonl(io.StringIO(hostile))
+        assert any(str(other) in s.reason for s in report.skipped)
+        assert [t.turn_seq for t in b.history(other)] == list(
+            range(40)
+        )  # the other tenant's session as it was
+    with psycopg.connect(dst) as conn:
+        linked = conn.execute(
+            "SELECT session_id FROM shardstore.sessions WHERE fork_parent = %s "
+            "UNION SELECT session_id FROM shardstore.fork_copies WHERE origin_session_id = %s",
+            (other, other),
+        ).fetchall()
+    assert linked == []
