@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -96,7 +97,7 @@ class AccessReport:
         if len(self.sessions) < LISTED:
             self.sessions.append((info, turns))
 
-    def facts(self, rows: list[Any]) -> None:
+    def facts(self, rows: Sequence[Any]) -> None:
         """Fact versions were exported; the current ones are listed."""
         for row in rows:
             if row["valid_to"] is None:

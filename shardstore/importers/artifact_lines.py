@@ -29,9 +29,8 @@ import binascii
 import hashlib
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ..artifacts.config import config_of
@@ -44,17 +43,14 @@ from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, relay
 from ..errors import ImportRejected
 from .fields import _int, _opt_instant, _opt_int, _text, _uuid
+from .records import line, paged_op, record_lines
 from .remap import IdMap
 
 PART = 512 * 1024
 """Raw bytes per ``artifact_part`` line (about 700,000 characters of base64)."""
-PAGE = 200
 SPOOL = 8 << 20  # bytes of an artifact an import holds in memory before spilling to disk
 REF_OWNERS = ("turn", "checkpoint", "trajectory")  # the session-scoped reference kinds
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
+LOOSE_OWNERS = ("trajectory", "business_output")  # references that may name no session
 
 
 # ---------------------------------------------------------------- export
@@ -69,6 +65,7 @@ class Written:
         self.seen: set[tuple[str, uuid.UUID]] = set()
         self.artifacts = 0
         self.refs = 0
+        self.links = 0
         self.bytes = 0
 
 
@@ -90,21 +87,7 @@ def artifact_line(row: Mapping[str, Any], with_bytes: bool) -> dict[str, Any]:
     }
 
 
-def ref_line(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``artifact_ref`` line of an ``artifact_refs`` row of a session."""
-    return {
-        "kind": "artifact_ref",
-        "tenant_id": row["tenant_id"],
-        "artifact_id": str(row["artifact_id"]),
-        "owner_type": row["owner_type"],
-        "owner_id": row["owner_id"],
-        "turn_seq": row["turn_seq"],
-        "required_for_resume": bool(row["required_for_resume"]),
-        "expires_at": _iso(row["expires_at"]),
-    }
-
-
-def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any, dumps: Any) -> Op[int]:
+def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any) -> Op[int]:
     """The artifact's bytes as ``artifact_part`` lines, read chunk by chunk (the store's
     read checks them against their sha256 at the end); returns the parts written."""
     aid = str(row["artifact_id"])
@@ -117,8 +100,7 @@ def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any, dumps: Any)
             for at in range(0, len(piece), PART):
                 data = base64.b64encode(piece[at : at + PART]).decode("ascii")
                 lines.append(
-                    dumps({"kind": "artifact_part", "artifact_id": aid, "n": parts, "data": data})
-                    + "\n"
+                    line({"kind": "artifact_part", "artifact_id": aid, "n": parts, "data": data})
                 )
                 parts += 1
         if lines:
@@ -128,55 +110,89 @@ def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any, dumps: Any)
     return parts
 
 
+def _artifact_rows_op(
+    store: StoreState, rows: Sequence[Mapping[str, Any]], written: Written, write: Any
+) -> Op[None]:
+    """The ``artifact`` lines (and parts) of the rows this export has not written yet."""
+    for row in rows:
+        key = (row["tenant_id"], row["artifact_id"])
+        if key in written.seen:
+            continue
+        written.seen.add(key)
+        head = artifact_line(row, written.with_bytes)
+        yield Call(write, ([line(head)],))
+        if written.with_bytes:
+            parts = yield from _parts_op(store, row, write)
+            assert parts == head["parts"], (parts, head["parts"])
+            written.bytes += int(row["size_bytes"])
+        written.artifacts += 1
+
+
+def _refs_writer(store: StoreState, written: Written, write: Any, tenant: str | None = None) -> Any:
+    """A pager's page handler for references: with ``tenant`` (references of no session,
+    whose artifacts no session line brought) the artifacts they name first."""
+
+    def each(rows: Sequence[Mapping[str, Any]]) -> Op[None]:
+        if tenant is not None:
+            named = sorted({r["artifact_id"] for r in rows})
+            found = yield Q(query("export_sessionless_artifacts"), (tenant, named), named=True)
+            yield from _artifact_rows_op(store, found, written, write)
+        yield Call(write, (record_lines("artifact_ref", rows),))
+        written.refs += len(rows)
+
+    return each
+
+
+def _ref_cursor(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "turn": -1 if row["turn_seq"] is None else row["turn_seq"],
+        "type": row["owner_type"],
+        "owner": row["owner_id"],
+        "artifact": row["artifact_id"],
+    }
+
+
+def _ref_params(**scope: Any) -> dict[str, Any]:
+    """A reference pager's first parameters: before every (turn, type, owner, artifact)."""
+    return {**scope, "turn": -2, "type": "", "owner": "", "artifact": uuid.UUID(int=0)}
+
+
 def export_artifacts_op(
-    store: StoreState, sid: uuid.UUID, written: Written, write: Any, dumps: Any
+    store: StoreState, sid: uuid.UUID, written: Written, write: Any
 ) -> Op[None]:
     """The ``artifact`` lines (and parts) of the ready artifacts the session references
-    that this export has not written yet, a page at a time, in the caller's snapshot."""
-    after = uuid.UUID(int=0)
-    while True:
-        rows = yield Q(query("export_session_artifacts"), (sid, after, PAGE), named=True)
-        for row in rows:
-            key = (row["tenant_id"], row["artifact_id"])
-            if key in written.seen:
-                continue
-            written.seen.add(key)
-            line = artifact_line(row, written.with_bytes)
-            yield Call(write, ([dumps(line) + "\n"],))
-            if written.with_bytes:
-                parts = yield from _parts_op(store, row, write, dumps)
-                assert parts == line["parts"], (parts, line["parts"])
-                written.bytes += int(row["size_bytes"])
-            written.artifacts += 1
-        if len(rows) < PAGE:
-            break
-        after = rows[-1]["artifact_id"]
+    or is linked to that this export has not written yet, a page at a time, in the
+    caller's snapshot."""
+
+    def each(rows: Sequence[Mapping[str, Any]]) -> Op[None]:
+        yield from _artifact_rows_op(store, rows, written, write)
+
+    params = {"sid": sid, "after": uuid.UUID(int=0)}
+    yield from paged_op(
+        "export_session_artifacts", params, lambda r: {"after": r["artifact_id"]}, each
+    )
 
 
-def export_refs_op(sid: uuid.UUID, written: Written, write: Any, dumps: Any) -> Op[None]:
+def export_refs_op(store: StoreState, sid: uuid.UUID, written: Written, write: Any) -> Op[None]:
     """The session's ``artifact_ref`` lines, a page at a time."""
-    params: dict[str, Any] = {
-        "sid": sid,
-        "turn": -2,
-        "type": "",
-        "owner": "",
-        "artifact": uuid.UUID(int=0),
-        "limit": PAGE,
-    }
-    while True:
-        rows = yield Q(query("export_session_refs"), params, named=True)
-        if rows:
-            yield Call(write, ([dumps(ref_line(r)) + "\n" for r in rows],))
-            written.refs += len(rows)
-            last = rows[-1]
-            params.update(
-                turn=-1 if last["turn_seq"] is None else last["turn_seq"],
-                type=last["owner_type"],
-                owner=last["owner_id"],
-                artifact=last["artifact_id"],
-            )
-        if len(rows) < PAGE:
-            break
+    each = _refs_writer(store, written, write)
+    yield from paged_op("export_session_refs", _ref_params(sid=sid), _ref_cursor, each)
+
+
+def export_loose_refs_op(store: StoreState, tenant: str, written: Written, write: Any) -> Op[None]:
+    """The tenant's references that name no session (business outputs, trajectories of
+    no session), a page at a time in the caller's snapshot, each page preceded by the
+    artifacts it names that the file does not hold yet."""
+    each = _refs_writer(store, written, write, tenant)
+    yield from paged_op("export_sessionless_refs", _ref_params(tenant=tenant), _ref_cursor, each)
+
+
+def export_links_op(sid: uuid.UUID, written: Written, write: Any) -> Op[None]:
+    """The session's ``artifact_link`` lines: links no reference of it backs any more."""
+    rows = yield Q(query("export_session_links"), (sid,), named=True)
+    if rows:
+        yield Call(write, (record_lines("artifact_link", rows),))
+        written.links += len(rows)
 
 
 # ---------------------------------------------------------------- import
@@ -356,26 +372,29 @@ def import_ref_op(
     doc: dict[str, Any],
     where: str,
     *,
-    old_sid: uuid.UUID,
-    sid: uuid.UUID,
+    old_sid: uuid.UUID | None,
+    sid: uuid.UUID | None,
     tenant: str,
     head: int,
     checkpoints: set[uuid.UUID],
     ids: IdMap,
     carried: Mapping[Any, Carried],
 ) -> Op[str | None]:
-    """One ``artifact_ref`` line of a session, written in its transaction: None when
-    written, else why it was not (an artifact exported without bytes that this database
-    does not hold). ``ImportRejected`` for a line naming an owner the session lacks."""
+    """One ``artifact_ref`` line, written in the caller's transaction (a session's, or,
+    with ``sid`` None, one of a reference naming no session: a business output or a
+    trajectory of no session): None when written, else why it was not (an artifact
+    exported without bytes that this database does not hold). ``ImportRejected`` for a
+    line naming an owner the session lacks. Under remapped ids a trajectory's or business
+    output's owner id is remapped too, so the copy's reference is a row of its own."""
     aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
     kind = doc.get("owner_type")
-    _check(kind in REF_OWNERS, where, f"owner_type must be one of {', '.join(REF_OWNERS)}")
+    kinds = REF_OWNERS if sid is not None else LOOSE_OWNERS
+    _check(kind in kinds, where, f"owner_type must be one of {', '.join(kinds)}")
     owner = _text(doc, "owner_id", where, validate.MAX_KEY_CHARS)
     required = doc.get("required_for_resume", False)
     _check(type(required) is bool, where, "required_for_resume must be true or false")
     expires = _opt_instant(doc.get("expires_at"), where, "expires_at")
     turn = doc.get("turn_seq")
-    session: uuid.UUID | None = sid
     if kind == "turn":
         _check(
             type(turn) is int and 0 <= turn < head,
@@ -392,21 +411,48 @@ def import_ref_op(
         owner = str(ids.checkpoint(cid))
         turn = None
     else:
-        _check(turn is None, where, "a trajectory reference has no turn_seq")
+        _check(turn is None, where, f"a {kind} reference has no turn_seq")
+        owner = ids.owner(str(kind), owner)
     (status,) = yield Q(
         query("artifact_ref"),
-        (tenant, aid, kind, owner, session, turn, required, expires),
+        (tenant, aid, kind, owner, sid, turn, required, expires),
         fetch="one",
     )
     if status == "missing":
-        said = carried.get((tenant, aid))
-        if said is None or not said.with_bytes:
-            return (
-                f"reference of {kind} {owner} to artifact {aid}: exported without its bytes, "
-                "and this database does not hold it"
-            )
+        why = _not_here(carried, tenant, aid, f"reference of {kind} {owner}")
+        if why is not None:
+            return why
     try:
         raise_ref_status(status, tenant, f"{aid} for {kind} {owner}")
     except Exception as exc:
         raise ImportRejected(f"{where}: {exc}") from None
     return None
+
+
+def _not_here(carried: Mapping[Any, Carried], tenant: str, aid: uuid.UUID, what: str) -> str | None:
+    """Why a record naming an artifact this database lacks is left out, when the file
+    carried the artifact without its bytes (else None: the file is wrong)."""
+    said = carried.get((tenant, aid))
+    if said is None or not said.with_bytes:
+        return (
+            f"{what} to artifact {aid}: exported without its bytes, and this database does "
+            "not hold it"
+        )
+    return None
+
+
+def import_link_op(
+    doc: dict[str, Any], where: str, sid: uuid.UUID, tenant: str, carried: Mapping[Any, Carried]
+) -> Op[str | None]:
+    """One ``artifact_link`` line of a session (the session linked to an artifact that no
+    reference of it backs: a purge of the session erases the artifact all the same),
+    written in its transaction: None when written, else why not."""
+    aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
+    params = {"sid": sid, "tenant": tenant, "artifact": aid}
+    row = yield Q(query("import_artifact_link"), params, fetch="one")
+    if row is not None:
+        return None
+    there = yield Q(query("import_artifact_there"), (tenant, aid), fetch="one")
+    if there is not None:
+        return None  # linked already (a link is kept once)
+    return _not_here(carried, tenant, aid, f"link of session {sid}")

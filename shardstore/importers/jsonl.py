@@ -1,16 +1,16 @@
 """Export sessions to JSONL and import them back (``store.export_sessions``,
 ``store.import_jsonl``; ``shardstore export``, ``shardstore import jsonl``).
 
-The format (``shardstore.jsonl`` version 3; every record in docs/portability.md): one JSON
+The format (``shardstore.jsonl`` version 4; every record in docs/portability.md): one JSON
 object per line, pure ASCII (non-ASCII characters and lone surrogates as ``\\u``
 escapes): an ``export`` line (the export's id, time, scope, whether artifact bytes are in
 it), then per session the ``artifact`` lines (and base64 ``artifact_part`` lines) of the
 artifacts it references that the file does not hold yet (``artifact_lines.py``), and
 
-    {"kind": "session", "format": "shardstore.jsonl", "version": 3, "session_id": "…",
+    {"kind": "session", "format": "shardstore.jsonl", "version": 4, "session_id": "…",
      "tenant_id": "…", "subject_id": "…"|null, "agent_id": "…"|null, "metadata": {…},
      "created_at": "2026-05-01T10:00:00.123456+00:00", "first_turn_seq": 0,
-     "fork": {"parent": "…", "at": 19}|null}
+     "fork": {"parent": "…", "at": 19}|null, "copies": [{"origin": "…", "first": 20, "last": 24}]}
     {"kind": "turn", "turn_seq": 0, "created_at": "…", "idempotency_key": "…"|null,
      "tokens": 12, "message": {…}}                       one line per turn, in order
     {"kind": "checkpoint", "checkpoint_id": "…", "tenant_id": "…", "turn_seq": 0,
@@ -25,6 +25,7 @@ artifacts it references that the file does not hold yet (``artifact_lines.py``),
      "first_turn_seq": 0, "last_turn_seq": 11, "summary": "…", "tokens": 6, "model": "…",
      "created_at": "…", "message_tokens": 26|null, "counted_by": "…"|null}
     {"kind": "artifact_ref", ...}                        the session's artifact references
+    {"kind": "artifact_link", "tenant_id": "…", "artifact_id": "…"}   links no reference backs
     {"kind": "end", "session_id": "…", "turns": 1}
 
 and, after the sessions of an export by tenant and/or subject, each version of their facts:
@@ -33,10 +34,12 @@ and, after the sessions of an export by tenant and/or subject, each version of t
      "value": …, "confidence": 0.9|null, "source_session_id": "…"|null,
      "source_turn_seq": 3|null, "valid_from": "…", "valid_to": "…"|null, "recorded_at": "…"}
 
-Version 2 is the same without the export, artifact, artifact_part and artifact_ref lines;
-version 1 also without the session line's ``first_turn_seq`` and ``fork`` and without
-checkpoint, run, summary and fact lines; both still import. A fork is imported as a
-plain session holding its inherited turns (its lineage stays in the file); a checkpoint's
+Version 3 is the same without the session line's ``copies``, the ``artifact_link`` lines
+and the references of no session (which follow the facts of a tenant export); version 2
+also without the export, artifact, artifact_part and artifact_ref lines; version 1 also
+without the session line's ``first_turn_seq`` and ``fork`` and without checkpoint, run,
+summary and fact lines; all still import. A fork is imported as a fork when its parent
+is here (:mod:`.lineage`), else as a plain session holding its inherited turns; a checkpoint's
 ``seq`` is renumbered by the importing database (the order is kept); a summary goes on the
 imported chunk holding exactly its turns, and is listed in the report's ``skipped`` when none
 does (a chunk cut by a range purge, other chunk settings). Every row of a session is written in
@@ -84,7 +87,10 @@ from .artifact_lines import (
     Written,
     discard,
     export_artifacts_op,
+    export_links_op,
+    export_loose_refs_op,
     export_refs_op,
+    import_link_op,
     import_ref_op,
     read_artifact_op,
     store_artifacts_op,
@@ -103,17 +109,30 @@ from .fields import (
     _text,
     _uuid,
 )
+from .lineage import (
+    Copy,
+    ancestors_op,
+    breaks,
+    copies_of,
+    copies_op,
+    fork_op,
+    inherited,
+    record_copies_op,
+    seal_op,
+)
+from .records import line, paged_op, record_lines
 from .remap import IdMap, import_id_of, needs_import_id
 from .report import Counts, ExportReport, ImportReport, Progress, Skipped, Tally
 from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
 
 FORMAT = "shardstore.jsonl"
-VERSION = 3
-VERSIONS = (1, 2, 3)  # the versions this shardstore reads
+VERSION = 4
+VERSIONS = (1, 2, 3, 4)  # the versions this shardstore reads
 DEFAULT_BATCH = 500
 PAGE = 200  # sessions listed per round trip when exporting by tenant or subject
 ON_EXISTING = ("refuse", "skip")
-STATE_KINDS = ("checkpoint", "run", "summary", "artifact_ref")  # after a session's turns
+# the lines after a session's turns
+STATE_KINDS = ("checkpoint", "run", "summary", "artifact_ref", "artifact_link")
 ON_ERROR = ("raise", "skip")
 TOP_KINDS = ("session", "artifact", "fact")  # the lines that start a record of their own
 RUN_STATUSES = ("running", "awaiting_human", "done", "failed")
@@ -121,8 +140,6 @@ RUN_STATUSES = ("running", "awaiting_human", "done", "failed")
 # recovered as ImportRejected naming the line, the session's transaction rolled back
 _REFUSALS = frozenset({"23505", "23514", "22003", "22P02", "22007", "22008", "54000"})
 _LINE_SLACK = 1 << 20  # a turn line may exceed its message by this many characters
-
-_dumps = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
 
 
 # ---------------------------------------------------------------- export
@@ -172,8 +189,11 @@ class _Sink:
             self.stream = None
 
 
-def session_line(info: SessionInfo, state: Any = None) -> str:
-    """The header line of a session (``state``: its export_session_state row, if read)."""
+def session_line(
+    info: SessionInfo, state: Any = None, copies: Sequence[dict[str, Any]] = ()
+) -> str:
+    """The header line of a session (``state``: its export_session_state row, if read;
+    ``copies``: the turns copy-on-write copied into it, by origin)."""
     doc: dict[str, Any] = {
         "kind": "session",
         "format": FORMAT,
@@ -186,135 +206,26 @@ def session_line(info: SessionInfo, state: Any = None) -> str:
         "created_at": info.created_at.isoformat(),
         "first_turn_seq": info.first_turn_seq,
         "fork": None,
+        "copies": list(copies),
     }
     if state is not None:
         doc["first_turn_seq"] = state["first_turn_seq"]
         if state["fork_parent"] is not None:
             doc["fork"] = {"parent": str(state["fork_parent"]), "at": state["fork_at"]}
-    return _dumps(doc) + "\n"
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
-
-
-def _json(text: str | None) -> Any:
-    return None if text is None else jsoncodec.loads(text)
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def checkpoint_line(row: Any) -> str:
-    """The line of one checkpoint (its artifact references stay in its state as they are)."""
-    return (
-        _dumps(
-            {
-                "kind": "checkpoint",
-                "checkpoint_id": str(row["checkpoint_id"]),
-                "tenant_id": row["tenant_id"],
-                "turn_seq": row["turn_seq"],
-                "sub_step": row["sub_step"],
-                "parent_id": _str(row["parent_id"]),
-                "idempotency_key": row["idempotency_key"],
-                "created_at": row["created_at"].isoformat(),
-                "state": _json(row["state"]),
-                "tool_calls": _json(row["tool_calls"]),
-                "tool_results": _json(row["tool_results"]),
-                "metadata": _json(row["metadata"]),
-            }
-        )
-        + "\n"
-    )
-
-
-def run_line(row: Any) -> str:
-    """The line of one run."""
-    return (
-        _dumps(
-            {
-                "kind": "run",
-                "run_id": str(row["run_id"]),
-                "tenant_id": row["tenant_id"],
-                "framework": row["framework"],
-                "thread_key": row["thread_key"],
-                "status": row["status"],
-                "awaiting": _json(row["awaiting"]),
-                "awaiting_since": _iso(row["awaiting_since"]),
-                "steps": row["steps"],
-                "usd_cost": row["usd_cost"],
-                "error": row["error"],
-                "metadata": _json(row["metadata"]),
-                "created_at": row["created_at"].isoformat(),
-                "updated_at": row["updated_at"].isoformat(),
-                "closed_at": _iso(row["closed_at"]),
-            }
-        )
-        + "\n"
-    )
-
-
-def summary_line(row: Any) -> str:
-    """The line of one chunk summary."""
-    return (
-        _dumps(
-            {
-                "kind": "summary",
-                "tenant_id": row["tenant_id"],
-                "chunk_seq": row["chunk_seq"],
-                "chunk_start": row["chunk_start"].isoformat(),
-                "first_turn_seq": row["first_turn_seq"],
-                "last_turn_seq": row["last_turn_seq"],
-                "summary": row["summary"],
-                "tokens": row["tokens"],
-                "model": row["model"],
-                "created_at": row["created_at"].isoformat(),
-                "message_tokens": row["message_tokens"],
-                "counted_by": row["counted_by"],
-            }
-        )
-        + "\n"
-    )
-
-
-def fact_line(row: Any) -> str:
-    """The line of one fact version, with its provenance."""
-    return (
-        _dumps(
-            {
-                "kind": "fact",
-                "tenant_id": row["tenant_id"],
-                "fact_id": str(row["fact_id"]),
-                "subject": row["subject"],
-                "key": row["key"],
-                "value": _json(row["value"]),
-                "confidence": row["confidence"],
-                "source_session_id": _str(row["source_session_id"]),
-                "source_turn_seq": row["source_turn_seq"],
-                "valid_from": row["valid_from"].isoformat(),
-                "valid_to": _iso(row["valid_to"]),
-                "recorded_at": row["recorded_at"].isoformat(),
-            }
-        )
-        + "\n"
-    )
+    return line(doc)
 
 
 def turn_line(turn: Turn) -> str:
     """The line of one turn."""
-    return (
-        _dumps(
-            {
-                "kind": "turn",
-                "turn_seq": turn.turn_seq,
-                "created_at": turn.created_at.isoformat(),
-                "idempotency_key": turn.idempotency_key,
-                "tokens": turn.tokens,
-                "message": turn.message,
-            }
-        )
-        + "\n"
+    return line(
+        {
+            "kind": "turn",
+            "turn_seq": turn.turn_seq,
+            "created_at": turn.created_at.isoformat(),
+            "idempotency_key": turn.idempotency_key,
+            "tokens": turn.tokens,
+            "message": turn.message,
+        }
     )
 
 
@@ -333,59 +244,67 @@ def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
     return written
 
 
+def _writer(kind: str, sink: _Sink, counts: Counts) -> Any:
+    """A pager's page handler: the rows' lines written, and counted."""
+
+    def write(rows: Sequence[Any]) -> Op[None]:
+        yield Call(sink.write, (record_lines(kind, rows),))
+        counts.add(kind, len(rows))
+
+    return write
+
+
 def _state_op(sid: uuid.UUID, sink: _Sink, counts: Counts) -> Op[None]:
     """A session's checkpoints (seq order), runs and chunk summaries, a page at a time."""
-    after = 0
-    while True:
-        rows = yield Q(query("export_checkpoints"), (sid, after, PAGE), named=True)
-        if rows:
-            yield Call(sink.write, ([checkpoint_line(r) for r in rows],))
-            after = rows[-1]["seq"]
-            counts.checkpoints += len(rows)
-        if len(rows) < PAGE:
-            break
+    by_seq = {"sid": sid, "after": 0}
+    yield from paged_op(
+        "export_checkpoints",
+        by_seq,
+        lambda r: {"after": r["seq"]},
+        _writer("checkpoint", sink, counts),
+    )
     rows = yield Q(query("export_runs"), (sid,), named=True)
     if rows:
-        yield Call(sink.write, ([run_line(r) for r in rows],))
-        counts.runs += len(rows)
-    after = -1
-    while True:
-        rows = yield Q(query("export_summaries"), (sid, after, PAGE), named=True)
-        if rows:
-            yield Call(sink.write, ([summary_line(r) for r in rows],))
-            after = rows[-1]["chunk_seq"]
-            counts.summaries += len(rows)
-        if len(rows) < PAGE:
-            break
+        yield from _writer("run", sink, counts)(rows)
+    by_chunk = {"sid": sid, "after": -1}
+    yield from paged_op(
+        "export_summaries",
+        by_chunk,
+        lambda r: {"after": r["chunk_seq"]},
+        _writer("summary", sink, counts),
+    )
 
 
 def _facts_op(
-    tenant: str | None, subject: str | None, sink: _Sink, access: AccessReport | None
-) -> Op[int]:
+    tenant: str | None,
+    subject: str | None,
+    sink: _Sink,
+    counts: Counts,
+    access: AccessReport | None,
+) -> Op[None]:
     """Every version of the facts of ``tenant`` and/or ``subject``, one snapshot (the
     current ones noted in ``access``)."""
-    written = 0
+    write = _writer("fact", sink, counts)
+
+    def each(rows: Sequence[Any]) -> Op[None]:
+        yield from write(rows)
+        if access is not None:
+            access.facts(rows)
+
     params: dict[str, Any] = {
         "tenant": tenant,
         "subject": subject,
         "after_tenant": "",
         "after_id": uuid.UUID(int=0),
-        "limit": PAGE,
     }
     yield Tx.BEGIN_SNAPSHOT
-    while True:
-        rows = yield Q(query("export_facts"), params, named=True)
-        if rows:
-            yield Call(sink.write, ([fact_line(r) for r in rows],))
-            written += len(rows)
-            if access is not None:
-                access.facts(rows)
-            params["after_tenant"] = rows[-1]["tenant_id"]
-            params["after_id"] = rows[-1]["fact_id"]
-        if len(rows) < PAGE:
-            break
+    yield from paged_op(
+        "export_facts",
+        params,
+        lambda r: {"after_tenant": r["tenant_id"], "after_id": r["fact_id"]},
+        each,
+    )
     yield Tx.COMMIT
-    return written
 
 
 def _export_one_op(
@@ -405,18 +324,59 @@ def _export_one_op(
     if info.purged:
         raise SessionPurged(f"session {sid} was purged; there is nothing to export")
     bar.expect(info.turn_count)
-    yield from export_artifacts_op(store, sid, written, sink.write, _dumps)
+    yield from export_artifacts_op(store, sid, written, sink.write)
     state = yield Q(query("export_session_state"), (sid,), fetch="one", named=True)
-    yield Call(sink.write, ([session_line(info, state)],))
+    copies = yield from copies_op(sid)
+    if state["fork_parent"] is not None:
+        counts.add("fork")
+    yield Call(sink.write, ([session_line(info, state, copies)],))
     turns = yield from _turns_op(history_ops.history(store, sid), sink, bar)
     yield from _state_op(sid, sink, counts)
-    yield from export_refs_op(sid, written, sink.write, _dumps)
-    end = _dumps({"kind": "end", "session_id": str(sid), "turns": turns}) + "\n"
+    yield from export_refs_op(store, sid, written, sink.write)
+    yield from export_links_op(sid, written, sink.write)
+    end = line({"kind": "end", "session_id": str(sid), "turns": turns})
     yield Call(sink.write, ([end],))
     yield Tx.COMMIT
     if access is not None:
         access.session(info, turns)
     return turns
+
+
+class _Scope:
+    """Which sessions an export covers: those named, or a tenant's and/or subject's."""
+
+    def __init__(self, ids: list[uuid.UUID] | None, tenant: str | None, subject: str | None):
+        self.named = None if ids is None else set(ids)
+        self.tenant = tenant
+        self.subject = subject
+
+    def covers(self, row: Any) -> bool:
+        """Whether an export_session_ancestors row is in scope."""
+        if self.named is not None:
+            return bool(row["session_id"] in self.named)
+        return (self.tenant is None or row["tenant_id"] == self.tenant) and (
+            self.subject is None or row["subject_id"] == self.subject
+        )
+
+
+def _lineage_first_op(sid: uuid.UUID, scope: _Scope, early: set[uuid.UUID]) -> Op[list[uuid.UUID]]:
+    """The sessions to write for ``sid``, in order: its live ancestors in scope that were
+    not written yet (parents before forks, so that an import can rebuild the lineage),
+    then ``sid``. A listing by tenant or subject goes newest first, so a fork comes before
+    its parent: the parent is written early and skipped when the listing reaches it."""
+    order: list[uuid.UUID] = []
+    todo = [sid]
+    while todo:
+        at = todo.pop()
+        order.append(at)
+        for row in (yield from ancestors_op(at)):
+            anc = row["session_id"]
+            if anc not in early and anc != sid and scope.covers(row):
+                early.add(anc)
+                todo.append(anc)
+    if scope.named is not None:
+        early.add(sid)  # a list naming a session twice, or after its fork, writes it once
+    return order[::-1]
 
 
 def export_line(
@@ -438,7 +398,7 @@ def export_line(
         "scope": {"session_ids": ids, "tenant_id": tenant, "subject_id": subject},
         "artifact_bytes": with_bytes,
     }
-    return _dumps(doc) + "\n"
+    return line(doc)
 
 
 def export_sessions(
@@ -498,6 +458,8 @@ def export_sessions(
         )
         yield Call(sink.write, ([header],))
         before: SessionInfo | None = None
+        scope = _Scope(ids, tenant, subject)
+        early: set[uuid.UUID] = set()  # ancestors written before the listing reached them
         while True:
             if ids is not None:
                 page, ids = ids, []
@@ -510,22 +472,28 @@ def export_sessions(
             if not page:
                 break
             for sid in page:
-                turns += yield from _export_one_op(store, sid, sink, bar, counts, written, access)
-                sessions += 1
+                if sid in early:
+                    continue
+                for one in (yield from _lineage_first_op(sid, scope, early)):
+                    turns += yield from _export_one_op(
+                        store, one, sink, bar, counts, written, access
+                    )
+                    sessions += 1
         if ids is None:  # a tenant or subject scope: its facts too
-            counts.facts = yield from _facts_op(tenant, subject, sink, access)
-        counts.artifacts, counts.artifact_refs = written.artifacts, written.refs
+            yield from _facts_op(tenant, subject, sink, counts, access)
+        if ids is None and tenant is not None:  # the tenant's references of no session
+            yield Tx.BEGIN_SNAPSHOT
+            yield from export_loose_refs_op(store, tenant, written, sink.write)
+            yield Tx.COMMIT
+        counts.add("artifact", written.artifacts)
+        counts.add("artifact_ref", written.refs)
+        counts.add("artifact_link", written.links)
         done = ExportReport(
             sessions,
             turns,
             sink.bytes,
             tally.report().seconds,
-            checkpoints=counts.checkpoints,
-            runs=counts.runs,
-            summaries=counts.summaries,
-            facts=counts.facts,
-            artifacts=counts.artifacts,
-            artifact_refs=counts.artifact_refs,
+            **counts.by_name,
             artifact_bytes=written.bytes,
             export_id=str(export_id),
         )
@@ -667,14 +635,18 @@ class _Head:
         self.metadata = _field(jsoncodec.encode_json, metadata, where, "metadata")
         self.created_at = _instant(doc.get("created_at"), where, "created_at")
         self.first_turn_seq: int | None = None
+        self.fork: tuple[uuid.UUID, int] | None = None
+        self.copies: list[Copy] = []
         if version >= 2:
             self.first_turn_seq = _int(doc.get("first_turn_seq"), where, "first_turn_seq")
             fork = doc.get("fork")
-            if fork is not None:  # lineage, read and checked; the import makes a plain session
+            if fork is not None:
                 if type(fork) is not dict:
                     raise ImportRejected(f"{where}: fork must be an object or null")
-                _field(validate.session_id, fork.get("parent"), where)
-                _int(fork.get("at"), where, "fork.at", low=-1)
+                parent = _field(validate.session_id, fork.get("parent"), where)
+                self.fork = (parent, _int(fork.get("at"), where, "fork.at", low=-1))
+        if version >= 4:
+            self.copies = copies_of(doc.get("copies", []), where)
 
 
 class _Reader:
@@ -749,8 +721,8 @@ class _State:
 
     def line_op(self, kind: str, doc: dict[str, Any], at: str, version: int) -> Op[None]:
         """Check one state line and write it."""
-        if kind == "artifact_ref" and version < 3:
-            raise ImportRejected(f"{at}: an 'artifact_ref' line inside a version {version} file")
+        if (kind == "artifact_ref" and version < 3) or (kind == "artifact_link" and version < 4):
+            raise ImportRejected(f"{at}: an {kind!r} line inside a version {version} file")
         _owned(doc, self.tenant, at)
         if doc.get("session_id", str(self.old_sid)) != str(self.old_sid):
             raise ImportRejected(f"{at}: the row names another session than its own")
@@ -762,17 +734,20 @@ class _State:
             if not (yield from self._summary_op(doc, at)):
                 return
         else:
-            why = yield from import_ref_op(
-                doc,
-                at,
-                old_sid=self.old_sid,
-                sid=self.sid,
-                tenant=self.tenant,
-                head=self.head,
-                checkpoints=self.ids,
-                ids=self.remap,
-                carried=self.carried,
-            )
+            if kind == "artifact_link":
+                why = yield from import_link_op(doc, at, self.sid, self.tenant, self.carried)
+            else:
+                why = yield from import_ref_op(
+                    doc,
+                    at,
+                    old_sid=self.old_sid,
+                    sid=self.sid,
+                    tenant=self.tenant,
+                    head=self.head,
+                    checkpoints=self.ids,
+                    ids=self.remap,
+                    carried=self.carried,
+                )
             if why is not None:
                 self.unreferenced.append((at, why))
                 return
@@ -887,9 +862,8 @@ class _State:
         """The records written are counted; summaries no imported chunk holds exactly
         (chunked otherwise here) and references to artifacts exported without bytes that
         this database lacks are listed."""
-        for kind in ("checkpoint", "run", "summary", "artifact_ref"):
-            name = "summaries" if kind == "summary" else kind + "s"
-            tally.counts.add(kind, getattr(self.counts, name))
+        for kind in STATE_KINDS:
+            tally.counts.add(kind, self.counts.of(kind))
         for at in self.unmatched:
             tally.skipped.append(
                 Skipped(at, f"summary of session {self.sid}: no chunk here holds its turns")
@@ -961,6 +935,38 @@ def _fact_op(doc: dict[str, Any], at: str, ids: IdMap, tally: Tally) -> Op[bool]
     return row is not None
 
 
+def _loose_ref_op(
+    store: StoreState,
+    doc: dict[str, Any],
+    at: str,
+    ids: IdMap,
+    tally: Tally,
+    carried: dict[Any, Carried],
+    pending: list[Pending],
+) -> Op[None]:
+    """A reference that names no session (version 4), in a transaction of its own with the
+    artifacts read before it."""
+    tenant = _text(doc, "tenant_id", at)
+    yield Tx.BEGIN
+    tally.counts.add("artifact", (yield from store_artifacts_op(store, pending)))
+    why = yield from import_ref_op(
+        doc,
+        at,
+        old_sid=None,
+        sid=None,
+        tenant=tenant,
+        head=0,
+        checkpoints=set(),
+        ids=ids,
+        carried=carried,
+    )
+    yield Tx.COMMIT
+    if why is None:
+        tally.counts.add("artifact_ref")
+    else:
+        tally.skipped.append(Skipped(at, why))
+
+
 def _skip_session_op(reader: _Reader, head: _Head, where: str) -> Op[None]:
     """Read past a session's lines up to its end line."""
     while True:
@@ -989,17 +995,24 @@ def _session_op(
 ) -> Op[None]:
     """One session: created and filled in one transaction, or skipped / refused. In a
     remapped import a session already there is this import's own from an earlier run
-    (its id derives from the import id), complete: counted as unchanged."""
+    (its id derives from the import id), complete: counted as unchanged. A fork whose
+    parent is here is made a fork again (:mod:`.lineage`)."""
     ctx = store.ctx
     old_sid = head.session_id
     sid = ids.session(old_sid)
     yield Tx.BEGIN
-    made = yield Q(
-        query("import_session_insert"),
-        (sid, head.tenant, head.subject, head.agent, head.metadata, head.created_at),
-        fetch="one",
+    owners = (head.tenant, head.subject, head.agent)
+    status, lineage = yield from fork_op(
+        sid, head.fork, owners, head.metadata, head.created_at, ids
     )
-    if made is None:
+    made: Any = status == "ok"
+    if status == "plain":
+        made = yield Q(
+            query("import_session_insert"),
+            (sid, *owners, head.metadata, head.created_at),
+            fetch="one",
+        )
+    if not made:
         yield Tx.COMMIT  # nothing was written
         discard(pending)
         if ids.active:
@@ -1019,9 +1032,32 @@ def _session_op(
     batch = Batch()
     state = _State(old_sid, sid, head.tenant, ids, carried)
     places: list[str] = []
+    cuts = breaks(head.copies)
     first: int | None = None
     start = 0  # turn_seq of the batch's first turn
-    count = written = 0
+    count = written = inherited_turns = 0
+
+    def flush_op() -> Op[None]:
+        nonlocal start, written
+        yield from premake_op(store, partitions, batch.times)
+        yield from append_exact_op(ctx, sid, start, batch, places)
+        start += len(batch)
+        written += batch.bytes
+        bar.done(len(batch))
+        batch.clear()
+        places.clear()
+
+    def turns_done_op() -> Op[None]:
+        yield from flush_op()
+        if lineage is not None and not lineage.met:
+            raise ImportRejected(
+                f"{where}: session {old_sid} holds fewer turns than it inherits from its parent"
+            )
+        plain = yield from record_copies_op(sid, head.tenant, head.copies, ids, where)
+        tally.skipped.extend(Skipped(where, why) for why in plain)
+        state.started = True
+        state.head = (first or 0) + count
+
     while True:
         item = yield from reader.next_op()
         if item is None:
@@ -1034,15 +1070,7 @@ def _session_op(
         kind = doc["kind"]
         if kind in STATE_KINDS and head.version >= 2:
             if not state.started:  # the turns are over: the last batch goes in first
-                yield from premake_op(store, partitions, batch.times)
-                yield from append_exact_op(ctx, sid, start, batch, places)
-                start += len(batch)
-                written += batch.bytes
-                bar.done(len(batch))
-                batch.clear()
-                places.clear()
-                state.started = True
-                state.head = (first or 0) + count
+                yield from turns_done_op()
             yield from state.line_op(kind, doc, at, head.version)
         elif kind == "turn" and state.started:
             raise ImportRejected(f"{at}: a turn line after the session's state lines")
@@ -1057,36 +1085,38 @@ def _session_op(
             key = _field(_key, doc.get("idempotency_key"), at)
             created = _instant(doc.get("created_at"), at, "created_at")
             partition_check(ctx, created, at)
+            count += 1
+            if lineage is not None and seq <= lineage.at:  # read through the parent
+                inherited(lineage, seq, created, at)
+                inherited_turns += 1
+                start = seq + 1
+                continue
+            if seq in cuts:
+                yield from flush_op()
+                yield from seal_op(sid)
             batch.add(ctx, doc.get("message"), at, key, doc.get("tokens"))
             batch.times.append(created)
             places.append(at)
-            count += 1
             if len(batch) >= reader.batch:
-                yield from premake_op(store, partitions, batch.times)
-                yield from append_exact_op(ctx, sid, start, batch, places)
-                start += len(batch)
-                written += batch.bytes
-                bar.done(len(batch))
-                batch.clear()
-                places.clear()
+                yield from flush_op()
         elif kind == "end":
             if doc.get("session_id") != str(old_sid) or doc.get("turns") != count:
                 raise ImportRejected(
                     f"{at}: the end line does not close session {old_sid} with {count} turns"
                 )
-            yield from premake_op(store, partitions, batch.times)
-            yield from append_exact_op(ctx, sid, start, batch, places)
-            written += batch.bytes
-            bar.done(len(batch))
+            if not state.started:
+                yield from turns_done_op()
             if head.first_turn_seq is not None and count and first != head.first_turn_seq:
                 raise ImportRejected(
                     f"{where}: first_turn_seq {head.first_turn_seq} but the first turn is {first}"
                 )
-            if first:  # exported after a range purge: the history starts at its first turn
+            if first and lineage is None:  # exported after a range purge: starts there
                 yield Q(query("import_session_first_turn"), (first, sid), fetch="none")
             yield Tx.COMMIT
-            tally.add_session(count, written, existed=False)
+            tally.add_session(count - inherited_turns, written, existed=False)
             tally.counts.add("artifact", artifacts)
+            if lineage is not None:
+                tally.counts.add("fork")
             state.counted(tally)
             return
         else:
@@ -1190,7 +1220,7 @@ def import_jsonl(
                 continue
             if ids is None:
                 ids = needs_import_id(remap, given_id, export_id)
-            if kind not in TOP_KINDS:
+            if kind not in TOP_KINDS and kind != "artifact_ref":
                 raise ImportRejected(
                     f"{where}: a {kind!r:.40} line outside a session "
                     "(each session starts with its session line)"
@@ -1203,6 +1233,9 @@ def import_jsonl(
                     artifact = yield from read_artifact_op(reader, doc, where, carried)
                     if artifact is not None:
                         pending.append(artifact)
+                    continue
+                if kind == "artifact_ref":  # a reference of no session (version 4)
+                    yield Try(_loose_ref_op(store, doc, where, ids, tally, carried, pending))
                     continue
                 head = _Head(doc, where)
                 yield Try(
@@ -1225,7 +1258,8 @@ def import_jsonl(
                     raise
                 discard(pending)  # the refused session's artifacts go with it
                 tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
-                yield from _resync_op(reader)
+                if kind != "artifact_ref":  # one line: nothing of it to read past
+                    yield from _resync_op(reader)
         if pending:  # artifacts no session follows
             yield Tx.BEGIN
             tally.counts.add("artifact", (yield from store_artifacts_op(store, pending)))

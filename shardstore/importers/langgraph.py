@@ -29,8 +29,6 @@ from ..errors import (
     ImportRejected,
     InvalidInput,
     MissingDependency,
-    SessionConflict,
-    SessionPurged,
 )
 from ..integrations.ids import external_metadata, external_session_id
 from .report import ImportReport, Progress, Skipped, Tally
@@ -138,24 +136,18 @@ def _thread_op(
     messages: list[Any] = yield Call(source.messages, (thread_id, where))
     ctx = store.ctx
     yield Tx.BEGIN
-    try:
-        have, existed = yield from open_session_op(
-            tenant, None, sid, external_metadata(FRAMEWORK, thread_id)
-        )
-    except (SessionConflict, SessionPurged) as exc:
-        raise ImportRejected(f"{where}: {exc}") from None
+    have, existed = yield from open_session_op(
+        where, tenant, None, sid, external_metadata(FRAMEWORK, thread_id)
+    )
     bar.expect(len(messages) - have)
     batch = Batch()
-    appended = written = 0
     for start in range(have, len(messages), batch_size):
         for index in range(start, min(start + batch_size, len(messages))):
             at = f"{where} message {index}"
             batch.add(ctx, messages[index], at)
-        turns, stored = yield from append_batch_op(ctx, sid, batch, bar)
-        appended += turns
-        written += stored
+        yield from append_batch_op(ctx, sid, batch, bar)
     yield Tx.COMMIT
-    tally.add_session(appended, written, existed)
+    tally.add_session(batch.appended, batch.written, existed)
 
 
 def import_langgraph(

@@ -10,8 +10,12 @@ What follows the session id: the session's checkpoint ids (an artifact reference
 checkpoint names it by id within the tenant, so the copy's must differ from the
 original's), their ``parent_id``, run ids (runs are looked up by run id alone), fact ids
 (unique per tenant), a fact's ``source_session_id`` when that session is in the file, a
-turn reference's owner id (``"<session_id>:<turn_seq>"``). Tenants, subjects, idempotency
-keys (scoped by session) and artifact ids (the content's address in the tenant) stay."""
+turn reference's owner id (``"<session_id>:<turn_seq>"``), a fork's parent and the origins
+of its copied turns when those sessions are in the file, and the owner id of a trajectory or
+business-output reference (the owner is the caller's id, and the reference is found by it:
+kept as it was, the copy's reference would merge into the original's row). Tenants,
+subjects, idempotency keys (scoped by session) and artifact ids (the content's address in
+the tenant) stay."""
 
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ class IdMap:
         """Whether ids are remapped."""
         return self.import_id is not None
 
-    def _new(self, kind: str, old: uuid.UUID) -> uuid.UUID:
+    def _new(self, kind: str, old: uuid.UUID | str) -> uuid.UUID:
         assert self.import_id is not None
         return uuid.uuid5(_NAMESPACE, f"{self.import_id}\x00{kind}\x00{old}")
 
@@ -56,9 +60,15 @@ class IdMap:
         return new
 
     def source_session(self, old: uuid.UUID) -> uuid.UUID:
-        """A fact's source session: the copy when that session was in the file, else the
-        id as it is (a session of this database, or none)."""
+        """A session another row names (a fact's source, a fork's parent, the origin of
+        copied turns): the copy when that session was in the file, else the id as it is
+        (a session of this database, or none)."""
         return self.sessions.get(old, old)
+
+    def owner(self, kind: str, old: str) -> str:
+        """The imported owner id of a trajectory or business-output reference: a uuid
+        derived from the import id, the owner type and the id in the file."""
+        return str(self._new(f"owner\x00{kind}", old)) if self.active else old
 
     def checkpoint(self, old: uuid.UUID) -> uuid.UUID:
         """The imported id of a checkpoint (and of a checkpoint's parent)."""

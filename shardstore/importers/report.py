@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from ..core.rows import json_fields
@@ -21,17 +21,47 @@ class Skipped:
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordCounts:
+    """The records other than sessions and turns that an export or an import wrote, by
+    kind: ``checkpoints``, ``runs``, ``summaries``, ``facts`` (versions), ``artifacts``,
+    ``artifact_refs``, ``artifact_links`` (a session's links that no reference of it
+    backs) and ``forks`` (sessions with a fork lineage)."""
+
+    checkpoints: int = 0
+    runs: int = 0
+    summaries: int = 0
+    facts: int = 0
+    artifacts: int = 0
+    artifact_refs: int = 0
+    artifact_links: int = 0
+    forks: int = 0
+
+    def _fields_json(self, **override: Any) -> dict[str, Any]:
+        """json_fields in reading order: the report's own required fields, the counts,
+        then its other fields."""
+        doc = json_fields(self, **override)
+        own = [f.name for f in fields(self) if f.name not in RECORD_KINDS]
+        required = [f.name for f in fields(self) if f.name in own and f.default is MISSING]
+        order = required + list(RECORD_KINDS) + [n for n in own if n not in required]
+        return {name: doc[name] for name in order}
+
+
+RECORD_KINDS = tuple(f.name for f in fields(RecordCounts))
+
+
 @dataclass(frozen=True, slots=True)
-class ImportReport:
+class ImportReport(RecordCounts):
     """The outcome of one import run.
 
     ``sessions``: sessions created or extended; ``turns`` and ``bytes``: turns appended and
-    their stored JSON size; ``unchanged``: sessions already complete (a re-run finds every
-    source element already imported); ``skipped``: what was left out, with the reason;
-    ``seconds``: the run's wall time. The other records a JSONL import writes, each
-    counted when written (a re-run that finds them there counts none): ``checkpoints``,
-    ``runs``, ``summaries``, ``facts`` (versions), ``artifacts`` (stored from the file's
-    bytes) and ``artifact_refs``."""
+    their stored JSON size (a fork's inherited turns are read through its parent, not
+    appended); ``unchanged``: sessions already complete (a re-run finds every source
+    element already imported); ``skipped``: what was left out, with the reason;
+    ``seconds``: the run's wall time. The other records a JSONL import writes
+    (:class:`RecordCounts`) are each counted when written (a re-run that finds them there
+    counts none); ``artifacts`` are those stored from the file's bytes, ``forks`` the
+    sessions made forks of their parent again."""
 
     sessions: int
     turns: int
@@ -39,58 +69,68 @@ class ImportReport:
     unchanged: int
     skipped: tuple[Skipped, ...]
     seconds: float
-    checkpoints: int = 0
-    runs: int = 0
-    summaries: int = 0
-    facts: int = 0
-    artifacts: int = 0
-    artifact_refs: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The report as the CLI prints it with ``--json``."""
-        return json_fields(self, skipped=[json_fields(s) for s in self.skipped])
+        return self._fields_json(skipped=[json_fields(s) for s in self.skipped])
 
 
 @dataclass(frozen=True, slots=True)
-class ExportReport:
-    """The outcome of an export: sessions and turns written, bytes of JSONL text, and
-    every other record kind written: ``checkpoints``, ``runs``, ``summaries``, ``facts``
-    (versions), ``artifacts`` (``artifact_bytes`` of their content, 0 without bytes),
-    ``artifact_refs``; ``export_id``: the id on the file's export line."""
+class ExportReport(RecordCounts):
+    """The outcome of an export: sessions and turns written, bytes of JSONL text, every
+    other record kind written (:class:`RecordCounts`; ``artifact_bytes``: the content of
+    the artifacts, 0 without bytes), and ``export_id``, the id on the file's export
+    line."""
 
     sessions: int
     turns: int
     bytes: int
     seconds: float
-    checkpoints: int = 0
-    runs: int = 0
-    summaries: int = 0
-    facts: int = 0
-    artifacts: int = 0
-    artifact_refs: int = 0
     artifact_bytes: int = 0
     export_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as the CLI prints it with ``--json``."""
-        return json_fields(self)
+        return self._fields_json()
 
 
-@dataclass(slots=True)
+_LABELS = {"summaries": "summaries", "artifact_refs": "artifact references"}
+
+
+def records_text(report: RecordCounts, *, every: bool = False) -> str:
+    """The record counts of a report as a phrase ("3 checkpoints, 1 run, ..."): those
+    that are not 0, or ``every`` one; "" when none is listed."""
+    parts = []
+    for name in RECORD_KINDS:
+        n = getattr(report, name)
+        if n or every:
+            label = _LABELS.get(name, name).replace("_", " ")
+            if n == 1:
+                label = {"summaries": "summary"}.get(label, label.removesuffix("s"))
+            parts.append(f"{n:,} {label}")
+    return ", ".join(parts)
+
+
 class Counts:
-    """The records other than sessions and turns that an export or import wrote."""
+    """:class:`RecordCounts` as an import or export accumulates them."""
 
-    checkpoints: int = 0
-    runs: int = 0
-    summaries: int = 0
-    facts: int = 0
-    artifacts: int = 0
-    artifact_refs: int = 0
+    __slots__ = ("by_name",)
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Any] = dict.fromkeys(RECORD_KINDS, 0)
+
+    @staticmethod
+    def name(kind: str) -> str:
+        """The count's name of a line kind (``summary``: ``summaries``)."""
+        return "summaries" if kind == "summary" else kind + "s"
 
     def add(self, kind: str, n: int = 1) -> None:
         """Count ``n`` records of a line kind (``checkpoint``, ``artifact_ref``...)."""
-        name = "summaries" if kind == "summary" else kind + "s"
-        setattr(self, name, getattr(self, name) + n)
+        self.by_name[self.name(kind)] += n
+
+    def of(self, kind: str) -> int:
+        """The count of a line kind."""
+        return int(self.by_name[self.name(kind)])
 
 
 @dataclass(slots=True)
@@ -140,12 +180,7 @@ class Tally:
             self.unchanged,
             tuple(self.skipped),
             time.perf_counter() - self.started,
-            checkpoints=self.counts.checkpoints,
-            runs=self.counts.runs,
-            summaries=self.counts.summaries,
-            facts=self.counts.facts,
-            artifacts=self.counts.artifacts,
-            artifact_refs=self.counts.artifact_refs,
+            **self.counts.by_name,
         )
 
 

@@ -40,7 +40,7 @@ from psycopg import sql
 from ..core import validate
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Try, Tx
-from ..errors import ImportRejected, InvalidInput, SessionConflict, SessionPurged
+from ..errors import ImportRejected, InvalidInput
 from ..integrations.ids import external_metadata, external_session_id
 from .report import ImportReport, Progress, Skipped, Tally
 from .source import connect, guarded, identifier, source_query
@@ -313,14 +313,10 @@ def _row_op(
         raise ImportRejected(f"{where}: the id cannot name a session") from None
     ctx = store.ctx
     yield Tx.BEGIN
-    try:
-        have, existed = yield from open_session_op(
-            tenant, head.subject, sid, external_metadata(framework, head.label), head.created
-        )
-    except (InvalidInput, SessionConflict, SessionPurged) as exc:
-        raise ImportRejected(f"{where}: {exc}") from None
+    have, existed = yield from open_session_op(
+        where, tenant, head.subject, sid, external_metadata(framework, head.label), head.created
+    )
     batch = Batch()
-    appended = written = 0
     try:
         length = yield Call(source.start, (head, have, where))
         bar.expect(length - have)
@@ -331,15 +327,13 @@ def _row_op(
             for index, text in elements:
                 at = f"{where} element {index}"
                 batch.add(ctx, parse_element(text, at), at)
-            turns, stored = yield from append_batch_op(ctx, sid, batch, bar)
-            appended += turns
-            written += stored
+            yield from append_batch_op(ctx, sid, batch, bar)
         yield Call(source.finish)
     except Exception:
         yield Call(source.abandon)
         raise
     yield Tx.COMMIT
-    tally.add_session(appended, written, existed)
+    tally.add_session(batch.appended, batch.written, existed)
 
 
 def import_single_row(

@@ -27,7 +27,7 @@ from ..core.context import Context
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q
-from ..errors import ImportRejected, InvalidInput
+from ..errors import ImportRejected, InvalidInput, SessionConflict, SessionPurged
 from ..history.ops import create_session_op, ensure_partitions_op, fold_sealed_op
 from .report import Progress
 
@@ -41,6 +41,8 @@ class Batch:
     sizes: list[int] = field(default_factory=list)
     keys: list[str | None] = field(default_factory=list)
     times: list[datetime] = field(default_factory=list)
+    appended: int = 0  # turns appended from this batch object so far (append_batch_op)
+    written: int = 0  # ... and their stored bytes
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -90,18 +92,22 @@ class Batch:
 
 
 def open_session_op(
+    where: str,
     tenant_id: str,
     subject_id: str | None,
     session_id: uuid.UUID,
     metadata: dict[str, Any],
     created_at: datetime | None = None,
 ) -> Op[tuple[int, bool]]:
-    """Create the session (or find it, with the same owners: ``SessionConflict`` /
-    ``SessionPurged`` otherwise); returns how many turns it holds already (where a re-run
-    resumes) and whether it existed. ``created_at`` is the source's creation time, set
-    while the session is empty."""
+    """Create the session (or find it, with the same owners); returns how many turns it
+    holds already (where a re-run resumes) and whether it existed. ``created_at`` is the
+    source's creation time, set while the session is empty. A session of other owners, a
+    purged one or owners shardstore refuses raise ``ImportRejected`` naming ``where``."""
     existed = (yield Q(query("session_owners"), (session_id,), fetch="one")) is not None
-    sid = yield from create_session_op(tenant_id, subject_id, None, session_id, metadata)
+    try:
+        sid = yield from create_session_op(tenant_id, subject_id, None, session_id, metadata)
+    except (InvalidInput, SessionConflict, SessionPurged) as exc:
+        raise ImportRejected(f"{where}: {exc}") from None
     (turns,) = yield Q(query("import_session_turns"), (sid,), fetch="one")
     if created_at is not None and turns == 0:
         yield Q(query("import_session_created"), (created_at, sid), fetch="none")
@@ -144,16 +150,14 @@ def append_op(ctx: Context, sid: uuid.UUID, batch: Batch) -> Op[None]:
         yield from fold_sealed_op(sid)
 
 
-def append_batch_op(
-    ctx: Context, sid: uuid.UUID, batch: Batch, bar: Progress
-) -> Op[tuple[int, int]]:
-    """:func:`append_op`, then the batch counted on ``bar`` and emptied: (turns, bytes)
-    appended."""
+def append_batch_op(ctx: Context, sid: uuid.UUID, batch: Batch, bar: Progress) -> Op[None]:
+    """:func:`append_op`, then the batch counted (on ``bar``, and in its ``appended`` and
+    ``written`` totals) and emptied."""
     yield from append_op(ctx, sid, batch)
-    appended = (len(batch), batch.bytes)
+    batch.appended += len(batch)
+    batch.written += batch.bytes
     bar.done(len(batch))
     batch.clear()
-    return appended
 
 
 class Partitions:

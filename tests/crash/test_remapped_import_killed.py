@@ -1,7 +1,8 @@
 """A remapped JSONL import (``shardstore import jsonl --remap-ids``) SIGKILLed mid-run, then
 run again, gives the database a single run gives: the new ids derive from the file's export
 id, so the re-run recognises the sessions the killed run committed (whole, one transaction
-each) and writes none of them twice, beside the original data that stays as it was."""
+each) and writes none of them twice, beside the original data that stays as it was. Half
+the sessions are forks: each copy is a fork of its parent's copy, however the kills fell."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +27,7 @@ COUNTS = (
     "shardstore.artifact_refs), (SELECT coalesce(sum(next_turn_seq), 0) FROM shardstore.sessions)"
 )
 COPIES = (
-    "SELECT s.session_id, s.subject_id, s.next_turn_seq, "
+    "SELECT s.session_id, s.subject_id, s.next_turn_seq, s.fork_parent, s.fork_at, "
     "(SELECT count(*) FROM shardstore.checkpoints c WHERE c.session_id = s.session_id), "
     "(SELECT count(*) FROM shardstore.artifact_refs r WHERE r.session_id = s.session_id) "
     "FROM shardstore.sessions s ORDER BY s.session_id"
@@ -37,9 +39,15 @@ def test_remapped_import_killed_then_rerun(new_database: Callable[[], str], tmp_
     src = new_database()
     with shardstore.connect(src) as a:
         blob = a.put_artifact(TENANT, b"pdf" * 100_000, content_type="application/pdf")
+        sids: list[uuid.UUID] = []
         for n in range(6):
-            sid = a.create_session(TENANT, f"s{n}")
-            a.append_turns(sid, [say(i) for i in range(150)])
+            if n < 3:
+                sid = a.create_session(TENANT, f"s{n}")
+                a.append_turns(sid, [say(i) for i in range(150)])
+            else:  # a fork: imported as a fork of its parent's copy
+                sid = a.fork(sids[n - 3], at_turn_seq=99)
+                a.append_turns(sid, [say(i) for i in range(100, 150)])
+            sids.append(sid)
             a.checkpoint(sid, {"n": n, "doc": blob.to_json()})
             a.open_run(sid, framework="custom", thread_key=f"t{n}")
         out = io.StringIO()
@@ -76,7 +84,7 @@ def test_remapped_import_killed_then_rerun(new_database: Callable[[], str], tmp_
             proc.wait()
             # every copy is whole or absent: its checkpoint and reference came with it
             for row in conn.execute(COPIES).fetchall():
-                assert row[2] == 150 and row[3] == 1 and row[4] == 1, row
+                assert row[2] == 150 and row[5] == 1 and row[6] == 1, row
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err.decode()
@@ -86,4 +94,5 @@ def test_remapped_import_killed_then_rerun(new_database: Callable[[], str], tmp_
     with psycopg.connect(dst) as a_conn, psycopg.connect(ref) as b_conn:
         got, want = a_conn.execute(COPIES).fetchall(), b_conn.execute(COPIES).fetchall()
         assert got == want and len(got) == 12
+        assert len([r for r in got if r[3] is not None]) == 6  # the forks and their copies
         assert a_conn.execute(COUNTS).fetchone() == b_conn.execute(COUNTS).fetchone()

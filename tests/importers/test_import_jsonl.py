@@ -274,7 +274,7 @@ HOSTILE: list[tuple[str, str, str]] = [
     ("no kind", _file(HEAD, {"turn_seq": 0}, END), "line 2: not an object with a string"),
     ("turn first", _file(_turn(0), END), "line 1: a 'turn' line outside a session"),
     ("bad format", _file({**HEAD, "format": "other"}, _turn(0), END), "line 1: not a"),
-    ("newer", _file({**HEAD, "version": 4}, END), "format version 4"),
+    ("newer", _file({**HEAD, "version": 5}, END), "format version 5"),
     ("bad id", _file({**HEAD, "session_id": "x'; DROP TABLE x"}, END), "line 1: session_id"),
     ("no tenant", _file({**HEAD, "tenant_id": ""}, END), "line 1: tenant_id"),
     ("bad metadata", _file({**HEAD, "metadata": [1]}, END), "line 1: metadata must be"),

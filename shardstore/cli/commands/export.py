@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import sys
 
+from ...importers.report import records_text
 from ..app import Commands, Runner
 from ..args import UsageError
 from ..output import dumps, num, printable, size
@@ -44,9 +45,7 @@ def cmd_export(run: Runner) -> int:
         print(
             f"exported {num(report.sessions)} session{'s' if report.sessions != 1 else ''}, "
             f"{num(report.turns)} turns ({size(report.bytes)}) to {where}; "
-            f"{num(report.checkpoints)} checkpoints, {num(report.runs)} runs, "
-            f"{num(report.summaries)} summaries, {num(report.facts)} facts, "
-            f"{num(report.artifacts)} artifacts, {num(report.artifact_refs)} artifact references",
+            + records_text(report, every=True),
             file=summary,
         )
     return 0

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ...importers import ImportReport
+from ...importers.report import records_text
 from ..app import Commands, Runner
 from ..args import positive_int
 from ..output import num, printable, size
@@ -29,79 +30,71 @@ def _print(run: Runner, report: ImportReport) -> int:
         f"({num(round(rate))} turns/s); {num(report.unchanged)} already complete, "
         f"{num(len(report.skipped))} skipped"
     )
-    records = [
-        (report.checkpoints, "checkpoint"),
-        (report.runs, "run"),
-        (report.summaries, "summary"),
-        (report.facts, "fact"),
-        (report.artifacts, "artifact"),
-        (report.artifact_refs, "artifact reference"),
-    ]
-    if any(n for n, _ in records):
-        run.line(
-            "  with "
-            + ", ".join(
-                f"{num(n)} {what if n == 1 else ('summaries' if what == 'summary' else what + 's')}"
-                for n, what in records
-            )
-        )
+    records = records_text(report)
+    if records:
+        run.line(f"  with {records}")
     for skipped in report.skipped:
         run.line(f"  skipped {printable(skipped.source)}: {printable(skipped.reason)}")
     return 0
 
 
+def _import(run: Runner, method: str, *args: Any, **options: Any) -> int:
+    """Run the store's import ``method`` with the options every source shares (--batch,
+    --on-error, the progress bar) and print its report."""
+    with run.connect() as store:
+        report = getattr(store, method)(
+            *args,
+            batch_size=run.args.batch,
+            on_error=run.args.on_error,
+            progress=_progress(run),
+            **options,
+        )
+    return _print(run, report)
+
+
 def cmd_single_row(run: Runner) -> int:
     """Import every row of --table as a session; prints the report; 0 on success."""
     a = run.args
-    with run.connect() as store:
-        report = store.import_single_row(
-            a.source_dsn,
-            a.table,
-            id_column=a.id_column,
-            history_column=a.history_column,
-            tenant_id=a.tenant,
-            tenant_column=a.tenant_column,
-            subject_column=a.subject_column,
-            created_column=a.created_column,
-            messages_key=a.messages_key,
-            batch_size=a.batch,
-            on_error=a.on_error,
-            progress=_progress(run),
-        )
-    return _print(run, report)
+    return _import(
+        run,
+        "import_single_row",
+        a.source_dsn,
+        a.table,
+        id_column=a.id_column,
+        history_column=a.history_column,
+        tenant_id=a.tenant,
+        tenant_column=a.tenant_column,
+        subject_column=a.subject_column,
+        created_column=a.created_column,
+        messages_key=a.messages_key,
+    )
 
 
 def cmd_langgraph(run: Runner) -> int:
     """Import LangGraph threads (all, or each --thread); prints the report; 0 on success."""
     a = run.args
-    with run.connect() as store:
-        report = store.import_langgraph(
-            a.source_dsn,
-            tenant_id=a.tenant,
-            thread_id=a.thread or None,
-            channel=a.channel,
-            batch_size=a.batch,
-            on_error=a.on_error,
-            progress=_progress(run),
-        )
-    return _print(run, report)
+    return _import(
+        run,
+        "import_langgraph",
+        a.source_dsn,
+        tenant_id=a.tenant,
+        thread_id=a.thread or None,
+        channel=a.channel,
+    )
 
 
 def cmd_jsonl(run: Runner) -> int:
     """Import a ``shardstore export`` file (``-``: stdin); prints the report; 0 on success."""
     a = run.args
     source: Any = sys.stdin if a.file == "-" else a.file
-    with run.connect() as store:
-        report = store.import_jsonl(
-            source,
-            on_existing=a.on_existing,
-            batch_size=a.batch,
-            progress=_progress(run),
-            remap_ids=a.remap_ids,
-            import_id=a.import_id,
-            on_error=a.on_error,
-        )
-    return _print(run, report)
+    return _import(
+        run,
+        "import_jsonl",
+        source,
+        on_existing=a.on_existing,
+        remap_ids=a.remap_ids,
+        import_id=a.import_id,
+    )
 
 
 def _common(p: Any, *, on_error: bool = True) -> None:
