@@ -2,13 +2,16 @@
 [--no-artifact-bytes] [--report FILE.md | --report -]``: sessions, their state, artifacts
 and facts as JSONL (the format of :mod:`shardstore.importers.jsonl`, docs/portability.md),
 for ``shardstore import jsonl``; ``--report`` adds a Markdown summary (for ``--subject``, an
-access report)."""
+access report). ``export --all -o DIR``: every tenant, a file each, and a manifest."""
 
 from __future__ import annotations
 
 import io
+import os
 import sys
+from typing import Any
 
+from ...importers import directory
 from ...importers.report import records_text
 from ..app import Commands, Runner
 from ..args import UsageError
@@ -19,8 +22,10 @@ def cmd_export(run: Runner) -> int:
     """Write the sessions to -o FILE (default stdout); the summary goes to stdout, or to
     stderr when the sessions do; 0 on success."""
     a = run.args
+    if a.all:
+        return _export_all(run)
     if not a.session_ids and a.tenant is None and a.subject is None:
-        raise UsageError("name the sessions: SESSION_ID..., --tenant or --subject")
+        raise UsageError("name the sessions: SESSION_ID..., --tenant, --subject or --all")
     to_stdout = a.output in (None, "-")
     out = sys.stdout if to_stdout else a.output
     printed = io.StringIO() if a.report == "-" else None
@@ -51,6 +56,71 @@ def cmd_export(run: Runner) -> int:
     return 0
 
 
+_LIST_PAGE = 1000
+
+
+def _tenants(store: Any) -> list[str]:
+    """Every tenant with a live session, sorted (the sessions listed a page at a time)."""
+    tenants: set[str] = set()
+    before = None
+    while True:
+        page = store.sessions(before=before, limit=_LIST_PAGE)
+        tenants.update(info.tenant_id for info in page)
+        if len(page) < _LIST_PAGE:
+            return sorted(tenants)
+        before = page[-1]
+
+
+def _export_all(run: Runner) -> int:
+    """Every tenant's export (as ``--tenant``) into its own file of the new or empty
+    directory -o DIR, and the manifest last (:mod:`shardstore.importers.directory`)."""
+    a = run.args
+    if a.session_ids or a.tenant is not None or a.subject is not None or a.report is not None:
+        raise UsageError(
+            "--all exports every tenant: give no sessions, --tenant, --subject or --report"
+        )
+    if a.output in (None, "-"):
+        raise UsageError("--all writes a file per tenant: name a new or empty directory, -o DIR")
+    try:
+        os.makedirs(a.output, exist_ok=True)
+        if os.listdir(a.output):
+            raise UsageError(
+                f"{printable(a.output)} is not empty: -o needs a new or empty directory"
+            )
+    except OSError as exc:
+        raise UsageError(
+            f"cannot use {printable(a.output)} as the directory: {exc.strerror}"
+        ) from None
+    except ValueError as exc:  # a NUL in the path
+        raise UsageError(f"cannot use {printable(a.output)} as the directory: {exc}") from None
+    entries: list[dict[str, Any]] = []
+    sessions = turns = 0
+    with run.connect() as store:
+        for number, tenant in enumerate(_tenants(store), 1):
+            name = directory.tenant_file(number)
+            report = store.export_sessions(
+                tenant_id=tenant,
+                out=os.path.join(a.output, name),
+                progress=not a.quiet and run.err.isatty(),
+                no_artifact_bytes=a.no_artifact_bytes,
+            )
+            entries.append({"tenant_id": tenant, "file": name, **report.to_json()})
+            sessions += report.sessions
+            turns += report.turns
+    directory.write_manifest(a.output, entries)
+    if run.json:
+        run.emit(
+            {"directory": a.output, "tenants": len(entries), "sessions": sessions, "turns": turns}
+        )
+    else:
+        run.line(
+            f"exported {num(len(entries))} tenant{'s' if len(entries) != 1 else ''}, "
+            f"{num(sessions)} sessions, {num(turns)} turns to {printable(a.output)} "
+            f"(a file each, and {directory.MANIFEST})"
+        )
+    return 0
+
+
 def register(commands: Commands) -> None:
     """Add ``export``."""
     p = commands.add(
@@ -72,3 +142,9 @@ def register(commands: Commands) -> None:
         "access report of everything held about the subject); - prints it",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every tenant: a file each in the new or empty directory -o DIR, with a "
+        f"{directory.MANIFEST} ('shardstore import jsonl DIR' reads it back)",
+    )

@@ -4,10 +4,11 @@ with one row per conversation, from LangGraph's PostgresSaver tables, or from a
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
-from ...importers import ImportReport
+from ...importers import ImportReport, directory
 from ...importers.report import records_text
 from ..app import Commands, Runner
 from ..args import positive_int
@@ -84,9 +85,20 @@ def cmd_langgraph(run: Runner) -> int:
 
 
 def cmd_jsonl(run: Runner) -> int:
-    """Import a ``shardstore export`` file (``-``: stdin); prints the report; 0 on success."""
+    """Import a ``shardstore export`` file (``-``: stdin), or every file of an ``export
+    --all`` directory; prints the report of each; 0 on success."""
     a = run.args
-    source: Any = sys.stdin if a.file == "-" else a.file
+    if a.file != "-" and os.path.isdir(a.file):
+        # an 'export --all' directory: each tenant's file, in its manifest's order
+        status = 0
+        for path in directory.manifest_files(a.file):
+            status = max(status, _jsonl_source(run, path))
+        return status
+    return _jsonl_source(run, sys.stdin if a.file == "-" else a.file)
+
+
+def _jsonl_source(run: Runner, source: Any) -> int:
+    a = run.args
     return _import(
         run,
         "import_jsonl",
@@ -163,7 +175,9 @@ def register(commands: Commands) -> None:
     _common(g)
 
     j = sources.add("jsonl", "import a 'shardstore export' file", cmd_jsonl)
-    j.add_argument("file", metavar="FILE", help="the file, or - for stdin")
+    j.add_argument(
+        "file", metavar="FILE", help="the file, - for stdin, or an 'export --all' directory"
+    )
     j.add_argument(
         "--on-existing",
         choices=("refuse", "skip"),
