@@ -5,6 +5,8 @@ its re-run, all through the pooler; the copy holds what the original holds."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +39,24 @@ def test_export_and_remapped_import_through_the_pooler(pgbouncer: Pooler, pooled
         )
         restored = store.restore(copy)
         assert [a.artifact_id for a in restored.artifacts] == [doc.artifact_id]
+
+
+@pytest.mark.slow
+def test_export_all_and_import_the_directory_through_the_pooler(
+    pgbouncer: Pooler, pooled_dsn: str, new_database: Callable[[], str], tmp_path: Path
+) -> None:
+    from shardstore.cli import main
+
+    with shardstore.connect(pooled_dsn) as store:
+        for tenant in ("acme", "globex"):
+            sid = store.create_session(tenant, "u")
+            store.append_turns(
+                sid, [{"role": "user", "content": f"{tenant} {i}"} for i in range(5)]
+            )
+    out = tmp_path / "all"
+    assert main(["--dsn", pooled_dsn, "export", "--all", "-o", str(out), "--quiet"]) == 0
+    target = pgbouncer.dsn(new_database())
+    assert main(["--dsn", target, "import", "jsonl", str(out), "--quiet"]) == 0
+    with shardstore.connect(target) as copy:
+        assert sorted(s.tenant_id for s in copy.sessions()) == ["acme", "globex"]
+        assert all(len(copy.tail(s.session_id)) == 5 for s in copy.sessions())
