@@ -772,10 +772,14 @@ def _expanded(store: StoreState, turns: list[Turn], expand: bool) -> Op[list[Tur
     return (yield from offload.expand_op(store, turns))
 
 
-def _opened(store: StoreState, sid: uuid.UUID, turns: list[Turn], expand: bool) -> Op[list[Turn]]:
+def _opened(
+    store: StoreState, sid: uuid.UUID, turns: list[Turn], expand: bool, sealed: bool = False
+) -> Op[list[Turn]]:
     """Stored turns of session ``sid`` as a read returns them: opened (a store with
-    ``encryption=``), then expanded when ``expand``."""
-    turns = yield from enc_turns.open_turns_op(store.ctx.sealer, sid, turns)
+    ``encryption=``), then expanded when ``expand``; ``sealed``: as stored, sealed values
+    left sealed (what an export carries)."""
+    if not sealed:
+        turns = yield from enc_turns.open_turns_op(store.ctx.sealer, sid, turns)
     return (yield from _expanded(store, turns, expand))
 
 
@@ -826,11 +830,25 @@ def history(
     lo = validate.position(from_seq, "from_seq")
     hi = None if to_seq is None else validate.position(to_seq, "to_seq")
     expand = validate.flag(expand, "expand")
+    yield from _history_op(store, sid, lo, hi, expand, sealed=False)
+    return None
+
+
+def stored_history(store: StoreState, session_id: uuid.UUID) -> Op[None]:
+    """:func:`history` of every turn as stored: encrypted messages stay sealed (an export
+    carries ciphertext unless asked otherwise), offloaded strings stay references."""
+    yield from _history_op(store, session_id, 0, None, False, sealed=True)
+    return None
+
+
+def _history_op(
+    store: StoreState, sid: uuid.UUID, lo: int, hi: int | None, expand: bool, *, sealed: bool
+) -> Op[None]:
     # one statement (history_range_v1) when the range lies in the newest HISTORY_BATCH
     # folded chunks of a session that is not a fork: the common "read the recent past"
     rows = yield _named("history_range", (sid, lo, hi, HISTORY_BATCH))
     if not rows or rows[0]["kind"] not in _GENERAL_PATH:
-        yield from _emit_range_op(store, sid, rows, lo, hi, expand)
+        yield from _emit_range_op(store, sid, rows, lo, hi, expand, sealed)
         return None
     yield Tx.BEGIN_SNAPSHOT
     head = yield from _head_op(sid, live=True)
@@ -840,7 +858,7 @@ def history(
         for seg in reversed(segments):  # oldest first: turn_seq grows along a lineage
             seg_end = end if seg.turn_hi is None else min(end, seg.turn_hi + 1)
             if lo < seg_end:
-                yield from _history_segment_op(store, seg, lo, seg_end, expand)
+                yield from _history_segment_op(store, seg, lo, seg_end, expand, sealed)
     yield Tx.COMMIT
     return None
 
@@ -856,6 +874,7 @@ def _emit_range_op(
     lo: int,
     hi: int | None,
     expand: bool,
+    sealed: bool,
 ) -> Op[None]:
     """Emit history_range_v1's rows as :func:`_history_segment_op` emits a segment: chunk
     by chunk in order, a chunk's folded turns (``lo <= turn_seq < hi``) before its
@@ -876,16 +895,16 @@ def _emit_range_op(
                 if lo <= e["s"] and (hi is None or e["s"] < hi)
             ]
             if turns:
-                yield Emit((yield from _opened(store, sid, turns, expand)))
+                yield Emit((yield from _opened(store, sid, turns, expand, sealed)))
         buffered = by_chunk.get(chunk_seq)
         if buffered:
             buffered.sort(key=lambda t: t.turn_seq)
-            yield Emit((yield from _opened(store, sid, buffered, expand)))
+            yield Emit((yield from _opened(store, sid, buffered, expand, sealed)))
     return None
 
 
 def _history_segment_op(
-    store: StoreState, seg: Segment, lo: int, end: int, expand: bool
+    store: StoreState, seg: Segment, lo: int, end: int, expand: bool, sealed: bool
 ) -> Op[None]:
     """Emit one segment's turns with ``lo <= turn_seq < end``, chunk by chunk (offloaded
     strings put back when ``expand``)."""
@@ -920,9 +939,9 @@ def _history_segment_op(
                     if lo <= e["s"] < end
                 ]
                 if turns:
-                    yield Emit((yield from _opened(store, sid, turns, expand)))
+                    yield Emit((yield from _opened(store, sid, turns, expand, sealed)))
         if chunk_seq in by_chunk:
-            yield Emit((yield from _opened(store, sid, by_chunk[chunk_seq], expand)))
+            yield Emit((yield from _opened(store, sid, by_chunk[chunk_seq], expand, sealed)))
 
 
 def chunks(

@@ -77,6 +77,8 @@ from ..core import jsoncodec, validate
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, StatementFailed, Try, Tx, relay
+from ..encryption.envelope import MARK as SEALED_MARK
+from ..encryption.envelope import is_sealed
 from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
 from ..history import ops as history_ops
 from ..models import SessionInfo, Turn
@@ -330,7 +332,7 @@ def _export_one_op(
     if state["fork_parent"] is not None:
         counts.add("fork")
     yield Call(sink.write, ([session_line(info, state, copies)],))
-    turns = yield from _turns_op(history_ops.history(store, sid), sink, bar)
+    turns = yield from _turns_op(history_ops.stored_history(store, sid), sink, bar)
     yield from _state_op(sid, sink, counts)
     yield from export_refs_op(store, sid, written, sink.write)
     yield from export_links_op(sid, written, sink.write)
@@ -878,6 +880,27 @@ def _object(value: Any, where: str, what: str) -> dict[str, Any]:
     return value
 
 
+def _refuse_sealed_remap(doc: dict[str, Any], at: str, ids: IdMap) -> None:
+    """In a remapped import, refuse a line holding a sealed value (encryption at rest): its
+    ciphertext is bound to the session, checkpoint or fact id it was written for, so under
+    new ids nothing could open it again."""
+    if ids.active and any(_sealed(value) for value in doc.values()):
+        raise ImportRejected(
+            f"{at}: holds an encrypted value, bound to the ids it was written for: import it "
+            "without remapping, into a store with the same key store"
+        )
+
+
+def _sealed(value: Any) -> bool:
+    """Whether a record's field is a sealed value (stored as JSON or as its text)."""
+    if isinstance(value, str) and value.startswith('{"' + SEALED_MARK):
+        try:
+            value = jsoncodec.loads(value)
+        except ValueError:
+            return False
+    return is_sealed(value)
+
+
 def _fact_op(doc: dict[str, Any], at: str, ids: IdMap, tally: Tally) -> Op[bool]:
     """One fact version, in a transaction of its own: True when written, False when its
     fact_id is there already. Its source session, when this database has it, must be of
@@ -1068,6 +1091,7 @@ def _session_op(
         number, doc = item
         at = f"line {number}"
         kind = doc["kind"]
+        _refuse_sealed_remap(doc, at, ids)
         if kind in STATE_KINDS and head.version >= 2:
             if not state.started:  # the turns are over: the last batch goes in first
                 yield from turns_done_op()
@@ -1226,6 +1250,13 @@ def import_jsonl(
                     "(each session starts with its session line)"
                 )
             if kind == "fact":
+                try:
+                    _refuse_sealed_remap(doc, where, ids)
+                except ImportRejected as exc:  # one line, listed like a refused session
+                    if on_error == "raise":
+                        raise
+                    tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
+                    continue
                 yield from _fact_op(doc, where, ids, tally)
                 continue
             try:

@@ -14,6 +14,7 @@ transaction, which a background folder on another connection could not see)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,11 +23,12 @@ from typing import Any
 
 from partition_manager.plan import bounds_for
 
-from ..core import jsoncodec
+from ..core import jsoncodec, validate
 from ..core.context import Context
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q
+from ..encryption.envelope import is_sealed
 from ..errors import ImportRejected, InvalidInput, SessionConflict, SessionPurged
 from ..history.ops import create_session_op, ensure_partitions_op, fold_sealed_op
 from .report import Progress
@@ -65,11 +67,19 @@ class Batch:
         count an export recorded, kept when it is within 10% + 4 tokens of this store's own
         count (the same tokenizer counts a few tokens apart once JSONB has reordered the
         keys); anything else gets this store's count, so chunk budgets hold within their
-        token margin whatever a file claims."""
-        try:
-            text = jsoncodec.encode_message(message)
-        except InvalidInput as exc:
-            raise ImportRejected(f"{where}: {exc}") from None
+        token margin whatever a file claims. An encrypted message (a sealed value, as an
+        export of a store with ``encryption=`` carries it) is stored as it is, with the
+        token count the file records for its plaintext."""
+        sealed = is_sealed(message)
+        if sealed:  # encryption at rest: stored as it came, its plaintext's count kept
+            if type(claimed) is not int or not 0 <= claimed <= validate.MAX_INT32:
+                raise ImportRejected(f"{where}: an encrypted message needs its token count")
+            text = json.dumps(message, separators=(",", ":"))
+        else:
+            try:
+                text = jsoncodec.encode_message(message)
+            except InvalidInput as exc:
+                raise ImportRejected(f"{where}: {exc}") from None
         size = len(text.encode("utf-8"))
         limit = ctx.settings.chunk_max_bytes
         if size > limit:
@@ -79,9 +89,12 @@ class Batch:
             )
         self.texts.append(text)
         self.sizes.append(size)
-        tokens = ctx.counter.count(text)
-        if type(claimed) is int and abs(claimed - tokens) <= tokens // 10 + 4:
-            tokens = max(claimed, 0)
+        if sealed:
+            tokens = claimed
+        else:
+            tokens = ctx.counter.count(text)
+            if type(claimed) is int and abs(claimed - tokens) <= tokens // 10 + 4:
+                tokens = max(claimed, 0)
         self.tokens.append(tokens)
         self.keys.append(key)
 
