@@ -134,6 +134,10 @@ def pgbouncer(server_dsn: str) -> Iterator[Pooler]:
                 "max_client_conn = 2000",
                 # a store's pool may hold its connections: clients queue, never fail
                 "query_wait_timeout = 600",
+                # a server login that failed (the test server busy with other workers' clones
+                # and kills) is tried again after a second, not PgBouncer's default fifteen:
+                # a client's first connection to a new database waits for one
+                "server_login_retry = 1",
                 "ignore_startup_parameters = extra_float_digits,options",
                 f"logfile = {workdir / 'pgbouncer.log'}",
                 "",

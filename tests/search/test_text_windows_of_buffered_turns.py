@@ -354,7 +354,7 @@ def test_a_pass_killed_midway_leaves_whole_sessions_and_the_next_run_finishes(
         store.append_turns(sid, [say(rng, j) for j in range(25)])
     buffered, indexed = buffered_counts(dsn)
     assert indexed == 0
-    env = dict(os.environ)
+    env = {**os.environ, "PGAPPNAME": "killed-text-pass"}
     proc = subprocess.Popen(
         [sys.executable, "-c", PASS_SCRIPT, dsn], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -366,6 +366,15 @@ def test_a_pass_killed_midway_leaves_whole_sessions_and_the_next_run_finishes(
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    # the dead client's backend may still finish the statement it had received (and commit
+    # it): count what the pass wrote once no backend of it is left
+    deadline = time.monotonic() + 60
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'killed-text-pass'"
+        ).fetchone() != (0,):
+            assert time.monotonic() < deadline, "the killed pass's backend lingers"
+            time.sleep(0.02)
     _, part = buffered_counts(dsn)
     assert 0 < part < buffered, "the kill came before or after the whole pass"
     with psycopg.connect(dsn) as conn:
