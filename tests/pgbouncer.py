@@ -134,10 +134,6 @@ def pgbouncer(server_dsn: str) -> Iterator[Pooler]:
                 "max_client_conn = 2000",
                 # a store's pool may hold its connections: clients queue, never fail
                 "query_wait_timeout = 600",
-                # a server login that failed (the test server busy with other workers' clones
-                # and kills) is tried again after a second, not PgBouncer's default fifteen:
-                # a client's first connection to a new database waits for one
-                "server_login_retry = 1",
                 "ignore_startup_parameters = extra_float_digits,options",
                 f"logfile = {workdir / 'pgbouncer.log'}",
                 "",
@@ -149,14 +145,19 @@ def pgbouncer(server_dsn: str) -> Iterator[Pooler]:
         for path in (userlist, ini):
             shutil.chown(path, user)
     command = [exe, *(["-u", user] if user else []), str(ini)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # PgBouncer in the foreground logs every line to stderr as well: into a file, never a
+    # pipe nobody drains (once the pipe's buffer is full, PgBouncer blocks on the write and
+    # every client of every later test waits for it)
+    stderr_path = workdir / "stderr.log"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         _wait_for(
             lambda: process.poll() is not None or _accepts(port, server.get("user") or "postgres"),
             "PgBouncer to start",
         )
         if process.poll() is not None:
-            err = process.stderr.read().decode() if process.stderr else ""
+            err = stderr_path.read_text(errors="replace")[-4000:]
             raise RuntimeError(f"PgBouncer did not start: {err}")
         yield Pooler(port, userlist, process, server)
     finally:

@@ -62,11 +62,7 @@ def _poison(pooled: str, tenant: str) -> None:
 
 
 def _poison_all(pooled: str, tenant: str) -> None:
-    # all but one of the pool's server connections: under load PgBouncer was seen to keep
-    # one linked to the MCP server's store for tens of seconds after a call (the server
-    # process idle, the backend idle, not in a transaction; cause not found), and a
-    # poisoner waiting for it would hold the others while the server waits for one
-    conns = [psycopg.connect(pooled, autocommit=True) for _ in range(POOL_SIZE - 1)]
+    conns = [psycopg.connect(pooled, autocommit=True) for _ in range(POOL_SIZE)]
     try:
         for conn in conns:
             conn.execute("BEGIN")  # holds its server connection, so each gets another
