@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 import shardstore
-from shardstore.schema import rls
 from tests.integrations.test_mcp_server import (
     TOKENS,
     McpClient,
@@ -31,28 +28,6 @@ ROUNDS = 6  # per tenant thread, each round five tool calls
 # one poisoner at a time: two, each holding some of the pool's server connections in a
 # transaction while it waits for the rest, would wait for each other for ever
 POISONING = threading.Lock()
-
-
-@pytest.fixture
-def shared_role(pgbouncer: Pooler, dsn: str) -> Iterator[str]:
-    """One LOGIN role for both tenants, bound to none, with the tenant grants; RLS on."""
-    role = f"ss_mcp_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" LOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
-    pgbouncer.allow(role)
-    try:
-        yield role
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            rls.disable_rls(admin)
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
-                (role,),
-            )
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
 
 
 def _poison(pooled: str, tenant: str) -> None:

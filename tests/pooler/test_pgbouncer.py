@@ -36,29 +36,6 @@ def test_the_pooler_is_in_front(pgbouncer: Pooler, dsn: str, pooled_dsn: str) ->
         assert store.connector.pooler is True
 
 
-@pytest.fixture
-def shared_role(pgbouncer: Pooler, dsn: str) -> Iterator[str]:
-    """One LOGIN role for every tenant, bound to none (the shape the issue's leak needs),
-    with the tenant grants and RLS on."""
-    role = f"ss_app_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{role}" LOGIN')
-        rls.grant_tenant_role(admin, role)
-        rls.enable_rls(admin)
-    pgbouncer.allow(role)
-    try:
-        yield role
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            rls.disable_rls(admin)
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
-                (role,),
-            )
-            admin.execute(f'DROP OWNED BY "{role}"')
-            admin.execute(f'DROP ROLE "{role}"')
-
-
 def _tenant_store(dsn: str, tenant: str, how: int) -> tuple[shardstore.Store, Any]:
     """A tenant's store made each way the docs show: a DSN and tenant=, a tenant
     connection, a DSN that names the tenant in its options."""
