@@ -146,8 +146,16 @@ def fork_op(
         return "exists", None
     if status != "ok":
         return "plain", None
-    point = yield Q(query("import_fork_point"), {"parent": parent, "at": at}, fetch="one")
-    at_time = None if point is None else point[0]
+    # in two statements: one joining the chunk's location to the tables is not routable on
+    # Citus ("complex joins are only supported when all distributed tables are co-located")
+    where = yield Q(query("import_fork_chunk"), {"parent": parent, "at": at}, fetch="one")
+    at_time = None
+    if where is not None:
+        owner, chunk = where
+        point = yield Q(
+            query("import_fork_point"), {"owner": owner, "chunk": chunk, "at": at}, fetch="one"
+        )
+        at_time = None if point is None else point[0]
     yield Q(query("import_fork_times"), (created_at, at_time, sid), fetch="none")
     return "ok", Lineage(parent, at, at_time)
 

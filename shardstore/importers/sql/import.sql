@@ -231,19 +231,23 @@ SELECT tenant_id, subject_id, agent_id, next_turn_seq, purged_at IS NOT NULL AS 
 -- lineage); status 'exists' when the id is taken
 SELECT r_status AS status FROM shardstore.fork_v1(%s, %s, NULL, %s, %s::jsonb);
 
+-- name: import_fork_chunk
+-- where the parent %(parent)s's view stores its turn %(at)s: the owning session (the parent
+-- or an ancestor) and chunk
+SELECT r_owner, r_chunk_seq FROM shardstore.fork_chunk_of_v1(%(parent)s, %(at)s);
+
 -- name: import_fork_point
--- the time of the last inherited turn of a fork of %(parent)s at %(at)s, read where the
--- parent's view stores it (its own chunks or an ancestor's)
+-- the time of turn %(at)s in chunk %(chunk)s of session %(owner)s, buffered or folded (each
+-- subquery names the session, so that on Citus each goes to the session's shard)
 SELECT coalesce(
          (SELECT b.created_at FROM shardstore.turn_buffer b
-           WHERE b.session_id = o.r_owner AND b.chunk_seq = o.r_chunk_seq
+           WHERE b.session_id = %(owner)s AND b.chunk_seq = %(chunk)s
              AND b.turn_seq = %(at)s),
          (SELECT (x.e->>'at')::timestamptz
             FROM shardstore.agent_history h, jsonb_array_elements(h.conversation_chunk) AS x(e)
-           WHERE h.session_id = o.r_owner AND h.chunk_seq = o.r_chunk_seq
+           WHERE h.session_id = %(owner)s AND h.chunk_seq = %(chunk)s
              AND (x.e->>'s')::bigint = %(at)s
-           LIMIT 1)) AS at
-  FROM shardstore.fork_chunk_of_v1(%(parent)s, %(at)s) o;
+           LIMIT 1)) AS at;
 
 -- name: import_fork_times
 -- an imported fork keeps the file's creation time; its last turn so far is the last one
