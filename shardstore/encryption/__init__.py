@@ -15,11 +15,12 @@ What is encrypted, what stays clear and what a backup still reveals: docs/securi
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ConfigurationError
 from .envelope import Sealer, is_sealed
-from .keystore import DataKey, KeyStore, Scope
+from .keystore import DataKey, KeyStore, RewrapReport, Scope
 from .provider import DEFAULT_KEY_ENV, KeyProvider, LocalKek
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "KeyStore",
     "LocalKek",
     "LocalKeyProvider",
+    "RewrapReport",
     "Scope",
     "Sealer",
     "is_sealed",
@@ -43,7 +45,10 @@ class LocalKeyProvider(KeyStore):
     KEK: read from ``key_file`` when given (created, 0600, if absent), else from the
     environment variable ``key_env`` (hex or base64 of 32 bytes) when set, else from
     ``<path>/kek`` (created on first use). Keep the KEK apart from the key store in
-    production (a key file elsewhere, or the variable); the default is for one machine."""
+    production (a key file elsewhere, or the variable); the default is for one machine.
+
+    ``previous_key_files``: KEK files that may still wrap some data keys (a KEK rotation
+    that did not finish); used to unwrap those only. :meth:`rotate_kek` rotates the KEK."""
 
     def __init__(
         self,
@@ -51,6 +56,7 @@ class LocalKeyProvider(KeyStore):
         *,
         key_file: str | os.PathLike[str] | None = None,
         key_env: str = DEFAULT_KEY_ENV,
+        previous_key_files: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
         if not isinstance(path, str | os.PathLike) or not str(path) or "\x00" in str(path):
             raise ConfigurationError("LocalKeyProvider(path): path must be a non-empty path")
@@ -67,7 +73,23 @@ class LocalKeyProvider(KeyStore):
             kek = LocalKek.from_env(key_env)
             if kek is None:
                 kek = LocalKek.from_file(Path(path) / KEK_FILE_NAME, create=True)
-        super().__init__(path, kek)
+        if isinstance(previous_key_files, str | bytes | os.PathLike) or not isinstance(
+            previous_key_files, Sequence
+        ):
+            raise ConfigurationError("previous_key_files must be a list of key file paths")
+        previous = [LocalKek.from_file(f) for f in previous_key_files]
+        super().__init__(path, kek, previous=previous)
+
+    def rotate_kek(self, new_key_file: str | os.PathLike[str]) -> RewrapReport:
+        """Rotate the key-encryption key: every data key of the store is rewrapped under
+        the KEK in ``new_key_file`` (created, 0600, when absent), one file at a time,
+        crash-safe; no database row is rewritten. From then on this store wraps with the
+        new KEK and the old one opens no key file. After a crash, open the store with the
+        new key file and the old one in ``previous_key_files`` and call again: it finishes
+        (files already rewrapped are skipped). Keys shredded before stay shredded."""
+        report = self.rewrap(LocalKek.from_file(new_key_file, create=True))
+        self.forget_previous()
+        return report
 
 
 def sealer_for(encryption: object) -> Sealer | None:
