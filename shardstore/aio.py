@@ -17,6 +17,7 @@ from .core.connector import AsyncConnector
 from .core.executor import run_async, stream_async
 from .core.state import StoreState
 from .core.steps import Op
+from .encryption import rotation as key_rotation
 from .history import ops as history_ops
 from .history.folding import AsyncFolder
 from .history.tokens import TokenCounter
@@ -74,6 +75,7 @@ class AsyncStore(base.StoreBase):
     purge_tenant = amethod(purge.purge_tenant)
     purge_range = amethod(purge.purge_range)
     purge_before = amethod(purge.purge_before)
+    rotate_data_key = amethod(key_rotation.rotate_data_key)
     embed = amethod(search_ops.embed)
     reembed = amethod(search_ops.reembed)
     search = amethod(search_ops.search)

@@ -18,6 +18,7 @@ from .core.connector import Connector
 from .core.executor import run_sync, stream_sync
 from .core.state import StoreState
 from .core.steps import Op
+from .encryption import rotation as key_rotation
 from .history import ops as history_ops
 from .history.folding import BackgroundFolder
 from .history.tokens import TokenCounter
@@ -76,6 +77,7 @@ class Store(base.StoreBase):
     purge_tenant = method(purge.purge_tenant)
     purge_range = method(purge.purge_range)
     purge_before = method(purge.purge_before)
+    rotate_data_key = method(key_rotation.rotate_data_key)
     embed = method(search_ops.embed)
     reembed = method(search_ops.reembed)
     search = method(search_ops.search)

@@ -30,6 +30,7 @@ FEATURE_PACKAGES = (
     "schema",
     "integrations",
     "importers",
+    "encryption",
 )
 SQL_FOLDER = "sql"
 FUNCTIONS_FOLDER = "functions"

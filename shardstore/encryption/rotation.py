@@ -1,0 +1,499 @@
+"""Data-key rotation: a new version of one subject's (or one subject-less session's) data
+key, every value sealed under an older version re-sealed under it, then the older versions
+shredded. The key-encryption key is rotated by :meth:`KeyStore.rewrap` instead (no row
+changes).
+
+How it stays correct while the store is in use:
+
+* **New writes use the new key at once.** :meth:`KeyStore.rotate` renames the new version in
+  as the scope's current key before any row is touched; every writer reads the current key
+  file at each write.
+* **No concurrent write is lost.** Values are re-sealed in batches of ``batch_size``, each
+  batch one statement (one transaction; a chunk batch one transaction of a statement per
+  chunk), each a compare-and-set: a value is replaced only where it still equals what was
+  read, and a chunk's turns are swapped one by one inside the chunk as it is at the update, so
+  a fold that added turns meanwhile keeps them. What could not be swapped (moved by a fold,
+  deleted by a rewind) is found again by the next pass.
+* **Nothing is shredded while a row still names an older version.** Passes repeat until one
+  finds nothing; then, in one transaction, the scope's session rows are locked ``FOR
+  UPDATE`` (waiting for the appends in flight: an append locks its session row before it
+  reads the data key) and every finder runs once more. Only when that finds nothing are the
+  older versions shredded.
+* **Resumable.** A crash leaves every value sealed under one of the scope's versions, each
+  still in the key store. Calling again rotates once more and re-seals every value naming any
+  retired version, so the job finishes.
+* **Associated data is kept.** A value is opened and sealed again for the same kind, origin
+  and position; only the key (``"k"``) and the ciphertext change, and the clear fields of a
+  turn's envelope (``"o"``, ``"e"``) are copied.
+
+Residual window: a checkpoint, fact or summary writer reads the data key before its one
+statement and locks no session row first; one that read the key before the rotation began
+and commits after its final check writes a value under a version already shredded
+(docs/decisions/0024-key-rotation.md).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import validate
+from ..core.sql import query
+from ..core.state import StoreState
+from ..core.steps import Call, Op, Q, Tx
+from ..errors import (
+    AccessDenied,
+    ConfigurationError,
+    Conflict,
+    InvalidInput,
+    KeyShredded,
+    SessionNotFound,
+    SessionPurged,
+)
+from .envelope import Sealer, is_sealed
+from .keystore import DataKey, Scope
+
+DEFAULT_BATCH_SIZE = 200
+MAX_BATCH_SIZE = 10_000
+MAX_PASSES = 20  # passes that each still find values (concurrent rewrites) before Conflict
+
+# the kinds each sealed column is bound to (the writers' own constants, repeated: the
+# associated data is a stored format)
+TURN_KIND = "turn"
+CHECKPOINT_KINDS = {
+    "state": "checkpoint.state",
+    "tool_calls": "checkpoint.tool_calls",
+    "tool_results": "checkpoint.tool_results",
+}
+FACT_KIND = "fact.value"
+SUMMARY_KIND = "summary"
+# a turn's clear envelope fields, copied onto its re-sealed value
+_CLEAR_TURN_FIELDS = ("o", "e")
+
+
+@dataclass(frozen=True, slots=True)
+class RotationReport:
+    """What :func:`rotate_data_key` did: the scope, the new key's id, the older versions it
+    shredded, the values re-sealed per kind, the sessions searched and the passes made."""
+
+    scope: str
+    tenant_id: str
+    name: str
+    new_key: str
+    shredded_keys: tuple[str, ...]
+    resealed: Mapping[str, int] = field(default_factory=dict)
+    sessions: int = 0
+    passes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "tenant_id": self.tenant_id,
+            "name": self.name,
+            "new_key": self.new_key,
+            "shredded_keys": list(self.shredded_keys),
+            "resealed": dict(self.resealed),
+            "sessions": self.sessions,
+            "passes": self.passes,
+        }
+
+
+def _named(name: str, params: Any, fetch: Any = "all") -> Q:
+    return Q(query(name), params, fetch=fetch, named=True)
+
+
+def may_act_for_op(store: StoreState, tenant: str, what: str) -> Op[None]:
+    """``AccessDenied`` unless this store may change the keys of ``tenant``: a store not
+    bound to another tenant, on a connection that row security lets act for ``tenant`` (an
+    operator's, a role bound to it, or a connection whose tenant setting names it). The key
+    store is files outside the database, which row security cannot guard, hence the check."""
+    bound = store.connector.tenant
+    allowed = False
+    if bound is None or bound == tenant:
+        (allowed,) = yield Q(query("rotation_may_act_for"), {"tenant": tenant}, fetch="one")
+    if not allowed:
+        raise AccessDenied(f"only an operator's store, or one bound to this tenant, may {what}")
+
+
+def _resealed(
+    sealer: Sealer, new: DataKey, value: Any, kind: str, origin: str, position: str, where: str
+) -> dict[str, Any]:
+    """``value`` (sealed under an older version) sealed under ``new`` for the same place."""
+    plaintext = sealer.open(value, kind, origin, position, where)
+    sealed = sealer.seal(new, kind, origin, position, plaintext)
+    for name in _CLEAR_TURN_FIELDS if kind == TURN_KIND else ():
+        if name in value:
+            sealed[name] = value[name]
+    return sealed
+
+
+def _dump(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _turn_origin(value: Any, sid: uuid.UUID) -> str:
+    origin = value.get("o") if is_sealed(value) else None
+    return origin if type(origin) is str else str(sid)
+
+
+class _Scan:
+    """One rotation's state: the store's sealer, the new key, the ids to re-seal."""
+
+    def __init__(self, sealer: Sealer, new: DataKey, kids: list[str], size: int) -> None:
+        self.sealer = sealer
+        self.new = new
+        self.kids = kids
+        self.size = size
+        self.counts = {"turns": 0, "checkpoints": 0, "facts": 0, "summaries": 0}
+
+    def turn(self, sid: uuid.UUID, seq: int, raw: str) -> tuple[str, str]:
+        value = json.loads(raw)
+        where = f"turn {seq} of session {sid}"
+        sealed = _resealed(
+            self.sealer, self.new, value, TURN_KIND, _turn_origin(value, sid), str(seq), where
+        )
+        return raw, _dump(sealed)
+
+    # each finder pass returns how many values it found (0: none left in that table)
+
+    def buffered_op(self, sid: uuid.UUID) -> Op[int]:
+        found, after = 0, -1
+        while True:
+            rows = yield _named(
+                "rotation_buffered_turns",
+                {"sid": sid, "after": after, "kids": self.kids, "n": self.size},
+            )
+            if not rows:
+                return found
+            found += len(rows)
+            pairs = [self.turn(sid, int(r["turn_seq"]), r["value"]) for r in rows]
+            done = yield Q(
+                query("rotation_reseal_buffered_turns"),
+                {
+                    "sid": sid,
+                    "seqs": [int(r["turn_seq"]) for r in rows],
+                    "olds": [old for old, _new in pairs],
+                    "news": [new for _old, new in pairs],
+                },
+            )
+            self.counts["turns"] += len(done)
+            after = int(rows[-1]["turn_seq"])
+            if len(rows) < self.size:
+                return found
+
+    def chunks_op(self, sid: uuid.UUID) -> Op[int]:
+        found, chunk, after = 0, -1, -1
+        while True:
+            rows = yield _named(
+                "rotation_chunk_turns",
+                {"sid": sid, "chunk": chunk, "after": after, "kids": self.kids, "n": self.size},
+            )
+            if not rows:
+                return found
+            found += len(rows)
+            by_chunk: dict[tuple[int, Any], list[tuple[int, str, str]]] = {}
+            for r in rows:
+                seq = int(r["turn_seq"])
+                old, new = self.turn(sid, seq, r["value"])
+                by_chunk.setdefault((int(r["chunk_seq"]), r["chunk_start"]), []).append(
+                    (seq, old, new)
+                )
+            yield Tx.BEGIN
+            for (chunk_seq, start), turns in by_chunk.items():
+                swapped = yield Q(
+                    query("rotation_reseal_chunk_turns"),
+                    {
+                        "sid": sid,
+                        "chunk": chunk_seq,
+                        "start": start,
+                        "seqs": [seq for seq, _old, _new in turns],
+                        "olds": [old for _seq, old, _new in turns],
+                        "news": [new for _seq, _old, new in turns],
+                    },
+                    fetch="one",
+                )
+                self.counts["turns"] += 0 if swapped is None else int(swapped[1])
+            yield Tx.COMMIT
+            chunk, after = int(rows[-1]["chunk_seq"]), int(rows[-1]["turn_seq"])
+            if len(rows) < self.size:
+                return found
+
+    def checkpoints_op(self, sid: uuid.UUID) -> Op[int]:
+        found, after = 0, uuid.UUID(int=0)
+        while True:
+            rows = yield _named(
+                "rotation_checkpoints",
+                {"sid": sid, "after": after, "kids": self.kids, "n": self.size},
+            )
+            if not rows:
+                return found
+            found += len(rows)
+            cols: dict[str, list[Any]] = {
+                name: []
+                for name in (
+                    "ids",
+                    "old_states",
+                    "new_states",
+                    "old_calls",
+                    "new_calls",
+                    "old_results",
+                    "new_results",
+                )
+            }
+            for r in rows:
+                cid = r["checkpoint_id"]
+                cols["ids"].append(cid)
+                for part, old_col, new_col in (
+                    ("state", "old_states", "new_states"),
+                    ("tool_calls", "old_calls", "new_calls"),
+                    ("tool_results", "old_results", "new_results"),
+                ):
+                    raw = r[part]
+                    cols[old_col].append(raw)
+                    value = None if raw is None else json.loads(raw)
+                    if value is None or not is_sealed(value) or value["k"] not in self.kids:
+                        cols[new_col].append(raw)
+                        continue
+                    where = f"the {part} of checkpoint {cid} of session {sid}"
+                    sealed = _resealed(
+                        self.sealer,
+                        self.new,
+                        value,
+                        CHECKPOINT_KINDS[part],
+                        str(sid),
+                        str(cid),
+                        where,
+                    )
+                    cols[new_col].append(_dump(sealed))
+            done = yield Q(query("rotation_reseal_checkpoints"), {"sid": sid, **cols})
+            self.counts["checkpoints"] += len(done)
+            after = rows[-1]["checkpoint_id"]
+            if len(rows) < self.size:
+                return found
+
+    def summaries_op(self, sid: uuid.UUID) -> Op[int]:
+        found, after = 0, -1
+        patterns = [f'%"k":"{kid}"%' for kid in self.kids]
+        while True:
+            rows = yield _named(
+                "rotation_summaries",
+                {"sid": sid, "after": after, "patterns": patterns, "n": self.size},
+            )
+            if not rows:
+                return found
+            found += len(rows)
+            olds, news = [], []
+            for r in rows:
+                value = json.loads(r["value"])
+                position = f"{r['chunk_seq']}/{r['first_turn_seq']}-{r['last_turn_seq']}"
+                where = f"the summary of chunk {r['chunk_seq']} of session {sid}"
+                sealed = _resealed(
+                    self.sealer, self.new, value, SUMMARY_KIND, str(sid), position, where
+                )
+                olds.append(r["value"])
+                news.append(_dump(sealed))
+            done = yield Q(
+                query("rotation_reseal_summaries"),
+                {
+                    "sid": sid,
+                    "seqs": [int(r["chunk_seq"]) for r in rows],
+                    "olds": olds,
+                    "news": news,
+                },
+            )
+            self.counts["summaries"] += len(done)
+            after = int(rows[-1]["chunk_seq"])
+            if len(rows) < self.size:
+                return found
+
+    def facts_op(self, tenant: str, subject: str) -> Op[int]:
+        found, after = 0, uuid.UUID(int=0)
+        while True:
+            rows = yield _named(
+                "rotation_facts",
+                {
+                    "tenant": tenant,
+                    "subject": subject,
+                    "after": after,
+                    "kids": self.kids,
+                    "n": self.size,
+                },
+            )
+            if not rows:
+                return found
+            found += len(rows)
+            olds, news = [], []
+            for r in rows:
+                value = json.loads(r["value"])
+                where = f"the value of fact {r['key']!r} of subject {subject!r} ({r['fact_id']})"
+                position = f"{r['fact_id']}/{r['key']}"
+                sealed = _resealed(
+                    self.sealer, self.new, value, FACT_KIND, subject, position, where
+                )
+                olds.append(r["value"])
+                news.append(_dump(sealed))
+            done = yield Q(
+                query("rotation_reseal_facts"),
+                {"tenant": tenant, "ids": [r["fact_id"] for r in rows], "olds": olds, "news": news},
+            )
+            self.counts["facts"] += len(done)
+            after = rows[-1]["fact_id"]
+            if len(rows) < self.size:
+                return found
+
+
+def _scope_op(
+    store: StoreState, tenant_id: Any, subject_id: Any, session_id: Any
+) -> Op[tuple[Scope, uuid.UUID | None]]:
+    """The scope named by the arguments (checked), and the session for a session scope."""
+    if (subject_id is None) == (session_id is None):
+        raise InvalidInput("give exactly one of subject_id= and session_id=")
+    tenant = validate.optional_text(tenant_id, "tenant_id")
+    if session_id is not None:
+        sid = validate.session_id(session_id)
+        owner = yield _named("rotation_session_owner", {"sid": sid}, fetch="one")
+        if owner is None or (tenant is not None and owner["tenant_id"] != tenant):
+            raise SessionNotFound(f"session {sid} does not exist")
+        if owner["purged"]:
+            raise SessionPurged(f"session {sid} was purged")
+        if owner["subject_id"] is not None:
+            raise InvalidInput(
+                f"session {sid} belongs to subject {owner['subject_id']!r}, whose data key "
+                "seals it: rotate that (subject_id=) instead"
+            )
+        return Scope("session", owner["tenant_id"], str(sid)), sid
+    subject = validate.text(subject_id, "subject_id")
+    if tenant is None:
+        tenant = store.connector.tenant
+    if tenant is None:
+        (tenant,) = yield Q(query("rotation_bound_tenant"), fetch="one")
+    if tenant is None:
+        raise InvalidInput("subject_id= needs tenant_id= (subject ids are per tenant)")
+    return Scope("subject", tenant, subject), None
+
+
+def rotate_data_key(
+    store: StoreState,
+    *,
+    tenant_id: str | None = None,
+    subject_id: str | None = None,
+    session_id: uuid.UUID | str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> Op[RotationReport]:
+    """Rotate the data key of one data subject (``tenant_id=``, ``subject_id=``; a tenant's
+    store may leave out its tenant) or of one session without a subject (``session_id=``;
+    a session with a subject is sealed under its subject's key: rotate that): a new key
+    version is used by every write from the moment the call starts, every value sealed under
+    an older version (turns, buffered and folded; checkpoint state, tool calls and results;
+    fact values; chunk summaries) is re-sealed under it, ``batch_size`` values per
+    transaction (1 to 10,000), and then the older versions are shredded. Returns a
+    :class:`RotationReport`.
+
+    Guarantees: appends, folds and other writes go on meanwhile and none is lost or
+    overwritten (each re-seal is a compare-and-set on the value read); a re-sealed value
+    keeps its associated data (it opens only where it opened before); an older version is
+    shredded only when no row names it any more. After a crash (or an error) every value
+    opens under one of the scope's key versions; calling again finishes the job. The
+    subject's or session's rows must be readable: a value that does not open where it is
+    stored stops the rotation with ``DecryptionFailed`` (nothing shredded).
+
+    Errors: ``ConfigurationError`` for a store without ``encryption=``; ``InvalidInput``
+    for bad arguments or a subject with nothing encrypted; ``SessionNotFound`` /
+    ``SessionPurged``; ``KeyShredded`` for a scope whose key was shredded; ``AccessDenied``
+    from a store bound to another tenant (or whose role may not act for it); ``Conflict``
+    when the scope is being rotated already, or its values kept changing."""
+    size = validate.count(batch_size, "batch_size", high=MAX_BATCH_SIZE)
+    sealer = store.ctx.sealer
+    if sealer is None:
+        raise ConfigurationError(
+            "rotate_data_key needs a store connected with encryption= (the key store "
+            "holding the data key)",
+            cli="keys rotate needs --key-store (the key store holding the data key)",
+        )
+    scope, sid = yield from _scope_op(store, tenant_id, subject_id, session_id)
+    yield from may_act_for_op(store, scope.tenant, "rotate this tenant's data keys")
+    keys = sealer.keys
+    if keys.key_for(scope, create=False) is None:
+        if scope.kind == "subject":
+            (known,) = yield Q(
+                query("rotation_subject_known"),
+                {"tenant": scope.tenant, "subject": scope.name},
+                fetch="one",
+            )
+            if not known:
+                raise InvalidInput(
+                    f"tenant {scope.tenant!r} has no subject {scope.name!r} with encrypted data"
+                )
+        raise KeyShredded(f"the data key of {scope.kind} {scope.name!r} was shredded")
+    with keys.rotating(scope):
+        new, retired = yield Call(keys.rotate, (scope,))
+        scan = _Scan(sealer, new, retired, size)
+        params = {
+            "tenant": scope.tenant,
+            "subject": scope.name if scope.kind == "subject" else None,
+            "session": sid,
+        }
+        passes = 0
+        sessions: list[uuid.UUID] = []
+        while True:
+            passes += 1
+            if passes > MAX_PASSES:
+                raise Conflict(
+                    f"the values of {scope.kind} {scope.name!r} kept changing during "
+                    f"{MAX_PASSES} passes of the rotation; call again to finish it"
+                )
+            rows = yield Q(query("rotation_sessions"), params)
+            sessions = [r[0] for r in rows]
+            found = yield from _pass_op(scan, scope, sessions)
+            if found:
+                continue
+            # final check: appends in flight finish first (they read the key after locking
+            # their session row), then nothing may name a retired version any more
+            yield Tx.BEGIN
+            for session in sessions:
+                yield Q(query("rotation_lock_session"), {"sid": session}, fetch="none")
+            left = yield from _pass_op(scan, scope, sessions)
+            yield Tx.COMMIT
+            if not left:
+                break
+        shredded = yield Call(keys.shred_retired, (scope, retired))
+    return RotationReport(
+        scope=scope.kind,
+        tenant_id=scope.tenant,
+        name=scope.name,
+        new_key=new.kid,
+        shredded_keys=tuple(shredded),
+        resealed=dict(scan.counts),
+        sessions=len(sessions),
+        passes=passes,
+    )
+
+
+def _pass_op(scan: _Scan, scope: Scope, sessions: list[uuid.UUID]) -> Op[int]:
+    """One pass over every table; how many values naming a retired version it found (and
+    tried to re-seal)."""
+    found = 0
+    finders: list[Callable[[uuid.UUID], Op[int]]] = [
+        scan.buffered_op,
+        scan.chunks_op,
+        scan.checkpoints_op,
+        scan.summaries_op,
+    ]
+    for session in sessions:
+        for finder in finders:
+            found += yield from finder(session)
+    if scope.kind == "subject":
+        found += yield from scan.facts_op(scope.tenant, scope.name)
+    return found
+
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "MAX_BATCH_SIZE",
+    "RotationReport",
+    "may_act_for_op",
+    "rotate_data_key",
+]
