@@ -246,7 +246,7 @@ def test_hostile_arguments_are_typed_errors_and_change_nothing(
         with pytest.raises(ConfigurationError):
             keys.rotate_kek(wrong)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
-        LocalKeyProvider(keys.path, previous_key_files="old.kek")  # type: ignore[arg-type]
+        LocalKeyProvider(keys.path, previous_key_files="old.kek")
 
 
 def test_the_async_store_rotates_the_same_way(module_dsn: str, keys: LocalKeyProvider) -> None:
