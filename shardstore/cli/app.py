@@ -160,6 +160,7 @@ COMMAND_MODULES = (
     "text_search",
     "metrics",
     "mcp",
+    "keys",
 )
 
 

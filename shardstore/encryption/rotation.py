@@ -49,7 +49,6 @@ from ..errors import (
     ConfigurationError,
     Conflict,
     InvalidInput,
-    KeyShredded,
     SessionNotFound,
     SessionPurged,
 )
@@ -76,13 +75,14 @@ _CLEAR_TURN_FIELDS = ("o", "e")
 
 @dataclass(frozen=True, slots=True)
 class RotationReport:
-    """What :func:`rotate_data_key` did: the scope, the new key's id, the older versions it
-    shredded, the values re-sealed per kind, the sessions searched and the passes made."""
+    """What :func:`rotate_data_key` did: the scope, the new key's id (None when the scope
+    had no data key: nothing of it was sealed, or its key was shredded), the older versions
+    it shredded, the values re-sealed per kind, the sessions searched and the passes made."""
 
     scope: str
     tenant_id: str
     name: str
-    new_key: str
+    new_key: str | None
     shredded_keys: tuple[str, ...]
     resealed: Mapping[str, int] = field(default_factory=dict)
     sessions: int = 0
@@ -345,6 +345,16 @@ class _Scan:
                 return found
 
 
+def _check_arguments(tenant_id: Any, subject_id: Any, session_id: Any) -> None:
+    if (subject_id is None) == (session_id is None):
+        raise InvalidInput("give exactly one of subject_id= and session_id=")
+    validate.optional_text(tenant_id, "tenant_id")
+    if session_id is not None:
+        validate.session_id(session_id)
+    else:
+        validate.text(subject_id, "subject_id")
+
+
 def _scope_op(
     store: StoreState, tenant_id: Any, subject_id: Any, session_id: Any
 ) -> Op[tuple[Scope, uuid.UUID | None]]:
@@ -400,12 +410,16 @@ def rotate_data_key(
     subject's or session's rows must be readable: a value that does not open where it is
     stored stops the rotation with ``DecryptionFailed`` (nothing shredded).
 
+    A scope without a data key (nothing sealed for it, or its key shredded) has nothing to
+    rotate: the report says so (``new_key`` None).
+
     Errors: ``ConfigurationError`` for a store without ``encryption=``; ``InvalidInput``
-    for bad arguments or a subject with nothing encrypted; ``SessionNotFound`` /
-    ``SessionPurged``; ``KeyShredded`` for a scope whose key was shredded; ``AccessDenied``
+    for bad arguments or a tenant without that subject; ``SessionNotFound`` /
+    ``SessionPurged``; ``AccessDenied``
     from a store bound to another tenant (or whose role may not act for it); ``Conflict``
     when the scope is being rotated already, or its values kept changing."""
     size = validate.count(batch_size, "batch_size", high=MAX_BATCH_SIZE)
+    _check_arguments(tenant_id, subject_id, session_id)
     sealer = store.ctx.sealer
     if sealer is None:
         raise ConfigurationError(
@@ -424,10 +438,9 @@ def rotate_data_key(
                 fetch="one",
             )
             if not known:
-                raise InvalidInput(
-                    f"tenant {scope.tenant!r} has no subject {scope.name!r} with encrypted data"
-                )
-        raise KeyShredded(f"the data key of {scope.kind} {scope.name!r} was shredded")
+                raise InvalidInput(f"tenant {scope.tenant!r} has no subject {scope.name!r}")
+        # nothing was ever sealed for it, or its key was shredded: nothing to rotate
+        return RotationReport(scope.kind, scope.tenant, scope.name, None, ())
     with keys.rotating(scope):
         new, retired = yield Call(keys.rotate, (scope,))
         scan = _Scan(sealer, new, retired, size)

@@ -49,7 +49,15 @@ from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
 from ..encryption.keystore import Scope
-from ..errors import AccessDenied, ConfigurationError, Conflict, InvalidInput, SessionPurged
+from ..encryption.rotation import may_act_for_op
+from ..errors import (
+    AccessDenied,
+    ConfigurationError,
+    Conflict,
+    InvalidInput,
+    SessionNotFound,
+    SessionPurged,
+)
 from ..history.ops import parse_bound
 
 AGENT_HISTORY = "shardstore.agent_history"
@@ -572,7 +580,12 @@ def _batched_op(
 
 
 def purge_session(
-    store: StoreState, session_id: uuid.UUID | str, *, dry_run: bool = False, vacuum: bool = False
+    store: StoreState,
+    session_id: uuid.UUID | str,
+    *,
+    dry_run: bool = False,
+    vacuum: bool = False,
+    shred: bool = False,
 ) -> Op[PurgeReport]:
     """Remove every trace of one session's conversation and leave a tombstone (later
     appends, reads and ``create_session`` with its id raise ``SessionPurged``).
@@ -588,12 +601,70 @@ def purge_session(
     referenced (also one whose references went before the purge) that no live reference
     of another session, nor one naming no session, still needs; ``report.tables
     ["shardstore.artifacts"]`` counts them. A purge killed before it erased them leaves
-    them queued: repeating the call (or the next sweep) erases them."""
+    them queued: repeating the call (or the next sweep) erases them.
+
+    ``shred=True`` (a store connected with ``encryption=``), for a session without a
+    subject: first every version of the session's own data key is destroyed in the key
+    store, durably, before any row is deleted, with the guarantees of
+    :meth:`purge_subject`'s ``shred`` (``report.shredded_keys``). A session with a subject
+    is sealed under its subject's key, which other sessions share: ``InvalidInput`` (shred
+    with ``purge_subject``, or purge without ``shred``), nothing purged."""
     sid = validate.session_id(session_id)
     acc = _Acc("session", dry_run)
-    _flags(dry_run=dry_run, vacuum=vacuum)
+    _flags(dry_run=dry_run, vacuum=vacuum, shred=shred)
+    shredded: tuple[str, ...] = ()
+    if shred:
+        shredded = yield from _shred_session_op(store, sid, dry_run)
     purge = _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum))
-    return (yield from _erasing_op(store, dry_run, None, purge, sid))
+    report = yield from _erasing_op(store, dry_run, None, purge, sid)
+    return dataclasses.replace(report, shredded_keys=shredded)
+
+
+def _shred_session_op(store: StoreState, sid: uuid.UUID, dry_run: bool) -> Op[tuple[str, ...]]:
+    """Destroy a subject-less session's data key (nothing on a dry run); the ids destroyed.
+    A tombstone (a purge that crashed after its shred, then finished) shreds again: a no-op
+    or the rest of the job."""
+    sealer = _sealer_for_shred(store, "the session's data key")
+    owner = yield Q(query("rotation_session_owner"), {"sid": sid}, fetch="one", named=True)
+    if owner is None:
+        raise SessionNotFound(f"session {sid} does not exist")
+    if owner["subject_id"] is not None:
+        raise InvalidInput(
+            f"session {sid} belongs to subject {owner['subject_id']!r}: its values are sealed "
+            "under the subject's data key, which the subject's other sessions share; shred it "
+            "with purge_subject(..., shred=True), or purge the session without shred",
+            cli=f"session {sid} belongs to subject {owner['subject_id']!r}, whose data key its "
+            "other sessions share: use 'purge subject --shred', or drop --shred",
+        )
+    tenant = str(owner["tenant_id"])
+    yield from _may_shred_op(store, tenant)
+    if dry_run:
+        return ()
+    kids = yield Call(sealer.keys.shred_all, (Scope("session", tenant, str(sid)),))
+    return tuple(str(k) for k in kids)
+
+
+def _sealer_for_shred(store: StoreState, whose: str) -> Any:
+    sealer = store.ctx.sealer
+    if sealer is None:
+        raise ConfigurationError(
+            f"shred=True needs a store connected with encryption= (the key store holding {whose})",
+            cli=f"--shred needs --key-store (the key store holding {whose})",
+        )
+    return sealer
+
+
+def _may_shred_op(store: StoreState, tenant: str) -> Op[None]:
+    """``AccessDenied`` unless this store may destroy ``tenant``'s keys: not a store bound
+    to another tenant nor one whose role is bound (the key store is files, outside row
+    security), and a connection that row security lets act for ``tenant``."""
+    bound = store.connector.tenant
+    _setting, role_bound, _distributed = yield Q(query("rls_store_binding"), fetch="one")
+    if role_bound or (bound is not None and bound != tenant):
+        raise AccessDenied(
+            "only an operator's store, or one bound to this tenant, may shred its keys"
+        )
+    yield from may_act_for_op(store, tenant, "shred this tenant's keys")
 
 
 def _sessions_op(
@@ -667,24 +738,13 @@ def purge_subject(
 def _shred_subject_op(
     store: StoreState, tenant: str, subject: str, dry_run: bool
 ) -> Op[tuple[str, ...]]:
-    """Destroy the subject's data key (nothing on a dry run); the key's id, if it had one."""
-    sealer = store.ctx.sealer
-    if sealer is None:
-        raise ConfigurationError(
-            "shred=True needs a store connected with encryption= (the key store holding "
-            "the subject's data key)",
-            cli="--shred needs --key-store (the key store holding the subject's data key)",
-        )
-    bound = store.connector.tenant
-    _setting, role_bound, _distributed = yield Q(query("rls_store_binding"), fetch="one")
-    if role_bound or (bound is not None and bound != tenant):
-        raise AccessDenied(
-            "only an operator's store, or one bound to this tenant, may shred a subject's key"
-        )
+    """Destroy the subject's data key, every version (nothing on a dry run); their ids."""
+    sealer = _sealer_for_shred(store, "the subject's data key")
+    yield from _may_shred_op(store, tenant)
     if dry_run:
         return ()
-    kid = yield Call(sealer.keys.shred, (Scope("subject", tenant, subject),))
-    return () if kid is None else (str(kid),)
+    kids = yield Call(sealer.keys.shred_all, (Scope("subject", tenant, subject),))
+    return tuple(str(k) for k in kids)
 
 
 def purge_tenant(
@@ -695,12 +755,23 @@ def purge_tenant(
     vacuum: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool | ProgressHook = False,
+    shred: bool = False,
 ) -> Op[PurgeReport]:
     """Purge every session of a tenant (batched and resumable like
     :meth:`purge_subject`). The tombstones keep the tenant id. Every fact of the tenant
     goes too, also those with no source turn, and every artifact of the tenant (the
-    references naming no session with them), erased before it returns."""
+    references naming no session with them), erased before it returns.
+
+    ``shred=True`` (a store connected with ``encryption=``): first every data key of the
+    tenant in the key store (its subjects', its subject-less sessions' and its own, every
+    version) is destroyed, durably, before any row is deleted, with the guarantees of
+    :meth:`purge_subject`'s ``shred`` (``report.shredded_keys`` names them). The key store
+    is searched by the scope each key file records, so keys of subjects the database no
+    longer names go too."""
     tenant = validate.text(tenant_id, "tenant_id")
+    shredded: tuple[str, ...] = ()
+    if validate.flag(shred, "shred"):
+        shredded = yield from _shred_tenant_op(store, tenant, dry_run)
     purge = _sessions_op(
         "tenant",
         (tenant,),
@@ -710,7 +781,22 @@ def purge_tenant(
         progress,
         lambda acc: tenant_facts_op(acc, tenant),
     )
-    return (yield from _erasing_op(store, dry_run, tenant, purge, whole_tenant=True))
+    report = yield from _erasing_op(store, dry_run, tenant, purge, whole_tenant=True)
+    return dataclasses.replace(report, shredded_keys=shredded)
+
+
+def _shred_tenant_op(store: StoreState, tenant: str, dry_run: bool) -> Op[tuple[str, ...]]:
+    """Destroy every data key of ``tenant`` (nothing on a dry run); their ids."""
+    sealer = _sealer_for_shred(store, "the tenant's data keys")
+    yield from _may_shred_op(store, tenant)
+    if dry_run:
+        return ()
+    kids: list[str] = []
+    scopes = yield Call(sealer.keys.scopes, (tenant,))
+    for scope in scopes:
+        gone = yield Call(sealer.keys.shred_all, (scope,))
+        kids += [str(k) for k in gone]
+    return tuple(kids)
 
 
 def purge_range(

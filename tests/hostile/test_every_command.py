@@ -162,6 +162,12 @@ def valid_args(w: Cli) -> dict[str, dict[str, Any]]:
             "tenant": tenant,
         },
         "init": {},
+        "keys rotate": {"key_store": str(w.tmp / "ks"), "tenant": tenant, "subject": "u"},
+        "keys rotate-kek": {
+            "key_store": str(w.tmp / "ks"),
+            "key_file": str(w.tmp / "kek"),
+            "new_key_file": str(w.tmp / "kek"),
+        },
         "maintain": {"dry_run": True},
         "metrics": {},
         "purge before": {"time": "2001-01-01", "dry_run": True, "yes": True},

@@ -311,7 +311,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "purge_range": dict(
             session_id=sid, before_turn_seq=1, before=None, dry_run=True, vacuum=False
         ),
-        "purge_session": dict(session_id=sid, dry_run=True, vacuum=False),
+        "purge_session": dict(session_id=sid, dry_run=True, vacuum=False, shred=False),
         "purge_subject": dict(
             tenant_id=tenant,
             subject_id="u",
@@ -322,7 +322,12 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             shred=False,
         ),
         "purge_tenant": dict(
-            tenant_id=tenant, dry_run=True, vacuum=False, batch_size=100, progress=False
+            tenant_id=tenant,
+            dry_run=True,
+            vacuum=False,
+            batch_size=100,
+            progress=False,
+            shred=False,
         ),
         "put_artifact": dict(
             tenant_id=tenant,
@@ -332,6 +337,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             owner=None,
         ),
         "recall": dict(tenant_id=tenant, subject="u", keys=None, as_of=None),
+        "rotate_data_key": dict(tenant_id=tenant, subject_id="u", session_id=None, batch_size=100),
         "record_step": dict(run_id=w.run_id, steps=1, usd_cost=None),
         "reembed": dict(model=None, progress=False, batch_size=16),
         "ref_artifact": dict(

@@ -1,8 +1,8 @@
 """``shardstore purge``: GDPR purge from the command line.
 
-    shardstore purge session SESSION_ID
-    shardstore purge subject --tenant T --subject S
-    shardstore purge tenant --tenant T
+    shardstore purge session SESSION_ID [--shred --key-store P]
+    shardstore purge subject --tenant T --subject S [--shred --key-store P]
+    shardstore purge tenant --tenant T [--shred --key-store P]
     shardstore purge range SESSION_ID (--before-turn N | --before TIME)
     shardstore purge before TIME [--tenant T] [--no-truncate]
 
@@ -64,31 +64,16 @@ def register(commands: Commands) -> None:
 
     p = form("session", "purge one session and leave its tombstone", batched=False)
     p.add_argument("session_id", metavar="SESSION_ID")
+    _shred_options(p, "the session's own data key (a session without a subject)")
 
     p = form("subject", "purge every session of a data subject", batched=True)
     p.add_argument("--tenant", required=True, help="tenant id")
     p.add_argument("--subject", required=True, help="subject id")
-    p.add_argument(
-        "--shred",
-        action="store_true",
-        help="first destroy the subject's data key (encryption at rest): every backup taken "
-        "before holds only ciphertext nobody can open; needs --key-store",
-    )
-    p.add_argument(
-        "--key-store",
-        metavar="PATH",
-        default=os.environ.get("SHARDSTORE_KEY_STORE"),
-        help="the local key store (default: $SHARDSTORE_KEY_STORE)",
-    )
-    p.add_argument(
-        "--key-file",
-        metavar="PATH",
-        default=None,
-        help="the key-encryption key file (default: $SHARDSTORE_KEK, else PATH/kek)",
-    )
+    _shred_options(p, "the subject's data key")
 
     p = form("tenant", "purge every session of a tenant", batched=True)
     p.add_argument("--tenant", required=True, help="tenant id")
+    _shred_options(p, "every data key of the tenant (its subjects', sessions' and own)")
 
     p = form("range", "purge a session's oldest turns (the session stays live)", batched=False)
     p.add_argument("session_id", metavar="SESSION_ID")
@@ -111,6 +96,27 @@ def register(commands: Commands) -> None:
         "--no-truncate",
         action="store_true",
         help="delete row by row even where whole partitions could be emptied",
+    )
+
+
+def _shred_options(p: argparse.ArgumentParser, whose: str) -> None:
+    p.add_argument(
+        "--shred",
+        action="store_true",
+        help=f"first destroy {whose} (encryption at rest): every backup taken before holds "
+        "only ciphertext nobody can open; needs --key-store",
+    )
+    p.add_argument(
+        "--key-store",
+        metavar="PATH",
+        default=os.environ.get("SHARDSTORE_KEY_STORE"),
+        help="the local key store (default: $SHARDSTORE_KEY_STORE)",
+    )
+    p.add_argument(
+        "--key-file",
+        metavar="PATH",
+        default=None,
+        help="the key-encryption key file (default: $SHARDSTORE_KEK, else PATH/kek)",
     )
 
 
@@ -160,7 +166,7 @@ def cmd_purge(run: Runner) -> int:
     show = run.err.isatty() if progress is None else bool(progress)
     common: dict[str, Any] = {"dry_run": args.dry_run, "vacuum": args.vacuum}
     connect: dict[str, Any] = {}
-    if kind == "subject" and args.shred:
+    if kind in ("session", "subject", "tenant") and args.shred:
         if not args.key_store:
             raise ConfigurationError("--shred needs --key-store PATH (or $SHARDSTORE_KEY_STORE)")
         connect["encryption"] = LocalKeyProvider(args.key_store, key_file=args.key_file)
@@ -228,6 +234,8 @@ def print_report(
     ]
     if report.cut_turn_seq is not None:
         pairs.append(("history now", f"starts at turn {report.cut_turn_seq}"))
+    if report.shredded_keys:
+        pairs.append(("shredded", f"{num(len(report.shredded_keys))} data keys"))
     if report.partitions_truncated:
         pairs.append(("truncated", ", ".join(report.partitions_truncated)))
     if report.vacuumed:

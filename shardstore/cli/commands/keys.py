@@ -1,0 +1,133 @@
+"""``shardstore keys``: key rotation for encryption at rest.
+
+    shardstore keys rotate-kek --key-store P --new-key-file F [--key-file OLD]
+    shardstore keys rotate --key-store P (--tenant T --subject S | --session ID) [--batch-size N]
+
+``rotate-kek`` rewraps every data key of the key store under the key-encryption key in F
+(created if absent) and rewrites no database row (it needs no database); after a crash, run
+it again with the same files: it finishes. Use F as ``--key-file`` from then on. ``rotate``
+gives one subject (or one session without a subject) a new data key, re-seals its values
+under it while the store stays in use, and shreds the old key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ...encryption import LocalKeyProvider
+from ...encryption.rotation import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
+from ...errors import ConfigurationError
+from ..app import Commands, Runner
+from ..args import UsageError, positive_int
+from ..output import kv, num, printable
+
+
+def _key_store_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--key-store",
+        metavar="PATH",
+        default=os.environ.get("SHARDSTORE_KEY_STORE"),
+        help="the local key store (default: $SHARDSTORE_KEY_STORE)",
+    )
+    p.add_argument(
+        "--key-file",
+        metavar="PATH",
+        default=None,
+        help="the key-encryption key file (default: $SHARDSTORE_KEK, else PATH/kek)",
+    )
+
+
+def register(commands: Commands) -> None:
+    """Add ``keys`` and its forms (rotate-kek, rotate)."""
+    parser = commands.add(
+        "keys", "encryption at rest: rotate the key-encryption key or a data key", cmd_keys
+    )
+    forms = commands.nested(parser, "keys_action")
+    p = forms.add(
+        "rotate-kek",
+        "rewrap every data key under a new key-encryption key (no database row changes)",
+    )
+    _key_store_options(p)
+    p.add_argument(
+        "--new-key-file",
+        metavar="PATH",
+        required=True,
+        help="the new key-encryption key (a new random one is written there if absent)",
+    )
+    p = forms.add(
+        "rotate",
+        "a new data key for a subject or a session without one: its values re-sealed, "
+        "the old key shredded",
+    )
+    _key_store_options(p)
+    p.add_argument("--tenant", help="the subject's tenant (with --subject)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--subject", help="the data subject whose key to rotate")
+    which.add_argument("--session", metavar="ID", help="a session without a subject")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"values re-sealed per transaction (default {DEFAULT_BATCH_SIZE}, "
+        f"at most {MAX_BATCH_SIZE})",
+    )
+
+
+def _key_store(args: argparse.Namespace) -> LocalKeyProvider:
+    if not args.key_store:
+        raise ConfigurationError("keys needs --key-store PATH (or $SHARDSTORE_KEY_STORE)")
+    return LocalKeyProvider(args.key_store, key_file=args.key_file)
+
+
+def cmd_keys(run: Runner) -> int:
+    """Run one form and print what it did; 0 when it ran."""
+    args = run.args
+    if args.keys_action == "rotate-kek":
+        report = _key_store(args).rotate_kek(args.new_key_file)
+        if run.json:
+            run.emit(report.to_dict())
+            return 0
+        run.line(
+            kv(
+                [
+                    ("rewrapped", f"{num(report.rewrapped)} data keys"),
+                    ("already", f"{num(report.already)} under the new key (an earlier run)"),
+                    ("kek", report.kek),
+                ]
+            )
+        )
+        return 0
+    if args.subject is not None and not args.tenant:
+        raise UsageError("keys rotate --subject needs --tenant")
+    if args.session is not None and args.tenant:
+        raise UsageError("keys rotate --session takes no --tenant (the session names it)")
+    keys = _key_store(args)
+    with run.connect(encryption=keys) as store:
+        if args.subject is not None:
+            result = store.rotate_data_key(
+                tenant_id=args.tenant, subject_id=args.subject, batch_size=args.batch_size
+            )
+        else:
+            result = store.rotate_data_key(session_id=args.session, batch_size=args.batch_size)
+    if run.json:
+        run.emit(result.to_dict())
+        return 0
+    resealed = ", ".join(f"{num(n)} {kind}" for kind, n in result.resealed.items())
+    run.line(
+        kv(
+            [
+                (
+                    "rotated",
+                    f"{result.scope} {printable(result.name)!r} of tenant "
+                    f"{printable(result.tenant_id)!r}",
+                ),
+                ("new key", result.new_key or "none: no data key to rotate"),
+                ("re-sealed", resealed),
+                ("shredded", ", ".join(result.shredded_keys) or "none"),
+                ("sessions", num(result.sessions)),
+            ]
+        )
+    )
+    return 0
