@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import uuid
 import warnings
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def _pg_dump(dsn: str) -> bytes:
     ).stdout
 
 
-def _fill(store: shardstore.Store, tenant: str, subject: str | None) -> object:
+def _fill(store: shardstore.Store, tenant: str, subject: str | None) -> uuid.UUID:
     sid = store.create_session(tenant_id=tenant, subject_id=subject)
     store.append_turns(
         sid, [{"role": "user", "content": f"{MARKER} {i} " + "w " * 15} for i in range(6)]
@@ -90,9 +91,9 @@ def test_purge_session_and_tenant_with_shred_leave_old_dumps_unreadable(
     assert dry.shredded_keys == ()
     for kwargs in ({"shred": "yes"}, {"shred": 1}):
         with pytest.raises(InvalidInput):
-            enc_store.purge_tenant("shred-b", **kwargs)  # type: ignore[arg-type]
+            enc_store.purge_tenant("shred-b", **kwargs)
         with pytest.raises(InvalidInput):
-            enc_store.purge_session(loose, **kwargs)  # type: ignore[arg-type]
+            enc_store.purge_session(loose, **kwargs)
     assert not any(_shredded(keys_now, k) for k in kids_before)
     assert enc_store.tail(owned)[0].message["content"].startswith(MARKER)
 
