@@ -293,9 +293,20 @@ class KeyStore:
             self._by_kid.pop(kid, None)
             return None
         if (st.st_ino, st.st_mtime_ns) != ident:
-            self._by_kid.pop(kid, None)
-            return None
+            return None  # changed: the caller reads the file again
         return key
+
+    def _opened(self, file: Path, found: tuple[tuple[int, int], dict[str, Any]]) -> DataKey:
+        """The key of a file just read. A key id names one data key for ever, so a key
+        already unwrapped is reused when its file changed but still holds that id (a KEK
+        rewrap by another process): a process that has not been given the new KEK yet goes
+        on with the keys it holds. A file that no longer holds the id (shredded, zeroed)
+        never reaches here."""
+        kid = found[1].get("kid")
+        cached = self._by_kid.get(kid) if type(kid) is str else None
+        if cached is not None and cached[0] == file:
+            return self._remember(file, found[0], cached[2])
+        return self._remember(file, found[0], self._unwrap(found[1], file))
 
     # ------------------------------------------------------------ keys
 
@@ -313,7 +324,7 @@ class KeyStore:
         for file in (self._file(stem), self._keys_dir / f"{kid}.key"):
             found = self._read(file)
             if found is not None and found[1].get("kid") == kid:
-                return self._remember(file, found[0], self._unwrap(found[1], file))
+                return self._opened(file, found)
         self._by_kid.pop(kid, None)
         raise KeyShredded(f"data key {kid} was shredded; what it encrypted is gone")
 
@@ -324,11 +335,7 @@ class KeyStore:
         file = self._file(scope.file_stem)
         found = self._read(file)
         if found is not None:
-            kid = found[1].get("kid")
-            cached = self._by_kid.get(kid) if type(kid) is str else None
-            if cached is not None and cached[0] == file and cached[1] == found[0]:
-                return cached[2]
-            return self._remember(file, found[0], self._unwrap(found[1], file))
+            return self._opened(file, found)
         if not create:
             return None
         with self._lock:

@@ -104,8 +104,17 @@ def test_kek_rotation_rewraps_every_key_and_rewrites_no_row(
         (bob_kid,) = store.purge_subject("kek-t", "bob", shred=True).shredded_keys
         before_rows = _sealed_rows(module_dsn, "kek-t")
         before = _reads(store, "kek-t", "ann", sid)
+        # another process's store, still on the old KEK, that has read before
+        running = shardstore.connect(
+            module_dsn, encryption=LocalKeyProvider(tmp_path / "ks", key_file=old_kek)
+        )
+        assert _reads(running, "kek-t", "ann", sid) == before
 
         report = keys.rotate_kek(new_kek)
+        try:  # it goes on with the keys it holds (a key id names one key for ever)
+            assert _reads(running, "kek-t", "ann", sid) == before
+        finally:
+            running.close()
         assert report.rewrapped == len(list((tmp_path / "ks" / "keys").glob("*.key"))) >= 1
         assert keys.rotate_kek(new_kek).rewrapped == 0  # a repeat finds nothing left to do
         assert _sealed_rows(module_dsn, "kek-t") == before_rows  # byte for byte
