@@ -76,6 +76,13 @@ def _windows(embedder: SentenceTransformerEmbedder, msgs: Sequence[dict[str, Any
     ]
 
 
+def _embed_until_done(worker: shardstore.Store, result: list[int], done: threading.Event) -> None:
+    try:
+        result.append(worker.embed(batch_size=4))
+    finally:
+        done.set()
+
+
 def _appends_beside_worker(
     store: shardstore.Store, worker: shardstore.Store, msgs: Sequence[dict[str, Any]], blocks: int
 ) -> tuple[float, float, int]:
@@ -100,14 +107,9 @@ def _appends_beside_worker(
         _append(worker, msgs[: SESSION_TURNS * 2], "backlog")
         done = threading.Event()
         result: list[int] = []
-
-        def embed() -> None:
-            try:
-                result.append(worker.embed(batch_size=4))
-            finally:
-                done.set()
-
-        thread = threading.Thread(target=embed, daemon=True)
+        thread = threading.Thread(
+            target=_embed_until_done, args=(worker, result, done), daemon=True
+        )
         thread.start()
         time.sleep(0.5)  # the worker is past its first claim and into the model
         if not done.is_set():
