@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from .plan import PartitionState, plan_premake
-from .runner import DEFAULT_ATTEMPTS, attach_with_retries_op, gave_up
+from .runner import DEFAULT_ATTEMPTS, attach_with_retries_op, gave_up_message
 from .steps import Op
 from .table import PartitionSQL
 
@@ -32,6 +32,6 @@ def premake_op(
     for bounds in plan:
         ok = yield from attach_with_retries_op(table, bounds, lock_timeout, attempts)
         if not ok:
-            raise TimeoutError(gave_up(f"attaching {bounds.name}", attempts, lock_timeout))
+            raise TimeoutError(gave_up_message(f"attaching {bounds.name}", attempts, lock_timeout))
         created.append(bounds.name)
     return created

@@ -330,7 +330,7 @@ def _failed(log: RunLog, what: str, exc: Exception, fatal: Fatal) -> None:
     log.errors.append(f"{what}: {exc}")
 
 
-def retried_op(
+def _retried_op(
     attempt_op: Callable[[], Op[T]], succeeded: Callable[[T], bool], attempts: int
 ) -> Op[T | None]:
     """Up to ``attempts`` tries of ``attempt_op()`` (each nested in a ``Try``), sleeping
@@ -346,17 +346,24 @@ def retried_op(
     return outcome
 
 
-def gave_up(action: str, attempts: int, lock_timeout: timedelta) -> str:
-    """How a lock wait that ran out on every try is told: what was being done, how often."""
-    return f"{action} timed out {attempts} times (lock_timeout {lock_timeout.total_seconds()} s)"
+def gave_up_message(
+    action: str, attempts: int, lock_timeout: timedelta, *, next_run_retries: bool = False
+) -> str:
+    """How a lock wait that ran out on every try is told: what was being done, how often,
+    and (``next_run_retries``) that the next run tries again."""
+    then = "; next run retries" if next_run_retries else ""
+    return (
+        f"{action} timed out {attempts} times (lock_timeout {lock_timeout.total_seconds()} s)"
+        + then
+    )
 
 
 def attach_with_retries_op(
     table: PartitionSQL, bounds: PartitionBounds, lock_timeout: timedelta, attempts: int
 ) -> Op[bool]:
-    """Up to ``attempts`` tries of :meth:`PartitionSQL.attach_op` (:func:`retried_op`).
+    """Up to ``attempts`` tries of :meth:`PartitionSQL.attach_op` (:func:`_retried_op`).
     True when attached."""
-    ok = yield from retried_op(lambda: table.attach_op(bounds, lock_timeout), bool, attempts)
+    ok = yield from _retried_op(lambda: table.attach_op(bounds, lock_timeout), bool, attempts)
     return bool(ok)
 
 
@@ -425,7 +432,9 @@ def premake_plan_op(
             bounds.name,
             log.created,
             f"creating {bounds.name}",
-            gave_up(f"attaching {bounds.name}", attempts, lock_timeout) + "; next run retries",
+            gave_up_message(
+                f"attaching {bounds.name}", attempts, lock_timeout, next_run_retries=True
+            ),
             log,
             fatal,
         )
@@ -465,14 +474,14 @@ def _expire_one(
     name = part.name
     pending = part.state is PartitionState.DETACH_PENDING
     if part.state is PartitionState.ATTACHED:
-        outcome = yield from retried_op(
+        outcome = yield from _retried_op(
             lambda: table.detach_op(name, lock_timeout, concurrently),
             lambda outcome: outcome != "timeout",
             attempts,
         )
         if outcome in (None, "timeout"):
             log.errors.append(
-                gave_up(f"detaching {name}", attempts, lock_timeout) + "; next run retries"
+                gave_up_message(f"detaching {name}", attempts, lock_timeout, next_run_retries=True)
             )
             return
         pending = outcome == "pending"
