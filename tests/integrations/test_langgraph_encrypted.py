@@ -24,7 +24,7 @@ import shardstore
 from shardstore.encryption import LocalKeyProvider
 from shardstore.errors import DecryptionFailed, EncryptionRequired, PlaintextRefused
 from shardstore.integrations.langgraph import ShardstoreSaver
-from tests.integrations.test_langgraph_checkpointer import build_graph, cfg
+from tests.integrations.test_langgraph_checkpointer import build_graph
 
 TENANT = "acme"
 MARKER = "platypus-marker-6262"
@@ -48,6 +48,11 @@ def enc_store(module_dsn: str, keys: LocalKeyProvider) -> Iterator[shardstore.St
     store = shardstore.connect(module_dsn, encryption=keys)
     yield store
     store.close()
+
+
+def cfg(thread: str) -> Any:
+    """The config of a thread (a RunnableConfig)."""
+    return {"configurable": {"thread_id": thread}}
 
 
 def sql(dsn: str, statement: str, *params: Any) -> list[Any]:
@@ -77,6 +82,7 @@ def test_round_trip_sealed_and_replays_refused(
     ]
     assert len(list(saver.list(cfg("t-a")))) >= 5
     sid_a = saver.session_id("t-a")
+    assert sid_a is not None
     assert [t.message for t in enc_store.history(sid_a)] == [message_to_dict(m) for m in messages]
 
     # nothing of the conversation is stored in the clear
@@ -182,9 +188,8 @@ def test_round_trip_sealed_and_replays_refused(
     assert fresh.get_tuple(cfg("t-b")) is not None
 
     # a store without the key store refuses the sealed values, never returns them sealed
-    with shardstore.connect(module_dsn) as plain:
-        with pytest.raises(EncryptionRequired):
-            ShardstoreSaver(plain, tenant_id=TENANT).get_tuple(cfg("t-a"))
+    with shardstore.connect(module_dsn) as plain, pytest.raises(EncryptionRequired):
+        ShardstoreSaver(plain, tenant_id=TENANT).get_tuple(cfg("t-a"))
 
     # copy_thread: the copy reads the source's sealed values through its fork lineage
     saver.copy_thread("t-a", "t-copy")

@@ -19,6 +19,20 @@ MARKER = b"tapir-pooled-3131"
 THREADS = 4
 
 
+def put_one(
+    store: shardstore.Store, turn: str, ids: list[object], errors: list[BaseException]
+) -> None:
+    """One thread's put of the shared content (a failure is reported by the test)."""
+    try:
+        ids.append(
+            store.put_artifact(
+                "acme", MARKER * 100, content_type="t", owner=("turn", turn)
+            ).artifact_id
+        )
+    except BaseException as exc:
+        errors.append(exc)
+
+
 @pytest.mark.slow
 def test_sealed_artifacts_behind_the_pooler(pooled_dsn: str, tmp_path: Path) -> None:
     keys = LocalKeyProvider(tmp_path / "keys", key_file=tmp_path / "kek")
@@ -38,16 +52,10 @@ def test_sealed_artifacts_behind_the_pooler(pooled_dsn: str, tmp_path: Path) -> 
             ids: list[object] = []
             errors: list[BaseException] = []
 
-            def writer() -> None:
-                try:
-                    ref = store.put_artifact(
-                        "acme", MARKER * 100, content_type="t", owner=("turn", f"{sid}:0")
-                    )
-                    ids.append(ref.artifact_id)
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=writer) for _ in range(THREADS)]
+            threads = [
+                threading.Thread(target=put_one, args=(store, f"{sid}:0", ids, errors))
+                for _ in range(THREADS)
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -62,9 +70,11 @@ def test_sealed_artifacts_behind_the_pooler(pooled_dsn: str, tmp_path: Path) -> 
                 object(), MARKER, name="p", content_type="t", tenant_id="acme", session_id=sid
             )
             assert store.get_artifact("acme", payload.artifact_id) == MARKER
-            with shardstore.connect(pooled_dsn, artifacts=url) as plain:
-                with pytest.raises(EncryptionRequired):
-                    plain.get_artifact("acme", payload.artifact_id)
+            with (
+                shardstore.connect(pooled_dsn, artifacts=url) as plain,
+                pytest.raises(EncryptionRequired),
+            ):
+                plain.get_artifact("acme", payload.artifact_id)
         finally:
             store.close()
 
