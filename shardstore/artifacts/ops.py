@@ -396,7 +396,15 @@ def put_artifact(
     same transaction as it becomes visible. Without an owner the artifact is kept for the
     store's ``artifact_grace`` (default one day) and then swept unless referenced.
     ``InvalidInput`` for bad arguments; ``ArtifactCorrupt`` if the stored bytes do not verify
-    (nothing references them)."""
+    (nothing references them).
+
+    On a store connected with ``encryption=`` the bytes are sealed before they leave the
+    client, under the owner's session key (a ``turn`` or ``checkpoint`` owner: its
+    session's subject key, else the session's own) or else the tenant's key, bound to the
+    tenant and the artifact id; the content address (``sha256`` of the reference) is then
+    a keyed hash, so equal content is stored once per key, never linked across keys
+    (docs/artifacts.md, "Encryption"). An owner this tenant does not have is refused
+    before anything is stored."""
     tenant = validate.text(tenant_id, "tenant_id")
     ctype = validate.text(content_type, "content_type", limit=MAX_CONTENT_TYPE)
     required = validate.flag(required_for_resume, "required_for_resume")
@@ -571,7 +579,11 @@ def _aid(value: Any) -> uuid.UUID:
 
 def get_artifact(store: StoreState, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[bytes]:
     """The artifact's bytes, checked against its sha256 and size (``ArtifactCorrupt``
-    otherwise). ``ArtifactNotFound`` if this tenant has no ready artifact of that id."""
+    otherwise). ``ArtifactNotFound`` if this tenant has no ready artifact of that id.
+    Sealed bytes are opened with the store's key store (``DecryptionFailed`` when they
+    belong to another artifact or tenant, ``KeyShredded`` once their key was shredded,
+    ``PlaintextRefused`` for plaintext bytes on an encrypted store, ``EncryptionRequired``
+    for sealed bytes on a store without ``encryption=``); nothing is returned then."""
     tenant = validate.text(tenant_id, "tenant_id")
     return (yield from read_all_op(config_of(store), tenant, _aid(artifact_id), store.ctx.sealer))
 
