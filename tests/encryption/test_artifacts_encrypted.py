@@ -23,6 +23,7 @@ from shardstore.artifacts.model import object_key
 from shardstore.encryption import LocalKeyProvider
 from shardstore.encryption.artifacts import CHUNK, HEADER_BYTES, MAGIC, ArtifactOpener
 from shardstore.errors import (
+    AccessDenied,
     ArtifactNotFound,
     DecryptionFailed,
     EncryptionRequired,
@@ -31,8 +32,10 @@ from shardstore.errors import (
     PlaintextRefused,
     SessionNotFound,
 )
+from shardstore.schema import rls
 from tests.artifacts.support import s3_url
 from tests.encryption.conftest import raw
+from tests.tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
 MARKER = b"wombat-marker-7373"
 BACKENDS = ("postgres", "file", "s3")
@@ -303,3 +306,44 @@ def test_offloaded_strings_and_span_payloads_are_sealed_under_the_subject_and_sh
         opener = ArtifactOpener(keys, tenant, a, "", 0)
         with pytest.raises(KeyShredded):
             opener.header(stored[:HEADER_BYTES])
+
+
+def test_a_tenant_store_reads_only_its_own_sealed_artifacts(
+    stores: dict[str, tuple[shardstore.Store, shardstore.Store]],
+    module_dsn: str,
+    keys: LocalKeyProvider,
+) -> None:
+    enc, _plain = stores["postgres"]
+    theirs = enc.put_artifact("rls-globex", MARKER + b" globex", content_type="t")
+    globex_sid = enc.create_session(tenant_id="rls-globex", subject_id="g")
+    enc.append_turn(globex_sid, {"role": "user", "content": "x"})
+    role = make_tenant_role(module_dsn)
+    try:
+        with as_tenant(module_dsn, role, "rls-acme") as conn:
+            store = rls.connect_tenant(conn, encryption=keys)
+            try:
+                mine = store.put_artifact("rls-acme", MARKER + b" acme", content_type="t")
+                assert store.get_artifact("rls-acme", mine.artifact_id) == MARKER + b" acme"
+                for tenant in ("rls-acme", "rls-globex"):
+                    with pytest.raises(ArtifactNotFound):
+                        store.get_artifact(tenant, theirs.artifact_id)
+                with pytest.raises(SessionNotFound):  # its key is never touched
+                    store.put_artifact(
+                        "rls-acme", MARKER, content_type="t", owner=("turn", f"{globex_sid}:0")
+                    )
+                with pytest.raises(AccessDenied):  # another tenant's rows: refused by RLS
+                    store.put_artifact("rls-globex", MARKER, content_type="t")
+                # globex's sealed bytes copied into acme's artifact: nothing opens
+                write_object(
+                    enc,
+                    module_dsn,
+                    "rls-acme",
+                    mine.artifact_id,
+                    stored_bytes(enc, module_dsn, "rls-globex", theirs.artifact_id),
+                )
+                with pytest.raises(DecryptionFailed):
+                    store.get_artifact("rls-acme", mine.artifact_id)
+            finally:
+                store.close()
+    finally:
+        drop_tenant_role(module_dsn, role)
