@@ -127,6 +127,18 @@ def test_round_trip_sealed_and_replays_refused(
         fresh.get_tuple(cfg("t-b"))
     with pytest.raises(DecryptionFailed):
         list(fresh.list(cfg("t-b")))
+    # thread b's own older checkpoint state replayed onto its latest: bound to its checkpoint
+    sql(
+        module_dsn,
+        "UPDATE shardstore.checkpoints SET state = (SELECT state FROM shardstore.checkpoints"
+        " WHERE session_id = %s AND checkpoint_id <> %s ORDER BY seq LIMIT 1)"
+        " WHERE checkpoint_id = %s",
+        sid_b,
+        shard_b,
+        shard_b,
+    )
+    with pytest.raises(DecryptionFailed):
+        fresh.get_tuple(cfg("t-b"))
     # plaintext where a sealed state belongs
     sql(
         module_dsn,
