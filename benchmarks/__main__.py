@@ -134,6 +134,11 @@ SUITES: dict[str, Suite] = {
         "artifacts: a 1 MB tool output stored once vs in every PostgresSaver checkpoint, "
         "append_turn with offload, 16 MB put/get, tracing cost",
     ),
+    "embedding": Suite(
+        "embedding",
+        "the embedding worker end to end (database -> model -> vectors committed) vs the "
+        "model alone: turns/s, tokens/s by batch size; appends beside a running worker",
+    ),
     "micro": Suite(
         "micro",
         "pytest-benchmark microbenchmarks of one hot path each (benchmarks/micro): append, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from .plan import PartitionState, plan_premake
-from .runner import DEFAULT_ATTEMPTS, attach_with_retries_op
+from .runner import DEFAULT_ATTEMPTS, attach_with_retries_op, gave_up_message
 from .steps import Op
 from .table import PartitionSQL
 
@@ -32,9 +32,6 @@ def premake_op(
     for bounds in plan:
         ok = yield from attach_with_retries_op(table, bounds, lock_timeout, attempts)
         if not ok:
-            raise TimeoutError(
-                f"attaching {bounds.name} timed out {attempts} times "
-                f"(lock_timeout {lock_timeout.total_seconds()} s)"
-            )
+            raise TimeoutError(gave_up_message(f"attaching {bounds.name}", attempts, lock_timeout))
         created.append(bounds.name)
     return created

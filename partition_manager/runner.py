@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -319,6 +319,8 @@ class RunLog:
     errors: list[str] = field(default_factory=list)
 
 
+T = TypeVar("T")
+
 Fatal = Callable[[BaseException], bool]
 
 
@@ -328,19 +330,74 @@ def _failed(log: RunLog, what: str, exc: Exception, fatal: Fatal) -> None:
     log.errors.append(f"{what}: {exc}")
 
 
+def _retried_op(
+    attempt_op: Callable[[], Op[T]], succeeded: Callable[[T], bool], attempts: int
+) -> Op[T | None]:
+    """Up to ``attempts`` tries of ``attempt_op()`` (each nested in a ``Try``), sleeping
+    :func:`backoff` between them (a ``Sleep`` step: nothing waits on the server), until one
+    ``succeeded``. Returns the last try's outcome (None when ``attempts`` < 1)."""
+    outcome: T | None = None
+    for attempt in range(attempts):
+        if attempt:
+            yield Sleep(backoff(attempt - 1))
+        outcome = yield Try(attempt_op())
+        if succeeded(outcome):
+            break
+    return outcome
+
+
+def gave_up_message(
+    action: str, attempts: int, lock_timeout: timedelta, *, next_run_retries: bool = False
+) -> str:
+    """How a lock wait that ran out on every try is told: what was being done, how often,
+    and (``next_run_retries``) that the next run tries again."""
+    then = "; next run retries" if next_run_retries else ""
+    return (
+        f"{action} timed out {attempts} times (lock_timeout {lock_timeout.total_seconds()} s)"
+        + then
+    )
+
+
 def attach_with_retries_op(
     table: PartitionSQL, bounds: PartitionBounds, lock_timeout: timedelta, attempts: int
 ) -> Op[bool]:
-    """Up to ``attempts`` tries of :meth:`PartitionSQL.attach_op`, sleeping
-    :func:`backoff` between them (a ``Sleep`` step: nothing waits on the server). True when
-    attached."""
-    for attempt in range(attempts):
-        ok = yield Try(table.attach_op(bounds, lock_timeout))
-        if ok:
-            return True
-        if attempt + 1 < attempts:
-            yield Sleep(backoff(attempt))
-    return False
+    """Up to ``attempts`` tries of :meth:`PartitionSQL.attach_op` (:func:`_retried_op`).
+    True when attached."""
+    ok = yield from _retried_op(lambda: table.attach_op(bounds, lock_timeout), bool, attempts)
+    return bool(ok)
+
+
+def _each_partition_op(
+    step: Op[bool],
+    name: str,
+    done: list[str],
+    what: str,
+    timed_out: str,
+    log: RunLog,
+    fatal: Fatal,
+) -> Op[None]:
+    """One partition's ``step`` in a run over many: ``name`` goes to ``done`` when it
+    succeeded, ``timed_out`` to the errors when it gave up waiting for a lock, and an
+    exception is recorded as ``what`` failing (or raised when ``fatal``), so that the next
+    partition still runs."""
+    try:
+        ok = yield from step
+    except Exception as exc:
+        _failed(log, what, exc, fatal)
+        return
+    if ok:
+        done.append(name)
+    else:
+        log.errors.append(timed_out)
+
+
+def _finalize_op(table: PartitionSQL, name: str, lock_timeout: timedelta) -> Op[bool]:
+    ok: bool = yield Try(table.finalize_op(name, lock_timeout))
+    return ok
+
+
+def _finalize_timed_out(name: str) -> str:
+    return f"finishing the detach of {name} timed out; next run retries"
 
 
 def finish_detaches_op(
@@ -349,15 +406,15 @@ def finish_detaches_op(
     """Finish the interrupted detaches of partitions that are not expiring (those that are
     expiring are finished by :func:`expire_op`)."""
     for part in plan.finalize:
-        try:
-            ok = yield Try(table.finalize_op(part.name, lock_timeout))
-        except Exception as exc:
-            _failed(log, f"finishing the detach of {part.name}", exc, fatal)
-            continue
-        if ok:
-            log.finished.append(part.name)
-        else:
-            log.errors.append(f"finishing the detach of {part.name} timed out; next run retries")
+        yield from _each_partition_op(
+            _finalize_op(table, part.name, lock_timeout),
+            part.name,
+            log.finished,
+            f"finishing the detach of {part.name}",
+            _finalize_timed_out(part.name),
+            log,
+            fatal,
+        )
 
 
 def premake_plan_op(
@@ -370,18 +427,17 @@ def premake_plan_op(
 ) -> Op[None]:
     """Create and attach every range of ``plan.create``."""
     for bounds in plan.create:
-        try:
-            ok = yield from attach_with_retries_op(table, bounds, lock_timeout, attempts)
-        except Exception as exc:
-            _failed(log, f"creating {bounds.name}", exc, fatal)
-            continue
-        if ok:
-            log.created.append(bounds.name)
-        else:
-            log.errors.append(
-                f"attaching {bounds.name} timed out {attempts} times "
-                f"(lock_timeout {lock_timeout.total_seconds()} s); next run retries"
-            )
+        yield from _each_partition_op(
+            attach_with_retries_op(table, bounds, lock_timeout, attempts),
+            bounds.name,
+            log.created,
+            f"creating {bounds.name}",
+            gave_up_message(
+                f"attaching {bounds.name}", attempts, lock_timeout, next_run_retries=True
+            ),
+            log,
+            fatal,
+        )
 
 
 def expire_op(
@@ -418,24 +474,20 @@ def _expire_one(
     name = part.name
     pending = part.state is PartitionState.DETACH_PENDING
     if part.state is PartitionState.ATTACHED:
-        outcome = "timeout"
-        for attempt in range(attempts):
-            outcome = yield Try(table.detach_op(name, lock_timeout, concurrently))
-            if outcome != "timeout":
-                break
-            if attempt + 1 < attempts:
-                yield Sleep(backoff(attempt))
-        if outcome == "timeout":
+        outcome = yield from _retried_op(
+            lambda: table.detach_op(name, lock_timeout, concurrently),
+            lambda outcome: outcome != "timeout",
+            attempts,
+        )
+        if outcome in (None, "timeout"):
             log.errors.append(
-                f"detaching {name} timed out {attempts} times (lock_timeout "
-                f"{lock_timeout.total_seconds()} s); next run retries"
+                gave_up_message(f"detaching {name}", attempts, lock_timeout, next_run_retries=True)
             )
             return
         pending = outcome == "pending"
     if pending:
-        ok = yield Try(table.finalize_op(name, lock_timeout))
-        if not ok:
-            log.errors.append(f"finishing the detach of {name} timed out; next run retries")
+        if not (yield from _finalize_op(table, name, lock_timeout)):
+            log.errors.append(_finalize_timed_out(name))
             return
         if part.state is PartitionState.DETACH_PENDING:
             log.finished.append(name)

@@ -138,14 +138,9 @@ Tokenizer = TokenCounter | str | os.PathLike[str] | None
 
 def encryption_sealer(encryption: Any, artifacts: Any) -> Sealer | None:
     """The sealer for ``connect(encryption=...)``; ``ConfigurationError`` for a value that
-    is not a key store, and for offloading (artifact bytes are not encrypted yet)."""
-    sealer = sealer_for(encryption)
-    if sealer is not None and artifacts.offload_over is not None:
-        raise ConfigurationError(
-            "offload_over cannot be combined with encryption yet: offloaded strings become "
-            "artifacts, whose bytes are not encrypted"
-        )
-    return sealer
+    is not a key store. Offloading combines with it: offloaded strings are sealed as
+    artifacts under their session's key (shardstore.encryption.artifacts)."""
+    return sealer_for(encryption)
 
 
 def connect(

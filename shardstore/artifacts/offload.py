@@ -28,12 +28,13 @@ from ..core import jsoncodec, validate
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q
+from ..encryption.keystore import DataKey
 from ..errors import InvalidInput
 from ..models import Turn
 from .config import config_of
 from .links import has_marker, ref_checkpoint_op, ref_turns_op
 from .model import MARKER, ArtifactRef
-from .ops import read_all_op, session_tenant_op
+from .ops import read_all_op, scope_key_op, session_tenant_op
 from .source import source
 
 PREVIEW_CHARS = 256
@@ -107,6 +108,11 @@ def offload_messages_op(
     for message in messages:
         jsoncodec.encode_message(message)  # InvalidMessage before any upload
     tenant = yield from session_tenant_op(sid)
+    key = None
+    if store.ctx.sealer is not None:
+        # sealed under the session's key, as its turns are: a shred of the subject's key
+        # reaches the offloaded strings in every copy of the backend too
+        key = yield from scope_key_op(store.ctx.sealer, tenant, sid)
     out: list[Any] = []
     ids: list[list[uuid.UUID]] = []
     for message in messages:
@@ -116,7 +122,7 @@ def offload_messages_op(
         cards: dict[str, dict[str, Any]] = {}
         mine: list[uuid.UUID] = []
         for text, raw in found.items():
-            ref = yield from _put_text_op(config, tenant, raw)
+            ref = yield from _put_text_op(config, tenant, raw, key)
             cards[text] = card(ref, text, sid)
             mine.append(ref.artifact_id)
         out.append(_replace(message, cards) if cards else message)
@@ -124,11 +130,13 @@ def offload_messages_op(
     return tenant, out, ids
 
 
-def _put_text_op(config: Any, tenant: str, raw: bytes) -> Op[ArtifactRef]:
+def _put_text_op(
+    config: Any, tenant: str, raw: bytes, key: DataKey | None = None
+) -> Op[ArtifactRef]:
     from .ops import put_op  # one module up; kept here to show what offload stores
 
     tokens = (len(raw) + 3) // 4
-    return (yield from put_op(config, tenant, source(raw), CONTENT_TYPE, tokens))
+    return (yield from put_op(config, tenant, source(raw), CONTENT_TYPE, tokens, key=key))
 
 
 def _ref_new_checkpoint_op(
@@ -271,7 +279,7 @@ def expand_op(store: StoreState, turns: Sequence[Turn]) -> Op[list[Turn]]:
             if (turn.turn_seq, aid) not in refs:
                 continue
             if (tenant, aid) not in cache:
-                raw = yield from read_all_op(config, tenant, aid)
+                raw = yield from read_all_op(config, tenant, aid, store.ctx.sealer)
                 cache[(tenant, aid)] = raw.decode("utf-8", "surrogatepass")
             texts[id(c)] = cache[(tenant, aid)]
         out.append(

@@ -31,12 +31,23 @@ from ..core import validate
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Emit, Op, Q, Sleep, Tx, collect
+from ..encryption.artifacts import (
+    FRAME_BYTES,
+    HEADER_BYTES,
+    ArtifactOpener,
+    ArtifactSealer,
+    is_sealed_bytes,
+    refuse_sealed_bytes,
+)
+from ..encryption.envelope import Sealer
+from ..encryption.keystore import DataKey, Scope
 from ..errors import (
     ArtifactCorrupt,
     ArtifactNotFound,
     ConfigurationError,
     Conflict,
     InvalidInput,
+    PlaintextRefused,
     SessionNotFound,
     SessionPurged,
 )
@@ -152,11 +163,83 @@ class _Put:
     required: bool
     owner: tuple[str, str, uuid.UUID | None, int | None] | None
     config: ArtifactConfig
+    key: DataKey | None = None
+    """The owning scope's data key: the bytes are sealed under it (None: stored as given)."""
+
+
+def _refuse_magic(piece: bytes, first: bool) -> None:
+    # a plaintext artifact that began like a sealed one would read back as "encrypted"
+    if first and is_sealed_bytes(piece):
+        raise InvalidInput(
+            "data begins with the bytes that mark an encrypted artifact; a store without "
+            "encryption= does not store it (wrap or prefix it)"
+        )
+
+
+def _put_postgres_sealed_op(put: _Put) -> Op[ArtifactRef]:
+    """The postgres put of a sealed artifact: frames as chunks 1..n while they stream, the
+    header (known once the content address is) as chunk 0, all in one transaction."""
+    assert put.key is not None
+    tenant, src, config = put.tenant, put.src, put.config
+    sealing = ArtifactSealer(put.key)
+    upload = uuid.uuid4()
+    digests: list[str] = [""]
+    yield Tx.BEGIN
+    while True:
+        piece = yield from next_chunk_op(src)
+        if not piece:
+            break
+        frame = sealing.frame(piece)
+        digests.append(hashlib.sha256(frame).hexdigest())
+        yield Q(
+            query("artifact_chunk_put"), (upload, len(digests) - 1, tenant, frame), fetch="none"
+        )
+    sha = sealing.address()
+    aid = artifact_id_for(tenant, sha)
+    key = object_key(tenant, sha)
+    header = sealing.header(tenant, aid)
+    digests[0] = hashlib.sha256(header).hexdigest()
+    yield Q(query("artifact_chunk_put"), (upload, 0, tenant, header), fetch="none")
+    row = yield _named(
+        "artifact_commit_pg",
+        (
+            tenant,
+            aid,
+            sha,
+            sealing.size,
+            put.content_type,
+            key,
+            upload,
+            digests,
+            put.tokens,
+            put.required,
+        ),
+        fetch="one",
+    )
+    return (yield from _committed_pg_op(put, config, aid, sha, key, row))
+
+
+def _committed_pg_op(
+    put: _Put, config: ArtifactConfig, aid: uuid.UUID, sha: str, key: str, row: Any
+) -> Op[ArtifactRef]:
+    if row["status"] == "corrupt":
+        raise ArtifactCorrupt(f"the stored chunks of {aid} do not match what was sent")
+    if row["status"] == "busy":
+        raise Conflict(f"artifact {aid} is being stored or removed in another backend; retry")
+    owner = put.owner
+    if owner is not None:
+        yield from ref_op(
+            put.tenant, aid, owner[0], owner[1], owner[2], owner[3], put.required, None
+        )
+    yield Tx.COMMIT
+    return _made_ref(config, aid, sha, key, row)
 
 
 def _put_postgres_op(put: _Put) -> Op[ArtifactRef]:
+    if put.key is not None:
+        return (yield from _put_postgres_sealed_op(put))
     tenant, src, content_type, tokens = put.tenant, put.src, put.content_type, put.tokens
-    required, owner, config = put.required, put.owner, put.config
+    required, config = put.required, put.config
     upload = uuid.uuid4()
     digest = hashlib.sha256()
     digests: list[str] = []
@@ -166,6 +249,7 @@ def _put_postgres_op(put: _Put) -> Op[ArtifactRef]:
         piece = yield from next_chunk_op(src)
         if not piece:
             break
+        _refuse_magic(piece, not digests)
         digest.update(piece)
         digests.append(hashlib.sha256(piece).hexdigest())
         yield Q(
@@ -180,14 +264,7 @@ def _put_postgres_op(put: _Put) -> Op[ArtifactRef]:
         (tenant, aid, sha, size, content_type, key, upload, digests, tokens, required),
         fetch="one",
     )
-    if row["status"] == "corrupt":
-        raise ArtifactCorrupt(f"the stored chunks of {aid} do not match what was sent")
-    if row["status"] == "busy":
-        raise Conflict(f"artifact {aid} is being stored or removed in another backend; retry")
-    if owner is not None:
-        yield from ref_op(tenant, aid, owner[0], owner[1], owner[2], owner[3], required, None)
-    yield Tx.COMMIT
-    return _made_ref(config, aid, sha, key, row)
+    return (yield from _committed_pg_op(put, config, aid, sha, key, row))
 
 
 def _made_ref(
@@ -211,16 +288,33 @@ def _put_object_op(backend: ObjectBackend, put: _Put) -> Op[ArtifactRef]:
     try:
         digest = hashlib.sha256()
         size = 0
+        sealing = None if put.key is None else ArtifactSealer(put.key)
+        if sealing is not None:
+            # room for the header, written once the content address is known
+            yield Call(staging.write, (b"\x00" * HEADER_BYTES,))
         while True:
             piece = yield from next_chunk_op(src)
             if not piece:
                 break
+            if sealing is not None:
+                yield Call(staging.write, (sealing.frame(piece),))
+                continue
+            _refuse_magic(piece, size == 0)
             digest.update(piece)
             size += len(piece)
             yield Call(staging.write, (piece,))
-        yield Call(staging.seal)
-        sha = digest.hexdigest()
-        aid = artifact_id_for(tenant, sha)
+        if sealing is None:
+            sha = digest.hexdigest()
+            aid = artifact_id_for(tenant, sha)
+            yield Call(staging.seal)
+            stored_sha, stored_size = sha, size
+        else:
+            sha, size = sealing.address(), sealing.size
+            aid = artifact_id_for(tenant, sha)
+            yield Call(staging.write_head, (sealing.header(tenant, aid),))
+            yield Call(staging.seal)
+            # the object is the sealed bytes: verified against their own digest
+            stored_sha, stored_size = yield Call(staging.digest)
         key = object_key(tenant, sha)
         claim = (tenant, aid, sha, size, content_type, backend.name, key, tokens, required)
         for attempt in range(_CLAIM_ATTEMPTS):
@@ -238,7 +332,7 @@ def _put_object_op(backend: ObjectBackend, put: _Put) -> Op[ArtifactRef]:
                 # at the key derived here, whatever the row says: a row taken over from a
                 # dead put or a sweep may carry a key a tenant role wrote
                 yield Call(backend.place, (staging, key))
-                ok = yield Call(backend.verify, (key, sha, size))
+                ok = yield Call(backend.verify, (key, stored_sha, stored_size))
                 if not ok:
                     raise ArtifactCorrupt(
                         f"the object stored for {aid} does not match its sha256 and size"
@@ -263,9 +357,11 @@ def put_op(
     tokens: int | None = None,
     required: bool = False,
     owner: tuple[str, str, uuid.UUID | None, int | None] | None = None,
+    key: DataKey | None = None,
 ) -> Op[ArtifactRef]:
-    """Store the bytes of ``src`` in the configured backend (validated arguments)."""
-    put = _Put(tenant, src, content_type, tokens, required, owner, config)
+    """Store the bytes of ``src`` in the configured backend (validated arguments); sealed
+    under ``key`` when given (:mod:`shardstore.encryption.artifacts`)."""
+    put = _Put(tenant, src, content_type, tokens, required, owner, config, key)
     if config.backend is None:
         return (yield from _put_postgres_op(put))
     return (yield from _put_object_op(config.backend, put))
@@ -300,13 +396,58 @@ def put_artifact(
     same transaction as it becomes visible. Without an owner the artifact is kept for the
     store's ``artifact_grace`` (default one day) and then swept unless referenced.
     ``InvalidInput`` for bad arguments; ``ArtifactCorrupt`` if the stored bytes do not verify
-    (nothing references them)."""
+    (nothing references them).
+
+    On a store connected with ``encryption=`` the bytes are sealed before they leave the
+    client, under the owner's session key (a ``turn`` or ``checkpoint`` owner: its
+    session's subject key, else the session's own) or else the tenant's key, bound to the
+    tenant and the artifact id; the content address (``sha256`` of the reference) is then
+    a keyed hash, so equal content is stored once per key, never linked across keys
+    (docs/artifacts.md, "Encryption"). An owner this tenant does not have is refused
+    before anything is stored."""
     tenant = validate.text(tenant_id, "tenant_id")
     ctype = validate.text(content_type, "content_type", limit=MAX_CONTENT_TYPE)
     required = validate.flag(required_for_resume, "required_for_resume")
     who = _owner(owner)
     src = source(data)
-    return (yield from put_op(config_of(store), tenant, src, ctype, None, required, who))
+    key = None
+    sealer = store.ctx.sealer
+    if sealer is not None:
+        session = who[2] if who is not None and who[0] == "turn" else None
+        checkpoint = uuid.UUID(who[1]) if who is not None and who[0] == "checkpoint" else None
+        key = yield from scope_key_op(sealer, tenant, session, checkpoint)
+    return (yield from put_op(config_of(store), tenant, src, ctype, None, required, who, key))
+
+
+def scope_key_op(
+    sealer: Sealer,
+    tenant: str,
+    session: uuid.UUID | None,
+    checkpoint: uuid.UUID | None = None,
+) -> Op[DataKey]:
+    """The data key an artifact's bytes are sealed under: its session's (the session's
+    subject key, else the session's own) when it belongs to a session (``session``, or the
+    session of ``checkpoint``), else the tenant's. ``SessionNotFound`` /
+    ``SessionPurged`` / ``ArtifactNotFound`` for an owner this tenant does not have,
+    before any byte is stored."""
+    from ..encryption.turns import session_scope
+
+    if checkpoint is not None:
+        found = yield _named("artifact_checkpoint_session", (tenant, checkpoint), fetch="one")
+        if found is None:
+            raise ArtifactNotFound(f"no checkpoint {checkpoint} in tenant {tenant!r:.80}")
+        session = found["session_id"]
+    scope = Scope("tenant", tenant, "")
+    if session is not None:
+        owners = yield _named("session_owners", (session,), fetch="one")
+        if owners is None or owners["tenant_id"] != tenant:
+            raise SessionNotFound(f"session {session} does not exist in tenant {tenant!r:.80}")
+        if owners["purged"]:
+            raise SessionPurged(f"session {session} was purged")
+        scope = session_scope(tenant, owners["subject_id"], session)
+    key = yield Call(sealer.keys.key_for, (scope,))
+    assert key is not None
+    return key  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------- read
@@ -319,9 +460,17 @@ def _row_op(tenant: str, artifact_id: uuid.UUID) -> Op[Mapping[str, Any]]:
     return row  # type: ignore[no-any-return]
 
 
-def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[None]:
+def read_op(
+    config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID, sealer: Sealer | None = None
+) -> Op[None]:
     """Emit the artifact's bytes chunk by chunk (postgres: from one snapshot), then check
-    them against its sha256 and size (``ArtifactCorrupt`` at the end otherwise)."""
+    them against its sha256 and size (``ArtifactCorrupt`` at the end otherwise).
+
+    With ``sealer`` (a store connected with ``encryption=``) the stored bytes must be
+    sealed: the header is opened before any byte is emitted (``DecryptionFailed`` when it
+    belongs to another artifact or tenant, ``KeyShredded`` when its key is gone,
+    ``PlaintextRefused`` for plaintext bytes), then each frame as it is read. Without one,
+    sealed bytes are refused (``EncryptionRequired``) before any byte is emitted."""
     digest = hashlib.sha256()
     size = 0
     yield Tx.BEGIN_SNAPSHOT
@@ -332,16 +481,37 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
         raise ArtifactCorrupt(
             f"artifact {artifact_id} does not match its content address (tenant, sha256)"
         )
+    what = f"artifact {artifact_id}"
+    opener = (
+        None
+        if sealer is None
+        else ArtifactOpener(sealer.keys, tenant, artifact_id, row["sha256"], int(row["size_bytes"]))
+    )
     if row["backend"] == "postgres":
         chunks = (tenant, row["upload_id"])  # by tenant too: one shard on Citus
         (count,) = yield Q(query("artifact_chunk_count"), chunks, fetch="one")
         for chunk_no in range(int(count)):
             (data,) = yield Q(query("artifact_chunk_get"), (*chunks, chunk_no), fetch="one")
             piece = bytes(data)
+            if opener is not None:
+                if chunk_no == 0:
+                    opener.header(piece)
+                    continue
+                piece = opener.frame(piece)
+            elif chunk_no == 0:
+                refuse_sealed_bytes(piece, what)
             digest.update(piece)
             size += len(piece)
             yield Emit([piece])
         yield Tx.COMMIT
+        if opener is not None:
+            if int(count) == 0:  # an empty plaintext artifact: sealed ones have a header
+                raise PlaintextRefused(
+                    f"{what} is stored in plaintext, but this store reads encrypted "
+                    "artifacts only; it is not returned"
+                )
+            opener.finish()
+            return
     else:
         yield Tx.COMMIT
         backend = config.backend
@@ -359,10 +529,20 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
                 f"artifact {artifact_id}: its object is gone from the backend"
             ) from None
         try:
+            if opener is not None:
+                opener.header((yield from _read_exact_op(handle, HEADER_BYTES)))
+                while piece := (yield from _read_exact_op(handle, FRAME_BYTES)):
+                    yield Emit([opener.frame(piece)])
+                opener.finish()
+                return
+            first = True
             while True:
                 piece = yield Call(handle.read, (CHUNK,))
                 if not piece:
                     break
+                if first:
+                    refuse_sealed_bytes(bytes(piece), what)
+                    first = False
                 digest.update(piece)
                 size += len(piece)
                 yield Emit([bytes(piece)])
@@ -372,9 +552,24 @@ def read_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[N
         raise ArtifactCorrupt(f"artifact {artifact_id} does not match its sha256 and size")
 
 
-def read_all_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[bytes]:
-    """The artifact's bytes, whole."""
-    pieces = yield from collect(read_op(config, tenant, artifact_id))
+def _read_exact_op(handle: Any, n: int) -> Op[bytes]:
+    """``n`` bytes from ``handle``, fewer only at its end (a stream may return less)."""
+    parts: list[bytes] = []
+    have = 0
+    while have < n:
+        piece = yield Call(handle.read, (n - have,))
+        if not piece:
+            break
+        parts.append(bytes(piece))
+        have += len(piece)
+    return b"".join(parts)
+
+
+def read_all_op(
+    config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID, sealer: Sealer | None = None
+) -> Op[bytes]:
+    """The artifact's bytes, whole (opened with ``sealer``, as :func:`read_op` says)."""
+    pieces = yield from collect(read_op(config, tenant, artifact_id, sealer))
     return b"".join(pieces)
 
 
@@ -384,9 +579,13 @@ def _aid(value: Any) -> uuid.UUID:
 
 def get_artifact(store: StoreState, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[bytes]:
     """The artifact's bytes, checked against its sha256 and size (``ArtifactCorrupt``
-    otherwise). ``ArtifactNotFound`` if this tenant has no ready artifact of that id."""
+    otherwise). ``ArtifactNotFound`` if this tenant has no ready artifact of that id.
+    Sealed bytes are opened with the store's key store (``DecryptionFailed`` when they
+    belong to another artifact or tenant, ``KeyShredded`` once their key was shredded,
+    ``PlaintextRefused`` for plaintext bytes on an encrypted store, ``EncryptionRequired``
+    for sealed bytes on a store without ``encryption=``); nothing is returned then."""
     tenant = validate.text(tenant_id, "tenant_id")
-    return (yield from read_all_op(config_of(store), tenant, _aid(artifact_id)))
+    return (yield from read_all_op(config_of(store), tenant, _aid(artifact_id), store.ctx.sealer))
 
 
 def open_artifact(store: StoreState, tenant_id: str, artifact_id: uuid.UUID | str) -> Op[None]:
@@ -395,7 +594,7 @@ def open_artifact(store: StoreState, tenant_id: str, artifact_id: uuid.UUID | st
     the sha256 is checked as the end is read. Holds a connection (postgres backend) until
     read to the end or closed."""
     tenant = validate.text(tenant_id, "tenant_id")
-    yield from read_op(config_of(store), tenant, _aid(artifact_id))
+    yield from read_op(config_of(store), tenant, _aid(artifact_id), store.ctx.sealer)
 
 
 # ---------------------------------------------------------------- references

@@ -88,10 +88,7 @@ def session_json(info: SessionInfo) -> dict[str, Any]:
 def stats_json(stats: Stats) -> dict[str, Any]:
     """Store statistics as the CLI prints them with ``--json``."""
     return {
-        "sessions": stats.sessions,
-        "turns": stats.turns,
-        "chunks": stats.chunks,
-        "buffered_turns": stats.buffered_turns,
+        **_fields(stats, "sessions", "turns", "chunks", "buffered_turns"),
         "partition_interval_seconds": stats.partition_interval_seconds,
         "partitions": [partition_json(p) for p in stats.partitions],
     }

@@ -16,7 +16,7 @@ import asyncio
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ..aio import AsyncStore
 from ..core import validate
@@ -50,6 +50,29 @@ def check_store(store: Any, adapter: str) -> Store | AsyncStore:
     return store
 
 
+class Owners(NamedTuple):
+    """The store an adapter writes to and the owners of every session it makes there."""
+
+    store: Store | AsyncStore
+    tenant_id: str
+    subject_id: str | None
+    agent_id: str | None
+
+
+def check_owners(
+    adapter: str, store: Any, tenant_id: Any, subject_id: Any = None, agent_id: Any = None
+) -> Owners:
+    """The adapter's store and owners, checked in that order: a store that is not a
+    shardstore store raises ``ConfigurationError``, an owner that is not a (non-empty, for
+    the tenant) string ``InvalidInput``, before anything is read or written."""
+    return Owners(
+        check_store(store, adapter),
+        validate.text(tenant_id, "tenant_id"),
+        validate.optional_text(subject_id, "subject_id"),
+        validate.optional_text(agent_id, "agent_id"),
+    )
+
+
 class MappedSession:
     """One framework session id in one tenant, as a shardstore session.
 
@@ -71,10 +94,9 @@ class MappedSession:
         subject_id: Any = None,
         agent_id: Any = None,
     ) -> None:
-        self.store = check_store(store, adapter)
-        self.tenant_id = validate.text(tenant_id, "tenant_id")
-        self.subject_id = validate.optional_text(subject_id, "subject_id")
-        self.agent_id = validate.optional_text(agent_id, "agent_id")
+        self.store, self.tenant_id, self.subject_id, self.agent_id = check_owners(
+            adapter, store, tenant_id, subject_id, agent_id
+        )
         if not isinstance(external_id, str):
             raise InvalidInput(
                 f"a {framework} session id must be a string, not {type(external_id).__name__}"
@@ -210,20 +232,23 @@ class MappedSession:
 
 class MappedSessions:
     """The :class:`MappedSession` of each framework session id that one adapter instance
-    serves, all in one store and tenant and written with the same owners. The newest
-    ``keep`` are kept (each knows its owner check: a kept one costs no statement)."""
+    serves, all in one store and tenant and written with the same owners (checked here,
+    by :func:`check_owners`, before any session is mapped). The newest ``keep`` are kept
+    (each knows its owner check: a kept one costs no statement)."""
 
     def __init__(
         self,
         framework: str,
         adapter: str,
-        store: Store | AsyncStore,
-        tenant_id: str,
-        subject_id: str | None,
-        agent_id: str | None,
+        store: Any,
+        tenant_id: Any,
+        subject_id: Any,
+        agent_id: Any,
         keep: int = 1024,
     ) -> None:
-        self._made = (framework, adapter, store, tenant_id, subject_id, agent_id)
+        self.owners = check_owners(adapter, store, tenant_id, subject_id, agent_id)
+        self._framework = framework
+        self._adapter = adapter
         self._keep = keep
         self._sessions: OrderedDict[str, MappedSession] = OrderedDict()
 
@@ -234,9 +259,9 @@ class MappedSessions:
         if known is not None:
             self._sessions.move_to_end(external_id)
             return known
-        framework, adapter, store, tenant_id, subject_id, agent_id = self._made
+        store, tenant_id, subject_id, agent_id = self.owners
         mapped = MappedSession(
-            framework, adapter, store, external_id, tenant_id, subject_id, agent_id
+            self._framework, self._adapter, store, external_id, tenant_id, subject_id, agent_id
         )
         self._sessions[external_id] = mapped
         if len(self._sessions) > self._keep:

@@ -116,24 +116,17 @@ class ShardstoreHistoryProvider(HistoryProvider):
             store_context_from=store_context_from,
             store_outputs=store_outputs,
         )
-        self.store = check_store(store, "ShardstoreHistoryProvider")
-        self.tenant_id = validate.text(tenant_id, "tenant_id")
-        self.subject_id = validate.optional_text(subject_id, "subject_id")
-        self.agent_id = validate.optional_text(agent_id, "agent_id")
-        if max_messages is not None and type(max_messages) is bool:
-            raise InvalidInput("max_messages must be None or an int >= 1")
-        self.max_messages = (
-            None if max_messages is None else validate.count(max_messages, "max_messages", low=1)
-        )
         self._sessions = MappedSessions(
             FRAMEWORK,
             "ShardstoreHistoryProvider",
-            self.store,
-            self.tenant_id,
-            self.subject_id,
-            self.agent_id,
+            store,
+            tenant_id,
+            subject_id,
+            agent_id,
             keep=_SESSIONS_CACHED,
         )
+        self.store, self.tenant_id, self.subject_id, self.agent_id = self._sessions.owners
+        self.max_messages = validate.optional_count(max_messages, "max_messages")
 
     def _mapped(self, session_id: Any) -> MappedSession:
         if session_id is None:

@@ -42,14 +42,18 @@ from typing import Any
 
 from ..core import jsoncodec, validate
 from ..core.sql import query
-from ..core.steps import Op, Q, Tx, collect
+from ..core.steps import Call, Op, Q, Tx, collect
+from ..encryption import turns as enc_turns
+from ..encryption.envelope import is_sealed, refuse_sealed
+from ..encryption.keystore import DataKey, Scope
 from ..errors import (
-    ConfigurationError,
     Conflict,
+    DecryptionFailed,
     InvalidInput,
     MissingDependency,
     SessionNotFound,
     SessionPurged,
+    TurnTooLarge,
 )
 from ..history import ops as history_ops
 from ..lifecycle import purge as purge_ops
@@ -90,6 +94,8 @@ _GENERATIONS = 8  # session ids tried per round trip when resolving a deleted th
 _ATTEMPTS = 5  # puts retried when another writer moved the session meanwhile
 _MAX_INT = 2**63
 _STATE_VERSION = 1
+_STATE_KIND = "checkpoint.state"  # as the store's own checkpoints: restore() opens it
+_WRITE_KIND = "langgraph.write"
 
 
 # ---------------------------------------------------------------- values
@@ -257,7 +263,15 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
     and for pending writes (default ``JsonPlusSerializer``). Guarantees: every checkpoint,
     its metadata and its pending writes come back exactly as put; each message that round
     trips through ``message_to_dict`` is stored once, as a turn; a put is one statement
-    (one round trip) when the graph only appended messages."""
+    (one round trip) when the graph only appended messages.
+
+    With a store connected with ``encryption=``, the turns, the checkpoint state (every
+    channel value, versions, ``versions_seen``) and the pending writes are sealed
+    client-side under the thread session's data key, each bound to its session and place
+    (turn_seq; checkpoint; namespace, checkpoint, task, channel and type of a write), and
+    opened on read: a value copied to another thread or place raises ``DecryptionFailed``,
+    a plaintext one ``PlaintextRefused``; nothing of either is returned. The checkpoint
+    metadata stays clear (``list(filter=...)`` matches it in the database)."""
 
     def __init__(
         self,
@@ -275,14 +289,6 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             raise InvalidInput(
                 f"store must be a shardstore.Store or AsyncStore, not {type(store).__name__}"
             )
-        if store.ctx.sealer is not None:
-            # its puts write turns, checkpoint blobs and pending writes through its own
-            # statements, which would store them in plaintext beside sealed turns
-            raise ConfigurationError(
-                "ShardstoreSaver does not work with encryption at rest yet: give it a store "
-                "connected without encryption=, or keep the graph's history with the session "
-                "adapters (langchain, openai_agents), which encrypt"
-            )
         self.store = store
         self.tenant_id = _text(tenant_id, "tenant_id")
         self.messages_channel = _text(messages_channel, "messages_channel")
@@ -290,6 +296,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         self._lock = threading.Lock()
         self._threads: dict[str, uuid.UUID] = {}  # thread id -> its live session
         self._logs: dict[uuid.UUID, _Log] = {}
+        self._scopes: dict[uuid.UUID, Scope] = {}  # session -> whose key seals its values
 
     # ------------------------------------------------------------ running
 
@@ -319,6 +326,146 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             return doc["j"]
         kind, text = doc["s"]
         return self.serde.loads_typed((kind, base64.b64decode(text)))
+
+    # ------------------------------------------------------------ encryption
+    # With a store connected with encryption=, the saver seals what its own statements
+    # write, as the store's own writes are sealed: each turn for its session and turn_seq
+    # (the store's readers open them), the checkpoint state for its session and shardstore
+    # checkpoint id (so store.restore() opens it too), and each pending write for its
+    # session, namespace, checkpoint, task, channel and type. Each names its writing session
+    # ("o"), which copy_thread's target accepts from its fork lineage only.
+
+    def _key_op(self, sid: uuid.UUID) -> Op[DataKey]:
+        sealer = self.store.ctx.sealer
+        assert sealer is not None
+        scope = self._scopes.get(sid)
+        if scope is None:
+            key = yield from enc_turns.session_key_op(sealer, sid)
+            with self._lock:
+                self._scopes[sid] = key.scope
+            return key
+        found = yield Call(sealer.keys.key_for, (scope,))
+        return found  # type: ignore[no-any-return]
+
+    def _seal_turns(
+        self, key: DataKey, sid: uuid.UUID, first_seq: int, texts: Sequence[str]
+    ) -> tuple[list[str], list[int]]:
+        sealer = self.store.ctx.sealer
+        assert sealer is not None
+        limit = self.store.settings.chunk_max_bytes
+        sealed = [
+            sealer.seal_text(
+                key, enc_turns.TURN, str(sid), str(first_seq + i), text, with_origin=True
+            )
+            for i, text in enumerate(texts)
+        ]
+        sizes = [len(t.encode("utf-8")) for t in sealed]
+        for i, size in enumerate(sizes):
+            if size > limit:
+                raise TurnTooLarge(
+                    f"message {i} is {size} bytes once encrypted; the per-turn cap is {limit} "
+                    "bytes (chunk_max_bytes)"
+                )
+        return sealed, sizes
+
+    def _seal_state(self, key: DataKey, sid: uuid.UUID, ns: str, cid: str, text: str) -> str:
+        sealer = self.store.ctx.sealer
+        assert sealer is not None
+        position = str(shard_checkpoint_id(ns, cid))
+        return sealer.seal_text(key, _STATE_KIND, str(sid), position, text, with_origin=True)
+
+    def _seal_write(
+        self, key: DataKey, sid: uuid.UUID, where: tuple[str, str, str, str, str], blob: bytes
+    ) -> bytes:
+        sealer = self.store.ctx.sealer
+        assert sealer is not None
+        text = base64.b64encode(blob).decode("ascii")
+        return sealer.seal_text(
+            key, _WRITE_KIND, str(sid), _SEP.join(where), text, with_origin=True
+        ).encode("ascii")
+
+    def _origin_op(self, sid: uuid.UUID, value: Any, lineage: dict[str, Any]) -> Op[str]:
+        """The session a sealed value names as its writer, accepted only from ``sid``'s fork
+        lineage (copy_thread's source); ``lineage`` caches it for the call."""
+        origin = value.get("o", str(sid))
+        if origin == str(sid):
+            return str(origin)
+        if "lineage" not in lineage:
+            lineage["lineage"] = yield from enc_turns.lineage_op(sid)
+        if type(origin) is not str or origin not in lineage["lineage"]:
+            raise DecryptionFailed(
+                f"a value of thread session {sid} was sealed for another session; nothing of "
+                "it is returned"
+            )
+        return origin
+
+    def _open_state_op(
+        self, sid: uuid.UUID, ns: str, cid: str, text: str, lineage: dict[str, Any]
+    ) -> Op[dict[str, Any]]:
+        """A checkpoint row's state, opened (sealed stores) or checked not to be sealed."""
+        value = jsoncodec.loads(text)
+        sealer = self.store.ctx.sealer
+        what = f"checkpoint {cid!r:.80} of thread session {sid}"
+        if sealer is None:
+            refuse_sealed(value, what)
+            return value  # type: ignore[no-any-return]
+        origin = str(sid)
+        if is_sealed(value):
+            origin = yield from self._origin_op(sid, value, lineage)
+        position = str(shard_checkpoint_id(ns, cid))
+        opened: dict[str, Any] = jsoncodec.loads(
+            sealer.open(value, _STATE_KIND, origin, position, what)
+        )
+        return opened
+
+    def _open_write_op(
+        self,
+        sid: uuid.UUID,
+        where: tuple[str, str, str, str, str],
+        blob: bytes,
+        lineage: dict[str, Any],
+    ) -> Op[bytes]:
+        """A pending write's value, opened (sealed stores) or checked not to be sealed."""
+        sealer = self.store.ctx.sealer
+        what = f"a pending write of checkpoint {where[1]!r:.80} of thread session {sid}"
+        value: Any = None
+        if blob[:1] == b"{":
+            with contextlib.suppress(ValueError, UnicodeDecodeError):
+                value = jsoncodec.loads(blob.decode("utf-8"))
+        if sealer is None:
+            refuse_sealed(value, what)
+            return blob
+        origin = str(sid)
+        if is_sealed(value):
+            origin = yield from self._origin_op(sid, value, lineage)
+        text = sealer.open(value, _WRITE_KIND, origin, _SEP.join(where), what)
+        try:
+            return base64.b64decode(text, validate=True)
+        except ValueError:
+            raise DecryptionFailed(f"{what} is malformed") from None
+
+    def _open_got_op(self, row: Any, sid: uuid.UUID, ns: str) -> Op[Any]:
+        """An ``lg_get_one`` row with its state and pending writes opened."""
+        if row is None or row["checkpoint_id"] is None:
+            return row
+        cid = row["checkpoint_id"]
+        lineage: dict[str, Any] = {}
+        state = yield from self._open_state_op(sid, ns, cid, row["state"], lineage)
+        opened = dict(row)
+        opened["state"] = state
+        if row["task_ids"] is not None:
+            values = []
+            for task, channel, kind, blob in zip(
+                row["task_ids"],
+                row["channels"],
+                row["value_types"],
+                row["write_values"],
+                strict=True,
+            ):
+                where = (ns, cid, task, channel, kind)
+                values.append((yield from self._open_write_op(sid, where, bytes(blob), lineage)))
+            opened["write_values"] = values
+        return opened
 
     # ------------------------------------------------------------ sessions
 
@@ -472,6 +619,13 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             state_text = history_ops.encode_state(state, "checkpoint", ctx.settings.chunk_max_bytes)
             turns = [] if plan is None else plan.append
             batch = history_ops.prepare_turns(ctx, turns, [None] * len(turns))
+            texts, sizes = batch.texts, batch.sizes
+            if ctx.sealer is not None:
+                # lg_put appends at the head it is given (else 'stale'): turn i gets
+                # log.head.turns + i, the seq it is sealed for
+                key = yield from self._key_op(sid)
+                texts, sizes = self._seal_turns(key, sid, log.head.turns, texts)
+                state_text = self._seal_state(key, sid, ns, cid, state_text)
             params = (
                 sid,
                 ns,
@@ -481,9 +635,9 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
                 shard_checkpoint_id(ns, cid),
                 log.head.turns,
                 log.head.last_at,
-                "[" + ",".join(batch.texts) + "]",
+                "[" + ",".join(texts) + "]",
                 batch.tokens,
-                batch.sizes,
+                sizes,
                 *chunking,
                 state_text,
                 meta_text,
@@ -539,14 +693,37 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         if not idx:
             return None
         sid = yield from self._session_op(thread, create=True)
-        params = (sid, ns, cid, task, path, idx, channels, kinds, blobs)
+        assert sid is not None
+        stored = yield from self._sealed_blobs_op(sid, ns, cid, task, channels, kinds, blobs)
+        params = (sid, ns, cid, task, path, idx, channels, kinds, stored)
         try:
             yield Q(query("lg_put_writes"), params, fetch="one")
         except (SessionNotFound, SessionPurged):
             self._forget(thread, sid)
             sid = yield from self._session_op(thread, create=True)
-            yield Q(query("lg_put_writes"), (sid, *params[1:]), fetch="one")
+            assert sid is not None
+            stored = yield from self._sealed_blobs_op(sid, ns, cid, task, channels, kinds, blobs)
+            yield Q(query("lg_put_writes"), (sid, *params[1:8], stored), fetch="one")
         return None
+
+    def _sealed_blobs_op(
+        self,
+        sid: uuid.UUID,
+        ns: str,
+        cid: str,
+        task: str,
+        channels: list[str],
+        kinds: list[str],
+        blobs: list[bytes],
+    ) -> Op[list[bytes]]:
+        """The writes' values as stored: sealed for their place with encryption on."""
+        if self.store.ctx.sealer is None:
+            return blobs
+        key = yield from self._key_op(sid)
+        return [
+            self._seal_write(key, sid, (ns, cid, task, channel, kind), blob)
+            for channel, kind, blob in zip(channels, kinds, blobs, strict=True)
+        ]
 
     # ------------------------------------------------------------ reads
 
@@ -600,12 +777,33 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         )
         written = yield _named("lg_writes", keys)
         writes: dict[tuple[Any, str, str], list[Any]] = {}
+        lineages: dict[uuid.UUID, dict[str, Any]] = {}
         for w in written:
-            value = self.serde.loads_typed((w["value_type"], bytes(w["value"])))
+            where = (
+                w["checkpoint_ns"],
+                w["checkpoint_id"],
+                w["task_id"],
+                w["channel"],
+                w["value_type"],
+            )
+            lineage = lineages.setdefault(w["session_id"], {})
+            blob = yield from self._open_write_op(
+                w["session_id"], where, bytes(w["value"]), lineage
+            )
+            value = self.serde.loads_typed((w["value_type"], blob))
             writes.setdefault((w["session_id"], w["checkpoint_ns"], w["checkpoint_id"]), []).append(
                 (w["task_id"], w["channel"], value)
             )
-        states = [jsoncodec.loads(r["state"]) for r in rows]
+        states = []
+        for r in rows:
+            lineage = lineages.setdefault(r["session_id"], {})
+            states.append(
+                (
+                    yield from self._open_state_op(
+                        r["session_id"], r["checkpoint_ns"], r["checkpoint_id"], r["state"], lineage
+                    )
+                )
+            )
         logs: dict[uuid.UUID, _Log] = {}
         for row, state in zip(rows, states, strict=True):
             ref = state.get("msg")
@@ -650,7 +848,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         row's snapshot); without, ``log`` was read in that snapshot."""
         if row is None or row["checkpoint_id"] is None:
             return None
-        state = jsoncodec.loads(row["state"])
+        state = row["state"]  # opened by _open_got_op
         ref = state.get("msg")
         if row["purged"]:
             log = None
@@ -683,6 +881,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         # in the common case the messages come from the saver's copy of the turns, valid
         # while the head read is the one that copy was made at
         row = yield _named("lg_get_one", params, fetch="one")
+        row = yield from self._open_got_op(row, sid, ns)
         found = self._got(row, sid, ns, thread, log, check=True)
         if not isinstance(found, _Missing):
             return found
@@ -692,7 +891,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         # time, range purges its first turn), so the turns read are the row's.
         assert row is not None
         head = _head(row)
-        upto = jsoncodec.loads(row["state"])["msg"]["n"]
+        upto = row["state"]["msg"]["n"]
         log = yield from self._log_op(sid, head, upto, keep=False)
         again = yield from self._head_op(sid)
         if again == head:
@@ -704,9 +903,10 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         # the session moved meanwhile: the row and the turns from one snapshot
         yield Tx.BEGIN_SNAPSHOT
         row = yield _named("lg_get_one", params, fetch="one")
+        row = yield from self._open_got_op(row, sid, ns)
         log = None
         if row is not None and row["checkpoint_id"] is not None and not row["purged"]:
-            ref = jsoncodec.loads(row["state"]).get("msg")
+            ref = row["state"].get("msg")
             if ref is not None and "n" in ref:
                 log = yield from self._log_op(sid, _head(row), ref["n"])
         yield Tx.COMMIT

@@ -44,7 +44,7 @@ from ..history.ops import append_turns, history, window_op
 from ..history.ops import sessions as sessions_op
 from ..models import Turn
 from ..store import Store
-from ._mapped import MappedSession, MappedSessions, check_store
+from ._mapped import MappedSession, MappedSessions
 from .ids import EXTERNAL_ID_KEY, FRAMEWORK_KEY
 
 FRAMEWORK = "llamaindex"
@@ -188,23 +188,24 @@ class ShardstoreChatStore(BaseChatStore):
         agent_id: str | None = None,
         max_messages: int | None = None,
     ) -> None:
-        checked = check_store(store, "ShardstoreChatStore")
-        super().__init__(  # type: ignore[call-arg]
-            tenant_id=validate.text(tenant_id, "tenant_id"),
-            subject_id=validate.optional_text(subject_id, "subject_id"),
-            agent_id=validate.optional_text(agent_id, "agent_id"),
-            max_messages=validate.optional_count(max_messages, "max_messages"),
-        )
-        self._store = checked
-        self._sessions = MappedSessions(
+        sessions = MappedSessions(
             FRAMEWORK,
             "ShardstoreChatStore",
-            checked,
-            self.tenant_id,
-            self.subject_id,
-            self.agent_id,
+            store,
+            tenant_id,
+            subject_id,
+            agent_id,
             keep=_KNOWN_KEYS,
         )
+        owners = sessions.owners
+        super().__init__(  # type: ignore[call-arg]
+            tenant_id=owners.tenant_id,
+            subject_id=owners.subject_id,
+            agent_id=owners.agent_id,
+            max_messages=validate.optional_count(max_messages, "max_messages"),
+        )
+        self._store = owners.store
+        self._sessions = sessions
         self._note_loop()
 
     def _note_loop(self) -> None:

@@ -406,9 +406,15 @@ def attach_payload(
     ``SessionNotFound`` / ``SessionPurged`` and no reference). Its reference then goes with
     the session: a purge of the session, its subject or its tenant removes it, and a GDPR
     purge deletes the payload's bytes at once. Without it the payload is the tenant's and
-    lives until its retention passes."""
+    lives until its retention passes.
+
+    On a store connected with ``encryption=`` the payload's bytes are sealed as every
+    artifact is (docs/artifacts.md, "Encryption"): under the session's key (its subject's,
+    so ``purge_subject(shred=True)`` makes every copy unreadable) when ``session_id`` is
+    given, else under the tenant's key."""
     from ..artifacts.config import config_of
-    from ..artifacts.ops import put_artifact, ref_op, session_tenant_op
+    from ..artifacts.ops import put_artifact, put_op, ref_op, scope_key_op, session_tenant_op
+    from ..artifacts.source import source
     from ..core import validate
     from ..errors import SessionNotFound
 
@@ -419,7 +425,14 @@ def attach_payload(
         # checked before the upload, so a wrong session stores nothing; the reference
         # checks again under a lock (a purge in between refuses it)
         raise SessionNotFound(f"session {session} does not exist in tenant {tenant!r:.80}")
-    ref = yield from put_artifact(store, tenant_id, data, content_type=content_type)
+    sealer = store.ctx.sealer
+    if sealer is None:
+        ref = yield from put_artifact(store, tenant_id, data, content_type=content_type)
+    else:
+        ctype = validate.text(content_type, "content_type", limit=255)
+        src = source(data)
+        key = yield from scope_key_op(sealer, tenant, session)
+        ref = yield from put_op(config_of(store), tenant, src, ctype, key=key)
     context = span.get_span_context() if hasattr(span, "get_span_context") else None
     trace_id = f"{context.trace_id:032x}" if context is not None else "0" * 32
     span_id = f"{context.span_id:016x}" if context is not None else "0" * 16

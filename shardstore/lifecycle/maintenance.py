@@ -211,7 +211,11 @@ class MaintenanceReport(PartitionRunReport):
             return rows
         rows.append(("folded", f"{self.sessions_folded} sessions ({self.turns_folded} turns)"))
         if self.chunks_embedded is not None:
-            took = "" if self.embedding_seconds is None else f" in {self.embedding_seconds:.1f} s"
+            took = ""
+            if self.embedding_seconds is not None:
+                took = f" in {self.embedding_seconds:.1f} s"
+                if self.chunks_embedded and self.embedding_seconds > 0:
+                    took += f" ({self.chunks_embedded / self.embedding_seconds:,.1f} chunks/s)"
             stop = {
                 "max_embed": "; stopped at max_embed",
                 "embed_seconds": "; stopped at embed_seconds",
@@ -220,11 +224,16 @@ class MaintenanceReport(PartitionRunReport):
         if self.embedding_skipped is not None:
             rows.append(("embedding skipped", self.embedding_skipped))
         if self.embedding_backlog:
+            drain = ""
+            if self.chunks_embedded and self.embedding_seconds:
+                # at this run's rate: what another run (or a worker) needs to catch up
+                eta = self.embedding_backlog * self.embedding_seconds / self.chunks_embedded
+                drain = f", about {eta:,.0f} s at this run's rate"
             rows.append(
                 (
                     "embedding backlog",
                     f"{self.embedding_backlog} chunks left queued (the next run or "
-                    "'shardstore embed' takes them)",
+                    f"'shardstore embed' takes them{drain})",
                 )
             )
         if self.text_turns_indexed is not None:

@@ -120,11 +120,3 @@ def test_session_adapters_open_what_they_read(
     )
     with pytest.raises(PlaintextRefused):
         asyncio.run(session.get_items(limit=1))
-
-
-def test_the_langgraph_saver_refuses_an_encrypted_store(enc_store: shardstore.Store) -> None:
-    pytest.importorskip("langgraph.checkpoint.base")
-    from shardstore.integrations.langgraph import ShardstoreSaver
-
-    with pytest.raises(ConfigurationError, match="encryption"):
-        ShardstoreSaver(enc_store, tenant_id="t1")

@@ -282,8 +282,27 @@ def test_hostile_input_writes_nothing(store: shardstore.Store, tenant: str) -> N
         for call in calls:
             with pytest.raises(shardstore.InvalidInput):
                 await call()
+        bad_constructors: list[dict[str, Any]] = [
+            {"max_messages": 0},
+            {"max_messages": True},
+            {"max_messages": 1 << 40},
+            {"max_messages": "5"},
+            {"tenant_id": ""},
+            {"tenant_id": 7},
+            {"tenant_id": "t\x00"},
+            {"subject_id": "s" * 10_000},
+            {"subject_id": ["s"]},
+            {"agent_id": 3.5},
+        ]
+        for bad in bad_constructors:
+            with pytest.raises(shardstore.InvalidInput):
+                ShardstoreHistoryProvider(store, **{"tenant_id": tenant, **bad})
+        with pytest.raises(shardstore.ShardstoreError):
+            ShardstoreHistoryProvider("postgresql://x", tenant_id=tenant)  # type: ignore[arg-type]
+        with pytest.raises(shardstore.ShardstoreError):
+            ShardstoreCheckpointStorage(object(), tenant_id=tenant)  # type: ignore[arg-type]
         with pytest.raises(shardstore.InvalidInput):
-            ShardstoreHistoryProvider(store, tenant_id=tenant, max_messages=0)
+            ShardstoreCheckpointStorage(store, tenant_id="")
         assert await history.get_messages("h") == []
         assert store.sessions(tenant_id=tenant) == []
 

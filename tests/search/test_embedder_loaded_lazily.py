@@ -264,6 +264,9 @@ def test_maintain_cli_caps_and_reports_the_backlog(
     out = capsys.readouterr().out
     assert re.search(r"embedded\s+2 chunks in ", out) and "stopped at max_embed" in out, out
     assert f"{total - 2} chunks left queued" in out
+    # the drain rate and what the backlog needs at it, for sizing workers
+    assert re.search(r"embedded\s+2 chunks in [\d.]+ s \([\d,.]+ chunks/s\)", out), out
+    assert re.search(r"takes them, about [\d,]+ s at this run's rate\)", out), out
     assert main(["--dsn", dsn, "--json", "maintain", "--max-embed", "1"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["chunks_embedded"] == 1 and doc["embedding_backlog"] == total - 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from contextlib import redirect_stdout
 from typing import Any
@@ -139,7 +140,9 @@ def test_cli_embed_then_search(dsn: str) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(time, "sleep", interrupt)
         code, text = run("embed", "--watch", "--interval", "2s")
-    assert code == 0 and "embedded 1 chunks" in text
+    assert code == 0 and re.search(
+        r"embedded 1 chunks in [\d.]+ s( \([\d,.]+ chunks/s\))?$", text.strip()
+    ), text
     code, text = run("search", "what is my dog called?", "--session", str(sid), "-k", "1")
     assert code == 0 and "Biscuit" in text and "1. score" in text
     code, text = run("search", "anything")  # no scope: refused with a hint

@@ -17,6 +17,13 @@ class Staging(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
+    def write_head(self, data: bytes) -> None:
+        """Overwrite the first ``len(data)`` bytes written (an encrypted artifact's header,
+        which is known only after the content)."""
+
+    def digest(self) -> tuple[str, int]:
+        """The sha256 (hex) and size of the staged bytes (after :meth:`seal`)."""
+
     def seal(self) -> None:
         """All bytes written: make them durable."""
 

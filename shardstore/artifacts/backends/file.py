@@ -31,6 +31,23 @@ class FileStaging:
         assert self.handle is not None
         self.handle.write(data)
 
+    def write_head(self, data: bytes) -> None:
+        """Overwrite the first bytes (an encrypted artifact's header, known last)."""
+        assert self.handle is not None
+        self.handle.seek(0)
+        self.handle.write(data)
+        self.handle.seek(0, os.SEEK_END)
+
+    def digest(self) -> tuple[str, int]:
+        """The sha256 (hex) and size of the staged bytes, read back once sealed."""
+        digest = hashlib.sha256()
+        size = 0
+        with open(self.path, "rb") as f:
+            while piece := f.read(_READ):
+                digest.update(piece)
+                size += len(piece)
+        return digest.hexdigest(), size
+
     def seal(self) -> None:
         """Flush and fsync; the file is complete."""
         if self.handle is not None:

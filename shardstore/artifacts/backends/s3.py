@@ -39,6 +39,23 @@ class S3Staging:
         self.sha.update(data)
         self.size += len(data)
 
+    def write_head(self, data: bytes) -> None:
+        """Overwrite the first bytes (an encrypted artifact's header, known last), then
+        hash the file again: the digests sent with the PUT must be of what is sent."""
+        self.file.seek(0)
+        self.file.write(data)
+        self.file.seek(0)
+        self.md5 = hashlib.md5(usedforsecurity=False)
+        self.sha = hashlib.sha256()
+        while piece := self.file.read(1 << 20):
+            self.md5.update(piece)
+            self.sha.update(piece)
+        self.file.seek(0, 2)
+
+    def digest(self) -> tuple[str, int]:
+        """The sha256 (hex) and size of the staged bytes."""
+        return self.sha.hexdigest(), self.size
+
     def seal(self) -> None:
         """Nothing to flush: the file is local and temporary."""
 

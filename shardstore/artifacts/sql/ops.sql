@@ -128,3 +128,9 @@ SELECT shardstore.artifact_forget_v1(%s, %s);
 
 -- name: artifact_clock
 SELECT clock_timestamp();
+
+-- name: artifact_checkpoint_session
+-- the session of a checkpoint (encryption: an artifact it owns is sealed under that
+-- session's key)
+SELECT c.session_id FROM shardstore.checkpoints c
+ WHERE c.tenant_id = %s AND c.checkpoint_id = %s;

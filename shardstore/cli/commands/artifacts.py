@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from ...artifacts import ArtifactInfo
+from ...core.rows import json_fields
 from ..app import Commands, Runner
 from ..args import interval, open_file
 from ..output import format_table, num, printable, when
@@ -21,15 +22,7 @@ def _store(run: Runner) -> Any:
 
 
 def _info_json(info: ArtifactInfo) -> dict[str, Any]:
-    return {
-        **info.ref.fields(),
-        "tenant_id": info.tenant_id,
-        "state": info.state,
-        "backend": info.backend,
-        "created_at": info.created_at,
-        "unreferenced_since": info.unreferenced_since,
-        "live_refs": info.live_refs,
-    }
+    return {**info.ref.fields(), **json_fields(info, leave_out=("ref",))}
 
 
 def cmd_put(run: Runner) -> int:

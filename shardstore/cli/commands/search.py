@@ -54,7 +54,8 @@ def cmd_embed(run: Runner) -> int:
             total += done
             if done and not run.json:
                 elapsed = time.perf_counter() - started
-                run.line(f"embedded {done} chunks in {elapsed:.1f} s")
+                rate = f" ({done / elapsed:,.1f} chunks/s)" if elapsed > 0 else ""
+                run.line(f"embedded {done} chunks in {elapsed:.1f} s{rate}")
             if not args.watch:
                 break
             try:
