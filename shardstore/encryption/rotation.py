@@ -69,21 +69,26 @@ CHECKPOINT_KINDS = {
 }
 FACT_KIND = "fact.value"
 SUMMARY_KIND = "summary"
-# a turn's clear envelope fields, copied onto its re-sealed value
-_CLEAR_TURN_FIELDS = ("o", "e")
+LANGGRAPH_WRITE_KIND = "langgraph.write"
+_LANGGRAPH_SEP = "\x1f"  # between the parts of a pending write's position
+# a sealed value's clear fields (the writing session, a turn's rewind epoch), copied onto
+# its re-sealed value
+_CLEAR_FIELDS = ("o", "e")
 
 
 @dataclass(frozen=True, slots=True)
 class RotationReport:
     """What :func:`rotate_data_key` did: the scope, the new key's id (None when the scope
     had no data key: nothing of it was sealed, or its key was shredded), the older versions
-    it shredded, the values re-sealed per kind, the sessions searched and the passes made."""
+    it shredded, those it kept (artifact bytes of the scope's sessions may still be sealed
+    under them), the values re-sealed per kind, the sessions searched and the passes made."""
 
     scope: str
     tenant_id: str
     name: str
     new_key: str | None
     shredded_keys: tuple[str, ...]
+    kept_keys: tuple[str, ...] = ()
     resealed: Mapping[str, int] = field(default_factory=dict)
     sessions: int = 0
     passes: int = 0
@@ -95,6 +100,7 @@ class RotationReport:
             "name": self.name,
             "new_key": self.new_key,
             "shredded_keys": list(self.shredded_keys),
+            "kept_keys": list(self.kept_keys),
             "resealed": dict(self.resealed),
             "sessions": self.sessions,
             "passes": self.passes,
@@ -124,7 +130,7 @@ def _resealed(
     """``value`` (sealed under an older version) sealed under ``new`` for the same place."""
     plaintext = sealer.open(value, kind, origin, position, where)
     sealed = sealer.seal(new, kind, origin, position, plaintext)
-    for name in _CLEAR_TURN_FIELDS if kind == TURN_KIND else ():
+    for name in _CLEAR_FIELDS:
         if name in value:
             sealed[name] = value[name]
     return sealed
@@ -134,7 +140,8 @@ def _dump(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _turn_origin(value: Any, sid: uuid.UUID) -> str:
+def _origin(value: Any, sid: uuid.UUID) -> str:
+    """The session a sealed value was written for: its ``"o"``, else ``sid``."""
     origin = value.get("o") if is_sealed(value) else None
     return origin if type(origin) is str else str(sid)
 
@@ -147,13 +154,19 @@ class _Scan:
         self.new = new
         self.kids = kids
         self.size = size
-        self.counts = {"turns": 0, "checkpoints": 0, "facts": 0, "summaries": 0}
+        self.counts = {
+            "turns": 0,
+            "checkpoints": 0,
+            "facts": 0,
+            "summaries": 0,
+            "langgraph_writes": 0,
+        }
 
     def turn(self, sid: uuid.UUID, seq: int, raw: str) -> tuple[str, str]:
         value = json.loads(raw)
         where = f"turn {seq} of session {sid}"
         sealed = _resealed(
-            self.sealer, self.new, value, TURN_KIND, _turn_origin(value, sid), str(seq), where
+            self.sealer, self.new, value, TURN_KIND, _origin(value, sid), str(seq), where
         )
         return raw, _dump(sealed)
 
@@ -263,7 +276,7 @@ class _Scan:
                         self.new,
                         value,
                         CHECKPOINT_KINDS[part],
-                        str(sid),
+                        _origin(value, sid),
                         str(cid),
                         where,
                     )
@@ -306,6 +319,65 @@ class _Scan:
             )
             self.counts["summaries"] += len(done)
             after = int(rows[-1]["chunk_seq"])
+            if len(rows) < self.size:
+                return found
+
+    def langgraph_writes_op(self, sid: uuid.UUID) -> Op[int]:
+        found = 0
+        after: tuple[str, str, str, int] = ("", "", "", -1)
+        patterns = [f'%"k":"{kid}"%'.encode("ascii") for kid in self.kids]
+        while True:
+            rows = yield _named(
+                "rotation_langgraph_writes",
+                {
+                    "sid": sid,
+                    "ns": after[0],
+                    "cid": after[1],
+                    "task": after[2],
+                    "idx": after[3],
+                    "patterns": patterns,
+                    "n": self.size,
+                },
+            )
+            if not rows:
+                return found
+            found += len(rows)
+            news = []
+            for r in rows:
+                value = json.loads(r["value"])
+                where = (
+                    r["checkpoint_ns"],
+                    r["checkpoint_id"],
+                    r["task_id"],
+                    r["channel"],
+                    r["value_type"],
+                )
+                what = f"a pending write of checkpoint {r['checkpoint_id']!r:.80} of session {sid}"
+                sealed = _resealed(
+                    self.sealer,
+                    self.new,
+                    value,
+                    LANGGRAPH_WRITE_KIND,
+                    _origin(value, sid),
+                    _LANGGRAPH_SEP.join(where),
+                    what,
+                )
+                news.append(_dump(sealed))
+            done = yield Q(
+                query("rotation_reseal_langgraph_writes"),
+                {
+                    "sid": sid,
+                    "nss": [r["checkpoint_ns"] for r in rows],
+                    "cids": [r["checkpoint_id"] for r in rows],
+                    "tasks": [r["task_id"] for r in rows],
+                    "idxs": [int(r["idx"]) for r in rows],
+                    "olds": [r["value"] for r in rows],
+                    "news": news,
+                },
+            )
+            self.counts["langgraph_writes"] += len(done)
+            end = rows[-1]
+            after = (end["checkpoint_ns"], end["checkpoint_id"], end["task_id"], int(end["idx"]))
             if len(rows) < self.size:
                 return found
 
@@ -472,13 +544,22 @@ def rotate_data_key(
             yield Tx.COMMIT
             if not left:
                 break
-        shredded = yield Call(keys.shred_retired, (scope, retired))
+        # artifact bytes are not re-keyed: while an artifact of these sessions is stored,
+        # the versions that may seal it are kept
+        (in_use,) = yield Q(
+            query("rotation_artifacts_linked"),
+            {"tenant": scope.tenant, "sids": sessions},
+            fetch="one",
+        )
+        kept: tuple[str, ...] = tuple(retired) if in_use else ()
+        shredded = [] if in_use else (yield Call(keys.shred_retired, (scope, retired)))
     return RotationReport(
         scope=scope.kind,
         tenant_id=scope.tenant,
         name=scope.name,
         new_key=new.kid,
         shredded_keys=tuple(shredded),
+        kept_keys=kept,
         resealed=dict(scan.counts),
         sessions=len(sessions),
         passes=passes,
@@ -494,6 +575,7 @@ def _pass_op(scan: _Scan, scope: Scope, sessions: list[uuid.UUID]) -> Op[int]:
         scan.chunks_op,
         scan.checkpoints_op,
         scan.summaries_op,
+        scan.langgraph_writes_op,
     ]
     for session in sessions:
         for finder in finders:

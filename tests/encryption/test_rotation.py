@@ -315,3 +315,51 @@ def test_a_tenant_rotates_only_its_own_keys(
         assert enc_store.tail(other)[0].message["content"] == MARKER
     finally:
         drop_tenant_role(module_dsn, role)
+
+
+def test_langgraph_rows_are_resealed_and_artifact_keys_kept(
+    enc_store: shardstore.Store, keys: LocalKeyProvider, module_dsn: str
+) -> None:
+    pytest.importorskip("langgraph.checkpoint.base")
+    from langchain_core.messages import HumanMessage
+
+    from shardstore.integrations.langgraph import ShardstoreSaver
+    from tests.integrations.test_langgraph_checkpointer import build_graph
+
+    # a graph interrupted for approval: its checkpoint states and pending writes are sealed
+    # under the thread session's own key (the saver's sessions have no subject)
+    config: Any = {"configurable": {"thread_id": "rot-thread"}}
+    graph = build_graph(ShardstoreSaver(enc_store, tenant_id="lg-t"))
+    graph.invoke({"messages": [HumanMessage(MARKER, id="h1")]}, config)
+    before = graph.get_state(config)
+    ((sid,),) = raw(
+        module_dsn,
+        "SELECT DISTINCT session_id FROM shardstore.langgraph_writes WHERE tenant_id = 'lg-t'",
+    )
+    (old,) = _key_ids(module_dsn, "lg-t")
+    report = enc_store.rotate_data_key(session_id=sid)
+    assert report.resealed["checkpoints"] >= 1 and report.resealed["langgraph_writes"] >= 1
+    assert report.shredded_keys == (old,)
+    left = raw(
+        module_dsn,
+        "SELECT count(*) FROM shardstore.langgraph_writes WHERE tenant_id = 'lg-t'"
+        " AND position(%s::bytea in value) > 0",
+        (old.encode(),),
+    )
+    assert left == [(0,)]
+    again = build_graph(ShardstoreSaver(enc_store, tenant_id="lg-t")).get_state(config)
+    assert again.values == before.values and again.next == before.next
+
+    # artifact bytes are not re-keyed: the version that seals them is kept
+    owner = enc_store.create_session(tenant_id="art-t", subject_id="nia")
+    enc_store.append_turn(owner, {"role": "user", "content": MARKER})
+    ref = enc_store.put_artifact(
+        "art-t", f"{MARKER} bytes", content_type="text/plain", owner=("turn", f"{owner}:0")
+    )
+    scope = Scope("subject", "art-t", "nia")
+    art_kid = keys.key_for(scope, create=False).kid  # type: ignore[union-attr]
+    report = enc_store.rotate_data_key(tenant_id="art-t", subject_id="nia")
+    assert report.kept_keys == (art_kid,) and report.shredded_keys == ()
+    assert keys.retired(scope) == [art_kid]
+    assert enc_store.get_artifact("art-t", ref.artifact_id) == f"{MARKER} bytes".encode()
+    assert enc_store.tail(owner)[0].message["content"] == MARKER

@@ -147,3 +147,33 @@ RETURNING f.fact_id;
 -- taken for the final check: waits for the appends in flight (they lock the row FOR NO KEY
 -- UPDATE and read the data key after), so that none seals under a retired key after it
 SELECT 1 FROM shardstore.sessions WHERE session_id = %(sid)s FOR UPDATE;
+
+-- name: rotation_langgraph_writes
+-- LangGraph pending writes: the value is the sealed envelope's JSON as bytes
+SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, value_type,
+       convert_from(value, 'UTF8') AS value
+  FROM shardstore.langgraph_writes
+ WHERE session_id = %(sid)s
+   AND (checkpoint_ns, checkpoint_id, task_id, idx) > (%(ns)s, %(cid)s, %(task)s, %(idx)s)
+   AND value LIKE ANY(%(patterns)s::bytea[])
+ ORDER BY checkpoint_ns, checkpoint_id, task_id, idx
+ LIMIT %(n)s;
+
+-- name: rotation_reseal_langgraph_writes
+UPDATE shardstore.langgraph_writes w
+   SET value = convert_to(v.new, 'UTF8')
+  FROM unnest(%(nss)s::text[], %(cids)s::text[], %(tasks)s::text[], %(idxs)s::int[],
+              %(olds)s::text[], %(news)s::text[]) AS v(ns, cid, task, idx, old, new)
+ WHERE w.session_id = %(sid)s AND w.checkpoint_ns = v.ns AND w.checkpoint_id = v.cid
+   AND w.task_id = v.task AND w.idx = v.idx AND w.value = convert_to(v.old, 'UTF8')
+RETURNING w.idx;
+
+-- name: rotation_artifacts_linked
+-- whether an artifact linked to one of the sessions is still stored: its bytes may be sealed
+-- under the scope's key (an artifact owned by a turn or checkpoint of a session is sealed under
+-- that session's key, and the link stays for good), and the rotation does not re-key artifact
+-- bytes
+SELECT EXISTS (
+    SELECT 1 FROM shardstore.artifact_links l
+      JOIN shardstore.artifacts a ON a.tenant_id = l.tenant_id AND a.artifact_id = l.artifact_id
+     WHERE l.tenant_id = %(tenant)s AND l.session_id = ANY(%(sids)s));
