@@ -363,3 +363,98 @@ def test_langgraph_rows_are_resealed_and_artifact_keys_kept(
     assert keys.retired(scope) == [art_kid]
     assert enc_store.get_artifact("art-t", ref.artifact_id) == f"{MARKER} bytes".encode()
     assert enc_store.tail(owner)[0].message["content"] == MARKER
+
+
+def test_the_keys_commands(
+    enc_store: shardstore.Store,
+    module_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from shardstore.cli import main
+
+    keys = LocalKeyProvider(tmp_path / "ks", key_file=tmp_path / "kek")
+    with shardstore.connect(module_dsn, encryption=keys) as store:
+        sid = store.create_session(tenant_id="cli-t", subject_id="ola")
+        store.append_turn(sid, {"role": "user", "content": MARKER})
+    store_args = ["--key-store", str(tmp_path / "ks")]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        rc = main(["--dsn", module_dsn, *argv])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, _err = run(
+        "--json",
+        "keys",
+        "rotate",
+        *store_args,
+        "--key-file",
+        str(tmp_path / "kek"),
+        "--tenant",
+        "cli-t",
+        "--subject",
+        "ola",
+        "--batch-size",
+        "1",
+    )
+    doc = json.loads(out)
+    assert rc == 0 and doc["resealed"]["turns"] == 1 and len(doc["shredded_keys"]) == 1
+    rc, out, _err = run(
+        "keys",
+        "rotate-kek",
+        *store_args,
+        "--key-file",
+        str(tmp_path / "kek"),
+        "--new-key-file",
+        str(tmp_path / "new.kek"),
+    )
+    assert rc == 0 and "rewrapped" in out
+    # the old KEK opens nothing now; the new one opens everything
+    rc, _out, err = run(
+        "keys",
+        "rotate",
+        *store_args,
+        "--key-file",
+        str(tmp_path / "kek"),
+        "--tenant",
+        "cli-t",
+        "--subject",
+        "ola",
+    )
+    assert rc != 0 and "Traceback" not in err
+    rc, out, err = run(
+        "keys",
+        "rotate",
+        *store_args,
+        "--key-file",
+        str(tmp_path / "new.kek"),
+        "--tenant",
+        "cli-t",
+        "--subject",
+        "ola",
+    )
+    assert rc == 0, err
+    for argv in (
+        ["keys", "rotate", *store_args, "--subject", "ola"],  # no tenant
+        ["keys", "rotate", *store_args, "--session", str(sid), "--tenant", "cli-t"],
+        [
+            "keys",
+            "rotate",
+            *store_args,
+            "--tenant",
+            "cli-t",
+            "--subject",
+            "ola",
+            "--batch-size",
+            "0",
+        ],
+        ["keys", "rotate", "--tenant", "cli-t", "--subject", "ola"],  # no key store
+    ):
+        rc, _out, err = run(*argv)
+        assert rc != 0 and "Traceback" not in err, argv
+    with shardstore.connect(
+        module_dsn, encryption=LocalKeyProvider(tmp_path / "ks", key_file=tmp_path / "new.kek")
+    ) as store:
+        assert store.tail(sid)[0].message["content"] == MARKER
