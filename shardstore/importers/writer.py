@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -61,6 +61,7 @@ class Batch:
         where: str,
         key: str | None = None,
         claimed: Any = None,
+        seal: Callable[[str], str] | None = None,
     ) -> None:
         """Check and encode ``message`` as an append would; ``ImportRejected`` naming
         ``where`` for a message shardstore cannot store as it is. ``claimed``: the token
@@ -69,7 +70,9 @@ class Batch:
         keys); anything else gets this store's count, so chunk budgets hold within their
         token margin whatever a file claims. An encrypted message (a sealed value, as an
         export of a store with ``encryption=`` carries it) is stored as it is, with the
-        token count the file records for its plaintext."""
+        token count the file records for its plaintext. ``seal``: what seals a plaintext
+        message's encoded text for its place (an import into a store with ``encryption=``),
+        applied once it is counted; the cap applies to what is stored."""
         sealed = is_sealed(message)
         if sealed:  # encryption at rest: stored as it came, its plaintext's count kept
             if type(claimed) is not int or not 0 <= claimed <= validate.MAX_INT32:
@@ -95,6 +98,16 @@ class Batch:
             tokens = ctx.counter.count(text)
             if type(claimed) is int and abs(claimed - tokens) <= tokens // 10 + 4:
                 tokens = max(claimed, 0)
+            if seal is not None:
+                text = seal(text)
+                size = len(text.encode("utf-8"))
+                if size > limit:
+                    raise ImportRejected(
+                        f"{where}: the message is {size} bytes once encrypted; the per-turn "
+                        f"cap is {limit} bytes (chunk_max_bytes)"
+                    )
+                self.texts[-1] = text
+                self.sizes[-1] = size
         self.tokens.append(tokens)
         self.keys.append(key)
 
