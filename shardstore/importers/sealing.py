@@ -43,11 +43,12 @@ CHECKPOINT_PARTS = ("state", "tool_calls", "tool_results")
 def parsed(value: Any) -> Any:
     """A stored value as a sealed value when it is one (a column holds a sealed value as
     its JSON text), else as it is."""
-    if isinstance(value, str) and value.startswith('{"' + MARK):
+    if isinstance(value, str) and value.startswith("{") and MARK in value:
         try:
-            return jsoncodec.loads(value)
+            loaded = jsoncodec.loads(value)
         except ValueError:
             return value
+        return loaded if is_sealed(loaded) else value
     return value
 
 
