@@ -39,7 +39,7 @@ def test_sealed_export_needs_the_key_store_to_import(
     with shardstore.connect(target, chunk_tokens=60) as plain:
         for options in ({}, {"remap_ids": True}, {"remap_ids": True, "on_error": "skip"}):
             with pytest.raises(EncryptionRequired, match="line 1: the export holds encrypted"):
-                plain.import_jsonl(io.StringIO(text), **options)  # type: ignore[arg-type]
+                plain.import_jsonl(io.StringIO(text), **options)
         assert plain.sessions() == []
     with shardstore.connect(target, encryption=keys, chunk_tokens=60) as copy:
         report = copy.import_jsonl(io.StringIO(text))  # the same ids
