@@ -2,7 +2,7 @@
 :class:`Runner` every command gets, and error handling.
 
     shardstore [--dsn DSN] [--json] [--connect-timeout SECONDS]
-               [--key-store PATH] [--key-file PATH] COMMAND ...
+               [--key-store PATH] [--kek-file PATH] COMMAND ...
 
 The global options are accepted before the command and after it, at every level of nested
 commands (``shardstore purge session ID --connect-timeout 5``). The database is ``--dsn``,
@@ -16,7 +16,7 @@ connection settings were refused (a malformed DSN, an unknown database or role, 
 authentication: not retryable), 1 anything else, 130 interrupted.
 
 Encryption at rest: ``--key-store PATH`` (else ``$SHARDSTORE_KEY_STORE``) names the local key
-store, and ``--key-file PATH`` (else ``$SHARDSTORE_KEK_FILE``) its key-encryption key file
+store, and ``--kek-file PATH`` (else ``$SHARDSTORE_KEK_FILE``) its key-encryption key file
 (without either, ``$SHARDSTORE_KEK``, else ``PATH/kek``: the conventions of
 :class:`~shardstore.encryption.LocalKeyProvider`). When a key store is named, every
 command's store is connected with ``encryption=LocalKeyProvider(...)``, so that it reads
@@ -183,7 +183,7 @@ KEY_STORE_ENV = "SHARDSTORE_KEY_STORE"
 KEK_FILE_ENV = "SHARDSTORE_KEK_FILE"
 KEY_STORE_HINT = (
     "give the key store holding its data key: --key-store PATH or $SHARDSTORE_KEY_STORE "
-    "(and --key-file or $SHARDSTORE_KEK_FILE for its key-encryption key)"
+    "(and --kek-file or $SHARDSTORE_KEK_FILE for its key-encryption key)"
 )
 
 
@@ -392,7 +392,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, hidden: bool) -> Non
             f"encrypted values (default: ${KEY_STORE_ENV}; none: encryption off)",
         )
         parser.add_argument(
-            "--key-file",
+            "--kek-file",
+            dest="key_file",
             metavar="PATH",
             default=None,
             help=f"the key store's key-encryption key file (default: ${KEK_FILE_ENV}, else "
@@ -410,7 +411,16 @@ def _add_global_options(parser: argparse.ArgumentParser, *, hidden: bool) -> Non
         help=argparse.SUPPRESS,
     )
     parser.add_argument("--key-store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    parser.add_argument("--key-file", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    # --key-file: purge subject --shred's name for it before the option was global; not
+    # at the top level, where it would make append's --key ambiguous (argparse classifies
+    # every word against the top level's options first)
+    parser.add_argument(
+        "--kek-file",
+        "--key-file",
+        dest="key_file",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
 
 
 class Commands:

@@ -1,5 +1,5 @@
 """The command line with encryption at rest: one global way to name the key store
-(``--key-store``/``--key-file``, or ``$SHARDSTORE_KEY_STORE``/``$SHARDSTORE_KEK_FILE``) with
+(``--key-store``/``--kek-file``, or ``$SHARDSTORE_KEY_STORE``/``$SHARDSTORE_KEK_FILE``) with
 which every command reads and writes encrypted values; without it a sealed value is the
 one-line ``EncryptionRequired`` error naming those options. ``export --decrypt`` writes
 plaintext with a warning, ``import jsonl`` re-seals, ``purge subject --shred`` shreds."""
@@ -35,7 +35,7 @@ def db(server_dsn: str, _databases: Any) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def key_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     where = tmp_path_factory.mktemp("cli-keys")
-    return ["--key-store", str(where / "store"), "--key-file", str(where / "kek")]
+    return ["--key-store", str(where / "store"), "--kek-file", str(where / "kek")]
 
 
 def _keys(key_args: list[str]) -> LocalKeyProvider:
@@ -142,7 +142,7 @@ def test_import_reseals_under_the_configured_key_store(
     plain, kept = tmp_path / "plain.jsonl", tmp_path / "kept.jsonl"
     assert _cli(capsys, db, *key_args, "export", str(sealed), "-o", str(plain), "--decrypt")[0] == 0
     assert _cli(capsys, db, *key_args, "export", str(sealed), "-o", str(kept))[0] == 0
-    other = ["--key-store", str(tmp_path / "other"), "--key-file", str(tmp_path / "other-kek")]
+    other = ["--key-store", str(tmp_path / "other"), "--kek-file", str(tmp_path / "other-kek")]
     code, out, err = _cli(capsys, db, *other, "import", "jsonl", str(plain), "--remap-ids")
     assert code == 0 and "imported 1 session" in out, err
     new = IdMap(json.loads(plain.read_text().splitlines()[0])["export_id"]).session(sealed)
@@ -185,16 +185,17 @@ def test_shred_and_bad_key_configuration(
     purge = ["purge", "subject", "--tenant", TENANT, "--subject", "zoe", "--shred", "--yes"]
     code, _, err = _cli(capsys, db, *purge)
     assert code == 2 and "--key-store" in err
-    code, _, err = _cli(capsys, db, *purge, *key_args)
+    # after the command, with purge's earlier spelling of the key file option
+    code, _, err = _cli(capsys, db, *purge, key_args[0], key_args[1], "--key-file", key_args[3])
     assert code == 0, err
     assert _cli(capsys, db, "history", str(sid), *key_args)[0] == 5  # purged
     # a key store or key file that cannot be used: typed one-line errors, no traceback
     for bad in (
         ["--key-store", "a\x00b"],
-        ["--key-store", str(tmp_path / "s"), "--key-file", str(tmp_path)],
+        ["--key-store", str(tmp_path / "s"), "--kek-file", str(tmp_path)],
     ):
         code, _, err = _cli(capsys, db, *bad, "sessions", "--tenant", TENANT)
         assert code == 2 and err.startswith("error: ") and "Traceback" not in err, err
-    wrong_kek = ["--key-store", key_args[1], "--key-file", str(tmp_path / "another-kek")]
+    wrong_kek = ["--key-store", key_args[1], "--kek-file", str(tmp_path / "another-kek")]
     code, _, err = _cli(capsys, db, *wrong_kek, "facts", "--tenant", TENANT, "--subject", "ann")
     assert code != 0 and "does not unwrap" in err and "Traceback" not in err
