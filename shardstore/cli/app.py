@@ -204,6 +204,29 @@ def _connect_failure(dsn: str, message: str = "") -> str:
     return f" ({reason})"
 
 
+def _check_key_paths(store: str, key_file: str | None) -> None:
+    """Refuse what would silently start a new key store or key-encryption key in the place
+    of an existing one (a mistyped path): ``LocalKeyProvider`` creates both when absent,
+    which a program setting up encryption wants and a command line reading it does not."""
+    try:
+        if not os.path.isdir(store):
+            raise ConfigurationError(
+                f"no key store at {store!r:.200} (to start a new one, create the directory "
+                "first: mkdir -m 700 PATH)"
+            )
+        keys_dir = os.path.join(store, "keys")
+        holds_keys = os.path.isdir(keys_dir) and any(
+            name.endswith(".key") for name in os.listdir(keys_dir)
+        )
+        if key_file is not None and holds_keys and not os.path.exists(key_file):
+            raise ConfigurationError(
+                f"the key store at {store!r:.200} holds data keys, but its key-encryption key "
+                f"file {key_file!r:.200} does not exist"
+            )
+    except (OSError, ValueError) as exc:  # a NUL in a path, an unreadable directory
+        raise ConfigurationError(f"cannot use the key store {store!r:.200}: {exc}") from None
+
+
 class Runner:
     """Holds what every command needs: parsed arguments, output streams, the store."""
 
@@ -233,6 +256,7 @@ class Runner:
             from ..encryption import LocalKeyProvider
 
             key_file = getattr(self.args, "key_file", None) or os.environ.get(KEK_FILE_ENV)
+            _check_key_paths(path, key_file or None)
             self._keys = LocalKeyProvider(path, key_file=key_file or None)
         return self._keys
 

@@ -35,6 +35,7 @@ def db(server_dsn: str, _databases: Any) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def key_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     where = tmp_path_factory.mktemp("cli-keys")
+    (where / "store").mkdir()  # the command line opens a key store, it does not start one
     return ["--key-store", str(where / "store"), "--kek-file", str(where / "kek")]
 
 
@@ -142,6 +143,7 @@ def test_import_reseals_under_the_configured_key_store(
     plain, kept = tmp_path / "plain.jsonl", tmp_path / "kept.jsonl"
     assert _cli(capsys, db, *key_args, "export", str(sealed), "-o", str(plain), "--decrypt")[0] == 0
     assert _cli(capsys, db, *key_args, "export", str(sealed), "-o", str(kept))[0] == 0
+    (tmp_path / "other").mkdir()
     other = ["--key-store", str(tmp_path / "other"), "--kek-file", str(tmp_path / "other-kek")]
     code, out, err = _cli(capsys, db, *other, "import", "jsonl", str(plain), "--remap-ids")
     assert code == 0 and "imported 1 session" in out, err
@@ -189,13 +191,21 @@ def test_shred_and_bad_key_configuration(
     code, _, err = _cli(capsys, db, *purge, key_args[0], key_args[1], "--key-file", key_args[3])
     assert code == 0, err
     assert _cli(capsys, db, "history", str(sid), *key_args)[0] == 5  # purged
-    # a key store or key file that cannot be used: typed one-line errors, no traceback
-    for bad in (
-        ["--key-store", "a\x00b"],
-        ["--key-store", str(tmp_path / "s"), "--kek-file", str(tmp_path)],
+    # a key store or key file that cannot be used: typed one-line errors, no traceback;
+    # a mistyped path starts no new key store or key-encryption key
+    (tmp_path / "s").mkdir()
+    for bad, why in (
+        (["--key-store", "a\x00b"], "key store"),
+        (["--key-store", str(tmp_path / "typo")], "no key store"),
+        (["--key-store", str(tmp_path / "s"), "--kek-file", str(tmp_path)], "key"),
+        (["--key-store", key_args[1], "--kek-file", str(tmp_path / "typo")], "does not exist"),
     ):
         code, _, err = _cli(capsys, db, *bad, "sessions", "--tenant", TENANT)
-        assert code == 2 and err.startswith("error: ") and "Traceback" not in err, err
-    wrong_kek = ["--key-store", key_args[1], "--kek-file", str(tmp_path / "another-kek")]
+        assert code == 2 and err.startswith("error: ") and why in err, err
+        assert "Traceback" not in err and err.count("\n") == 1
+    assert not (tmp_path / "typo").exists()
+    another = tmp_path / "another-kek"
+    another.write_text("ab" * 32)
+    wrong_kek = ["--key-store", key_args[1], "--kek-file", str(another)]
     code, _, err = _cli(capsys, db, *wrong_kek, "facts", "--tenant", TENANT, "--subject", "ann")
     assert code != 0 and "does not unwrap" in err and "Traceback" not in err

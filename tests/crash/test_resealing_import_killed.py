@@ -50,6 +50,7 @@ def test_resealing_import_killed_then_rerun(
     path = tmp_path / "plain.jsonl"
     path.write_text(out.getvalue())
     dst = new_database()
+    (tmp_path / "dst-keys").mkdir()
     key_args = ["--key-store", str(tmp_path / "dst-keys"), "--kek-file", str(tmp_path / "kek")]
     args = [sys.executable, "-m", "shardstore", "--dsn", dst, *key_args]
     args += ["import", "jsonl", str(path), "--remap-ids", "--quiet"]
