@@ -273,3 +273,20 @@ def test_async_decrypting_export_and_resealing_import(
             " USING (session_id) WHERE s.tenant_id = 'exp-async'"
         ).fetchall()
     assert stored and all(MARKER not in text and "ss_enc" in text for (text,) in stored)
+
+
+def test_single_row_import_into_an_encrypted_store_seals(
+    enc_store: shardstore.Store, module_dsn: str
+) -> None:
+    messages = [{"role": "user", "content": f"{MARKER} row {i}"} for i in range(5)]
+    raw(module_dsn, "CREATE TABLE public.enc_chats (id text PRIMARY KEY, history jsonb)")
+    raw(module_dsn, "INSERT INTO public.enc_chats VALUES ('c1', %s)", (json.dumps(messages),))
+    report = enc_store.import_single_row(
+        module_dsn, "public.enc_chats", id_column="id", history_column="history", tenant_id="rows"
+    )
+    assert (report.sessions, report.turns) == (1, 5)
+    (info,) = enc_store.sessions(tenant_id="rows")
+    assert [t.message for t in enc_store.history(info.session_id)] == messages
+    # folded and buffered alike: no shardstore table holds the plaintext (the source table
+    # is in another schema)
+    assert MARKER not in _dump_text(module_dsn)
