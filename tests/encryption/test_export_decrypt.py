@@ -210,9 +210,18 @@ def test_shredded_subject_and_moved_ciphertext_are_refused(
     forged = [*lines[:moved], json.dumps(doc), *lines[moved + 1 :]]
     with pytest.raises(DecryptionFailed, match="sealed for another session"):
         enc_store.import_jsonl(io.StringIO("\n".join(forged)), remap_ids=True)
+    # a malformed envelope (a key id that is no key id, a ciphertext that is not base64)
+    for bad in ({"ss_enc": 1, "k": 5, "c": "x"}, {"ss_enc": 1, "k": "a.b", "c": "!!"}):
+        doc = json.loads(lines[moved])
+        doc["message"] = bad
+        hostile = "\n".join([*lines[:moved], json.dumps(doc), *lines[moved + 1 :]])
+        with pytest.raises(DecryptionFailed):
+            enc_store.import_jsonl(io.StringIO(hostile), remap_ids=True)
+        skipped = enc_store.import_jsonl(io.StringIO(hostile), remap_ids=True, on_error="skip")
+        assert len(skipped.skipped) == 1  # the forged session; the other one is imported
     enc_store.purge_subject(tenant, "zed", shred=True)
-    with pytest.raises(KeyShredded):
-        enc_store.import_jsonl(io.StringIO(out.getvalue()), remap_ids=True)
+    with pytest.raises(KeyShredded, match=r"line .*shredded"):
+        enc_store.import_jsonl(io.StringIO(out.getvalue()), remap_ids=True, import_id="fresh")
     assert raw(
         module_dsn,
         "SELECT count(*) FROM shardstore.sessions WHERE tenant_id = %s AND purged_at IS NULL",
