@@ -1315,7 +1315,18 @@ def import_jsonl(
     ``export_id`` of the file's export line; ``InvalidInput`` for a file without one), so
     the same import re-run (after a crash, say) finds its sessions there and writes
     nothing twice (they count as ``unchanged``). ``progress`` draws a bar of turns on
-    stderr. The report counts every record kind written."""
+    stderr. The report counts every record kind written.
+
+    Encryption at rest (:mod:`.sealing`): a store connected with ``encryption=`` stores
+    every turn, checkpoint state and tool calls/results, summary and fact value sealed for
+    its place here, whether the file holds it in plaintext or sealed (then opened first,
+    for its ids in the file, with this store's key store, and only under a data key of the
+    record's tenant); a sealed value whose key this key store lacks raises ``KeyShredded``,
+    one that does not authenticate where the file puts it ``DecryptionFailed``, each naming
+    its line, with nothing of its session (or fact version) written, and skipped with
+    ``on_error="skip"``. A store connected without ``encryption=`` raises
+    ``EncryptionRequired`` for a file holding sealed values (at its export line when that
+    says so, before anything is written), whatever ``on_error`` says."""
     if on_existing not in ON_EXISTING:
         raise InvalidInput(
             f"on_existing must be 'refuse' or 'skip', not {validate.shown(on_existing)}"
