@@ -74,7 +74,7 @@ EXCLUDED_OPTIONS = {
     ("metrics", "serve"): "serves until interrupted (tests/integrations/test_metrics.py"
     " gives it bad addresses)",
 }
-GLOBAL = ("dsn", "json", "connect_timeout")
+GLOBAL = ("dsn", "json", "connect_timeout", "key_store", "key_file")
 # the embedding model of embed and reembed: shipped with the test dependencies, so that it
 # loads without the network
 MODEL = "all-MiniLM-L6-v2"
