@@ -513,7 +513,7 @@ def export_sessions(
     bar = Progress(show, "exporting")
     sessions = turns = 0
     counts = Counts()
-    written = Written(with_bytes)
+    written = Written(with_bytes, encrypted=sealer is not None)
     export_id = uuid.uuid4()
     tally = Tally()
     try:

@@ -299,3 +299,23 @@ def test_single_row_import_into_an_encrypted_store_seals(
     # folded and buffered alike: no shardstore table holds the plaintext (the source table
     # is in another schema)
     assert MARKER not in _dump_text(module_dsn)
+
+
+def test_sealed_artifact_bytes_are_not_exported_but_their_descriptions_are(
+    enc_store: shardstore.Store,
+) -> None:
+    # the file format has no sealed form of artifact bytes: the export says so and names
+    # the way out instead of writing plaintext or stopping at an unrelated error
+    sid = enc_store.create_session("exp-art", "cleo")
+    ref = enc_store.put_artifact("exp-art", f"{MARKER} bytes".encode(), content_type="text/plain")
+    enc_store.checkpoint(sid, {"report": ref.to_json()})
+    for decrypt in (False, True):
+        with pytest.raises(ConfigurationError, match="no_artifact_bytes=True"):
+            enc_store.export_sessions(sid, out=io.StringIO(), decrypt=decrypt)
+    out = io.StringIO()
+    done = enc_store.export_sessions(sid, out=out, no_artifact_bytes=True)
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    described = [x for x in lines if x["kind"] == "artifact"]
+    assert done.artifacts == 1 and len(described) == 1 and described[0]["bytes"] is False
+    assert not [x for x in lines if x["kind"] == "artifact_part"]
+    assert MARKER not in out.getvalue()
