@@ -1,7 +1,8 @@
 """The ``shardstore`` command line: global options, parser building, exit codes, the
 :class:`Runner` every command gets, and error handling.
 
-    shardstore [--dsn DSN] [--json] [--connect-timeout SECONDS] COMMAND ...
+    shardstore [--dsn DSN] [--json] [--connect-timeout SECONDS]
+               [--key-store PATH] [--kek-file PATH] COMMAND ...
 
 The global options are accepted before the command and after it, at every level of nested
 commands (``shardstore purge session ID --connect-timeout 5``). The database is ``--dsn``,
@@ -13,6 +14,14 @@ status (:func:`exit_code`): 0 ok, 2 bad usage or bad input, 3 unhealthy (``maint
 4 not found, 5 purged, 6 database unavailable (retryable), 7 conflict (retryable), 8 the
 connection settings were refused (a malformed DSN, an unknown database or role, failed
 authentication: not retryable), 1 anything else, 130 interrupted.
+
+Encryption at rest: ``--key-store PATH`` (else ``$SHARDSTORE_KEY_STORE``) names the local key
+store, and ``--kek-file PATH`` (else ``$SHARDSTORE_KEK_FILE``) its key-encryption key file
+(without either, ``$SHARDSTORE_KEK``, else ``PATH/kek``: the conventions of
+:class:`~shardstore.encryption.LocalKeyProvider`). When a key store is named, every
+command's store is connected with ``encryption=LocalKeyProvider(...)``, so that it reads
+and writes encrypted values; without one, a command that meets a sealed value fails with
+``EncryptionRequired`` (exit 2), naming these options.
 
 Commands live in :mod:`shardstore.cli.commands`, one module per feature; each has a
 ``register(commands: Commands)`` function, and :data:`COMMAND_MODULES` lists them in the
@@ -38,6 +47,7 @@ from ..errors import (
     Conflict,
     ConnectionRejected,
     DatabaseUnavailable,
+    EncryptionRequired,
     InvalidInput,
     RunClosed,
     RunConflict,
@@ -130,6 +140,9 @@ def _report_error(run: Runner, exc: BaseException, code: int) -> None:
     Python argument (``on_existing='skip'``) is printed as the flag (``--on-existing
     skip``)."""
     message = cli_text(exc)
+    if isinstance(exc, EncryptionRequired) and "--key-store" not in message:
+        # the library's message names the Python argument; the CLI has options for it
+        message = f"{message.split('; ', 1)[0]}; {KEY_STORE_HINT}"
     if run.json:
         doc = {
             "type": type(exc).__name__,
@@ -166,6 +179,14 @@ COMMAND_MODULES = (
 
 _CONNECT_PREFIXES = ("connection failed: ", "connection is bad: ")
 
+#: The environment variables naming the key store and its key-encryption key file.
+KEY_STORE_ENV = "SHARDSTORE_KEY_STORE"
+KEK_FILE_ENV = "SHARDSTORE_KEK_FILE"
+KEY_STORE_HINT = (
+    "give the key store holding its data key: --key-store PATH or $SHARDSTORE_KEY_STORE "
+    "(and --kek-file or $SHARDSTORE_KEK_FILE for its key-encryption key)"
+)
+
 
 def _connect_failure(dsn: str, message: str = "") -> str:
     """The server's reason for refusing one direct connection (the pool's error does not
@@ -184,6 +205,29 @@ def _connect_failure(dsn: str, message: str = "") -> str:
     return f" ({reason})"
 
 
+def _check_key_paths(store: str, key_file: str | None) -> None:
+    """Refuse what would silently start a new key store or key-encryption key in the place
+    of an existing one (a mistyped path): ``LocalKeyProvider`` creates both when absent,
+    which a program setting up encryption wants and a command line reading it does not."""
+    try:
+        if not os.path.isdir(store):
+            raise ConfigurationError(
+                f"no key store at {store!r:.200} (to start a new one, create the directory "
+                "first: mkdir -m 700 PATH)"
+            )
+        keys_dir = os.path.join(store, "keys")
+        holds_keys = os.path.isdir(keys_dir) and any(
+            name.endswith(".key") for name in os.listdir(keys_dir)
+        )
+        if key_file is not None and holds_keys and not os.path.exists(key_file):
+            raise ConfigurationError(
+                f"the key store at {store!r:.200} holds data keys, but its key-encryption key "
+                f"file {key_file!r:.200} does not exist"
+            )
+    except (OSError, ValueError) as exc:  # a NUL in a path, an unreadable directory
+        raise ConfigurationError(f"cannot use the key store {store!r:.200}: {exc}") from None
+
+
 class Runner:
     """Holds what every command needs: parsed arguments, output streams, the store."""
 
@@ -194,13 +238,42 @@ class Runner:
         self.json: bool = bool(args.json)
         self.embedded = not (args.dsn or os.environ.get("SHARDSTORE_DSN"))
         self.dsn = ""
+        self._keys: Any = None
+
+    @property
+    def key_store(self) -> str | None:
+        """The key store the command line names (``--key-store``, else
+        ``$SHARDSTORE_KEY_STORE``); None when encryption is not configured."""
+        return getattr(self.args, "key_store", None) or os.environ.get(KEY_STORE_ENV) or None
+
+    def encryption(self) -> Any:
+        """The :class:`~shardstore.encryption.LocalKeyProvider` of the configured key store
+        (opened once per command), or None when none is named. ``ConfigurationError`` for a
+        key store or key file that cannot be used."""
+        path = self.key_store
+        if path is None:
+            return None
+        if self._keys is None:
+            from ..encryption import LocalKeyProvider
+
+            key_file = getattr(self.args, "key_file", None) or os.environ.get(KEK_FILE_ENV)
+            _check_key_paths(path, key_file or None)
+            self._keys = LocalKeyProvider(path, key_file=key_file or None)
+        return self._keys
 
     def connect(self, **settings: Any) -> Store:
         """A store on the chosen database (starting the embedded Postgres if that is the
         one), giving up after ``--connect-timeout``; ``settings`` go to
-        :func:`shardstore.connect`. Sets :attr:`dsn`. A refused connection raises
-        :class:`DatabaseUnavailable` with the server's reason appended."""
+        :func:`shardstore.connect`, with ``encryption=`` the configured key store when one is
+        named (:meth:`encryption`) and ``settings`` do not say otherwise. Sets :attr:`dsn`.
+        A refused connection raises :class:`DatabaseUnavailable` with the server's reason
+        appended."""
         import shardstore
+
+        if "encryption" not in settings:
+            keys = self.encryption()
+            if keys is not None:
+                settings["encryption"] = keys
 
         if self.embedded:
             from ..embedded_server import embedded_dsn
@@ -336,6 +409,21 @@ def _add_global_options(parser: argparse.ArgumentParser, *, hidden: bool) -> Non
             metavar="SECONDS",
             help="give up connecting after this long (default 10)",
         )
+        parser.add_argument(
+            "--key-store",
+            metavar="PATH",
+            default=None,
+            help="the local key store of encryption at rest: commands read and write "
+            f"encrypted values (default: ${KEY_STORE_ENV}; none: encryption off)",
+        )
+        parser.add_argument(
+            "--kek-file",
+            dest="key_file",
+            metavar="PATH",
+            default=None,
+            help=f"the key store's key-encryption key file (default: ${KEK_FILE_ENV}, else "
+            "$SHARDSTORE_KEK, else PATH/kek)",
+        )
         return
     parser.add_argument("--dsn", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -344,6 +432,17 @@ def _add_global_options(parser: argparse.ArgumentParser, *, hidden: bool) -> Non
     parser.add_argument(
         "--connect-timeout",
         type=positive_seconds,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument("--key-store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    # --key-file: purge subject --shred's name for it before the option was global; not
+    # at the top level, where it would make append's --key ambiguous (argparse classifies
+    # every word against the top level's options first)
+    parser.add_argument(
+        "--kek-file",
+        "--key-file",
+        dest="key_file",
         default=argparse.SUPPRESS,
         help=argparse.SUPPRESS,
     )

@@ -23,6 +23,7 @@ from psycopg import sql
 from ..core import validate
 from ..core.sql import query
 from ..core.steps import Op, Q
+from ..encryption.envelope import is_sealed
 from ..errors import InvalidInput
 from ..models import SessionInfo
 
@@ -54,6 +55,15 @@ def cell(value: Any) -> str:
             out.append(ch)
     shown = "".join(out)
     return shown if len(shown) <= CELL else shown[: CELL - 1] + "…"
+
+
+def _value_cell(stored: str) -> str:
+    """A fact's value as a cell; a value encrypted at rest (the export was made without
+    the key store) is not shown as its ciphertext but said to be sealed."""
+    value = json.loads(stored)
+    if is_sealed(value):
+        return "(encrypted at rest: export with the key store to read it)"
+    return cell(value)
 
 
 def access_tables_op(subject: str, tenant: str | None) -> Op[list[tuple[str, int]]]:
@@ -171,7 +181,7 @@ class AccessReport:
             ]
             lines += [
                 f"| {cell(r['tenant_id'])} | {cell(r['subject'])} | {cell(r['key'])} | "
-                f"{cell(json.loads(r['value']))} | "
+                f"{_value_cell(r['value'])} | "
                 f"{r['valid_from'].isoformat(timespec='seconds')} | "
                 f"{'' if r['confidence'] is None else r['confidence']} |"
                 for r in self.current

@@ -64,12 +64,13 @@ written (sessions before it stay; a re-run with ``on_existing="skip"`` goes on a
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -77,11 +78,20 @@ from ..core import jsoncodec, validate
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, StatementFailed, Try, Tx, relay
-from ..encryption.envelope import MARK as SEALED_MARK
-from ..encryption.envelope import is_sealed
-from ..errors import ImportRejected, InvalidInput, SessionExists, SessionPurged
+from ..encryption import turns as enc_turns
+from ..encryption.envelope import Sealer
+from ..errors import (
+    ConfigurationError,
+    DecryptionFailed,
+    EncryptionRequired,
+    ImportRejected,
+    InvalidInput,
+    SessionExists,
+    SessionPurged,
+)
 from ..history import ops as history_ops
 from ..models import SessionInfo, Turn
+from . import sealing
 from .access import AccessReport, access_tables_op
 from .artifact_lines import (
     Carried,
@@ -231,13 +241,18 @@ def turn_line(turn: Turn) -> str:
     )
 
 
-def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
+def _turns_op(
+    op: Op[Any], sink: _Sink, bar: Progress, sid: uuid.UUID, opener: Sealer | None = None
+) -> Op[int]:
     """Run the streaming ``history`` operation inside this one, writing what it emits
-    (a chunk of turns at a time) to the sink; returns the number of turns written."""
+    (a chunk of turns at a time) to the sink, opened by ``opener`` when given (a
+    decrypting export); returns the number of turns written."""
     written = 0
 
     def write(turns: Sequence[Any]) -> Op[None]:
         nonlocal written
+        if opener is not None:
+            turns = yield from enc_turns.open_turns_op(opener, sid, list(turns))
         yield Call(sink.write, ([turn_line(t) for t in turns],))
         written += len(turns)
         bar.done(len(turns))
@@ -246,24 +261,39 @@ def _turns_op(op: Op[Any], sink: _Sink, bar: Progress) -> Op[int]:
     return written
 
 
-def _writer(kind: str, sink: _Sink, counts: Counts) -> Any:
-    """A pager's page handler: the rows' lines written, and counted."""
+def _writer(
+    kind: str,
+    sink: _Sink,
+    counts: Counts,
+    opened: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+) -> Any:
+    """A pager's page handler: the rows' lines written (each row ``opened`` first, when
+    given: a decrypting export), and counted."""
 
     def write(rows: Sequence[Any]) -> Op[None]:
+        if opened is not None:
+            rows = [opened(row) for row in rows]
         yield Call(sink.write, (record_lines(kind, rows),))
         counts.add(kind, len(rows))
 
     return write
 
 
-def _state_op(sid: uuid.UUID, sink: _Sink, counts: Counts) -> Op[None]:
-    """A session's checkpoints (seq order), runs and chunk summaries, a page at a time."""
+def _state_op(
+    sid: uuid.UUID, sink: _Sink, counts: Counts, opener: Sealer | None = None
+) -> Op[None]:
+    """A session's checkpoints (seq order), runs and chunk summaries, a page at a time;
+    their sealed values opened by ``opener`` when given (a decrypting export)."""
+    checkpoint = summary = None
+    if opener is not None:
+        checkpoint = functools.partial(sealing.open_checkpoint, opener, sid)
+        summary = functools.partial(sealing.open_summary_row, opener, sid)
     by_seq = {"sid": sid, "after": 0}
     yield from paged_op(
         "export_checkpoints",
         by_seq,
         lambda r: {"after": r["seq"]},
-        _writer("checkpoint", sink, counts),
+        _writer("checkpoint", sink, counts, checkpoint),
     )
     rows = yield Q(query("export_runs"), (sid,), named=True)
     if rows:
@@ -273,7 +303,7 @@ def _state_op(sid: uuid.UUID, sink: _Sink, counts: Counts) -> Op[None]:
         "export_summaries",
         by_chunk,
         lambda r: {"after": r["chunk_seq"]},
-        _writer("summary", sink, counts),
+        _writer("summary", sink, counts, summary),
     )
 
 
@@ -283,15 +313,22 @@ def _facts_op(
     sink: _Sink,
     counts: Counts,
     access: AccessReport | None,
+    sealer: Sealer | None,
+    decrypt: bool,
 ) -> Op[None]:
     """Every version of the facts of ``tenant`` and/or ``subject``, one snapshot (the
-    current ones noted in ``access``)."""
-    write = _writer("fact", sink, counts)
+    current ones noted in ``access``, their values opened when the store has ``sealer``);
+    the values opened by ``sealer`` in the file too when ``decrypt``."""
+    opened = None
+    if decrypt:
+        assert sealer is not None
+        opened = functools.partial(sealing.open_fact_row, sealer)
+    write = _writer("fact", sink, counts, opened)
 
     def each(rows: Sequence[Any]) -> Op[None]:
         yield from write(rows)
         if access is not None:
-            access.facts(rows)
+            access.facts(sealing.shown_fact_rows(sealer, rows))
 
     params: dict[str, Any] = {
         "tenant": tenant,
@@ -317,10 +354,11 @@ def _export_one_op(
     counts: Counts,
     written: Written,
     access: AccessReport | None,
+    opener: Sealer | None,
 ) -> Op[int]:
     """One session's lines, from one snapshot: the artifacts it references that the file
-    does not hold yet, its session line, turns, state, references and end line; returns
-    its turn count."""
+    does not hold yet, its session line, turns, state, references and end line (sealed
+    values opened by ``opener`` when given); returns its turn count."""
     yield Tx.BEGIN_SNAPSHOT
     info: SessionInfo = yield from history_ops.session(store, sid)
     if info.purged:
@@ -332,8 +370,8 @@ def _export_one_op(
     if state["fork_parent"] is not None:
         counts.add("fork")
     yield Call(sink.write, ([session_line(info, state, copies)],))
-    turns = yield from _turns_op(history_ops.stored_history(store, sid), sink, bar)
-    yield from _state_op(sid, sink, counts)
+    turns = yield from _turns_op(history_ops.stored_history(store, sid), sink, bar, sid, opener)
+    yield from _state_op(sid, sink, counts, opener)
     yield from export_refs_op(store, sid, written, sink.write)
     yield from export_links_op(sid, written, sink.write)
     end = line({"kind": "end", "session_id": str(sid), "turns": turns})
@@ -387,10 +425,14 @@ def export_line(
     tenant: str | None,
     subject: str | None,
     with_bytes: bool,
+    sealed: bool = False,
+    decrypted: bool = False,
 ) -> str:
     """The first line of a version 3 export: which export this is (``export_id``, what
-    ``import_jsonl(remap_ids=True)`` derives new ids from), when, of what, and whether
-    artifacts' bytes are in it."""
+    ``import_jsonl(remap_ids=True)`` derives new ids from), when, of what, whether
+    artifacts' bytes are in it, whether its values are sealed (written by a store with
+    ``encryption=``: an import needs the key store) or were decrypted (plaintext, though
+    the store encrypts them)."""
     doc = {
         "kind": "export",
         "format": FORMAT,
@@ -399,6 +441,8 @@ def export_line(
         "exported_at": datetime.now(UTC).isoformat(),
         "scope": {"session_ids": ids, "tenant_id": tenant, "subject_id": subject},
         "artifact_bytes": with_bytes,
+        "sealed": sealed,
+        "decrypted": decrypted,
     }
     return line(doc)
 
@@ -413,6 +457,7 @@ def export_sessions(
     progress: bool = False,
     no_artifact_bytes: bool = False,
     report: Any = None,
+    decrypt: bool = False,
 ) -> Op[ExportReport]:
     """Write sessions as JSONL (the format in :mod:`shardstore.importers.jsonl` and
     docs/portability.md) to ``out``, a text stream or a path (created or truncated): the
@@ -430,7 +475,15 @@ def export_sessions(
     ``report``: a path or text stream that gets a human-readable Markdown summary of what
     was exported (an access report, for ``subject_id``: every record kind counted, the
     rows each session table holds of the subject, the sessions and the current facts).
-    The returned :class:`ExportReport` counts every record kind written."""
+    The returned :class:`ExportReport` counts every record kind written.
+
+    Encryption at rest (a store connected with ``encryption=``): the file carries the
+    sealed values as stored (the export line says ``"sealed": true``; an import needs the
+    key store). ``decrypt=True`` writes them in plaintext instead, each opened where it is
+    stored as the store's readers open it (``"decrypted": true``; the file needs no key
+    store, and must be protected as the plaintext it is); ``ConfigurationError`` on a store
+    connected without ``encryption=``. The access report shows fact values opened whenever
+    the store has the key store, else says that they are sealed."""
     ids: list[uuid.UUID] | None = None
     if session_ids is not None:
         if tenant_id is not None or subject_id is not None:
@@ -445,18 +498,34 @@ def export_sessions(
     subject = validate.optional_text(subject_id, "subject_id")
     show = validate.flag(progress, "progress")
     with_bytes = not validate.flag(no_artifact_bytes, "no_artifact_bytes")
+    sealer = store.ctx.sealer
+    decrypting = validate.flag(decrypt, "decrypt")
+    if decrypting and sealer is None:
+        raise ConfigurationError(
+            "decrypt=True opens encrypted values: connect with encryption= and the key store "
+            "(shardstore.connect(dsn, encryption=LocalKeyProvider(path)))",
+            cli="--decrypt opens encrypted values: give the key store (--key-store PATH or "
+            "$SHARDSTORE_KEY_STORE)",
+        )
+    opener = sealer if decrypting else None
     sink = _Sink(out)
     access = None if report is None else AccessReport(report, tenant, subject, sink.path)
     bar = Progress(show, "exporting")
     sessions = turns = 0
     counts = Counts()
-    written = Written(with_bytes)
+    written = Written(with_bytes, encrypted=sealer is not None)
     export_id = uuid.uuid4()
     tally = Tally()
     try:
         yield Call(sink.open)
         header = export_line(
-            export_id, None if ids is None else len(ids), tenant, subject, with_bytes
+            export_id,
+            None if ids is None else len(ids),
+            tenant,
+            subject,
+            with_bytes,
+            sealed=sealer is not None and not decrypting,
+            decrypted=decrypting,
         )
         yield Call(sink.write, ([header],))
         before: SessionInfo | None = None
@@ -478,11 +547,11 @@ def export_sessions(
                     continue
                 for one in (yield from _lineage_first_op(sid, scope, early)):
                     turns += yield from _export_one_op(
-                        store, one, sink, bar, counts, written, access
+                        store, one, sink, bar, counts, written, access, opener
                     )
                     sessions += 1
         if ids is None:  # a tenant or subject scope: its facts too
-            yield from _facts_op(tenant, subject, sink, counts, access)
+            yield from _facts_op(tenant, subject, sink, counts, access, sealer, decrypting)
         if ids is None and tenant is not None:  # the tenant's references of no session
             yield Tx.BEGIN_SNAPSHOT
             yield from export_loose_refs_op(store, tenant, written, sink.write)
@@ -706,7 +775,9 @@ class _State:
         tenant: str,
         ids: IdMap,
         carried: dict[Any, Carried],
+        resealing: sealing.SessionResealer | None = None,
     ) -> None:
+        self.resealing = resealing
         self.old_sid = old_sid
         self.sid = sid
         self.tenant = tenant
@@ -771,9 +842,10 @@ class _State:
                 raise ImportRejected(f"{at}: idempotency key {key!r:.60} is used twice")
             self.keys.add(key)
         parent = doc.get("parent_id")
+        new_cid = self.remap.checkpoint(cid)
         params = {
             "sid": self.sid,
-            "id": self.remap.checkpoint(cid),
+            "id": new_cid,
             "turn": turn,
             "sub": _opt_int(doc.get("sub_step"), at, "sub_step", high=validate.MAX_INT32),
             "parent": None
@@ -788,6 +860,11 @@ class _State:
         }
         if doc.get("state") is None:
             raise ImportRejected(f"{at}: a checkpoint needs a state")
+        if self.resealing is not None:
+            for part, name in _CHECKPOINT_COLUMNS:
+                params[name] = self.resealing.checkpoint_part(
+                    part, doc.get(part), _opt_str(params[name]), cid, new_cid, at
+                )
         self.ids.add(cid)
         _stored((yield Q(query("import_checkpoint"), params, fetch="none", recover=_REFUSALS)), at)
 
@@ -838,7 +915,7 @@ class _State:
         last = _int(doc.get("last_turn_seq"), at, "last_turn_seq")
         if last < first or last >= self.head:
             raise ImportRejected(f"{at}: summary of turns {first}..{last} outside the session")
-        _int(doc.get("chunk_seq"), at, "chunk_seq")
+        old_chunk = _int(doc.get("chunk_seq"), at, "chunk_seq")
         _instant(doc.get("chunk_start"), at, "chunk_start")
         params = {
             "sid": self.sid,
@@ -853,6 +930,14 @@ class _State:
             ),
             "counted_by": _opt_text(doc, "counted_by", at),
         }
+        if self.resealing is not None:
+            chunk = yield Q(query("import_summary_chunk"), params, fetch="one")
+            if chunk is None:  # no chunk here holds exactly its turns: listed, as below
+                self.unmatched.append(at)
+                return False
+            params["summary"] = self.resealing.summary_text(
+                str(params["summary"]), old_chunk, int(chunk[0]), first, last, at
+            )
         row = _stored(
             (yield Q(query("import_summary"), params, fetch="one", recover=_REFUSALS)), at
         )
@@ -874,41 +959,36 @@ class _State:
             tally.skipped.append(Skipped(at, why))
 
 
+# a checkpoint line's sealed fields and the statement parameters they go to
+_CHECKPOINT_COLUMNS = (("state", "state"), ("tool_calls", "calls"), ("tool_results", "results"))
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def _object(value: Any, where: str, what: str) -> dict[str, Any]:
     if type(value) is not dict:
         raise ImportRejected(f"{where}: {what} must be an object")
     return value
 
 
-def _refuse_sealed_remap(doc: dict[str, Any], at: str, ids: IdMap) -> None:
-    """In a remapped import, refuse a line holding a sealed value (encryption at rest): its
-    ciphertext is bound to the session, checkpoint or fact id it was written for, so under
-    new ids nothing could open it again."""
-    if ids.active and any(_sealed(value) for value in doc.values()):
-        raise ImportRejected(
-            f"{at}: holds an encrypted value, bound to the ids it was written for: import it "
-            "without remapping, into a store with the same key store"
-        )
-
-
-def _sealed(value: Any) -> bool:
-    """Whether a record's field is a sealed value (stored as JSON or as its text)."""
-    if isinstance(value, str) and value.startswith('{"' + SEALED_MARK):
-        try:
-            value = jsoncodec.loads(value)
-        except ValueError:
-            return False
-    return is_sealed(value)
-
-
-def _fact_op(doc: dict[str, Any], at: str, ids: IdMap, tally: Tally) -> Op[bool]:
+def _fact_op(
+    doc: dict[str, Any],
+    at: str,
+    ids: IdMap,
+    tally: Tally,
+    resealer: sealing.Resealer | None = None,
+) -> Op[bool]:
     """One fact version, in a transaction of its own: True when written, False when its
     fact_id is there already. Its source session, when this database has it, must be of
     the fact's tenant. A current version whose subject and key have another current
     version here is refused, or, in a remapped import (which adds a copy beside existing
-    data), left out and listed in the report's ``skipped``."""
+    data), left out and listed in the report's ``skipped``. With ``resealer`` (a store
+    with ``encryption=``) the value is stored sealed for its id here."""
     tenant = _text(doc, "tenant_id", at)
-    fid = ids.fact(_uuid(doc.get("fact_id"), at, "fact_id"))
+    old_fid = _uuid(doc.get("fact_id"), at, "fact_id")
+    fid = ids.fact(old_fid)
     source = doc.get("source_session_id")
     src = None if source is None else ids.source_session(_uuid(source, at, "source_session_id"))
     seq = _opt_int(doc.get("source_turn_seq"), at, "source_turn_seq")
@@ -923,11 +1003,17 @@ def _fact_op(doc: dict[str, Any], at: str, ids: IdMap, tally: Tally) -> Op[bool]
     assert value is not None
     if len(value.encode("utf-8", "surrogatepass")) > validate.MAX_JSON_BYTES:
         raise ImportRejected(f"{at}: value is larger than {validate.MAX_JSON_BYTES} bytes")
+    subject = _text(doc, "subject", at)
+    key = _text(doc, "key", at, validate.MAX_KEY_CHARS)
+    if resealer is not None:
+        value = resealer.fact_text(
+            doc.get("value"), value, tenant, subject, key, old_fid, fid, f"{at}: the value"
+        )
     params = (
         tenant,
         fid,
-        _text(doc, "subject", at),
-        _text(doc, "key", at, validate.MAX_KEY_CHARS),
+        subject,
+        key,
         value,
         None if confidence is None else _number(confidence, at, "confidence", 0.0, 1.0),
         src,
@@ -990,6 +1076,14 @@ def _loose_ref_op(
         tally.skipped.append(Skipped(at, why))
 
 
+def _inherits(head: _Head, seq: int) -> bool:
+    """Whether turn ``seq`` of the file's session may have been sealed by another session
+    of its lineage: inherited from its fork parent, or copied into it."""
+    if head.fork is not None and seq <= head.fork[1]:
+        return True
+    return any(copy.first <= seq <= copy.last for copy in head.copies)
+
+
 def _skip_session_op(reader: _Reader, head: _Head, where: str) -> Op[None]:
     """Read past a session's lines up to its end line."""
     while True:
@@ -1015,14 +1109,27 @@ def _session_op(
     ids: IdMap,
     carried: dict[Any, Carried],
     pending: list[Pending],
+    resealer: sealing.Resealer | None = None,
 ) -> Op[None]:
     """One session: created and filled in one transaction, or skipped / refused. In a
     remapped import a session already there is this import's own from an earlier run
     (its id derives from the import id), complete: counted as unchanged. A fork whose
-    parent is here is made a fork again (:mod:`.lineage`)."""
+    parent is here is made a fork again (:mod:`.lineage`). With ``resealer`` (a store with
+    ``encryption=``) every turn, checkpoint and summary is stored sealed for its place
+    here; without, a line holding a sealed value raises ``EncryptionRequired``."""
     ctx = store.ctx
     old_sid = head.session_id
     sid = ids.session(old_sid)
+    resealing = None
+    if resealer is not None:
+        resealing = sealing.SessionResealer(
+            resealer,
+            head.tenant,
+            head.subject,
+            old_sid,
+            sid,
+            functools.partial(_inherits, head),
+        )
     yield Tx.BEGIN
     owners = (head.tenant, head.subject, head.agent)
     status, lineage = yield from fork_op(
@@ -1053,7 +1160,7 @@ def _session_op(
         return
     artifacts = yield from store_artifacts_op(store, pending)
     batch = Batch()
-    state = _State(old_sid, sid, head.tenant, ids, carried)
+    state = _State(old_sid, sid, head.tenant, ids, carried, resealing)
     places: list[str] = []
     cuts = breaks(head.copies)
     first: int | None = None
@@ -1091,7 +1198,8 @@ def _session_op(
         number, doc = item
         at = f"line {number}"
         kind = doc["kind"]
-        _refuse_sealed_remap(doc, at, ids)
+        if resealing is None:
+            sealing.refuse_sealed_line(doc, at)
         if kind in STATE_KINDS and head.version >= 2:
             if not state.started:  # the turns are over: the last batch goes in first
                 yield from turns_done_op()
@@ -1118,7 +1226,12 @@ def _session_op(
             if seq in cuts:
                 yield from flush_op()
                 yield from seal_op(sid)
-            batch.add(ctx, doc.get("message"), at, key, doc.get("tokens"))
+            message = doc.get("message")
+            seal = None
+            if resealing is not None:
+                message = resealing.turn_message(message, seq, at)
+                seal = resealing.turn_sealer(seq)
+            batch.add(ctx, message, at, key, doc.get("tokens"), seal)
             batch.times.append(created)
             places.append(at)
             if len(batch) >= reader.batch:
@@ -1202,7 +1315,18 @@ def import_jsonl(
     ``export_id`` of the file's export line; ``InvalidInput`` for a file without one), so
     the same import re-run (after a crash, say) finds its sessions there and writes
     nothing twice (they count as ``unchanged``). ``progress`` draws a bar of turns on
-    stderr. The report counts every record kind written."""
+    stderr. The report counts every record kind written.
+
+    Encryption at rest (:mod:`.sealing`): a store connected with ``encryption=`` stores
+    every turn, checkpoint state and tool calls/results, summary and fact value sealed for
+    its place here, whether the file holds it in plaintext or sealed (then opened first,
+    for its ids in the file, with this store's key store, and only under a data key of the
+    record's tenant); a sealed value whose key this key store lacks raises ``KeyShredded``,
+    one that does not authenticate where the file puts it ``DecryptionFailed``, each naming
+    its line, with nothing of its session (or fact version) written, and skipped with
+    ``on_error="skip"``. A store connected without ``encryption=`` raises
+    ``EncryptionRequired`` for a file holding sealed values (at its export line when that
+    says so, before anything is written), whatever ``on_error`` says."""
     if on_existing not in ON_EXISTING:
         raise InvalidInput(
             f"on_existing must be 'refuse' or 'skip', not {validate.shown(on_existing)}"
@@ -1222,6 +1346,7 @@ def import_jsonl(
     lines = _Lines(source, 2 * store.ctx.settings.chunk_max_bytes + _LINE_SLACK)
     reader = _Reader(lines, size)
     tally = Tally()
+    resealer = None if store.ctx.sealer is None else sealing.Resealer(store.ctx.sealer)
     bar = Progress(show, "importing")
     partitions = Partitions()
     export_id: str | None = None
@@ -1239,6 +1364,8 @@ def import_jsonl(
             kind = doc["kind"]
             if kind == "export":  # several exports concatenated: each part maps by its own
                 export_id = _export_head(doc, where)
+                if resealer is None:
+                    sealing.refuse_sealed_export(doc, where)
                 if ids is not None and ids.active and given_id is None:
                     ids.import_id = export_id
                 continue
@@ -1250,14 +1377,14 @@ def import_jsonl(
                     "(each session starts with its session line)"
                 )
             if kind == "fact":
+                if resealer is None:
+                    sealing.refuse_sealed_line(doc, where)
                 try:
-                    _refuse_sealed_remap(doc, where, ids)
-                except ImportRejected as exc:  # one line, listed like a refused session
-                    if on_error == "raise":
+                    yield Try(_fact_op(doc, where, ids, tally, resealer))
+                except DecryptionFailed as exc:  # one line, listed like a refused session
+                    if on_error == "raise" or isinstance(exc, EncryptionRequired):
                         raise
                     tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
-                    continue
-                yield from _fact_op(doc, where, ids, tally)
                 continue
             try:
                 if kind == "artifact":
@@ -1282,10 +1409,11 @@ def import_jsonl(
                         ids,
                         carried,
                         pending,
+                        resealer,
                     )
                 )
-            except ImportRejected as exc:
-                if on_error == "raise":
+            except (ImportRejected, DecryptionFailed) as exc:
+                if on_error == "raise" or isinstance(exc, EncryptionRequired):
                     raise
                 discard(pending)  # the refused session's artifacts go with it
                 tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,7 +29,15 @@ from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q
 from ..encryption.envelope import is_sealed
-from ..errors import ImportRejected, InvalidInput, SessionConflict, SessionPurged
+from ..encryption.turns import seal_batch, session_scope
+from ..errors import (
+    Conflict,
+    ImportRejected,
+    InvalidInput,
+    SessionConflict,
+    SessionNotFound,
+    SessionPurged,
+)
 from ..history.ops import create_session_op, ensure_partitions_op, fold_sealed_op
 from .report import Progress
 
@@ -61,6 +69,7 @@ class Batch:
         where: str,
         key: str | None = None,
         claimed: Any = None,
+        seal: Callable[[str], str] | None = None,
     ) -> None:
         """Check and encode ``message`` as an append would; ``ImportRejected`` naming
         ``where`` for a message shardstore cannot store as it is. ``claimed``: the token
@@ -69,7 +78,9 @@ class Batch:
         keys); anything else gets this store's count, so chunk budgets hold within their
         token margin whatever a file claims. An encrypted message (a sealed value, as an
         export of a store with ``encryption=`` carries it) is stored as it is, with the
-        token count the file records for its plaintext."""
+        token count the file records for its plaintext. ``seal``: what seals a plaintext
+        message's encoded text for its place (an import into a store with ``encryption=``),
+        applied once it is counted; the cap applies to what is stored."""
         sealed = is_sealed(message)
         if sealed:  # encryption at rest: stored as it came, its plaintext's count kept
             if type(claimed) is not int or not 0 <= claimed <= validate.MAX_INT32:
@@ -95,6 +106,16 @@ class Batch:
             tokens = ctx.counter.count(text)
             if type(claimed) is int and abs(claimed - tokens) <= tokens // 10 + 4:
                 tokens = max(claimed, 0)
+            if seal is not None:
+                text = seal(text)
+                size = len(text.encode("utf-8"))
+                if size > limit:
+                    raise ImportRejected(
+                        f"{where}: the message is {size} bytes once encrypted; the per-turn "
+                        f"cap is {limit} bytes (chunk_max_bytes)"
+                    )
+                self.texts[-1] = text
+                self.sizes[-1] = size
         self.tokens.append(tokens)
         self.keys.append(key)
 
@@ -142,25 +163,64 @@ def _array(texts: Sequence[str]) -> str:
 
 def append_op(ctx: Context, sid: uuid.UUID, batch: Batch) -> Op[None]:
     """Append the batch at the session's head (``append_v2``: one statement, stamped now)
-    and fold what it sealed, in the caller's transaction."""
+    and fold what it sealed, in the caller's transaction. A store with ``encryption=``
+    seals each turn for the seq it gets (:func:`_sealed_texts_op`), as an append does."""
     if not batch:
         return
+    texts, sizes = batch.texts, batch.sizes
+    expected: list[int | None] | None = None
+    if ctx.sealer is not None:
+        texts, sizes, expected = yield from _sealed_texts_op(ctx, sid, batch)
     # keeping nothing: the fold below runs in the import's transaction, where a kept chunk's
     # dead rows would be walked by every later fold of the session
     # (docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md)
     keep = 0
     params = (
         sid,
-        _array(batch.texts),
+        _array(texts),
         batch.tokens,
-        batch.sizes,
+        sizes,
         batch.keys,
         *_chunking(ctx),
         keep,
     )
     rows = yield Q(query("append"), params, named=True)
+    if expected is not None:
+        for row, seq in zip(rows, expected, strict=True):
+            if seq is not None and int(row["turn_seq"]) != seq:  # never while the lock holds
+                raise Conflict(
+                    f"session {sid} was appended to while an encrypted import sealed its "
+                    "turns; nothing of the session was written, run the import again"
+                )
     if any(r["sealed"] for r in rows):
         yield from fold_sealed_op(sid)
+
+
+def _sealed_texts_op(
+    ctx: Context, sid: uuid.UUID, batch: Batch
+) -> Op[tuple[list[str], list[int], list[int | None]]]:
+    """The batch's texts sealed for the seqs the session's head gives them, their stored
+    sizes, and those seqs (None for a turn whose idempotency key the session knows). The
+    head statement locks the session row until the caller's transaction ends, so no other
+    append moves the head before this batch's append."""
+    sealer = ctx.sealer
+    assert sealer is not None
+    head = yield Q(query("sealed_append_head"), {"sid": sid, "keys": batch.keys}, named=True)
+    if not head:
+        raise SessionNotFound(f"session {sid} does not exist")
+    owners = head[0]
+    key = sealer.keys.key_for(session_scope(owners["tenant_id"], owners["subject_id"], sid))
+    assert key is not None
+    texts, expected = seal_batch(sealer, key, sid, owners, batch.texts, batch.keys)
+    sizes = [len(text.encode("utf-8")) for text in texts]
+    limit = ctx.settings.chunk_max_bytes
+    for i, size in enumerate(sizes):
+        if size > limit:
+            raise ImportRejected(
+                f"message {i} of a batch is {size} bytes once encrypted; the per-turn cap is "
+                f"{limit} bytes (chunk_max_bytes)"
+            )
+    return texts, sizes, expected
 
 
 def append_batch_op(ctx: Context, sid: uuid.UUID, batch: Batch, bar: Progress) -> Op[None]:

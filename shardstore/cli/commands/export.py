@@ -1,8 +1,10 @@
 """``shardstore export (SESSION_ID... | --tenant T | --subject S) [-o FILE]
-[--no-artifact-bytes] [--report FILE.md | --report -]``: sessions, their state, artifacts
-and facts as JSONL (the format of :mod:`shardstore.importers.jsonl`, docs/portability.md),
-for ``shardstore import jsonl``; ``--report`` adds a Markdown summary (for ``--subject``, an
-access report). ``export --all -o DIR``: every tenant, a file each, and a manifest."""
+[--no-artifact-bytes] [--report FILE.md | --report -] [--decrypt]``: sessions, their state,
+artifacts and facts as JSONL (the format of :mod:`shardstore.importers.jsonl`,
+docs/portability.md), for ``shardstore import jsonl``; ``--report`` adds a Markdown summary
+(for ``--subject``, an access report). ``export --all -o DIR``: every tenant, a file each,
+and a manifest. With encryption at rest the file carries the sealed values; ``--decrypt``
+(which needs the key store) writes their plaintext, with a warning on stderr."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def cmd_export(run: Runner) -> int:
     to_stdout = a.output in (None, "-")
     out = sys.stdout if to_stdout else a.output
     printed = io.StringIO() if a.report == "-" else None
+    _need_keys(run)
     with run.connect() as store:
         report = store.export_sessions(
             a.session_ids or None,
@@ -38,7 +41,9 @@ def cmd_export(run: Runner) -> int:
             progress=not a.quiet and run.err.isatty(),
             no_artifact_bytes=a.no_artifact_bytes,
             report=printed if printed is not None else a.report,
+            decrypt=a.decrypt,
         )
+    _warn_plaintext(run, "stdout" if to_stdout else printable(a.output))
     summary = run.err if to_stdout else run.out
     if printed is not None:  # the Markdown report, where the summary goes
         print(printed.getvalue(), end="", file=summary)
@@ -57,6 +62,25 @@ def cmd_export(run: Runner) -> int:
 
 
 _LIST_PAGE = 1000
+
+
+def _need_keys(run: Runner) -> None:
+    """--decrypt without a key store: refused before anything is written."""
+    if run.args.decrypt and run.key_store is None:
+        raise UsageError(
+            "--decrypt opens encrypted values: give the key store (--key-store PATH or "
+            "$SHARDSTORE_KEY_STORE)"
+        )
+
+
+def _warn_plaintext(run: Runner, where: str) -> None:
+    """One line on stderr after a --decrypt export: what it wrote is plaintext."""
+    if run.args.decrypt:
+        print(
+            f"warning: {where} holds the plaintext of encrypted values (--decrypt): protect "
+            "it as the data itself, and delete it when done",
+            file=run.err,
+        )
 
 
 def _tenants(store: Any) -> list[str]:
@@ -95,6 +119,7 @@ def _export_all(run: Runner) -> int:
         raise UsageError(f"cannot use {printable(a.output)} as the directory: {exc}") from None
     entries: list[dict[str, Any]] = []
     sessions = turns = 0
+    _need_keys(run)
     with run.connect() as store:
         for number, tenant in enumerate(_tenants(store), 1):
             name = directory.tenant_file(number)
@@ -103,11 +128,13 @@ def _export_all(run: Runner) -> int:
                 out=os.path.join(a.output, name),
                 progress=not a.quiet and run.err.isatty(),
                 no_artifact_bytes=a.no_artifact_bytes,
+                decrypt=a.decrypt,
             )
             entries.append({"tenant_id": tenant, "file": name, **report.to_json()})
             sessions += report.sessions
             turns += report.turns
     directory.write_manifest(a.output, entries)
+    _warn_plaintext(run, printable(a.output))
     if run.json:
         run.emit(
             {"directory": a.output, "tenants": len(entries), "sessions": sessions, "turns": turns}
@@ -142,6 +169,13 @@ def register(commands: Commands) -> None:
         "access report of everything held about the subject); - prints it",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--decrypt",
+        action="store_true",
+        help="encryption at rest: write the plaintext of encrypted values (needs the key "
+        "store; the file then needs none to import, and holds the data in clear); without "
+        "it the file carries them encrypted",
+    )
     p.add_argument(
         "--all",
         action="store_true",

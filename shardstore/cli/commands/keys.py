@@ -1,19 +1,18 @@
-"""``shardstore keys``: key rotation for encryption at rest.
+"""``shardstore keys``: key rotation for encryption at rest. The key store is the global
+one (``--key-store PATH`` / ``$SHARDSTORE_KEY_STORE``, its KEK ``--kek-file`` /
+``$SHARDSTORE_KEK_FILE``).
 
-    shardstore keys rotate-kek --key-store P --new-key-file F [--key-file OLD]
-    shardstore keys rotate --key-store P (--tenant T --subject S | --session ID) [--batch-size N]
+    shardstore --key-store P [--kek-file OLD] keys rotate-kek --new-key-file F
+    shardstore --key-store P keys rotate (--tenant T --subject S | --session ID) [--batch-size N]
 
 ``rotate-kek`` rewraps every data key of the key store under the key-encryption key in F
 (created if absent) and rewrites no database row (it needs no database); after a crash, run
-it again with the same files: it finishes. Use F as ``--key-file`` from then on. ``rotate``
+it again with the same files: it finishes. Use F as ``--kek-file`` from then on. ``rotate``
 gives one subject (or one session without a subject) a new data key, re-seals its values
 under it while the store stays in use, and shreds the old key.
 """
 
 from __future__ import annotations
-
-import argparse
-import os
 
 from ...encryption import LocalKeyProvider
 from ...encryption.rotation import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
@@ -21,21 +20,6 @@ from ...errors import ConfigurationError
 from ..app import Commands, Runner
 from ..args import UsageError, positive_int
 from ..output import kv, num, printable
-
-
-def _key_store_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--key-store",
-        metavar="PATH",
-        default=os.environ.get("SHARDSTORE_KEY_STORE"),
-        help="the local key store (default: $SHARDSTORE_KEY_STORE)",
-    )
-    p.add_argument(
-        "--key-file",
-        metavar="PATH",
-        default=None,
-        help="the key-encryption key file (default: $SHARDSTORE_KEK, else PATH/kek)",
-    )
 
 
 def register(commands: Commands) -> None:
@@ -48,7 +32,6 @@ def register(commands: Commands) -> None:
         "rotate-kek",
         "rewrap every data key under a new key-encryption key (no database row changes)",
     )
-    _key_store_options(p)
     p.add_argument(
         "--new-key-file",
         metavar="PATH",
@@ -60,7 +43,6 @@ def register(commands: Commands) -> None:
         "a new data key for a subject or a session without one: its values re-sealed, "
         "the old key shredded",
     )
-    _key_store_options(p)
     p.add_argument("--tenant", help="the subject's tenant (with --subject)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--subject", help="the data subject whose key to rotate")
@@ -75,17 +57,21 @@ def register(commands: Commands) -> None:
     )
 
 
-def _key_store(args: argparse.Namespace) -> LocalKeyProvider:
-    if not args.key_store:
-        raise ConfigurationError("keys needs --key-store PATH (or $SHARDSTORE_KEY_STORE)")
-    return LocalKeyProvider(args.key_store, key_file=args.key_file)
+def _key_store(run: Runner) -> LocalKeyProvider:
+    keys = run.encryption()
+    if keys is None:
+        raise ConfigurationError(
+            "keys needs the key store: --key-store PATH (or $SHARDSTORE_KEY_STORE)"
+        )
+    assert isinstance(keys, LocalKeyProvider)
+    return keys
 
 
 def cmd_keys(run: Runner) -> int:
     """Run one form and print what it did; 0 when it ran."""
     args = run.args
     if args.keys_action == "rotate-kek":
-        report = _key_store(args).rotate_kek(args.new_key_file)
+        report = _key_store(run).rotate_kek(args.new_key_file)
         if run.json:
             run.emit(report.to_dict())
             return 0
@@ -103,7 +89,7 @@ def cmd_keys(run: Runner) -> int:
         raise UsageError("keys rotate --subject needs --tenant")
     if args.session is not None and args.tenant:
         raise UsageError("keys rotate --session takes no --tenant (the session names it)")
-    keys = _key_store(args)
+    keys = _key_store(run)
     with run.connect(encryption=keys) as store:
         if args.subject is not None:
             result = store.rotate_data_key(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ...core.connector import resolve_dsn
 from ..app import EXIT_OK, Commands, Runner
@@ -45,7 +46,10 @@ def cmd_mcp(run: Runner) -> int:
     from ...integrations import mcp_server
 
     args = run.args
-    settings = {"connect_timeout": args.connect_timeout}
+    settings: dict[str, Any] = {"connect_timeout": args.connect_timeout}
+    keys = run.encryption()  # the key store named for every command, if any
+    if keys is not None:
+        settings["encryption"] = keys
     if args.http is None:
         if args.tokens is not None:
             raise UsageError("--tokens is for --http (stdio serves the one --tenant)")

@@ -16,12 +16,10 @@ TIME is an ISO 8601 date or time (UTC unless it names a zone) or an age such as 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import datetime
 from typing import Any
 
-from ...encryption import LocalKeyProvider
 from ...errors import ConfigurationError
 from ...lifecycle.purge import DEFAULT_BATCH_SIZE, PurgeReport
 from ..app import Commands, Runner
@@ -104,19 +102,8 @@ def _shred_options(p: argparse.ArgumentParser, whose: str) -> None:
         "--shred",
         action="store_true",
         help=f"first destroy {whose} (encryption at rest): every backup taken before holds "
-        "only ciphertext nobody can open; needs --key-store",
-    )
-    p.add_argument(
-        "--key-store",
-        metavar="PATH",
-        default=os.environ.get("SHARDSTORE_KEY_STORE"),
-        help="the local key store (default: $SHARDSTORE_KEY_STORE)",
-    )
-    p.add_argument(
-        "--key-file",
-        metavar="PATH",
-        default=None,
-        help="the key-encryption key file (default: $SHARDSTORE_KEK, else PATH/kek)",
+        "only ciphertext nobody can open; needs the key store (the global --key-store PATH, "
+        "or $SHARDSTORE_KEY_STORE)",
     )
 
 
@@ -165,13 +152,11 @@ def cmd_purge(run: Runner) -> int:
     progress = getattr(args, "progress", None)
     show = run.err.isatty() if progress is None else bool(progress)
     common: dict[str, Any] = {"dry_run": args.dry_run, "vacuum": args.vacuum}
-    connect: dict[str, Any] = {}
     if kind in ("session", "subject", "tenant") and args.shred:
-        if not args.key_store:
+        if run.key_store is None:
             raise ConfigurationError("--shred needs --key-store PATH (or $SHARDSTORE_KEY_STORE)")
-        connect["encryption"] = LocalKeyProvider(args.key_store, key_file=args.key_file)
         common["shred"] = True
-    with run.connect(**connect) as store:
+    with run.connect() as store:
         if kind == "session":
             report = store.purge_session(args.session_id, **common)
         elif kind == "subject":

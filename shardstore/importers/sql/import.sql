@@ -292,3 +292,10 @@ SELECT 1 AS found FROM shardstore.artifacts
 UPDATE shardstore.sessions
    SET open_chunk_seq = open_chunk_seq + 1, open_turns = 0, open_tokens = 0, open_bytes = 0
  WHERE session_id = %s AND open_turns > 0;
+
+-- name: import_summary_chunk
+-- the chunk import_summary stores a summary on (an encrypted store seals the summary for it)
+SELECT h.chunk_seq FROM shardstore.agent_history h
+ WHERE h.session_id = %(sid)s AND h.first_turn_seq = %(first)s
+   AND h.first_turn_seq + h.turn_count - 1 = %(last)s
+ LIMIT 1;
