@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -43,6 +42,11 @@ from typing import Any
 
 from ..errors import ConfigurationError, Conflict, DecryptionFailed, InvalidInput, KeyShredded
 from .provider import KeyProvider, aead
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: shreds, rotations and rewraps exclude each other in-process only
+    fcntl = None  # type: ignore[assignment]
 
 DATA_KEY_BYTES = 32
 FORMAT_VERSION = 1
@@ -255,7 +259,8 @@ class KeyStore:
         with self._lock:
             fd = os.open(self._keys_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
                 os.close(fd)
@@ -268,7 +273,8 @@ class KeyStore:
         fd = os.open(self._keys_dir / f"{scope.file_stem}.rotating", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise Conflict(
                     "the data key of this subject or session is being rotated already; "

@@ -19,6 +19,7 @@ from shardstore.encryption import LocalKeyProvider, Scope
 from shardstore.errors import (
     AccessDenied,
     ConfigurationError,
+    Conflict,
     DecryptionFailed,
     InvalidInput,
     KeyShredded,
@@ -242,6 +243,9 @@ def test_hostile_arguments_are_typed_errors_and_change_nothing(
             enc_store.rotate_data_key(**kwargs)
     with pytest.raises(ConfigurationError):
         plain_store.rotate_data_key(tenant_id="bad-t", subject_id="fay")
+    # a rotation of the same scope in progress (here: its lock held) refuses a second one
+    with keys.rotating(scope), pytest.raises(Conflict):
+        enc_store.rotate_data_key(tenant_id="bad-t", subject_id="fay")
     assert keys.key_for(scope, create=False).kid == kid  # type: ignore[union-attr]
     assert keys.retired(scope) == []
     # a subject-less session's own key rotates by session id
