@@ -440,6 +440,7 @@ def test_the_keys_commands(
         "ola",
     )
     assert rc == 0, err
+    assert "re-sealed" in out and "shredded" in out and "new key" in out
     for argv in (
         ["keys", "rotate", *store_args, "--subject", "ola"],  # no tenant
         ["keys", "rotate", *store_args, "--session", str(sid), "--tenant", "cli-t"],
