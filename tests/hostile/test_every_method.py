@@ -236,6 +236,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
             progress=False,
             no_artifact_bytes=False,
             report=None,
+            decrypt=False,
         ),
         "fact_history": dict(tenant_id=tenant, subject="u", key="k"),
         "flush": dict(session_id=sid),
