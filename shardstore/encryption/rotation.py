@@ -162,57 +162,71 @@ class _Scan:
             "langgraph_writes": 0,
         }
 
-    def turn(self, sid: uuid.UUID, seq: int, raw: str) -> tuple[str, str]:
+    def resealed(
+        self, raw: str, kind: str, origin: str | None, sid: uuid.UUID, position: str, where: str
+    ) -> str:
+        """The stored text ``raw`` (sealed under an older version) re-sealed under the new
+        key for the same place; ``origin`` None: the session the value names, else ``sid``."""
         value = json.loads(raw)
-        where = f"turn {seq} of session {sid}"
-        sealed = _resealed(
-            self.sealer, self.new, value, TURN_KIND, _origin(value, sid), str(seq), where
-        )
-        return raw, _dump(sealed)
+        writer = _origin(value, sid) if origin is None else origin
+        return _dump(_resealed(self.sealer, self.new, value, kind, writer, position, where))
 
-    # each finder pass returns how many values it found (0: none left in that table)
+    def turn(self, sid: uuid.UUID, seq: int, raw: str) -> str:
+        return self.resealed(raw, TURN_KIND, None, sid, str(seq), f"turn {seq} of session {sid}")
 
-    def buffered_op(self, sid: uuid.UUID) -> Op[int]:
-        found, after = 0, -1
+    def _paged_op(
+        self,
+        finder: str,
+        params: dict[str, Any],
+        reseal: Callable[[list[Any]], Op[None]],
+        cursor: Callable[[Any], dict[str, Any]],
+    ) -> Op[int]:
+        """Page through ``finder``'s rows (values still under an older version), ``reseal``
+        each page, then move ``cursor`` past its last row; returns the rows found (0: none
+        left in that table)."""
+        found = 0
         while True:
-            rows = yield _named(
-                "rotation_buffered_turns",
-                {"sid": sid, "after": after, "kids": self.kids, "n": self.size},
-            )
+            rows = yield _named(finder, {**params, "n": self.size})
             if not rows:
                 return found
             found += len(rows)
-            pairs = [self.turn(sid, int(r["turn_seq"]), r["value"]) for r in rows]
+            yield from reseal(rows)
+            if len(rows) < self.size:
+                return found
+            params = {**params, **cursor(rows[-1])}
+
+    def buffered_op(self, sid: uuid.UUID) -> Op[int]:
+        def reseal(rows: list[Any]) -> Op[None]:
+            seqs = [int(r["turn_seq"]) for r in rows]
             done = yield Q(
                 query("rotation_reseal_buffered_turns"),
                 {
                     "sid": sid,
-                    "seqs": [int(r["turn_seq"]) for r in rows],
-                    "olds": [old for old, _new in pairs],
-                    "news": [new for _old, new in pairs],
+                    "seqs": seqs,
+                    "olds": [r["value"] for r in rows],
+                    "news": [
+                        self.turn(sid, seq, r["value"]) for seq, r in zip(seqs, rows, strict=True)
+                    ],
                 },
             )
             self.counts["turns"] += len(done)
-            after = int(rows[-1]["turn_seq"])
-            if len(rows) < self.size:
-                return found
+
+        return (
+            yield from self._paged_op(
+                "rotation_buffered_turns",
+                {"sid": sid, "after": -1, "kids": self.kids},
+                reseal,
+                lambda last: {"after": int(last["turn_seq"])},
+            )
+        )
 
     def chunks_op(self, sid: uuid.UUID) -> Op[int]:
-        found, chunk, after = 0, -1, -1
-        while True:
-            rows = yield _named(
-                "rotation_chunk_turns",
-                {"sid": sid, "chunk": chunk, "after": after, "kids": self.kids, "n": self.size},
-            )
-            if not rows:
-                return found
-            found += len(rows)
+        def reseal(rows: list[Any]) -> Op[None]:
             by_chunk: dict[tuple[int, Any], list[tuple[int, str, str]]] = {}
             for r in rows:
                 seq = int(r["turn_seq"])
-                old, new = self.turn(sid, seq, r["value"])
                 by_chunk.setdefault((int(r["chunk_seq"]), r["chunk_start"]), []).append(
-                    (seq, old, new)
+                    (seq, r["value"], self.turn(sid, seq, r["value"]))
                 )
             yield Tx.BEGIN
             for (chunk_seq, start), turns in by_chunk.items():
@@ -230,139 +244,108 @@ class _Scan:
                 )
                 self.counts["turns"] += 0 if swapped is None else int(swapped[1])
             yield Tx.COMMIT
-            chunk, after = int(rows[-1]["chunk_seq"]), int(rows[-1]["turn_seq"])
-            if len(rows) < self.size:
-                return found
+
+        return (
+            yield from self._paged_op(
+                "rotation_chunk_turns",
+                {"sid": sid, "chunk": -1, "after": -1, "kids": self.kids},
+                reseal,
+                lambda last: {"chunk": int(last["chunk_seq"]), "after": int(last["turn_seq"])},
+            )
+        )
 
     def checkpoints_op(self, sid: uuid.UUID) -> Op[int]:
-        found, after = 0, uuid.UUID(int=0)
-        while True:
-            rows = yield _named(
-                "rotation_checkpoints",
-                {"sid": sid, "after": after, "kids": self.kids, "n": self.size},
-            )
-            if not rows:
-                return found
-            found += len(rows)
-            cols: dict[str, list[Any]] = {
-                name: []
-                for name in (
-                    "ids",
-                    "old_states",
-                    "new_states",
-                    "old_calls",
-                    "new_calls",
-                    "old_results",
-                    "new_results",
-                )
-            }
-            for r in rows:
-                cid = r["checkpoint_id"]
-                cols["ids"].append(cid)
-                for part, old_col, new_col in (
-                    ("state", "old_states", "new_states"),
-                    ("tool_calls", "old_calls", "new_calls"),
-                    ("tool_results", "old_results", "new_results"),
-                ):
-                    raw = r[part]
-                    cols[old_col].append(raw)
-                    value = None if raw is None else json.loads(raw)
-                    if value is None or not is_sealed(value) or value["k"] not in self.kids:
-                        cols[new_col].append(raw)
-                        continue
-                    where = f"the {part} of checkpoint {cid} of session {sid}"
-                    sealed = _resealed(
-                        self.sealer,
-                        self.new,
-                        value,
-                        CHECKPOINT_KINDS[part],
-                        _origin(value, sid),
-                        str(cid),
-                        where,
-                    )
-                    cols[new_col].append(_dump(sealed))
+        parts = (
+            ("state", "old_states", "new_states"),
+            ("tool_calls", "old_calls", "new_calls"),
+            ("tool_results", "old_results", "new_results"),
+        )
+
+        def reseal(rows: list[Any]) -> Op[None]:
+            cols: dict[str, list[Any]] = {"ids": [r["checkpoint_id"] for r in rows]}
+            for part, old_col, new_col in parts:
+                cols[old_col] = [r[part] for r in rows]
+                cols[new_col] = [
+                    self._checkpoint_part(sid, r["checkpoint_id"], part, r[part]) for r in rows
+                ]
             done = yield Q(query("rotation_reseal_checkpoints"), {"sid": sid, **cols})
             self.counts["checkpoints"] += len(done)
-            after = rows[-1]["checkpoint_id"]
-            if len(rows) < self.size:
-                return found
+
+        return (
+            yield from self._paged_op(
+                "rotation_checkpoints",
+                {"sid": sid, "after": uuid.UUID(int=0), "kids": self.kids},
+                reseal,
+                lambda last: {"after": last["checkpoint_id"]},
+            )
+        )
+
+    def _checkpoint_part(self, sid: uuid.UUID, cid: Any, part: str, raw: str | None) -> Any:
+        """A checkpoint column re-sealed; as stored when it is empty, not sealed, or sealed
+        under a key this rotation does not replace."""
+        if raw is None:
+            return None
+        value = json.loads(raw)
+        if value is None or not is_sealed(value) or value["k"] not in self.kids:
+            return raw
+        where = f"the {part} of checkpoint {cid} of session {sid}"
+        return self.resealed(raw, CHECKPOINT_KINDS[part], None, sid, str(cid), where)
 
     def summaries_op(self, sid: uuid.UUID) -> Op[int]:
-        found, after = 0, -1
-        patterns = [f'%"k":"{kid}"%' for kid in self.kids]
-        while True:
-            rows = yield _named(
-                "rotation_summaries",
-                {"sid": sid, "after": after, "patterns": patterns, "n": self.size},
-            )
-            if not rows:
-                return found
-            found += len(rows)
-            olds, news = [], []
-            for r in rows:
-                value = json.loads(r["value"])
-                position = f"{r['chunk_seq']}/{r['first_turn_seq']}-{r['last_turn_seq']}"
-                where = f"the summary of chunk {r['chunk_seq']} of session {sid}"
-                sealed = _resealed(
-                    self.sealer, self.new, value, SUMMARY_KIND, str(sid), position, where
+        def reseal(rows: list[Any]) -> Op[None]:
+            news = [
+                self.resealed(
+                    r["value"],
+                    SUMMARY_KIND,
+                    str(sid),
+                    sid,
+                    f"{r['chunk_seq']}/{r['first_turn_seq']}-{r['last_turn_seq']}",
+                    f"the summary of chunk {r['chunk_seq']} of session {sid}",
                 )
-                olds.append(r["value"])
-                news.append(_dump(sealed))
+                for r in rows
+            ]
             done = yield Q(
                 query("rotation_reseal_summaries"),
                 {
                     "sid": sid,
                     "seqs": [int(r["chunk_seq"]) for r in rows],
-                    "olds": olds,
+                    "olds": [r["value"] for r in rows],
                     "news": news,
                 },
             )
             self.counts["summaries"] += len(done)
-            after = int(rows[-1]["chunk_seq"])
-            if len(rows) < self.size:
-                return found
+
+        patterns = [f'%"k":"{kid}"%' for kid in self.kids]
+        return (
+            yield from self._paged_op(
+                "rotation_summaries",
+                {"sid": sid, "after": -1, "patterns": patterns},
+                reseal,
+                lambda last: {"after": int(last["chunk_seq"])},
+            )
+        )
 
     def langgraph_writes_op(self, sid: uuid.UUID) -> Op[int]:
-        found = 0
-        after: tuple[str, str, str, int] = ("", "", "", -1)
-        patterns = [f'%"k":"{kid}"%'.encode("ascii") for kid in self.kids]
-        while True:
-            rows = yield _named(
-                "rotation_langgraph_writes",
-                {
-                    "sid": sid,
-                    "ns": after[0],
-                    "cid": after[1],
-                    "task": after[2],
-                    "idx": after[3],
-                    "patterns": patterns,
-                    "n": self.size,
-                },
-            )
-            if not rows:
-                return found
-            found += len(rows)
-            news = []
-            for r in rows:
-                value = json.loads(r["value"])
-                where = (
-                    r["checkpoint_ns"],
-                    r["checkpoint_id"],
-                    r["task_id"],
-                    r["channel"],
-                    r["value_type"],
-                )
-                what = f"a pending write of checkpoint {r['checkpoint_id']!r:.80} of session {sid}"
-                sealed = _resealed(
-                    self.sealer,
-                    self.new,
-                    value,
+        def reseal(rows: list[Any]) -> Op[None]:
+            news = [
+                self.resealed(
+                    r["value"],
                     LANGGRAPH_WRITE_KIND,
-                    _origin(value, sid),
-                    _LANGGRAPH_SEP.join(where),
-                    what,
+                    None,
+                    sid,
+                    _LANGGRAPH_SEP.join(
+                        (
+                            r["checkpoint_ns"],
+                            r["checkpoint_id"],
+                            r["task_id"],
+                            r["channel"],
+                            r["value_type"],
+                        )
+                    ),
+                    f"a pending write of checkpoint {r['checkpoint_id']!r:.80} of session {sid}",
                 )
-                news.append(_dump(sealed))
+                for r in rows
+            ]
             done = yield Q(
                 query("rotation_reseal_langgraph_writes"),
                 {
@@ -376,45 +359,59 @@ class _Scan:
                 },
             )
             self.counts["langgraph_writes"] += len(done)
-            end = rows[-1]
-            after = (end["checkpoint_ns"], end["checkpoint_id"], end["task_id"], int(end["idx"]))
-            if len(rows) < self.size:
-                return found
+
+        patterns = [f'%"k":"{kid}"%'.encode("ascii") for kid in self.kids]
+        return (
+            yield from self._paged_op(
+                "rotation_langgraph_writes",
+                {"sid": sid, "ns": "", "cid": "", "task": "", "idx": -1, "patterns": patterns},
+                reseal,
+                lambda last: {
+                    "ns": last["checkpoint_ns"],
+                    "cid": last["checkpoint_id"],
+                    "task": last["task_id"],
+                    "idx": int(last["idx"]),
+                },
+            )
+        )
 
     def facts_op(self, tenant: str, subject: str) -> Op[int]:
-        found, after = 0, uuid.UUID(int=0)
-        while True:
-            rows = yield _named(
+        def reseal(rows: list[Any]) -> Op[None]:
+            news = [
+                self.resealed(
+                    r["value"],
+                    FACT_KIND,
+                    subject,
+                    uuid.UUID(int=0),
+                    f"{r['fact_id']}/{r['key']}",
+                    f"the value of fact {r['key']!r} of subject {subject!r} ({r['fact_id']})",
+                )
+                for r in rows
+            ]
+            done = yield Q(
+                query("rotation_reseal_facts"),
+                {
+                    "tenant": tenant,
+                    "ids": [r["fact_id"] for r in rows],
+                    "olds": [r["value"] for r in rows],
+                    "news": news,
+                },
+            )
+            self.counts["facts"] += len(done)
+
+        return (
+            yield from self._paged_op(
                 "rotation_facts",
                 {
                     "tenant": tenant,
                     "subject": subject,
-                    "after": after,
+                    "after": uuid.UUID(int=0),
                     "kids": self.kids,
-                    "n": self.size,
                 },
+                reseal,
+                lambda last: {"after": last["fact_id"]},
             )
-            if not rows:
-                return found
-            found += len(rows)
-            olds, news = [], []
-            for r in rows:
-                value = json.loads(r["value"])
-                where = f"the value of fact {r['key']!r} of subject {subject!r} ({r['fact_id']})"
-                position = f"{r['fact_id']}/{r['key']}"
-                sealed = _resealed(
-                    self.sealer, self.new, value, FACT_KIND, subject, position, where
-                )
-                olds.append(r["value"])
-                news.append(_dump(sealed))
-            done = yield Q(
-                query("rotation_reseal_facts"),
-                {"tenant": tenant, "ids": [r["fact_id"] for r in rows], "olds": olds, "news": news},
-            )
-            self.counts["facts"] += len(done)
-            after = rows[-1]["fact_id"]
-            if len(rows) < self.size:
-                return found
+        )
 
 
 def _check_arguments(tenant_id: Any, subject_id: Any, session_id: Any) -> None:
