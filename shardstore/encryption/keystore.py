@@ -252,6 +252,17 @@ class KeyStore:
             raise
         return tmp
 
+    def _replace(self, file: Path, stem: str, content: bytes) -> None:
+        """``file`` holds ``content`` afterwards, whole (written beside it, fsynced, renamed
+        over it, the folder fsynced): a crash leaves the old content or the new."""
+        tmp = self._write_temp(stem, content)
+        try:
+            os.replace(tmp, file)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self._keys_dir)
+
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
         """This store's shreds, rotations and rewraps, one at a time across threads and
@@ -406,13 +417,7 @@ class KeyStore:
             _fsync_dir(self._keys_dir)
             kid = f"{scope.file_stem}.{secrets.token_hex(KID_SUFFIX_CHARS // 2)}"
             content = self._doc(kid, scope, secrets.token_bytes(DATA_KEY_BYTES), self.provider)
-            tmp = self._write_temp(scope.file_stem, content)
-            try:
-                os.replace(tmp, file)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            _fsync_dir(self._keys_dir)
+            self._replace(file, scope.file_stem, content)
             found = self._read(file)
             assert found is not None
             new = self._remember(file, found[0], self._unwrap(found[1], file))
@@ -532,14 +537,7 @@ class KeyStore:
                     skipped += 1
                     continue
                 kid, scope, data_key = self._unwrap_raw(found[1], file)
-                content = self._doc(kid, scope, data_key, new_provider)
-                tmp = self._write_temp(scope.file_stem, content)
-                try:
-                    os.replace(tmp, file)
-                except BaseException:
-                    tmp.unlink(missing_ok=True)
-                    raise
-                _fsync_dir(self._keys_dir)
+                self._replace(file, scope.file_stem, self._doc(kid, scope, data_key, new_provider))
                 done += 1
         with self._lock:
             old = self.provider
