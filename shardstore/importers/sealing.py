@@ -33,7 +33,7 @@ from ..encryption.envelope import MARK, Sealer, is_sealed
 from ..encryption.keystore import DataKey, Scope
 from ..encryption.turns import TURN, session_scope
 from ..errors import DecryptionFailed, EncryptionRequired, KeyShredded
-from ..state.checkpoints import _sealed_kind as checkpoint_kind
+from ..state.checkpoints import sealed_kind as checkpoint_kind
 from ..state.facts import _SEALED_KIND as FACT_KIND
 from ..state.facts import _fact_position as fact_position
 

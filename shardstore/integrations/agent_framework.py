@@ -47,6 +47,7 @@ from ..history.ops import window_op
 from ..history.pairing import trim_tail
 from ..lifecycle import purge as purge_ops
 from ..state import checkpoints as checkpoint_ops
+from ..state.checkpoints import opened_column
 from ..store import Store
 from ._mapped import (
     MappedSession,
@@ -223,8 +224,11 @@ class ShardstoreCheckpointStorage:
         validate.text(checkpoint_id, "checkpoint_id", limit=validate.MAX_KEY_CHARS)
         return external_session_id(WORKFLOW_FRAMEWORK, self.tenant_id, checkpoint_id)
 
-    def _decode(self, state_text: str) -> WorkflowCheckpoint:
-        encoded = jsoncodec.loads(state_text)[_CHECKPOINT_KEY]
+    def _decode(self, row: Any) -> WorkflowCheckpoint:
+        """A ``checkpoint_newest`` row's workflow checkpoint (its state opened as the store's
+        checkpoint reads open it, with encryption on)."""
+        state = opened_column(self.store.ctx.sealer, row, "state", row["session_id"])
+        encoded = state[_CHECKPOINT_KEY]
         return WorkflowCheckpoint.from_dict(
             decode_checkpoint_value(encoded, allowed_types=self._allowed)
         )
@@ -276,7 +280,7 @@ class ShardstoreCheckpointStorage:
         row = await _run(self.store, op())
         if row is None:
             raise WorkflowCheckpointNotFound(f"No checkpoint found with ID {checkpoint_id}")
-        return self._decode(row["state"])
+        return self._decode(row)
 
     def _listed_op(self, workflow_name: str) -> Op[list[tuple[str, str, uuid.UUID]]]:
         """(checkpoint id, timestamp, session) of the workflow's checkpoints."""
@@ -294,18 +298,18 @@ class ShardstoreCheckpointStorage:
         """The workflow's checkpoints, oldest first (one snapshot)."""
         name = validate.text(workflow_name, "workflow_name")
 
-        def op() -> Op[list[str]]:
+        def op() -> Op[list[Any]]:
             yield Tx.BEGIN_SNAPSHOT
             listed = yield from self._listed_op(name)
-            states = []
+            rows = []
             for _cid, _stamp, sid in reversed(listed):
                 row = yield Q(query("checkpoint_newest"), (sid,), fetch="one", named=True)
                 if row is not None:
-                    states.append(row["state"])
+                    rows.append(row)
             yield Tx.COMMIT
-            return states
+            return rows
 
-        return [self._decode(text) for text in await _run(self.store, op())]
+        return [self._decode(row) for row in await _run(self.store, op())]
 
     async def list_checkpoint_ids(self, *, workflow_name: str) -> list[CheckpointID]:
         """The ids of the workflow's checkpoints, oldest first (one statement)."""

@@ -40,6 +40,7 @@ from ..aio import AsyncStore
 from ..core import validate
 from ..core.sql import query
 from ..core.steps import Op, Q, Tx, collect
+from ..encryption.turns import open_turns_op
 from ..history.ops import append_turns, history, window_op
 from ..history.ops import sessions as sessions_op
 from ..models import Turn
@@ -298,6 +299,8 @@ class ShardstoreChatStore(BaseChatStore):
         yield Tx.BEGIN
         yield Q(query("adapter_lock_session"), (mapped.session_id,), fetch="one")
         newest = yield from window_op(mapped.session_id, 1, None)
+        # opened before the rewind: a turn that cannot be read is not removed either
+        newest = yield from open_turns_op(self._store.ctx.sealer, mapped.session_id, newest)
         if newest:
             yield from _rewind_locked_op(mapped.session_id, newest[0].turn_seq)
         yield Tx.COMMIT

@@ -84,12 +84,17 @@ def _loads(text: str | None) -> Any:
 _SEALED_PARTS = ("state", "tool_calls", "tool_results")
 
 
-def _sealed_kind(part: str) -> str:
+def sealed_kind(part: str) -> str:
+    """The kind a sealed checkpoint column (``state``, ``tool_calls``, ``tool_results``) is
+    bound to, with its session and checkpoint id."""
     return f"checkpoint.{part}"
 
 
-def _opened(sealer: Sealer | None, row: Mapping[str, Any], part: str, sid: uuid.UUID) -> Any:
-    """A checkpoint column as stored, opened by the store's sealer (None stays None)."""
+def opened_column(sealer: Sealer | None, row: Mapping[str, Any], part: str, sid: uuid.UUID) -> Any:
+    """A checkpoint row's column ``part``, decoded: opened by ``sealer`` (a store with
+    ``encryption=``; ``DecryptionFailed``/``KeyShredded``/``PlaintextRefused`` as the
+    store's readers raise them), refused (``EncryptionRequired``) when it is sealed and the
+    store has no sealer; None stays None."""
     value = _loads(row[part])
     if value is None or (sealer is None and not is_sealed(value)):
         return value
@@ -97,7 +102,7 @@ def _opened(sealer: Sealer | None, row: Mapping[str, Any], part: str, sid: uuid.
     if sealer is None:
         refuse_sealed(value, where)  # raises: the value is sealed
     assert sealer is not None
-    text = sealer.open(value, _sealed_kind(part), str(sid), str(row["checkpoint_id"]), where)
+    text = sealer.open(value, sealed_kind(part), str(sid), str(row["checkpoint_id"]), where)
     return jsoncodec.loads(text)
 
 
@@ -108,9 +113,9 @@ def _checkpoint(
         Checkpoint,
         row,
         session_id=session_id,
-        state=_opened(sealer, row, "state", session_id),
-        tool_calls=_opened(sealer, row, "tool_calls", session_id),
-        tool_results=_opened(sealer, row, "tool_results", session_id),
+        state=opened_column(sealer, row, "state", session_id),
+        tool_calls=opened_column(sealer, row, "tool_calls", session_id),
+        tool_results=opened_column(sealer, row, "tool_results", session_id),
         metadata=jsoncodec.loads(row["metadata"]),
     )
 
@@ -180,15 +185,13 @@ def checkpoint(
     if sealer is not None:
         data_key = yield from enc_turns.session_key_op(sealer, sid)
         state_text = sealer.seal_text(
-            data_key, _sealed_kind("state"), str(sid), str(cid), state_text
+            data_key, sealed_kind("state"), str(sid), str(cid), state_text
         )
         if calls is not None:
-            calls = sealer.seal_text(
-                data_key, _sealed_kind("tool_calls"), str(sid), str(cid), calls
-            )
+            calls = sealer.seal_text(data_key, sealed_kind("tool_calls"), str(sid), str(cid), calls)
         if results is not None:
             results = sealer.seal_text(
-                data_key, _sealed_kind("tool_results"), str(sid), str(cid), results
+                data_key, sealed_kind("tool_results"), str(sid), str(cid), results
             )
     stored_key = None if key is None else _CHECKPOINT_KEY + key
     params = (sid, cid, stored_key, state_text, calls, results, step, parent, meta)
