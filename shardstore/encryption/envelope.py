@@ -2,7 +2,8 @@
 belongs, stored as a small JSON object in place of the plaintext.
 
 A sealed value is ``{"ss_enc": 1, "k": key id, "c": base64(nonce || ciphertext+tag)}``, plus
-``"o"`` (the session that wrote it) for a turn, which a fork reads from its ancestors. No
+``"o"`` (the session that wrote it) for a turn, which a fork reads from its ancestors, and
+``"e"`` (the rewind epoch it was written in, when not 0) for a turn. No
 message, checkpoint state or fact value can look like one: a message needs ``role`` or
 ``type``, and the others are read only where a sealed value is expected.
 
@@ -85,15 +86,20 @@ class Sealer:
         plaintext: str,
         *,
         with_origin: bool = False,
+        epoch: int = 0,
     ) -> dict[str, Any]:
         """``plaintext`` sealed under ``key``, bound to ``(kind, key's tenant, origin,
-        position)``."""
+        position)``; ``epoch`` (a turn's rewind epoch, already part of ``position``) is
+        recorded in clear as ``"e"`` when not 0, so that turns sealed before epochs existed
+        keep their shape."""
         nonce = secrets.token_bytes(NONCE_BYTES)
         ad = associated_data(kind, key.scope.tenant, origin, position)
         body = key.aead.encrypt(nonce, plaintext.encode("utf-8", "surrogatepass"), ad)
         sealed: dict[str, Any] = {MARK: VERSION, "k": key.kid}
         if with_origin:
             sealed["o"] = origin
+        if epoch:
+            sealed["e"] = epoch
         sealed["c"] = base64.b64encode(nonce + body).decode("ascii")
         return sealed
 
@@ -106,10 +112,11 @@ class Sealer:
         plaintext: str,
         *,
         with_origin: bool = False,
+        epoch: int = 0,
     ) -> str:
         """:meth:`seal` as the JSON text to store."""
         return json.dumps(
-            self.seal(key, kind, origin, position, plaintext, with_origin=with_origin),
+            self.seal(key, kind, origin, position, plaintext, with_origin=with_origin, epoch=epoch),
             separators=(",", ":"),
         )
 

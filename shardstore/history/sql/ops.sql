@@ -44,13 +44,20 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
 -- owners, the seq its next turn gets and which of the batch's idempotency keys it knows. The
 -- row is locked as the append locks it (FOR NO KEY UPDATE: folds and text passes, which hold
 -- FOR KEY SHARE, go on), so no other append or rewind moves the head before this
--- transaction's append: optimistic re-reads starved under four concurrent writers.
+-- transaction's append: optimistic re-reads starved under four concurrent writers. The epoch
+-- is the newest rewind's (the last element of rewind_epochs), the one new turns are sealed for.
 SELECT s.tenant_id, s.subject_id, s.next_turn_seq, s.purged_at IS NOT NULL AS purged,
+       coalesce(s.rewind_epochs[cardinality(s.rewind_epochs)], 0) AS epoch,
        ARRAY(SELECT k.idempotency_key FROM shardstore.turn_keys k
               WHERE k.session_id = s.session_id AND k.idempotency_key = ANY(%(keys)s::text[]))
          AS known
   FROM shardstore.sessions s WHERE s.session_id = %(sid)s
    FOR NO KEY UPDATE OF s;
+
+-- name: sealed_epochs
+-- the rewind epochs a reader checks encrypted turns against (shardstore/encryption/turns.py):
+-- pairs (cut, epoch), flat, of the rewinds still standing; NULL when never rewound
+SELECT s.rewind_epochs FROM shardstore.sessions s WHERE s.session_id = %s;
 
 -- name: sealed_origins
 -- the sessions whose sealed turns a session may read (shardstore/encryption/turns.py), each with
