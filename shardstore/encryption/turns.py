@@ -206,13 +206,22 @@ def needs_lineage(session_id: uuid.UUID, messages: Sequence[Any]) -> bool:
 
 def lineage_op(session_id: uuid.UUID) -> Op[Lineage]:
     """The sessions whose sealed turns a session may read, with the turns of each: its fork
-    chain, and the origins of turns a copy-on-write moved into that chain's storage."""
-    rows = yield Q(query("sealed_origins"), {"sid": session_id}, named=True)
+    chain (up to each ancestor's bound), and the origins of turns a copy-on-write moved into
+    that chain's storage. One statement for the chain, then one per session of it, so that
+    each reads one session (one shard on Citus)."""
+    segments = yield Q(query("fork_segments"), (session_id,), named=True)
     lineage: dict[str, list[tuple[int | None, int | None]]] = {}
-    for row in rows:
-        lo = None if row["lo"] is None else int(row["lo"])
-        hi = None if row["hi"] is None else int(row["hi"])
-        lineage.setdefault(str(row["origin"]), []).append((lo, hi))
+    for segment in segments:
+        hi = segment["turn_hi"]
+        lineage.setdefault(str(segment["session_id"]), []).append(
+            (None, None if hi is None else int(hi))
+        )
+    for segment in segments:
+        rows = yield Q(query("sealed_copies"), (segment["session_id"],), named=True)
+        for row in rows:
+            lo = None if row["lo"] is None else int(row["lo"])
+            hi = None if row["hi"] is None else int(row["hi"])
+            lineage.setdefault(str(row["origin"]), []).append((lo, hi))
     return lineage
 
 

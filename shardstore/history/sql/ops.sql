@@ -46,10 +46,12 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
 -- FOR KEY SHARE, go on), so no other append or rewind moves the head before this
 -- transaction's append: optimistic re-reads starved under four concurrent writers. The epoch
 -- is the newest rewind's (the last element of rewind_epochs), the one new turns are sealed for.
+-- Both tables are filtered by the session id itself, so Citus routes the statement, lock
+-- included, to the session's shard (a correlated filter on s.session_id it refuses under FOR).
 SELECT s.tenant_id, s.subject_id, s.next_turn_seq, s.purged_at IS NOT NULL AS purged,
        coalesce(s.rewind_epochs[cardinality(s.rewind_epochs)], 0) AS epoch,
        ARRAY(SELECT k.idempotency_key FROM shardstore.turn_keys k
-              WHERE k.session_id = s.session_id AND k.idempotency_key = ANY(%(keys)s::text[]))
+              WHERE k.session_id = %(sid)s AND k.idempotency_key = ANY(%(keys)s::text[]))
          AS known
   FROM shardstore.sessions s WHERE s.session_id = %(sid)s
    FOR NO KEY UPDATE OF s;
@@ -59,16 +61,13 @@ SELECT s.tenant_id, s.subject_id, s.next_turn_seq, s.purged_at IS NOT NULL AS pu
 -- pairs (cut, epoch), flat, of the rewinds still standing; NULL when never rewound
 SELECT s.rewind_epochs FROM shardstore.sessions s WHERE s.session_id = %s;
 
--- name: sealed_origins
--- the sessions whose sealed turns a session may read (shardstore/encryption/turns.py), each with
--- the turns it may give: the segments of its fork chain (up to each one's bound) and the origins
--- of the turns copied into the storage of any of them (fork_copies: a fork's copy-on-write)
-WITH seg AS (SELECT g.r_session_id, g.r_turn_hi FROM shardstore.fork_segments_v1(%(sid)s) g)
-SELECT seg.r_session_id AS origin, NULL::bigint AS lo, seg.r_turn_hi AS hi FROM seg
-UNION ALL
-SELECT c.origin_session_id, c.first_turn_seq, c.last_turn_seq
+-- name: sealed_copies
+-- the origins of the turns a fork's copy-on-write moved into a session's storage, with the
+-- turns of each (shardstore/encryption/turns.py reads it for every session of a fork chain,
+-- one session, so one shard, per statement)
+SELECT c.origin_session_id AS origin, c.first_turn_seq AS lo, c.last_turn_seq AS hi
   FROM shardstore.fork_copies c
- WHERE c.session_id IN (SELECT seg.r_session_id FROM seg);
+ WHERE c.session_id = %s;
 
 -- name: session_list
 -- live sessions newest first, paged by the keyset (created_at, session_id): sent unprepared
