@@ -283,7 +283,21 @@ def append_op(
     return (yield from _append_prepared_op(ctx, sid, batch))
 
 
-def _append_prepared_op(ctx: Context, sid: uuid.UUID, batch: PreparedTurns) -> Op[AppendOutcome]:
+def _append_write(q: Q, locked: bool) -> Op[Any]:
+    """An append's statement. Alone it is rerun when picked as a deadlock's victim, and may
+    recover from a unique violation (a concurrent retry of its key), both under a savepoint
+    inside a transaction. ``locked``: inside a sealed append's transaction, which holds the
+    session row from its head read on, so no concurrent append can race it for a key; sent
+    bare, saving the savepoint's two round trips (a failure rolls the attempt back whole,
+    and the sealed append repeats it)."""
+    if locked:
+        return (yield Q(q.sql, q.params, q.fetch, q.prepare, frozenset(), q.named))
+    return (yield from rerun_on_deadlock(q))
+
+
+def _append_prepared_op(
+    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, locked: bool = False
+) -> Op[AppendOutcome]:
     chunking = (
         ctx.settings.budget_tokens,
         ctx.settings.chunk_max_bytes,
@@ -295,9 +309,10 @@ def _append_prepared_op(ctx: Context, sid: uuid.UUID, batch: PreparedTurns) -> O
         # seal's statement, else append_v2); a unique violation is a concurrent retry of
         # the same key: rerun as a batch below
         first = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
-        one = yield from rerun_on_deadlock(
-            Q(query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION)
+        statement = Q(
+            query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION
         )
+        one = yield from _append_write(statement, locked)
         if one is not None and not isinstance(one, StatementFailed):
             turn_seq, chunk_seq, tokens, duplicate, sealed = one
             result = AppendResult(int(turn_seq), int(chunk_seq), int(tokens), bool(duplicate))
@@ -308,7 +323,7 @@ def _append_prepared_op(ctx: Context, sid: uuid.UUID, batch: PreparedTurns) -> O
     # (docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md)
     keep = ctx.settings.default_tail_turns
     params = (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking, keep)
-    rows = yield from rerun_on_deadlock(Q(query("append"), params, named=True))
+    rows = yield from _append_write(Q(query("append"), params, named=True), locked)
     results = [record(AppendResult, r) for r in rows]
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 
@@ -351,7 +366,12 @@ def append_checkpoint_op(
 
 
 def _append_checkpoint_prepared_op(
-    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, checkpoint_id: uuid.UUID, state: str
+    ctx: Context,
+    sid: uuid.UUID,
+    batch: PreparedTurns,
+    checkpoint_id: uuid.UUID,
+    state: str,
+    locked: bool = False,
 ) -> Op[AppendOutcome]:
     texts = "[" + ",".join(batch.texts) + "]"
     head = (sid, texts, batch.tokens, batch.sizes, batch.keys, ctx.settings.budget_tokens)
@@ -366,13 +386,14 @@ def _append_checkpoint_prepared_op(
         # append_checkpoint_v2: scalars in, one plain row out; a unique violation is a
         # concurrent retry of the key, rerun below through append_checkpoint_v1's slow path
         one = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
-        row = yield from rerun_on_deadlock(
+        row = yield from _append_write(
             Q(
                 query("append_checkpoint_one"),
                 (sid, *one, ctx.settings.budget_tokens, *chunking, *tail),
                 fetch="one",
                 recover=_UNIQUE_VIOLATION,
-            )
+            ),
+            locked,
         )
         if row is not None and not isinstance(row, StatementFailed):
             turn_seq, chunk_seq, tokens, duplicate, sealed, checkpoint_id = row
@@ -381,8 +402,8 @@ def _append_checkpoint_prepared_op(
             )
             return AppendOutcome(sid, [result], bool(sealed))
     if rows is None or isinstance(rows, StatementFailed):
-        rows = yield from rerun_on_deadlock(
-            Q(query("append_checkpoint"), (*head, *chunking, False, *tail), named=True)
+        rows = yield from _append_write(
+            Q(query("append_checkpoint"), (*head, *chunking, False, *tail), named=True), locked
         )
     results = [record(AppendResult, r) for r in rows]
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
@@ -394,11 +415,12 @@ def _sealed_append_op(
     """An append (with a checkpoint when ``state`` is given) of a store connected with
     ``encryption=``: each turn sealed for the seq it gets, the checkpoint's state for its id
     (:mod:`shardstore.encryption.turns`); an attempt that a concurrent append overtook is
-    rolled back whole and repeated."""
+    rolled back whole and repeated, as is one picked as a deadlock's victim (``Conflict``:
+    nothing of it was written)."""
     for _attempt in range(enc_turns.SEALED_APPEND_ATTEMPTS):
         try:
             outcome: AppendOutcome = yield Try(_sealed_attempt_op(ctx, sid, batch, state))
-        except enc_turns.HeadMoved:
+        except (enc_turns.HeadMoved, Conflict):
             continue
         return outcome
     raise Conflict(
@@ -431,12 +453,12 @@ def _sealed_attempt_op(
             )
     sealed = PreparedTurns(texts, batch.tokens, sizes, batch.keys)
     if state is None:
-        outcome = yield from _append_prepared_op(ctx, sid, sealed)
+        outcome = yield from _append_prepared_op(ctx, sid, sealed, locked=True)
     else:
         checkpoint_id = uuid.uuid4()
         sealed_state = seal_checkpoint_state(sealer, key, sid, checkpoint_id, state)
         outcome = yield from _append_checkpoint_prepared_op(
-            ctx, sid, sealed, checkpoint_id, sealed_state
+            ctx, sid, sealed, checkpoint_id, sealed_state, locked=True
         )
     for result, seq in zip(outcome.results, expected, strict=True):
         if not result.duplicate and result.turn_seq != seq:
