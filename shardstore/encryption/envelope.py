@@ -120,16 +120,32 @@ class Sealer:
             separators=(",", ":"),
         )
 
-    def open(self, value: Any, kind: str, origin: str, position: str, what: str) -> str:
+    def open(
+        self,
+        value: Any,
+        kind: str,
+        origin: str,
+        position: str,
+        what: str,
+        *,
+        memo: dict[str, DataKey] | None = None,
+    ) -> str:
         """The plaintext of a sealed ``value`` read where ``(kind, origin, position)`` says;
         :class:`PlaintextRefused` for a value that is not sealed, :class:`KeyShredded` when
-        its key is gone, :class:`DecryptionFailed` when it does not belong here."""
+        its key is gone, :class:`DecryptionFailed` when it does not belong here. ``memo``:
+        the keys already looked up by the same read (a key store lookup checks the key's
+        file; once per read is enough to see a shred by then)."""
         if not is_sealed(value):
             raise PlaintextRefused(
                 f"{what} is stored in plaintext, but this store reads encrypted values only; "
                 "it is not returned"
             )
-        key = self.keys.key(value.get("k"))
+        kid = value.get("k")
+        key = memo.get(kid) if memo is not None and type(kid) is str else None
+        if key is None:
+            key = self.keys.key(kid)
+            if memo is not None:
+                memo[kid] = key
         try:
             raw = base64.b64decode(value.get("c"), validate=True)
         except (TypeError, ValueError, binascii.Error):

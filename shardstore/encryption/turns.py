@@ -136,6 +136,7 @@ def open_message(
     message: Any,
     lineage: Lineage | None,
     epochs: Epochs | None = None,
+    memo: dict[str, DataKey] | None = None,
 ) -> dict[str, Any]:
     """The plaintext message of the turn at ``turn_seq`` read through ``session_id``. A
     turn sealed by another session is accepted only from the session's fork lineage, within
@@ -168,7 +169,7 @@ def open_message(
                 f"{where} was sealed for another session or position of its fork lineage; "
                 "nothing of it is returned"
             )
-    text = sealer.open(message, TURN, origin, turn_position(turn_seq, epoch), where)
+    text = sealer.open(message, TURN, origin, turn_position(turn_seq, epoch), where, memo=memo)
     opened: dict[str, Any] = jsoncodec.loads(text)
     return opened
 
@@ -252,9 +253,10 @@ def open_turns_op(
         # the one read here, and below it only when a rewind removed the turn in between
         epochs = yield from epochs_op(session_id)
     opened: list[Turn] = []
+    memo: dict[str, DataKey] = {}
     for t in turns:
         try:
-            message = open_message(sealer, session_id, t.turn_seq, t.message, lineage, epochs)
+            message = open_message(sealer, session_id, t.turn_seq, t.message, lineage, epochs, memo)
         except StaleEpoch as exc:
             if (yield from _still_stored_op(session_id, t)):
                 # stored now with an epoch its position no longer has: a replay
