@@ -76,6 +76,9 @@ class Sealer:
 
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
+        # the head each session had after this store's last append to it, by session id:
+        # (tenant, subject, next turn_seq, rewind epoch); see encryption/turns.py
+        self.heads: dict[Any, tuple[str, str | None, int, int]] = {}
 
     def seal(
         self,

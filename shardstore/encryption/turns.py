@@ -43,6 +43,47 @@ TURN = "turn"
 SEALED_APPEND_ATTEMPTS = 8
 
 
+KEPT_HEADS = 4096
+"""How many sessions' heads a store keeps after appending to them."""
+
+
+def kept_head(sealer: Sealer, session_id: uuid.UUID) -> dict[str, Any] | None:
+    """The head the store kept from its last append to the session, in the shape of the
+    head statement's row (no idempotency keys known), or None."""
+    kept = sealer.heads.get(session_id)
+    if kept is None:
+        return None
+    tenant_id, subject_id, next_turn_seq, epoch = kept
+    return {
+        "tenant_id": tenant_id,
+        "subject_id": subject_id,
+        "next_turn_seq": next_turn_seq,
+        "epoch": epoch,
+        "known": (),
+    }
+
+
+def keep_head(
+    sealer: Sealer, session_id: uuid.UUID, head: Mapping[str, Any], expected: Sequence[int | None]
+) -> None:
+    """Keep the session's head after an append sealed from ``head`` stored the turns
+    ``expected`` says, so that the next append can seal without reading it (one statement,
+    ``append_sealed_v1``, which refuses the append when the head moved meanwhile)."""
+    stored = [seq for seq in expected if seq is not None]
+    next_turn_seq = stored[-1] + 1 if stored else int(head["next_turn_seq"])
+    heads = sealer.heads
+    heads.pop(session_id, None)
+    if len(heads) >= KEPT_HEADS:
+        heads.pop(next(iter(heads)), None)  # the oldest kept
+    heads[session_id] = (head["tenant_id"], head["subject_id"], next_turn_seq, int(head["epoch"]))
+
+
+def forget_head(sealer: Sealer | None, session_id: uuid.UUID) -> None:
+    """Drop the kept head of a session (it moved: a rewind, another writer)."""
+    if sealer is not None:
+        sealer.heads.pop(session_id, None)
+
+
 class HeadMoved(Exception):
     """Internal: a concurrent append took a seq a turn was sealed for; the attempt is
     rolled back and repeated."""

@@ -416,7 +416,21 @@ def _sealed_append_op(
     ``encryption=``: each turn sealed for the seq it gets, the checkpoint's state for its id
     (:mod:`shardstore.encryption.turns`); an attempt that a concurrent append overtook is
     rolled back whole and repeated, as is one picked as a deadlock's victim (``Conflict``:
-    nothing of it was written)."""
+    nothing of it was written).
+
+    A store that appended to the session before kept its head (:func:`keep_head`): a batch
+    without a checkpoint is then sealed from it and sent in one statement
+    (``append_sealed_v1``), which refuses it, writing nothing, when the head moved since
+    (another writer, a rewind); then, and for a first append, the head is read in the
+    append's transaction, locked."""
+    sealer = ctx.sealer
+    assert sealer is not None
+    if state is None:
+        kept = enc_turns.kept_head(sealer, sid)
+        if kept is not None:
+            fast = yield from _sealed_from_kept_head_op(ctx, sealer, sid, batch, kept)
+            if fast is not None:
+                return fast
     for _attempt in range(enc_turns.SEALED_APPEND_ATTEMPTS):
         try:
             outcome: AppendOutcome = yield Try(_sealed_attempt_op(ctx, sid, batch, state))
@@ -440,18 +454,7 @@ def _sealed_attempt_op(
         raise SessionNotFound(f"session {sid} does not exist")
     if head["purged"]:
         raise SessionPurged(f"session {sid} was purged")
-    key = sealer.keys.key_for(enc_turns.session_scope(head["tenant_id"], head["subject_id"], sid))
-    assert key is not None
-    texts, expected = enc_turns.seal_batch(sealer, key, sid, head, batch.texts, batch.keys)
-    limit = ctx.settings.chunk_max_bytes
-    sizes = [len(text.encode("utf-8")) for text in texts]
-    for i, size in enumerate(sizes):
-        if size > limit:
-            raise TurnTooLarge(
-                f"message {i} is {size} bytes once encrypted; the per-turn cap is {limit} "
-                "bytes (chunk_max_bytes). Store large tool outputs elsewhere and reference them."
-            )
-    sealed = PreparedTurns(texts, batch.tokens, sizes, batch.keys)
+    key, sealed, expected = _sealed_batch(ctx, sealer, sid, head, batch)
     if state is None:
         outcome = yield from _append_prepared_op(ctx, sid, sealed, locked=True)
     else:
@@ -464,7 +467,65 @@ def _sealed_attempt_op(
         if not result.duplicate and result.turn_seq != seq:
             raise enc_turns.HeadMoved
     yield Tx.COMMIT
+    enc_turns.keep_head(sealer, sid, head, expected)
     return outcome
+
+
+def _sealed_batch(
+    ctx: Context, sealer: Sealer, sid: uuid.UUID, head: Mapping[str, Any], batch: PreparedTurns
+) -> tuple[DataKey, PreparedTurns, list[int | None]]:
+    """The batch sealed for the seqs and the epoch of ``head``: the data key, the sealed
+    turns and the seq each is expected to get (None: a key the session knows)."""
+    key = sealer.keys.key_for(enc_turns.session_scope(head["tenant_id"], head["subject_id"], sid))
+    assert key is not None
+    texts, expected = enc_turns.seal_batch(sealer, key, sid, head, batch.texts, batch.keys)
+    limit = ctx.settings.chunk_max_bytes
+    sizes = [len(text.encode("utf-8")) for text in texts]
+    for i, size in enumerate(sizes):
+        if size > limit:
+            raise TurnTooLarge(
+                f"message {i} is {size} bytes once encrypted; the per-turn cap is {limit} "
+                "bytes (chunk_max_bytes). Store large tool outputs elsewhere and reference them."
+            )
+    return key, PreparedTurns(texts, batch.tokens, sizes, batch.keys), expected
+
+
+# the kept head moved (SS412), or the one statement lost a deadlock or a race for a key: the
+# append goes on through the locked head read
+_KEPT_HEAD_FAILED = frozenset({"SS412", "40P01", "23505"})
+
+
+def _sealed_from_kept_head_op(
+    ctx: Context,
+    sealer: Sealer,
+    sid: uuid.UUID,
+    batch: PreparedTurns,
+    head: Mapping[str, Any],
+) -> Op[AppendOutcome | None]:
+    """The batch sealed from the kept ``head`` and appended in one statement; None (nothing
+    written, the head forgotten) when the head moved."""
+    _key, sealed, expected = _sealed_batch(ctx, sealer, sid, head, batch)
+    params = (
+        sid,
+        int(head["epoch"]),
+        expected,
+        "[" + ",".join(sealed.texts) + "]",
+        sealed.tokens,
+        sealed.sizes,
+        sealed.keys,
+        ctx.settings.budget_tokens,
+        ctx.settings.chunk_max_bytes,
+        ctx.partition_interval.total_seconds(),
+        ctx.partition_origin,
+        ctx.settings.default_tail_turns,
+    )
+    rows = yield Q(query("append_sealed"), params, named=True, recover=_KEPT_HEAD_FAILED)
+    if isinstance(rows, StatementFailed):
+        enc_turns.forget_head(sealer, sid)
+        return None
+    results = [record(AppendResult, r) for r in rows]
+    enc_turns.keep_head(sealer, sid, head, expected)
+    return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 
 
 def seal_checkpoint_state(

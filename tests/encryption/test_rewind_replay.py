@@ -258,3 +258,36 @@ def test_async_parity(module_dsn: str, keys: LocalKeyProvider) -> None:
             await astore.close()
 
     asyncio.run(scenario())
+
+
+def test_a_head_kept_by_another_store_that_moved_is_not_used(
+    store: shardstore.Store, module_dsn: str, keys: LocalKeyProvider
+) -> None:
+    """A store appends in one statement from the head it kept after its last append; when
+    another store appended or rewound meanwhile (the seq, or only the epoch, moved), that
+    statement writes nothing and the append goes through the locked head read: every turn
+    lands where it was sealed for and opens."""
+    other = shardstore.connect(module_dsn, encryption=keys, chunk_tokens=400)
+    try:
+        sid = store.create_session(tenant_id="t1", subject_id="two-writers")
+        store.append_turns(sid, [msg("a0"), msg("a1"), msg("a2")])  # kept: seq 3, epoch 0
+        other.append_turn(sid, msg("b3"))  # the seq moved
+        store.append_turn(sid, msg("a4"))  # kept: seq 5, epoch 0
+        old4 = stored(module_dsn, sid)[4]
+        other.rewind(sid, 3)
+        other.append_turns(sid, [msg("b3'"), msg("b4'")])  # seq 5 again, only the epoch moved
+        store.append_turn(sid, msg("a5"))
+        store.append_turns(sid, [msg("a6"), msg("a7")], idempotency_keys=["k6", "k7"])
+        other.append_turns(sid, [msg("b8")])
+        store.append_turns(sid, [msg("a7 again"), msg("a9")], idempotency_keys=["k7", "k9"])
+        turns = [t.message["content"] for t in store.history(sid)]
+        assert turns == ["a0", "a1", "a2", "b3'", "b4'", "a5", "a6", "a7", "b8", "a9"]
+        epochs = [
+            json.loads(text).get("e") for _seq, text in sorted(stored(module_dsn, sid).items())
+        ]
+        assert epochs == [None] * 3 + [1] * 7
+        write_back(module_dsn, sid, 4, old4)
+        with pytest.raises(DecryptionFailed):
+            store.tail(sid, n=10)
+    finally:
+        other.close()

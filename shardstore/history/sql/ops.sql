@@ -56,6 +56,14 @@ SELECT s.tenant_id, s.subject_id, s.next_turn_seq, s.purged_at IS NOT NULL AS pu
   FROM shardstore.sessions s WHERE s.session_id = %(sid)s
    FOR NO KEY UPDATE OF s;
 
+-- name: append_sealed
+-- an encrypted append in one statement, its turns sealed for the seqs and the epoch of the head
+-- the store kept from its previous append (append_sealed_v1: SS412 when the head moved)
+SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
+       r_duplicate AS duplicate, r_sealed AS sealed
+  FROM shardstore.append_sealed_v1(%s, %s, %s::bigint[], %s::jsonb, %s::integer[], %s::integer[],
+                                   %s::text[], %s, %s, make_interval(secs => %s), %s, %s);
+
 -- name: sealed_epochs
 -- the rewind epochs a reader checks encrypted turns against (shardstore/encryption/turns.py):
 -- pairs (cut, epoch), flat, of the rewinds still standing; NULL when never rewound
