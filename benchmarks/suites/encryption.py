@@ -13,9 +13,10 @@ the two alternating call by call (the one that goes first alternates by round), 
 ``append_turns`` in batches, folded, a checkpoint at its end) the same way. Reports the
 median over rounds of each round's p50, with [min-max] of the rounds, and of the per-round
 ratio on / off (goal: at most 1.25); then ``pg_total_relation_size`` of the schema after
-``VACUUM`` per payload byte. Each call's statements: an encrypted append is one transaction
-of two statements (the head, locked, and the append); an encrypted read one statement more
-than the plain one (the session's rewind epochs).
+``VACUUM`` per payload byte. Each call's statements: an encrypted append is one statement
+from the head the store kept after its previous append to the session (the first append of
+each round's session reads the head, locked, in a transaction of its own); an encrypted read
+one statement more than the plain one (the session's rewind epochs).
 """
 
 from __future__ import annotations
@@ -158,8 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"`{command('encryption', argv)}`: {a.rounds} rounds of {a.calls} calls per contender,"
         f" read sessions of {a.history} turns (folded, a checkpoint at the end); p50 per round,"
         " median [min–max] over rounds; ratio = on / off within each round"
-        f" (goal ≤ {GOAL}). Encrypted append: one transaction of two statements (the head,"
-        " locked; the append); encrypted read: one statement more (the rewind epochs).",
+        f" (goal ≤ {GOAL}). Encrypted append: one statement from the head the store kept"
+        " after its previous append (a session's first: the head read, locked, and the append"
+        " in one transaction); encrypted read: one statement more (the rewind epochs). A"
+        " commit's fsync dominates `append_turn` in rounds where the disk is slow.",
         "",
     )
     for source, res in results.items():
