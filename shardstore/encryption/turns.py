@@ -267,8 +267,15 @@ def lineage_op(session_id: uuid.UUID) -> Op[Lineage]:
     return lineage
 
 
+EPOCHS_UNREAD: Any = object()
+"""``open_turns_op(epochs=)``'s default: the epochs are read when needed."""
+
+
 def open_turns_op(
-    sealer: Sealer | None, session_id: uuid.UUID, turns: list[Turn]
+    sealer: Sealer | None,
+    session_id: uuid.UUID,
+    turns: list[Turn],
+    epochs: Epochs | None = EPOCHS_UNREAD,
 ) -> Op[list[Turn]]:
     """The turns with their messages opened: one statement more (the session's rewind
     epochs) when a turn was sealed by the session itself, one more when one was sealed by
@@ -276,7 +283,8 @@ def open_turns_op(
     (``DecryptionFailed``) when still stored so, and gives ``Conflict`` (retryable) when a
     rewind removed it while it was read. Without a sealer (a store connected without
     ``encryption=``) the turns are returned as they are, but a sealed one is refused
-    (``EncryptionRequired``)."""
+    (``EncryptionRequired``). ``epochs``: the session's ``rewind_epochs`` when the read
+    that gave ``turns`` read them in its own snapshot (tail's one statement)."""
     if sealer is None:
         for t in turns:
             if type(t.message) is dict and MARK in t.message:
@@ -288,11 +296,13 @@ def open_turns_op(
     lineage = None
     if needs_lineage(session_id, messages):
         lineage = yield from lineage_op(session_id)
-    epochs = None
-    if needs_epochs(session_id, messages):
-        # read after the turns: an epoch only grows, so an honest turn's epoch is at most
-        # the one read here, and below it only when a rewind removed the turn in between
-        epochs = yield from epochs_op(session_id)
+    if epochs is EPOCHS_UNREAD:
+        epochs = None
+        if needs_epochs(session_id, messages):
+            # read after the turns: an epoch only grows, so an honest turn's epoch is at
+            # most the one read here, and below it only when a rewind removed the turn in
+            # between
+            epochs = yield from epochs_op(session_id)
     opened: list[Turn] = []
     memo: dict[str, DataKey] = {}
     for t in turns:

@@ -776,8 +776,15 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
     max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
     if n is None and max_tokens is None:
         n = ctx.settings.default_tail_turns
-    turns = yield from window_op(sid, n, max_tokens)
-    turns = yield from enc_turns.open_turns_op(ctx.sealer, sid, turns)
+    if ctx.sealer is None:
+        turns = yield from window_op(sid, n, max_tokens)
+        turns = yield from enc_turns.open_turns_op(None, sid, turns)  # refuses sealed turns
+    else:
+        # the window and the rewind epochs its turns are checked against, in one statement
+        text, epochs = yield Q(query("tail_window_sealed"), (sid, n, max_tokens), fetch="one")
+        turns = yield from enc_turns.open_turns_op(
+            ctx.sealer, sid, window_turns(text), None if epochs is None else list(epochs)
+        )
     before = yield from before_window_op(sid, turns, ctx.sealer)
     return trim_tail(turns, before)
 
