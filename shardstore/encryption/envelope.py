@@ -154,10 +154,12 @@ class Sealer:
         except (TypeError, ValueError, binascii.Error):
             raise DecryptionFailed(f"{what}: the ciphertext is malformed") from None
         ad = associated_data(kind, key.scope.tenant, origin, position)
-        _aes_gcm, invalid_tag = aead()
         try:
             plain: bytes = key.aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad)
-        except (invalid_tag, ValueError):
+        except Exception as exc:
+            _aes_gcm, invalid_tag = aead()  # looked up on failure only: ~3 us a call
+            if not isinstance(exc, invalid_tag | ValueError):
+                raise
             raise DecryptionFailed(
                 f"{what} does not authenticate where it is stored (altered, or copied from "
                 "another row, position, session or tenant); nothing of it is returned"

@@ -178,18 +178,21 @@ def open_message(
     lineage: Lineage | None,
     epochs: Epochs | None = None,
     memo: dict[str, DataKey] | None = None,
+    own: str | None = None,
 ) -> dict[str, Any]:
     """The plaintext message of the turn at ``turn_seq`` read through ``session_id``. A
     turn sealed by another session is accepted only from the session's fork lineage, within
     the turns it inherited (``lineage``); one sealed by the session itself only in the
-    rewind epoch of its position (``epochs``, the session's ``rewind_epochs``)."""
-    where = f"turn {turn_seq} of session {session_id}"
+    rewind epoch of its position (``epochs``, the session's ``rewind_epochs``). ``memo``
+    and ``own`` (``str(session_id)``) spare a read of many turns repeated work."""
+    own = str(session_id) if own is None else own
+    where = f"turn {turn_seq} of session {own}"
     sealed = is_sealed(message)
-    origin = message.get("o") if sealed else str(session_id)
+    origin = message.get("o") if sealed else own
     epoch = recorded_epoch(message, where) if sealed else 0
     if not sealed:
         pass  # refused as plaintext by Sealer.open below
-    elif origin == str(session_id):
+    elif origin == own:
         expected = epoch_at(epochs, turn_seq)
         if epoch < expected:
             raise StaleEpoch(
@@ -305,9 +308,12 @@ def open_turns_op(
             epochs = yield from epochs_op(session_id)
     opened: list[Turn] = []
     memo: dict[str, DataKey] = {}
+    own = str(session_id)
     for t in turns:
         try:
-            message = open_message(sealer, session_id, t.turn_seq, t.message, lineage, epochs, memo)
+            message = open_message(
+                sealer, session_id, t.turn_seq, t.message, lineage, epochs, memo, own
+            )
         except StaleEpoch as exc:
             if (yield from _still_stored_op(session_id, t)):
                 # stored now with an epoch its position no longer has: a replay
