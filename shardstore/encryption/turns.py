@@ -74,7 +74,10 @@ def keep_head(
     heads = sealer.heads
     heads.pop(session_id, None)
     if len(heads) >= KEPT_HEADS:
-        heads.pop(next(iter(heads)), None)  # the oldest kept
+        try:
+            heads.pop(next(iter(heads)), None)  # the oldest kept
+        except (StopIteration, RuntimeError):  # another thread changed the dict meanwhile
+            pass
     heads[session_id] = (head["tenant_id"], head["subject_id"], next_turn_seq, int(head["epoch"]))
 
 
