@@ -29,6 +29,7 @@ from __future__ import annotations
 import uuid
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from typing import Any
 
 from ..core import jsoncodec
@@ -74,10 +75,9 @@ def keep_head(
     heads = sealer.heads
     heads.pop(session_id, None)
     if len(heads) >= KEPT_HEADS:
-        try:
+        # another thread may change the dict between iter() and next()
+        with suppress(StopIteration, RuntimeError):
             heads.pop(next(iter(heads)), None)  # the oldest kept
-        except (StopIteration, RuntimeError):  # another thread changed the dict meanwhile
-            pass
     heads[session_id] = (head["tenant_id"], head["subject_id"], next_turn_seq, int(head["epoch"]))
 
 
