@@ -123,6 +123,11 @@ SUITES: dict[str, Suite] = {
         "importer throughput: import_single_row, export JSONL, import_jsonl of one 10^5-turn "
         "history (turns/s, MB/s)",
     ),
+    "encryption": Suite(
+        "encryption",
+        "encryption at rest on vs off: append_turn, tail(n=20), restore(n=20) interleaved, "
+        "disk per payload byte; synthetic and real-text corpus",
+    ),
     "portability": Suite("portability", "tenant export + import: records/s, peak RSS by size"),
     "langgraph": Suite(
         "langgraph_agent",

@@ -2,7 +2,8 @@
 belongs, stored as a small JSON object in place of the plaintext.
 
 A sealed value is ``{"ss_enc": 1, "k": key id, "c": base64(nonce || ciphertext+tag)}``, plus
-``"o"`` (the session that wrote it) for a turn, which a fork reads from its ancestors. No
+``"o"`` (the session that wrote it) for a turn, which a fork reads from its ancestors, and
+``"e"`` (the rewind epoch it was written in, when not 0) for a turn. No
 message, checkpoint state or fact value can look like one: a message needs ``role`` or
 ``type``, and the others are read only where a sealed value is expected.
 
@@ -75,6 +76,9 @@ class Sealer:
 
     def __init__(self, keys: KeyStore) -> None:
         self.keys = keys
+        # the head each session had after this store's last append to it, by session id:
+        # (tenant, subject, next turn_seq, rewind epoch); see encryption/turns.py
+        self.heads: dict[Any, tuple[str, str | None, int, int]] = {}
 
     def seal(
         self,
@@ -85,15 +89,20 @@ class Sealer:
         plaintext: str,
         *,
         with_origin: bool = False,
+        epoch: int = 0,
     ) -> dict[str, Any]:
         """``plaintext`` sealed under ``key``, bound to ``(kind, key's tenant, origin,
-        position)``."""
+        position)``; ``epoch`` (a turn's rewind epoch, already part of ``position``) is
+        recorded in clear as ``"e"`` when not 0, so that turns sealed before epochs existed
+        keep their shape."""
         nonce = secrets.token_bytes(NONCE_BYTES)
         ad = associated_data(kind, key.scope.tenant, origin, position)
         body = key.aead.encrypt(nonce, plaintext.encode("utf-8", "surrogatepass"), ad)
         sealed: dict[str, Any] = {MARK: VERSION, "k": key.kid}
         if with_origin:
             sealed["o"] = origin
+        if epoch:
+            sealed["e"] = epoch
         sealed["c"] = base64.b64encode(nonce + body).decode("ascii")
         return sealed
 
@@ -106,32 +115,51 @@ class Sealer:
         plaintext: str,
         *,
         with_origin: bool = False,
+        epoch: int = 0,
     ) -> str:
         """:meth:`seal` as the JSON text to store."""
         return json.dumps(
-            self.seal(key, kind, origin, position, plaintext, with_origin=with_origin),
+            self.seal(key, kind, origin, position, plaintext, with_origin=with_origin, epoch=epoch),
             separators=(",", ":"),
         )
 
-    def open(self, value: Any, kind: str, origin: str, position: str, what: str) -> str:
+    def open(
+        self,
+        value: Any,
+        kind: str,
+        origin: str,
+        position: str,
+        what: str,
+        *,
+        memo: dict[str, DataKey] | None = None,
+    ) -> str:
         """The plaintext of a sealed ``value`` read where ``(kind, origin, position)`` says;
         :class:`PlaintextRefused` for a value that is not sealed, :class:`KeyShredded` when
-        its key is gone, :class:`DecryptionFailed` when it does not belong here."""
+        its key is gone, :class:`DecryptionFailed` when it does not belong here. ``memo``:
+        the keys already looked up by the same read (a key store lookup checks the key's
+        file; once per read is enough to see a shred by then)."""
         if not is_sealed(value):
             raise PlaintextRefused(
                 f"{what} is stored in plaintext, but this store reads encrypted values only; "
                 "it is not returned"
             )
-        key = self.keys.key(value.get("k"))
+        kid = value.get("k")
+        key = memo.get(kid) if memo is not None and type(kid) is str else None
+        if key is None:
+            key = self.keys.key(kid)
+            if memo is not None:
+                memo[kid] = key
         try:
             raw = base64.b64decode(value.get("c"), validate=True)
         except (TypeError, ValueError, binascii.Error):
             raise DecryptionFailed(f"{what}: the ciphertext is malformed") from None
         ad = associated_data(kind, key.scope.tenant, origin, position)
-        _aes_gcm, invalid_tag = aead()
         try:
             plain: bytes = key.aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad)
-        except (invalid_tag, ValueError):
+        except Exception as exc:
+            _aes_gcm, invalid_tag = aead()  # looked up on failure only: ~3 us a call
+            if not isinstance(exc, invalid_tag | ValueError):
+                raise
             raise DecryptionFailed(
                 f"{what} does not authenticate where it is stored (altered, or copied from "
                 "another row, position, session or tenant); nothing of it is returned"

@@ -8,24 +8,83 @@ seq it will get, appends, and checks that every stored turn got the seq it was s
 The head statement locks the session row as the append does, so no concurrent append or
 rewind moves the head in between; should the check fail all the same, the whole attempt is
 rolled back (nothing sealed for a wrong position is ever committed) and repeated.
+
+A rewind frees positions, so a position alone does not tell a turn from the turn a rewind
+removed there. Each rewind that removes turns starts a new *rewind epoch* of its session, in
+its own transaction (``sessions.rewind_epochs``: the pairs ``(cut, epoch)`` of the rewinds
+still standing). A turn is sealed for ``(turn_seq, epoch)``, the epoch being the newest one
+(read, locked, by the head statement), and records it in clear as ``"e"`` (omitted for epoch
+0, so turns sealed before epochs existed open unchanged). A reader expects the turn at seq
+``s`` to carry :func:`epoch_at` ``(epochs, s)``: the epoch of the last standing cut at or
+below ``s``. A later rewind with a cut at or below ``s`` removes the turn; one with a cut
+above ``s`` leaves ``epoch_at(s)`` as it was; so an honest turn always carries it, and a
+ciphertext saved before a rewind and written back at a position the rewind freed never does
+(``DecryptionFailed``). Turns a fork inherited from an ancestor are judged by the fork
+lineage instead (an ancestor's later rewind copies them into the fork first, so its epochs
+say nothing about them).
 """
 
 from __future__ import annotations
 
 import uuid
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from typing import Any
 
 from ..core import jsoncodec
 from ..core.sql import query
 from ..core.steps import Op, Q
-from ..errors import DecryptionFailed, SessionNotFound, SessionPurged
+from ..errors import Conflict, DecryptionFailed, SessionNotFound, SessionPurged
 from ..models import Turn, new_turn
 from .envelope import MARK, Sealer, is_sealed, refuse_sealed
 from .keystore import DataKey, Scope
 
 TURN = "turn"
 SEALED_APPEND_ATTEMPTS = 8
+
+
+KEPT_HEADS = 4096
+"""How many sessions' heads a store keeps after appending to them."""
+
+
+def kept_head(sealer: Sealer, session_id: uuid.UUID) -> dict[str, Any] | None:
+    """The head the store kept from its last append to the session, in the shape of the
+    head statement's row (no idempotency keys known), or None."""
+    kept = sealer.heads.get(session_id)
+    if kept is None:
+        return None
+    tenant_id, subject_id, next_turn_seq, epoch = kept
+    return {
+        "tenant_id": tenant_id,
+        "subject_id": subject_id,
+        "next_turn_seq": next_turn_seq,
+        "epoch": epoch,
+        "known": (),
+    }
+
+
+def keep_head(
+    sealer: Sealer, session_id: uuid.UUID, head: Mapping[str, Any], expected: Sequence[int | None]
+) -> None:
+    """Keep the session's head after an append sealed from ``head`` stored the turns
+    ``expected`` says, so that the next append can seal without reading it (one statement,
+    ``append_sealed_v1``, which refuses the append when the head moved meanwhile)."""
+    stored = [seq for seq in expected if seq is not None]
+    next_turn_seq = stored[-1] + 1 if stored else int(head["next_turn_seq"])
+    heads = sealer.heads
+    heads.pop(session_id, None)
+    if len(heads) >= KEPT_HEADS:
+        # another thread may change the dict between iter() and next()
+        with suppress(StopIteration, RuntimeError):
+            heads.pop(next(iter(heads)), None)  # the oldest kept
+    heads[session_id] = (head["tenant_id"], head["subject_id"], next_turn_seq, int(head["epoch"]))
+
+
+def forget_head(sealer: Sealer | None, session_id: uuid.UUID) -> None:
+    """Drop the kept head of a session (it moved: a rewind, another writer)."""
+    if sealer is not None:
+        sealer.heads.pop(session_id, None)
 
 
 class HeadMoved(Exception):
@@ -40,6 +99,34 @@ def session_scope(tenant_id: str, subject_id: str | None, session_id: uuid.UUID)
     return Scope("session", tenant_id, str(session_id))
 
 
+def turn_position(turn_seq: int, epoch: int) -> str:
+    """The position a turn's ciphertext is bound to: its seq, and its rewind epoch when not
+    0 (an integer seq never contains ``@``, so no two pairs meet)."""
+    return str(turn_seq) if epoch == 0 else f"{turn_seq}@{epoch}"
+
+
+Epochs = Sequence[int]
+"""A session's ``rewind_epochs``: pairs ``(cut, epoch)``, flat, cuts and epochs ascending."""
+
+
+def epoch_at(epochs: Epochs | None, turn_seq: int) -> int:
+    """The rewind epoch the turn at ``turn_seq`` was written in: the epoch of the last
+    standing rewind whose cut is at or below it; 0 when none is."""
+    if not epochs:
+        return 0
+    cuts = epochs[0::2]
+    i = bisect_right(cuts, turn_seq)
+    return 0 if i == 0 else int(epochs[2 * i - 1])
+
+
+def recorded_epoch(message: Mapping[str, Any], where: str) -> int:
+    """The epoch a sealed turn says it was written in (``"e"``, 0 when absent)."""
+    epoch = message.get("e", 0)
+    if type(epoch) is not int or epoch < 0 or (epoch == 0 and "e" in message):
+        raise DecryptionFailed(f"{where}: the sealed turn's epoch is malformed")
+    return epoch
+
+
 def seal_batch(
     sealer: Sealer,
     key: DataKey,
@@ -48,10 +135,12 @@ def seal_batch(
     texts: Sequence[str],
     keys: Sequence[str | None],
 ) -> tuple[list[str], list[int | None]]:
-    """The batch's texts sealed for the seqs the server will give them, and those seqs
-    (None for a turn whose key the session knows: the server stores nothing for it)."""
+    """The batch's texts sealed for the seqs the server will give them in the session's
+    current rewind epoch (``head["epoch"]``), and those seqs (None for a turn whose key the
+    session knows: the server stores nothing for it)."""
     known = set(head["known"] or ())
     seq = int(head["next_turn_seq"])
+    epoch = int(head["epoch"])
     origin = str(session_id)
     sealed: list[str] = []
     expected: list[int | None] = []
@@ -65,7 +154,10 @@ def seal_batch(
         if key_name is not None:
             known.add(key_name)
         expected.append(seq)
-        sealed.append(sealer.seal_text(key, TURN, origin, str(seq), text, with_origin=True))
+        position = turn_position(seq, epoch)
+        sealed.append(
+            sealer.seal_text(key, TURN, origin, position, text, with_origin=True, epoch=epoch)
+        )
         seq += 1
     return sealed, expected
 
@@ -75,19 +167,47 @@ Lineage = Mapping[str, Sequence[tuple[int | None, int | None]]]
 unbounded) it may read from each."""
 
 
+class StaleEpoch(DecryptionFailed):
+    """Internal: a turn of the session's own carries an epoch older than the one its
+    position has now: written back from before a rewind, or removed by a rewind that
+    committed between the read of the turn and the read of the epochs."""
+
+
 def open_message(
     sealer: Sealer,
     session_id: uuid.UUID,
     turn_seq: int,
     message: Any,
     lineage: Lineage | None,
+    epochs: Epochs | None = None,
+    memo: dict[str, DataKey] | None = None,
+    own: str | None = None,
 ) -> dict[str, Any]:
     """The plaintext message of the turn at ``turn_seq`` read through ``session_id``. A
     turn sealed by another session is accepted only from the session's fork lineage, within
-    the turns it inherited (``lineage``)."""
-    where = f"turn {turn_seq} of session {session_id}"
-    origin = message.get("o") if is_sealed(message) else str(session_id)
-    if origin != str(session_id):
+    the turns it inherited (``lineage``); one sealed by the session itself only in the
+    rewind epoch of its position (``epochs``, the session's ``rewind_epochs``). ``memo``
+    and ``own`` (``str(session_id)``) spare a read of many turns repeated work."""
+    own = str(session_id) if own is None else own
+    where = f"turn {turn_seq} of session {own}"
+    sealed = is_sealed(message)
+    origin = message.get("o") if sealed else own
+    epoch = recorded_epoch(message, where) if sealed else 0
+    if not sealed:
+        pass  # refused as plaintext by Sealer.open below
+    elif origin == own:
+        expected = epoch_at(epochs, turn_seq)
+        if epoch < expected:
+            raise StaleEpoch(
+                f"{where} was sealed before a rewind of the session that removed the turn "
+                "then at its position; nothing of it is returned"
+            )
+        if epoch > expected:
+            raise DecryptionFailed(
+                f"{where} claims a rewind epoch its session never reached; nothing of it is "
+                "returned"
+            )
+    else:
         ranges = lineage.get(origin, ()) if lineage is not None and type(origin) is str else ()
         if not any(
             (lo is None or lo <= turn_seq) and (hi is None or turn_seq <= hi) for lo, hi in ranges
@@ -96,9 +216,33 @@ def open_message(
                 f"{where} was sealed for another session or position of its fork lineage; "
                 "nothing of it is returned"
             )
-    text = sealer.open(message, TURN, origin, str(turn_seq), where)
+    text = sealer.open(message, TURN, origin, turn_position(turn_seq, epoch), where, memo=memo)
     opened: dict[str, Any] = jsoncodec.loads(text)
     return opened
+
+
+def needs_epochs(session_id: uuid.UUID, messages: Sequence[Any]) -> bool:
+    """Whether some sealed message names the session itself as its writer: its position's
+    rewind epoch must be read to judge it."""
+    own = str(session_id)
+    return any(is_sealed(m) and m.get("o") == own for m in messages)
+
+
+def epochs_op(session_id: uuid.UUID) -> Op[list[int] | None]:
+    """The session's ``rewind_epochs`` (None: never rewound, or no such session)."""
+    row = yield Q(query("sealed_epochs"), (session_id,), fetch="one")
+    if row is None or row[0] is None:
+        return None
+    return [int(v) for v in row[0]]
+
+
+def _still_stored_op(session_id: uuid.UUID, turn: Turn) -> Op[bool]:
+    """Whether the session still stores exactly ``turn``'s sealed message at its seq."""
+    rows = yield Q(query("tail_at"), (session_id, turn.turn_seq, 1, None), named=True)
+    if not rows or int(rows[0]["turn_seq"]) != turn.turn_seq:
+        return False
+    stored = jsoncodec.loads(rows[0]["message"])
+    return bool(stored == turn.message)
 
 
 def needs_lineage(session_id: uuid.UUID, messages: Sequence[Any]) -> bool:
@@ -110,22 +254,43 @@ def needs_lineage(session_id: uuid.UUID, messages: Sequence[Any]) -> bool:
 
 def lineage_op(session_id: uuid.UUID) -> Op[Lineage]:
     """The sessions whose sealed turns a session may read, with the turns of each: its fork
-    chain, and the origins of turns a copy-on-write moved into that chain's storage."""
-    rows = yield Q(query("sealed_origins"), {"sid": session_id}, named=True)
+    chain (up to each ancestor's bound), and the origins of turns a copy-on-write moved into
+    that chain's storage. One statement for the chain, then one per session of it, so that
+    each reads one session (one shard on Citus)."""
+    segments = yield Q(query("fork_segments"), (session_id,), named=True)
     lineage: dict[str, list[tuple[int | None, int | None]]] = {}
-    for row in rows:
-        lo = None if row["lo"] is None else int(row["lo"])
-        hi = None if row["hi"] is None else int(row["hi"])
-        lineage.setdefault(str(row["origin"]), []).append((lo, hi))
+    for segment in segments:
+        hi = segment["turn_hi"]
+        lineage.setdefault(str(segment["session_id"]), []).append(
+            (None, None if hi is None else int(hi))
+        )
+    for segment in segments:
+        rows = yield Q(query("sealed_copies"), (segment["session_id"],), named=True)
+        for row in rows:
+            lo = None if row["lo"] is None else int(row["lo"])
+            hi = None if row["hi"] is None else int(row["hi"])
+            lineage.setdefault(str(row["origin"]), []).append((lo, hi))
     return lineage
 
 
+EPOCHS_UNREAD: Any = object()
+"""``open_turns_op(epochs=)``'s default: the epochs are read when needed."""
+
+
 def open_turns_op(
-    sealer: Sealer | None, session_id: uuid.UUID, turns: list[Turn]
+    sealer: Sealer | None,
+    session_id: uuid.UUID,
+    turns: list[Turn],
+    epochs: Epochs | None = EPOCHS_UNREAD,
 ) -> Op[list[Turn]]:
-    """The turns with their messages opened; one statement more only when a turn was sealed
-    by another session. Without a sealer (a store connected without ``encryption=``) the
-    turns are returned as they are, but a sealed one is refused (``EncryptionRequired``)."""
+    """The turns with their messages opened: one statement more (the session's rewind
+    epochs) when a turn was sealed by the session itself, one more when one was sealed by
+    another session (the fork lineage). A turn whose epoch a rewind has passed is refused
+    (``DecryptionFailed``) when still stored so, and gives ``Conflict`` (retryable) when a
+    rewind removed it while it was read. Without a sealer (a store connected without
+    ``encryption=``) the turns are returned as they are, but a sealed one is refused
+    (``EncryptionRequired``). ``epochs``: the session's ``rewind_epochs`` when the read
+    that gave ``turns`` read them in its own snapshot (tail's one statement)."""
     if sealer is None:
         for t in turns:
             if type(t.message) is dict and MARK in t.message:
@@ -133,20 +298,37 @@ def open_turns_op(
         return turns
     if not turns:
         return turns
+    messages = [t.message for t in turns]
     lineage = None
-    if needs_lineage(session_id, [t.message for t in turns]):
+    if needs_lineage(session_id, messages):
         lineage = yield from lineage_op(session_id)
-    return [
-        new_turn(
-            t.turn_seq,
-            open_message(sealer, session_id, t.turn_seq, t.message, lineage),
-            t.tokens,
-            t.created_at,
-            t.chunk_seq,
-            t.idempotency_key,
+    if epochs is EPOCHS_UNREAD:
+        epochs = None
+        if needs_epochs(session_id, messages):
+            # read after the turns: an epoch only grows, so an honest turn's epoch is at
+            # most the one read here, and below it only when a rewind removed the turn in
+            # between
+            epochs = yield from epochs_op(session_id)
+    opened: list[Turn] = []
+    memo: dict[str, DataKey] = {}
+    own = str(session_id)
+    for t in turns:
+        try:
+            message = open_message(
+                sealer, session_id, t.turn_seq, t.message, lineage, epochs, memo, own
+            )
+        except StaleEpoch as exc:
+            if (yield from _still_stored_op(session_id, t)):
+                # stored now with an epoch its position no longer has: a replay
+                raise DecryptionFailed(str(exc)) from None
+            raise Conflict(
+                f"session {session_id} was rewound while its turns were read; nothing was "
+                "returned, read again"
+            ) from None
+        opened.append(
+            new_turn(t.turn_seq, message, t.tokens, t.created_at, t.chunk_seq, t.idempotency_key)
         )
-        for t in turns
-    ]
+    return opened
 
 
 def session_key_op(sealer: Sealer, session_id: uuid.UUID) -> Op[DataKey]:

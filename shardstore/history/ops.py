@@ -283,7 +283,21 @@ def append_op(
     return (yield from _append_prepared_op(ctx, sid, batch))
 
 
-def _append_prepared_op(ctx: Context, sid: uuid.UUID, batch: PreparedTurns) -> Op[AppendOutcome]:
+def _append_write(q: Q, locked: bool) -> Op[Any]:
+    """An append's statement. Alone it is rerun when picked as a deadlock's victim, and may
+    recover from a unique violation (a concurrent retry of its key), both under a savepoint
+    inside a transaction. ``locked``: inside a sealed append's transaction, which holds the
+    session row from its head read on, so no concurrent append can race it for a key; sent
+    bare, saving the savepoint's two round trips (a failure rolls the attempt back whole,
+    and the sealed append repeats it)."""
+    if locked:
+        return (yield Q(q.sql, q.params, q.fetch, q.prepare, frozenset(), q.named))
+    return (yield from rerun_on_deadlock(q))
+
+
+def _append_prepared_op(
+    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, locked: bool = False
+) -> Op[AppendOutcome]:
     chunking = (
         ctx.settings.budget_tokens,
         ctx.settings.chunk_max_bytes,
@@ -295,9 +309,10 @@ def _append_prepared_op(ctx: Context, sid: uuid.UUID, batch: PreparedTurns) -> O
         # seal's statement, else append_v2); a unique violation is a concurrent retry of
         # the same key: rerun as a batch below
         first = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
-        one = yield from rerun_on_deadlock(
-            Q(query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION)
+        statement = Q(
+            query("append_one"), (sid, *first, *chunking), fetch="one", recover=_UNIQUE_VIOLATION
         )
+        one = yield from _append_write(statement, locked)
         if one is not None and not isinstance(one, StatementFailed):
             turn_seq, chunk_seq, tokens, duplicate, sealed = one
             result = AppendResult(int(turn_seq), int(chunk_seq), int(tokens), bool(duplicate))
@@ -308,7 +323,7 @@ def _append_prepared_op(ctx: Context, sid: uuid.UUID, batch: PreparedTurns) -> O
     # (docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md)
     keep = ctx.settings.default_tail_turns
     params = (sid, texts, batch.tokens, batch.sizes, batch.keys, *chunking, keep)
-    rows = yield from rerun_on_deadlock(Q(query("append"), params, named=True))
+    rows = yield from _append_write(Q(query("append"), params, named=True), locked)
     results = [record(AppendResult, r) for r in rows]
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 
@@ -351,7 +366,12 @@ def append_checkpoint_op(
 
 
 def _append_checkpoint_prepared_op(
-    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, checkpoint_id: uuid.UUID, state: str
+    ctx: Context,
+    sid: uuid.UUID,
+    batch: PreparedTurns,
+    checkpoint_id: uuid.UUID,
+    state: str,
+    locked: bool = False,
 ) -> Op[AppendOutcome]:
     texts = "[" + ",".join(batch.texts) + "]"
     head = (sid, texts, batch.tokens, batch.sizes, batch.keys, ctx.settings.budget_tokens)
@@ -366,13 +386,14 @@ def _append_checkpoint_prepared_op(
         # append_checkpoint_v2: scalars in, one plain row out; a unique violation is a
         # concurrent retry of the key, rerun below through append_checkpoint_v1's slow path
         one = (batch.texts[0], batch.tokens[0], batch.sizes[0], batch.keys[0])
-        row = yield from rerun_on_deadlock(
+        row = yield from _append_write(
             Q(
                 query("append_checkpoint_one"),
                 (sid, *one, ctx.settings.budget_tokens, *chunking, *tail),
                 fetch="one",
                 recover=_UNIQUE_VIOLATION,
-            )
+            ),
+            locked,
         )
         if row is not None and not isinstance(row, StatementFailed):
             turn_seq, chunk_seq, tokens, duplicate, sealed, checkpoint_id = row
@@ -381,8 +402,8 @@ def _append_checkpoint_prepared_op(
             )
             return AppendOutcome(sid, [result], bool(sealed))
     if rows is None or isinstance(rows, StatementFailed):
-        rows = yield from rerun_on_deadlock(
-            Q(query("append_checkpoint"), (*head, *chunking, False, *tail), named=True)
+        rows = yield from _append_write(
+            Q(query("append_checkpoint"), (*head, *chunking, False, *tail), named=True), locked
         )
     results = [record(AppendResult, r) for r in rows]
     return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
@@ -394,11 +415,26 @@ def _sealed_append_op(
     """An append (with a checkpoint when ``state`` is given) of a store connected with
     ``encryption=``: each turn sealed for the seq it gets, the checkpoint's state for its id
     (:mod:`shardstore.encryption.turns`); an attempt that a concurrent append overtook is
-    rolled back whole and repeated."""
+    rolled back whole and repeated, as is one picked as a deadlock's victim (``Conflict``:
+    nothing of it was written).
+
+    A store that appended to the session before kept its head (:func:`keep_head`): a batch
+    without a checkpoint is then sealed from it and sent in one statement
+    (``append_sealed_v1``), which refuses it, writing nothing, when the head moved since
+    (another writer, a rewind); then, and for a first append, the head is read in the
+    append's transaction, locked."""
+    sealer = ctx.sealer
+    assert sealer is not None
+    if state is None:
+        kept = enc_turns.kept_head(sealer, sid)
+        if kept is not None:
+            fast = yield from _sealed_from_kept_head_op(ctx, sealer, sid, batch, kept)
+            if fast is not None:
+                return fast
     for _attempt in range(enc_turns.SEALED_APPEND_ATTEMPTS):
         try:
             outcome: AppendOutcome = yield Try(_sealed_attempt_op(ctx, sid, batch, state))
-        except enc_turns.HeadMoved:
+        except (enc_turns.HeadMoved, Conflict):
             continue
         return outcome
     raise Conflict(
@@ -418,6 +454,28 @@ def _sealed_attempt_op(
         raise SessionNotFound(f"session {sid} does not exist")
     if head["purged"]:
         raise SessionPurged(f"session {sid} was purged")
+    key, sealed, expected = _sealed_batch(ctx, sealer, sid, head, batch)
+    if state is None:
+        outcome = yield from _append_prepared_op(ctx, sid, sealed, locked=True)
+    else:
+        checkpoint_id = uuid.uuid4()
+        sealed_state = seal_checkpoint_state(sealer, key, sid, checkpoint_id, state)
+        outcome = yield from _append_checkpoint_prepared_op(
+            ctx, sid, sealed, checkpoint_id, sealed_state, locked=True
+        )
+    for result, seq in zip(outcome.results, expected, strict=True):
+        if not result.duplicate and result.turn_seq != seq:
+            raise enc_turns.HeadMoved
+    yield Tx.COMMIT
+    enc_turns.keep_head(sealer, sid, head, expected)
+    return outcome
+
+
+def _sealed_batch(
+    ctx: Context, sealer: Sealer, sid: uuid.UUID, head: Mapping[str, Any], batch: PreparedTurns
+) -> tuple[DataKey, PreparedTurns, list[int | None]]:
+    """The batch sealed for the seqs and the epoch of ``head``: the data key, the sealed
+    turns and the seq each is expected to get (None: a key the session knows)."""
     key = sealer.keys.key_for(enc_turns.session_scope(head["tenant_id"], head["subject_id"], sid))
     assert key is not None
     texts, expected = enc_turns.seal_batch(sealer, key, sid, head, batch.texts, batch.keys)
@@ -429,20 +487,45 @@ def _sealed_attempt_op(
                 f"message {i} is {size} bytes once encrypted; the per-turn cap is {limit} "
                 "bytes (chunk_max_bytes). Store large tool outputs elsewhere and reference them."
             )
-    sealed = PreparedTurns(texts, batch.tokens, sizes, batch.keys)
-    if state is None:
-        outcome = yield from _append_prepared_op(ctx, sid, sealed)
-    else:
-        checkpoint_id = uuid.uuid4()
-        sealed_state = seal_checkpoint_state(sealer, key, sid, checkpoint_id, state)
-        outcome = yield from _append_checkpoint_prepared_op(
-            ctx, sid, sealed, checkpoint_id, sealed_state
-        )
-    for result, seq in zip(outcome.results, expected, strict=True):
-        if not result.duplicate and result.turn_seq != seq:
-            raise enc_turns.HeadMoved
-    yield Tx.COMMIT
-    return outcome
+    return key, PreparedTurns(texts, batch.tokens, sizes, batch.keys), expected
+
+
+# the kept head moved (SS412), or the one statement lost a deadlock or a race for a key: the
+# append goes on through the locked head read
+_KEPT_HEAD_FAILED = frozenset({"SS412", "40P01", "23505"})
+
+
+def _sealed_from_kept_head_op(
+    ctx: Context,
+    sealer: Sealer,
+    sid: uuid.UUID,
+    batch: PreparedTurns,
+    head: Mapping[str, Any],
+) -> Op[AppendOutcome | None]:
+    """The batch sealed from the kept ``head`` and appended in one statement; None (nothing
+    written, the head forgotten) when the head moved."""
+    _key, sealed, expected = _sealed_batch(ctx, sealer, sid, head, batch)
+    params = (
+        sid,
+        int(head["epoch"]),
+        expected,
+        "[" + ",".join(sealed.texts) + "]",
+        sealed.tokens,
+        sealed.sizes,
+        sealed.keys,
+        ctx.settings.budget_tokens,
+        ctx.settings.chunk_max_bytes,
+        ctx.partition_interval.total_seconds(),
+        ctx.partition_origin,
+        ctx.settings.default_tail_turns,
+    )
+    rows = yield Q(query("append_sealed"), params, named=True, recover=_KEPT_HEAD_FAILED)
+    if isinstance(rows, StatementFailed):
+        enc_turns.forget_head(sealer, sid)
+        return None
+    results = [record(AppendResult, r) for r in rows]
+    enc_turns.keep_head(sealer, sid, head, expected)
+    return AppendOutcome(sid, results, any(r["sealed"] for r in rows))
 
 
 def seal_checkpoint_state(
@@ -693,8 +776,15 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
     max_tokens = validate.optional_count(max_tokens, "max_tokens", high=validate.MAX_INT64)
     if n is None and max_tokens is None:
         n = ctx.settings.default_tail_turns
-    turns = yield from window_op(sid, n, max_tokens)
-    turns = yield from enc_turns.open_turns_op(ctx.sealer, sid, turns)
+    if ctx.sealer is None:
+        turns = yield from window_op(sid, n, max_tokens)
+        turns = yield from enc_turns.open_turns_op(None, sid, turns)  # refuses sealed turns
+    else:
+        # the window and the rewind epochs its turns are checked against, in one statement
+        text, epochs = yield Q(query("tail_window_sealed"), (sid, n, max_tokens), fetch="one")
+        turns = yield from enc_turns.open_turns_op(
+            ctx.sealer, sid, window_turns(text), None if epochs is None else list(epochs)
+        )
     before = yield from before_window_op(sid, turns, ctx.sealer)
     return trim_tail(turns, before)
 

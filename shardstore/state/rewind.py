@@ -15,6 +15,7 @@ from ..core.rerun import retrying
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q
+from ..encryption import turns as enc_turns
 from ..errors import Conflict, InvalidInput
 
 _RETRIES = 5
@@ -65,6 +66,8 @@ def rewind(store: StoreState, session_id: uuid.UUID | str, to_turn_seq: int) -> 
     if type(to_turn_seq) is int and to_turn_seq < 0:
         raise InvalidInput(f"to_turn_seq must be >= 0 (rewind below 0), not {to_turn_seq}")
     to = validate.position(to_turn_seq, "to_turn_seq")
+    # an encrypting store's kept head of the session is stale after a rewind (a new epoch)
+    enc_turns.forget_head(store.ctx.sealer, sid)
     return (
         yield from retrying(
             lambda: _rewind_op(sid, to),

@@ -44,24 +44,42 @@ SELECT session_id, tenant_id, subject_id, agent_id, metadata::text AS metadata, 
 -- owners, the seq its next turn gets and which of the batch's idempotency keys it knows. The
 -- row is locked as the append locks it (FOR NO KEY UPDATE: folds and text passes, which hold
 -- FOR KEY SHARE, go on), so no other append or rewind moves the head before this
--- transaction's append: optimistic re-reads starved under four concurrent writers.
+-- transaction's append: optimistic re-reads starved under four concurrent writers. The epoch
+-- is the newest rewind's (the last element of rewind_epochs), the one new turns are sealed for.
+-- Both tables are filtered by the session id itself, so Citus routes the statement, lock
+-- included, to the session's shard (a correlated filter on s.session_id it refuses under FOR).
 SELECT s.tenant_id, s.subject_id, s.next_turn_seq, s.purged_at IS NOT NULL AS purged,
+       coalesce(s.rewind_epochs[cardinality(s.rewind_epochs)], 0) AS epoch,
        ARRAY(SELECT k.idempotency_key FROM shardstore.turn_keys k
-              WHERE k.session_id = s.session_id AND k.idempotency_key = ANY(%(keys)s::text[]))
+              WHERE k.session_id = %(sid)s AND k.idempotency_key = ANY(%(keys)s::text[]))
          AS known
   FROM shardstore.sessions s WHERE s.session_id = %(sid)s
    FOR NO KEY UPDATE OF s;
 
--- name: sealed_origins
--- the sessions whose sealed turns a session may read (shardstore/encryption/turns.py), each with
--- the turns it may give: the segments of its fork chain (up to each one's bound) and the origins
--- of the turns copied into the storage of any of them (fork_copies: a fork's copy-on-write)
-WITH seg AS (SELECT g.r_session_id, g.r_turn_hi FROM shardstore.fork_segments_v1(%(sid)s) g)
-SELECT seg.r_session_id AS origin, NULL::bigint AS lo, seg.r_turn_hi AS hi FROM seg
-UNION ALL
-SELECT c.origin_session_id, c.first_turn_seq, c.last_turn_seq
+-- name: append_sealed
+-- an encrypted append in one statement, its turns sealed for the seqs and the epoch of the head
+-- the store kept from its previous append (append_sealed_v1: SS412 when the head moved)
+SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
+       r_duplicate AS duplicate, r_sealed AS sealed
+  FROM shardstore.append_sealed_v1(%s, %s, %s::bigint[], %s::jsonb, %s::integer[], %s::integer[],
+                                   %s::text[], %s, %s, make_interval(secs => %s), %s, %s);
+
+-- name: tail_window_sealed
+-- tail_window and the session's rewind epochs from one snapshot (tail_sealed_v1)
+SELECT r_window, r_epochs FROM shardstore.tail_sealed_v1(%s, %s, %s);
+
+-- name: sealed_epochs
+-- the rewind epochs a reader checks encrypted turns against (shardstore/encryption/turns.py):
+-- pairs (cut, epoch), flat, of the rewinds still standing; NULL when never rewound
+SELECT s.rewind_epochs FROM shardstore.sessions s WHERE s.session_id = %s;
+
+-- name: sealed_copies
+-- the origins of the turns a fork's copy-on-write moved into a session's storage, with the
+-- turns of each (shardstore/encryption/turns.py reads it for every session of a fork chain,
+-- one session, so one shard, per statement)
+SELECT c.origin_session_id AS origin, c.first_turn_seq AS lo, c.last_turn_seq AS hi
   FROM shardstore.fork_copies c
- WHERE c.session_id IN (SELECT seg.r_session_id FROM seg);
+ WHERE c.session_id = %s;
 
 -- name: session_list
 -- live sessions newest first, paged by the keyset (created_at, session_id): sent unprepared

@@ -2,7 +2,10 @@
 -- fork that shares them gets its own copies first (fork_cow), a fork rewound to before its
 -- fork point reads its parent's chunks again, and the artifacts of the turn and checkpoint
 -- refs it deletes (those at or after p_to, read under the session lock, which every turn or
--- checkpoint reference takes too) are marked when left without a live reference.
+-- checkpoint reference takes too) are marked when left without a live reference. A rewind that
+-- removes turns starts a new rewind epoch (sessions.rewind_epochs) in its own transaction:
+-- encrypted turns are sealed for their epoch, so a ciphertext of a removed turn written back at
+-- the position it freed no longer opens.
 CREATE OR REPLACE FUNCTION shardstore.rewind_v3(p_session_id uuid, p_to bigint)
  RETURNS TABLE(r_status text, r_removed bigint, r_turns bigint, r_first bigint)
  LANGUAGE plpgsql
@@ -12,6 +15,8 @@ DECLARE
     v_ids   uuid[];
     v_owner uuid;
     v_chunk bigint;
+    v_epochs bigint[];
+    v_kept  integer := 0;
     t       record;
     d       record;
 BEGIN
@@ -25,7 +30,9 @@ BEGIN
     ELSE
         PERFORM shardstore.fork_cow(p_session_id, p_to);
         IF s.fork_parent IS NULL OR p_to > s.fork_at THEN
-            RETURN QUERY SELECT * FROM shardstore.rewind_turns(p_session_id, p_to);
+            SELECT * INTO r_status, r_removed, r_turns, r_first
+              FROM shardstore.rewind_turns(p_session_id, p_to);
+            RETURN NEXT;
             FOR d IN DELETE FROM shardstore.fork_copies f
                       WHERE f.session_id = p_session_id AND f.first_turn_seq >= p_to
                   RETURNING f.* LOOP
@@ -63,6 +70,19 @@ BEGIN
             r_turns := p_to;
             RETURN NEXT;
         END IF;
+    END IF;
+    IF r_status = 'ok' AND r_removed > 0 THEN
+        -- a new rewind epoch: the pairs (cut, epoch) with a cut at or above p_to are no
+        -- longer standing (every turn they described is gone), and turns from p_to on are
+        -- written in the new epoch; the cuts ascend, so the pairs kept are a prefix
+        v_epochs := s.rewind_epochs;
+        WHILE v_kept < coalesce(cardinality(v_epochs), 0) AND v_epochs[v_kept + 1] < p_to LOOP
+            v_kept := v_kept + 2;
+        END LOOP;
+        UPDATE shardstore.sessions x
+           SET rewind_epochs = v_epochs[1:v_kept]
+                               || ARRAY[p_to, coalesce(v_epochs[cardinality(v_epochs)], 0) + 1]
+         WHERE x.session_id = p_session_id;
     END IF;
     IF cardinality(v_ids) > 0 THEN
         PERFORM shardstore.artifacts_released_v1(array_fill(s.tenant_id, ARRAY[cardinality(v_ids)]),
