@@ -54,6 +54,7 @@ from ..errors import (
 )
 from .envelope import Sealer, is_sealed
 from .keystore import DataKey, Scope
+from .turns import recorded_epoch, turn_position
 
 DEFAULT_BATCH_SIZE = 200
 MAX_BATCH_SIZE = 10_000
@@ -172,7 +173,13 @@ class _Scan:
         return _dump(_resealed(self.sealer, self.new, value, kind, writer, position, where))
 
     def turn(self, sid: uuid.UUID, seq: int, raw: str) -> str:
-        return self.resealed(raw, TURN_KIND, None, sid, str(seq), f"turn {seq} of session {sid}")
+        """A sealed turn re-sealed for the place it was sealed for: its seq and the rewind
+        epoch it records (kept in its clear envelope), so a turn a reader would refuse as
+        stale stays refused."""
+        where = f"turn {seq} of session {sid}"
+        value = json.loads(raw)
+        epoch = recorded_epoch(value, where) if is_sealed(value) else 0
+        return self.resealed(raw, TURN_KIND, None, sid, turn_position(seq, epoch), where)
 
     def _paged_op(
         self,

@@ -29,7 +29,7 @@ try:
         Text,
         Uuid,
     )
-    from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+    from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 except ImportError as exc:  # the extra is not installed
     raise MissingDependency(
         "shardstore.integrations.sqlalchemy needs SQLAlchemy 2: "
@@ -77,6 +77,7 @@ def _build() -> MetaData:
         Column("fork_chunk", BigInteger),
         # the first turn the session still holds (0 unless a range purge cut its start)
         Column("first_turn_seq", BigInteger, nullable=False),
+        Column("rewind_epochs", ARRAY(BigInteger)),
         comment="one row per session; purged sessions keep a tombstone (purged_at set)",
     )
     Table(

@@ -52,8 +52,10 @@ CHECKS: dict[str, str] = {
 
 DELEGATED: dict[str, str] = {
     "append_one_v2": "p_session_id",
+    "append_sealed_v1": "p_session_id",
     "append_to_open_chunk": "p_session_id",
     "append_v2": "p_session_id",
+    "tail_sealed_v1": "p_session_id",
     "tail_v1": "p_session_id",
 }
 """The hot calls delegated to the worker that holds their session (measured in

@@ -170,6 +170,28 @@ def test_data_key_rotation_reseals_every_value_and_shreds_the_old_key(
     assert [r for r in _sealed_rows(module_dsn, "rot-t") if str(bystander) in r[0]] == dan_rows
 
 
+def test_turns_of_a_later_rewind_epoch_are_resealed_for_it(enc_store: shardstore.Store) -> None:
+    # a rewind starts an epoch: the turns after the cut are bound to it, and a rotation
+    # re-seals them for the same epoch (re-sealing a turn for its bare seq would make
+    # every turn written after a rewind unreadable)
+    sid = enc_store.create_session(tenant_id="rot-e", subject_id="eve")
+    enc_store.append_turns(sid, [{"role": "user", "content": f"{MARKER} {i}"} for i in range(4)])
+    enc_store.rewind(sid, 2)
+    enc_store.append_turns(
+        sid, [{"role": "user", "content": f"{MARKER} new {i}"} for i in range(2)]
+    )
+    before = [t.message for t in enc_store.tail(sid, n=10)]
+    report = enc_store.rotate_data_key(tenant_id="rot-e", subject_id="eve")
+    assert report.resealed["turns"] == 4 and report.shredded_keys
+    assert [t.message for t in enc_store.tail(sid, n=10)] == before
+    assert [t.message["content"] for t in enc_store.history(sid)] == [
+        f"{MARKER} 0",
+        f"{MARKER} 1",
+        f"{MARKER} new 0",
+        f"{MARKER} new 1",
+    ]
+
+
 def test_appends_during_a_rotation_are_all_kept(
     enc_store: shardstore.Store, keys: LocalKeyProvider, module_dsn: str, key_dir: Path
 ) -> None:
