@@ -1,0 +1,214 @@
+"""Full-text search where turns are sealed: the client's text pass (keyed windows of sealed
+turns) and the keyed ranking (docs/decisions/0025-encrypted-search.md).
+
+The server cannot window a sealed turn (``text_windows`` gives it none), so a store
+connected with ``encryption=`` indexes its sealed turns itself: :func:`text_pass_op` reads
+the turns without windows, opens them, has the server cut each opened message into the
+lexemes of its windows exactly as ``text_windows`` would (the message is a statement
+parameter, never stored), hashes the lexemes with the search key of the scope whose rows
+hold the turn (:mod:`shardstore.encryption.search`) and writes the windows. A search runs the
+pass over its scope first, so every sealed turn appended before the search is found, as
+buffered plaintext turns are found without any worker.
+
+:func:`keyed_ranking_op` hashes the query's lexemes with the key of every scope searched and
+ranks with ``text_rank_keyed_v1``: a window holds a query lexeme when it holds any of that
+lexeme's hashes, so the ranking is the plaintext one (same lexemes, same BM25, same bounded
+candidates), up to 32-bit hash collisions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ..core import jsoncodec
+from ..core.sql import query
+from ..core.steps import Op, Q, Tx
+from ..encryption.envelope import Sealer
+from ..encryption.keystore import DataKey
+from ..encryption.search import query_hashes, window_hashes
+from ..encryption.turns import Lineage, lineage_op, needs_lineage, open_message, session_scope
+from ..errors import DecryptionFailed, KeyShredded
+from .vectors import Ranked, SearchScope
+
+#: sealed turns a text pass reads, opens and indexes per transaction
+PASS_BATCH = 200
+#: the most data-key scopes a tenant-wide search hashes its query for: the tenant's most
+#: recently active ones (each costs a key-file read, an unwrap the first time, and one
+#: 32-bit hash per query lexeme in the statement)
+MAX_TENANT_SCOPES = 1000
+#: the most sessions of a tenant a search's text pass visits before it ranks
+MAX_PASS_SESSIONS = 1000
+
+
+def _scope_key(sealer: Sealer, tenant: str, subject: str | None, sid: uuid.UUID) -> DataKey | None:
+    """The data key a session's rows are hashed with, or None when it has none (never
+    sealed anything, or shredded): nothing of it can be indexed or searched."""
+    try:
+        return sealer.keys.key_for(session_scope(tenant, subject, sid), create=False)
+    except KeyShredded:
+        return None
+
+
+def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int = PASS_BATCH) -> Op[int]:
+    """Write the keyed windows of the session's sealed turns (buffered and folded) that have
+    none; returns how many turns got windows. Each batch is one transaction holding the
+    session row FOR KEY SHARE (no rewind or purge moves the turns meanwhile; appends go on),
+    so a pass killed midway leaves whole turns indexed and the next pass goes on from what
+    is missing. A turn that does not open (its key shredded, or altered) is left without
+    windows and never found."""
+    indexed = 0
+    after = -1
+    lineage: Lineage | None = None
+    while True:
+        yield Tx.BEGIN
+        head = yield Q(query("keyed_pass_session"), (session_id,), fetch="one", named=True)
+        if head is None or head["config"] is None:
+            yield Tx.COMMIT
+            return indexed
+        key = _scope_key(sealer, head["tenant_id"], head["subject_id"], session_id)
+        if key is None:
+            yield Tx.COMMIT
+            return indexed
+        rows = yield Q(
+            query("keyed_pending_turns"),
+            {"session": session_id, "after": after, "n": batch},
+            named=True,
+            prepare=False,
+        )
+        if not rows:
+            yield Tx.COMMIT
+            return indexed
+        messages = [jsoncodec.loads(r["message"]) for r in rows]
+        if lineage is None and needs_lineage(session_id, messages):
+            lineage = yield from lineage_op(session_id)
+        opened: list[tuple[Any, str]] = []
+        for row, message in zip(rows, messages, strict=True):
+            try:
+                plain = open_message(sealer, session_id, int(row["turn_seq"]), message, lineage)
+            except DecryptionFailed:  # KeyShredded included: nothing of it to index
+                continue
+            opened.append((row, jsoncodec.encode_message(plain)))
+        after = int(rows[-1]["turn_seq"])
+        if opened:
+            words = yield Q(
+                query("keyed_window_words"),
+                ([text for _, text in opened], head["config"]),
+                prepare=False,
+            )
+            turns, windows, chunks, ats, tsvs = [], [], [], [], []
+            for i, window, lexemes in words:
+                row = opened[int(i) - 1][0]
+                turns.append(int(row["turn_seq"]))
+                windows.append(int(window))
+                chunks.append(int(row["chunk_seq"]))
+                ats.append(row["created_at"])
+                tsvs.append("{" + ",".join(map(str, window_hashes(key, lexemes))) + "}")
+            yield Q(
+                query("keyed_store_windows"),
+                {
+                    "session": session_id,
+                    "tenant": head["tenant_id"],
+                    "agent": head["agent_id"],
+                    "turns": turns,
+                    "windows": windows,
+                    "chunks": chunks,
+                    "ats": ats,
+                    "tsvs": tsvs,
+                },
+                prepare=False,
+                fetch="none",
+            )
+            indexed += len(set(turns))
+        yield Tx.COMMIT
+        if len(rows) < batch:
+            return indexed
+
+
+def text_pass_op(sealer: Sealer, scope: SearchScope) -> Op[int]:
+    """:func:`session_pass_op` over what a search of ``scope`` reads: the session and its
+    fork lineage, or the tenant's sessions (of the agent) holding sealed turns without
+    windows (at most :data:`MAX_PASS_SESSIONS` per call). Returns turns indexed."""
+    if scope.session_id is not None:
+        rows = yield Q(query("keyed_lineage_sessions"), (scope.session_id,), fetch="all")
+        sessions = [r[0] for r in rows]
+    else:
+        rows = yield Q(
+            query("keyed_pending_sessions"),
+            {"tenant": scope.tenant_id, "agent": scope.agent_id, "n": MAX_PASS_SESSIONS},
+            fetch="all",
+            prepare=False,
+        )
+        sessions = [r[0] for r in rows]
+    total = 0
+    for sid in sessions:
+        total += yield from session_pass_op(sealer, sid)
+    return total
+
+
+def scope_keys_op(sealer: Sealer, scope: SearchScope) -> Op[list[DataKey]]:
+    """The data keys of the scopes a search reads (distinct, shredded and never-made ones
+    left out): a session's and its fork lineage's; a tenant's most recently active
+    :data:`MAX_TENANT_SCOPES` scopes."""
+    found: list[DataKey] = []
+    seen: set[str] = set()
+
+    def add(key: DataKey | None) -> None:
+        if key is not None and key.kid not in seen:
+            seen.add(key.kid)
+            found.append(key)
+
+    if scope.session_id is not None:
+        rows = yield Q(query("keyed_lineage_sessions"), (scope.session_id,), named=True)
+        for r in rows:
+            if scope.tenant_id is None or r["tenant_id"] == scope.tenant_id:
+                add(_scope_key(sealer, r["tenant_id"], r["subject_id"], r["session_id"]))
+        return found
+    assert scope.tenant_id is not None
+    rows = yield Q(
+        query("keyed_tenant_scopes"),
+        {"tenant": scope.tenant_id, "agent": scope.agent_id, "n": MAX_TENANT_SCOPES},
+        named=True,
+        prepare=False,
+    )
+    for r in rows:
+        sid = r["session_id"] if r["session_id"] is not None else uuid.UUID(int=0)
+        add(_scope_key(sealer, scope.tenant_id, r["subject_id"], sid))
+    return found
+
+
+def keyed_ranking_op(
+    sealer: Sealer,
+    scope: SearchScope,
+    text: str,
+    n: int,
+    params: dict[str, Any],
+) -> Op[list[Ranked]]:
+    """The ``n`` best-matching turns of the scope for ``text`` over keyed windows, best
+    first (``text_rank_keyed_v1``); [] when text search is off, the query has no lexeme or
+    no key of the scope exists. ``params``: the scope's statement parameters."""
+    row = yield Q(query("keyed_query_words"), (text,), fetch="one", named=True)
+    words: Sequence[str] = row["words"] or ()
+    if row["config"] is None or not words:
+        return []
+    keys = yield from scope_keys_op(sealer, scope)
+    if not keys:
+        return []
+    hashes = query_hashes(keys, words)
+    rows = yield Q(
+        query("keyed_text_search"),
+        {**params, "hashes": hashes, "width": len(keys)},
+        prepare=False,
+        named=True,
+    )
+    return [
+        Ranked(
+            r["session_id"],
+            int(r["chunk_seq"]),
+            int(r["first_turn_seq"]),
+            int(r["last_turn_seq"]),
+            float(r["score"]),
+        )
+        for r in rows
+    ]

@@ -1,0 +1,119 @@
+-- Full-text search over sealed turns (encryption at rest): keyed lexeme hashes, computed by
+-- the client (shardstore/search/keyed.py, docs/decisions/0025-encrypted-search.md).
+
+-- The query's lexemes (the server's to_tsvector of the query, as text_rank_v1 computes them;
+-- the client hashes them) and the text search configuration (NULL: text search is off).
+-- name: keyed_query_words
+SELECT shardstore.text_config_read_v1()::text AS config,
+       coalesce(tsvector_to_array(to_tsvector(shardstore.text_config_read_v1(), %s::text)),
+                '{}') AS words;
+
+-- The sessions a text pass over one session's scope covers: the session and its fork
+-- lineage (live ones), with whose data key their rows are hashed (tenant, subject).
+-- name: keyed_lineage_sessions
+SELECT s.session_id, s.tenant_id, s.subject_id
+  FROM shardstore.fork_segments_v1(%s) g
+  JOIN shardstore.sessions s ON s.session_id = g.r_session_id
+ WHERE s.purged_at IS NULL;
+
+-- The data-key scopes of a tenant's live sessions (of one agent, when given), the most
+-- recently active first, at most %(n)s: a subject's, or a session's without a subject.
+-- name: keyed_tenant_scopes
+SELECT x.subject_id, x.session_id
+  FROM (SELECT DISTINCT ON (coalesce(s.subject_id, s.session_id::text), s.subject_id IS NULL)
+               s.subject_id,
+               CASE WHEN s.subject_id IS NULL THEN s.session_id END AS session_id,
+               coalesce(s.last_turn_at, s.created_at) AS active
+          FROM shardstore.sessions s
+         WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
+           AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
+         ORDER BY coalesce(s.subject_id, s.session_id::text), s.subject_id IS NULL,
+                  coalesce(s.last_turn_at, s.created_at) DESC) x
+ ORDER BY x.active DESC, x.subject_id, x.session_id
+ LIMIT %(n)s;
+
+-- A tenant's live sessions (of one agent, when given) that hold sealed turns without text
+-- windows: buffered ones, and folded chunks with fewer indexed turns than turns. At most %(n)s.
+-- name: keyed_pending_sessions
+SELECT DISTINCT x.session_id
+  FROM (SELECT s.session_id
+          FROM shardstore.sessions s
+          JOIN shardstore.turn_buffer b ON b.session_id = s.session_id
+         WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
+           AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
+           AND b.message ? 'ss_enc'
+           AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
+                            WHERE t.session_id = b.session_id AND t.turn_seq = b.turn_seq)
+        UNION ALL
+        SELECT s.session_id
+          FROM shardstore.sessions s
+          JOIN shardstore.agent_history h ON h.session_id = s.session_id
+         WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
+           AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
+           AND (SELECT count(DISTINCT t.turn_seq) FROM shardstore.turn_text t
+                 WHERE t.session_id = h.session_id AND t.chunk_seq = h.chunk_seq) < h.turn_count
+           AND jsonb_path_exists(h.conversation_chunk, '$[*].m.ss_enc')) x
+ LIMIT %(n)s;
+
+-- A text pass's hold on one session: FOR KEY SHARE (excludes rewinds, purges and flushes,
+-- never appends, as text_index_buffered_v1) and the text search configuration under the
+-- writers' lock (text_config_v1: a language switch waits for the pass, and the pass for it).
+-- No row: the session is gone or purged.
+-- name: keyed_pass_session
+SELECT s.tenant_id, s.subject_id, s.agent_id, shardstore.text_config_v1()::text AS config
+  FROM shardstore.sessions s
+ WHERE s.session_id = %s AND s.purged_at IS NULL
+   FOR KEY SHARE OF s;
+
+-- The session's sealed turns (buffered, then folded) after turn %(after)s that have no text
+-- window, in turn order, at most %(n)s; a folded chunk is read only when it has fewer
+-- indexed turns than turns.
+-- name: keyed_pending_turns
+SELECT p.turn_seq, p.chunk_seq, p.created_at, p.message
+  FROM (SELECT b.turn_seq, b.chunk_seq, b.created_at, b.message::text AS message
+          FROM shardstore.turn_buffer b
+         WHERE b.session_id = %(session)s AND b.turn_seq > %(after)s AND b.message ? 'ss_enc'
+           AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
+                            WHERE t.session_id = b.session_id AND t.turn_seq = b.turn_seq)
+        UNION ALL
+        SELECT (e.v ->> 's')::bigint, h.chunk_seq, (e.v ->> 'at')::timestamptz, (e.v -> 'm')::text
+          FROM shardstore.agent_history h,
+               LATERAL jsonb_array_elements(h.conversation_chunk) AS e(v)
+         WHERE h.session_id = %(session)s
+           AND h.first_turn_seq + h.turn_count - 1 > %(after)s
+           AND (SELECT count(DISTINCT t.turn_seq) FROM shardstore.turn_text t
+                 WHERE t.session_id = h.session_id AND t.chunk_seq = h.chunk_seq) < h.turn_count
+           AND (e.v ->> 's')::bigint > %(after)s AND e.v -> 'm' ? 'ss_enc'
+           AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
+                            WHERE t.session_id = h.session_id
+                              AND t.turn_seq = (e.v ->> 's')::bigint)) p
+ ORDER BY p.turn_seq
+ LIMIT %(n)s;
+
+-- The lexemes of each window of opened messages (sent here, never stored), cut as
+-- text_windows cuts them: (message's index from 1, window, lexemes).
+-- name: keyed_window_words
+SELECT x.i, w.r_window, w.r_words
+  FROM unnest(%s::text[]) WITH ORDINALITY AS x(m, i),
+       LATERAL shardstore.text_window_words(%s::regconfig, x.m::jsonb) w
+ ORDER BY x.i, w.r_window;
+
+-- Keyed windows of one session's sealed turns (each tsv: the sorted distinct keyed hashes,
+-- as an integer[] literal); a window already there is kept.
+-- name: keyed_store_windows
+INSERT INTO shardstore.turn_text
+       (session_id, turn_seq, window_no, chunk_seq, tenant_id, agent_id, created_at, tsv)
+SELECT %(session)s, x.turn_seq, x.window_no, x.chunk_seq, %(tenant)s, %(agent)s, x.created_at,
+       x.tsv::integer[]
+  FROM unnest(%(turns)s::bigint[], %(windows)s::integer[], %(chunks)s::bigint[],
+              %(ats)s::timestamptz[], %(tsvs)s::text[])
+       AS x(turn_seq, window_no, chunk_seq, created_at, tsv)
+ON CONFLICT DO NOTHING;
+
+-- name: keyed_text_search
+SELECT r.r_session_id AS session_id, r.r_chunk_seq AS chunk_seq, r.r_turn_seq AS first_turn_seq,
+       r.r_turn_seq AS last_turn_seq, r.r_score AS score
+  FROM shardstore.text_rank_keyed_v1(%(session)s::uuid, %(tenant)s::text, %(agent)s::text,
+                                     %(since)s::timestamptz, %(until)s::timestamptz,
+                                     %(hashes)s::integer[], %(width)s::integer, %(n)s::integer,
+                                     %(sample)s::integer, %(cap)s::integer) r;
