@@ -7,9 +7,7 @@ mode's top hit is compared between the two. One module database, one MiniLM load
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,12 +31,21 @@ FILLER = [
 ]
 # (turn, the fact, a query in other words)
 FACTS = [
-    (5, "my refund reference number is QX-4471 for the duplicate card charge",
-     "which number do I quote to get my money back?"),
-    (13, "I named my golden retriever Biscuit after my grandmother's cookies",
-     "what is my dog called?"),
-    (21, f"I am allergic to penicillin, and the password hint is {MARKER}",
-     "which medicine must I avoid because of an allergy?"),
+    (
+        5,
+        "my refund reference number is QX-4471 for the duplicate card charge",
+        "which number do I quote to get my money back?",
+    ),
+    (
+        13,
+        "I named my golden retriever Biscuit after my grandmother's cookies",
+        "what is my dog called?",
+    ),
+    (
+        21,
+        f"I am allergic to penicillin, and the password hint is {MARKER}",
+        "which medicine must I avoid because of an allergy?",
+    ),
 ]
 TURNS = 28
 
@@ -90,7 +97,11 @@ def test_exact_code_found_in_session_and_tenant(stores: dict[str, Any], mode: st
 def test_rankings_match_the_unencrypted_ones(stores: dict[str, Any]) -> None:
     enc, plain = stores["enc"], stores["plain"]
     for _seq, fact, paraphrase in FACTS:
-        for mode, q in (("text", fact.split(",")[0]), ("vector", paraphrase), ("hybrid", paraphrase)):
+        for mode, q in (
+            ("text", fact.split(",")[0]),
+            ("vector", paraphrase),
+            ("hybrid", paraphrase),
+        ):
             a = enc.search(q, session_id=stores["sealed"], mode=mode, k=3)
             b = plain.search(q, session_id=stores["clear"], mode=mode, k=3)
             assert [[t.turn_seq for t in h.turns] for h in a] == [
@@ -98,3 +109,163 @@ def test_rankings_match_the_unencrypted_ones(stores: dict[str, Any]) -> None:
             ], (mode, q)
             if mode == "text":
                 assert [round(h.score, 9) for h in a] == [round(h.score, 9) for h in b]
+
+
+def test_context_recall_finds_sealed_turns(stores: dict[str, Any]) -> None:
+    enc, sealed = stores["enc"], stores["sealed"]
+    ctx = enc.context(sealed, max_tokens=120, recall="QX-4471", k=2)
+    recalled = [p for p in ctx.parts if p.kind == "recall"]
+    assert recalled and recalled[0].first_turn_seq <= 5 <= recalled[0].last_turn_seq
+    assert any("QX-4471" in str(m.get("content")) for m in ctx.messages)
+
+
+def test_no_plaintext_lexeme_of_sealed_turns_in_the_database(
+    stores: dict[str, Any], module_dsn: str
+) -> None:
+    enc, sealed, clear = stores["enc"], stores["sealed"], stores["clear"]
+    assert enc.search(MARKER, session_id=sealed, mode="text")  # its windows are written
+    holds = (
+        "SELECT count(*) FROM shardstore.turn_text WHERE session_id = %s"
+        " AND tsv @> ARRAY[hashtext(%s)]"
+    )
+    # the plaintext session's windows hold hashtext of the marker; the sealed one's do not,
+    # nor of any lexeme of its turns (all keyed), nor of the base64 of its ciphertext
+    assert raw(module_dsn, holds, (clear, MARKER)) == [(1,)]
+    assert raw(module_dsn, holds, (sealed, MARKER)) == [(0,)]
+    plain_hashes = raw(
+        module_dsn,
+        "SELECT count(*) FROM shardstore.turn_text t, unnest(t.tsv) h WHERE t.session_id = %s"
+        " AND h IN (SELECT unnest(tsv) FROM shardstore.turn_text WHERE session_id = %s)",
+        (sealed, clear),
+    )
+    assert plain_hashes == [(0,)]
+    windows = raw(
+        module_dsn,
+        "SELECT count(*), count(DISTINCT turn_seq) FROM shardstore.turn_text WHERE session_id = %s",
+        (sealed,),
+    )
+    assert windows == [(TURNS, TURNS)]  # one window per turn: no ciphertext windows besides
+    sealed_message = raw(
+        module_dsn,
+        "SELECT count(*) FROM shardstore.turn_buffer b,"
+        " LATERAL shardstore.text_windows('english', b.message) w WHERE b.session_id = %s",
+        (sealed,),
+    )
+    assert sealed_message == [(0,)]
+    # no table holds the marker in any form the server can read
+    tables = raw(
+        module_dsn,
+        "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables"
+        " WHERE schemaname = 'shardstore'",
+    )
+    for (table,) in tables:
+        rows = raw(
+            module_dsn,
+            f"SELECT count(*) FROM {table} t WHERE t::text ILIKE %s"
+            " AND t::text NOT ILIKE %s",
+            (f"%{MARKER}%", f"%{clear}%"),
+        )
+        assert rows == [(0,)], table
+
+
+def test_two_subjects_hash_one_word_differently(stores: dict[str, Any], module_dsn: str) -> None:
+    enc = stores["enc"]
+    sids = [enc.create_session("acme-two", subject_id=s) for s in ("bob", "carol")]
+    for sid in sids:
+        enc.append_turn(sid, {"role": "user", "content": "blueberry pancakes on sunday"})
+    hits = enc.search("blueberry", tenant_id="acme-two", mode="text")
+    assert sorted(h.session_id for h in hits) == sorted(sids)
+    bob, carol = (
+        set(
+            raw(module_dsn, "SELECT tsv FROM shardstore.turn_text WHERE session_id = %s", (s,))[0][
+                0
+            ]
+        )
+        for s in sids
+    )
+    assert len(bob) == len(carol) == 4 and not bob & carol
+    # a tenant never finds another's turns, whatever scope it names
+    assert enc.search("blueberry", tenant_id="acme", mode="text") == []
+    assert enc.search("blueberry", session_id=sids[0], tenant_id="acme", mode="text") == []
+
+
+def test_shredded_subject_is_not_found(
+    stores: dict[str, Any], keys: LocalKeyProvider, model: Any
+) -> None:
+    enc = stores["enc"]
+    sid = enc.create_session("acme-shred", subject_id="dave")
+    kept = enc.create_session("acme-shred", subject_id="erin")
+    for s, code in ((sid, "ZK-981"), (kept, "ZK-982")):
+        enc.append_turns(s, [{"role": "user", "content": f"invoice {code} was paid twice"}])
+    enc.embed()
+    for mode in ("text", "vector", "hybrid"):
+        assert len(enc.search("invoice paid twice", tenant_id="acme-shred", mode=mode)) == 2
+    # the key gone, the rows still there: their hits are dropped, never an error
+    from shardstore.encryption import Scope
+
+    keys.shred(Scope("subject", "acme-shred", "dave"))
+    for mode in ("text", "vector", "hybrid"):
+        hits = enc.search("invoice ZK-981 paid twice", tenant_id="acme-shred", mode=mode)
+        assert [h.session_id for h in hits] == [kept], mode
+        assert enc.search("ZK-981", session_id=sid, mode=mode) == []
+    enc.purge_subject("acme-shred", "dave", shred=True)
+    for mode in ("text", "vector", "hybrid"):
+        assert [h.session_id for h in enc.search("ZK-981", tenant_id="acme-shred", mode=mode)] in (
+            [kept],
+            [],
+        )
+
+
+@pytest.mark.parametrize(
+    "query, extra",
+    [
+        ("x" * 10_001, {}),
+        ("nul \x00 inside", {}),
+        ({"deep": [[[["nested"]]]]}, {}),
+        ("   ", {}),
+        ("fine", {"k": 0}),
+        ("fine", {"k": 10**9}),
+        ("fine", {"tenant_id": 42}),
+        ("fine", {"session_id": "not-a-uuid"}),
+    ],
+)
+def test_hostile_queries_raise_typed_errors(
+    stores: dict[str, Any], query: Any, extra: dict[str, Any]
+) -> None:
+    enc = stores["enc"]
+    scope = {"session_id": stores["sealed"], **extra}
+    if "tenant_id" in extra:
+        scope = {"tenant_id": extra["tenant_id"]}
+    with pytest.raises(InvalidInput):
+        enc.search(query, mode="text", **scope)
+
+
+def test_long_query_with_many_lexemes_over_many_scopes(stores: dict[str, Any]) -> None:
+    enc = stores["enc"]
+    words = " ".join(f"w{i}x" for i in range(1500))  # 1,500 lexemes, hashed per scope
+    assert (
+        enc.search(words + " QX-4471", tenant_id="acme", mode="text")[0].session_id
+        == (stores["sealed"])
+    )
+
+
+def test_asyncio_parity(
+    stores: dict[str, Any], module_dsn: str, keys: LocalKeyProvider, model: Any
+) -> None:
+    async def run() -> None:
+        astore = await shardstore.connect_async(module_dsn, encryption=keys, embedding_model=model)
+        try:
+            sid = await astore.create_session("acme-async", subject_id="fay")
+            await astore.append_turn(sid, {"role": "user", "content": "parcel NX-77 is late"})
+            await astore.embed()
+            for mode in ("text", "vector", "hybrid"):
+                hits = await astore.search("NX-77", session_id=sid, mode=mode)
+                assert hits[0].turns[0].message["content"] == "parcel NX-77 is late", mode
+            ctx = await astore.context(sid, max_tokens=200, recall="NX-77")
+            assert ctx.messages
+            with pytest.raises(InvalidInput):
+                await astore.search("x" * 10_001, session_id=sid, mode="text")
+        finally:
+            await astore.close()
+
+    asyncio.run(run())

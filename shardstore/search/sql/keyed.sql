@@ -95,7 +95,7 @@ SELECT p.turn_seq, p.chunk_seq, p.created_at, p.message
 -- name: keyed_window_words
 SELECT x.i, w.r_window, w.r_words
   FROM unnest(%s::text[]) WITH ORDINALITY AS x(m, i),
-       LATERAL shardstore.text_window_words(%s::regconfig, x.m::jsonb) w
+       LATERAL shardstore.text_window_words_v1(%s::regconfig, x.m::jsonb) w
  ORDER BY x.i, w.r_window;
 
 -- Keyed windows of one session's sealed turns (each tsv: the sorted distinct keyed hashes,

@@ -3,7 +3,7 @@
 -- as a statement parameter (never stored) and hashes the lexemes with a key of the turn's
 -- scope before it writes them (shardstore/encryption/search.py). Windows without a lexeme
 -- and p_config NULL (text search off) give no row.
-CREATE OR REPLACE FUNCTION shardstore.text_window_words(p_config regconfig, p_message jsonb)
+CREATE OR REPLACE FUNCTION shardstore.text_window_words_v1(p_config regconfig, p_message jsonb)
  RETURNS TABLE(r_window integer, r_words text[])
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
