@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import shardstore
-from shardstore.encryption import LocalKeyProvider
+from shardstore.encryption import LocalKeyProvider, Scope
 from shardstore.errors import InvalidInput
 from shardstore.search.embedding import make_embedder
 from tests.encryption.conftest import raw
@@ -32,22 +32,22 @@ FILLER = [
 # (turn, the fact, a query in other words)
 FACTS = [
     (
-        5,
+        3,
         "my refund reference number is QX-4471 for the duplicate card charge",
         "which number do I quote to get my money back?",
     ),
     (
-        13,
+        8,
         "I named my golden retriever Biscuit after my grandmother's cookies",
         "what is my dog called?",
     ),
     (
-        21,
+        13,
         f"I am allergic to penicillin, and the password hint is {MARKER}",
         "which medicine must I avoid because of an allergy?",
     ),
 ]
-TURNS = 28
+TURNS = 16
 
 
 def conversation() -> list[dict[str, Any]]:
@@ -85,37 +85,45 @@ def top(hits: list[shardstore.SearchHit], turn: int) -> bool:
     return bool(hits) and turn in [t.turn_seq for t in hits[0].turns]
 
 
-@pytest.mark.parametrize("mode", ["text", "hybrid"])
-def test_exact_code_found_in_session_and_tenant(stores: dict[str, Any], mode: str) -> None:
+def test_exact_code_found_in_session_and_tenant(stores: dict[str, Any]) -> None:
     enc, sealed = stores["enc"], stores["sealed"]
-    for scope in ({"session_id": sealed}, {"tenant_id": "acme"}):
+    for mode, scope in (
+        ("text", {"session_id": sealed}),
+        ("text", {"tenant_id": "acme"}),
+        ("hybrid", {"tenant_id": "acme"}),
+    ):
         hits = enc.search("QX-4471", mode=mode, **scope)
-        assert top(hits, 5)
+        assert top(hits, 3), (mode, scope)
         assert hits[0].turns[-1].message["content"].startswith("my refund reference")
 
 
-def test_rankings_match_the_unencrypted_ones(stores: dict[str, Any]) -> None:
-    enc, plain = stores["enc"], stores["plain"]
-    for _seq, fact, paraphrase in FACTS:
-        for mode, q in (
-            ("text", fact.split(",")[0]),
-            ("vector", paraphrase),
-            ("hybrid", paraphrase),
-        ):
-            a = enc.search(q, session_id=stores["sealed"], mode=mode, k=3)
-            b = plain.search(q, session_id=stores["clear"], mode=mode, k=3)
-            assert [[t.turn_seq for t in h.turns] for h in a] == [
-                [t.turn_seq for t in h.turns] for h in b
-            ], (mode, q)
-            if mode == "text":
-                assert [round(h.score, 9) for h in a] == [round(h.score, 9) for h in b]
+def turn_lists(hits: list[shardstore.SearchHit]) -> list[list[int]]:
+    return [[t.turn_seq for t in h.turns] for h in hits]
+
+
+def test_rankings_match_the_unencrypted_ones(stores: dict[str, Any], model: Any) -> None:
+    """Same turns, same order, and for text the same BM25 scores: the keyed ranking is the
+    plaintext one. Paraphrases (no word in common with the fact) find it by vectors."""
+    enc, plain, sealed, clear = stores["enc"], stores["plain"], stores["sealed"], stores["clear"]
+    paraphrases = model.embed([p for _, _, p in FACTS])  # one model call for both stores
+    for (seq, fact, paraphrase), vector in zip(FACTS, paraphrases, strict=True):
+        a = enc.search(fact.split(",")[0], session_id=sealed, mode="text", k=3)
+        b = plain.search(fact.split(",")[0], session_id=clear, mode="text", k=3)
+        assert turn_lists(a) == turn_lists(b) and top(a, seq)
+        assert [round(h.score, 9) for h in a] == [round(h.score, 9) for h in b]
+        a = enc.search(list(vector), session_id=sealed, k=3)
+        b = plain.search(list(vector), session_id=clear, k=3)
+        assert turn_lists(a) == turn_lists(b) and top(a, seq), paraphrase
+    a = enc.search(FACTS[1][2], session_id=sealed, mode="hybrid", k=3)
+    b = plain.search(FACTS[1][2], session_id=clear, mode="hybrid", k=3)
+    assert turn_lists(a) == turn_lists(b) and top(a, FACTS[1][0])
 
 
 def test_context_recall_finds_sealed_turns(stores: dict[str, Any]) -> None:
     enc, sealed = stores["enc"], stores["sealed"]
     ctx = enc.context(sealed, max_tokens=120, recall="QX-4471", k=2)
     recalled = [p for p in ctx.parts if p.kind == "recall"]
-    assert recalled and recalled[0].first_turn_seq <= 5 <= recalled[0].last_turn_seq
+    assert recalled and recalled[0].first_turn_seq <= 3 <= recalled[0].last_turn_seq
     assert any("QX-4471" in str(m.get("content")) for m in ctx.messages)
 
 
@@ -161,8 +169,7 @@ def test_no_plaintext_lexeme_of_sealed_turns_in_the_database(
     for (table,) in tables:
         rows = raw(
             module_dsn,
-            f"SELECT count(*) FROM {table} t WHERE t::text ILIKE %s"
-            " AND t::text NOT ILIKE %s",
+            f"SELECT count(*) FROM {table} t WHERE t::text ILIKE %s AND t::text NOT ILIKE %s",
             (f"%{MARKER}%", f"%{clear}%"),
         )
         assert rows == [(0,)], table
@@ -198,22 +205,21 @@ def test_shredded_subject_is_not_found(
     for s, code in ((sid, "ZK-981"), (kept, "ZK-982")):
         enc.append_turns(s, [{"role": "user", "content": f"invoice {code} was paid twice"}])
     enc.embed()
-    for mode in ("text", "vector", "hybrid"):
-        assert len(enc.search("invoice paid twice", tenant_id="acme-shred", mode=mode)) == 2
+    (vector,) = model.embed(["invoice ZK-981 paid twice"])
+    queries = {"text": "invoice ZK-981 paid twice", "vector": list(vector)}
+    for mode, q in queries.items():
+        assert len(enc.search(q, tenant_id="acme-shred", mode=mode)) == 2
     # the key gone, the rows still there: their hits are dropped, never an error
-    from shardstore.encryption import Scope
-
     keys.shred(Scope("subject", "acme-shred", "dave"))
-    for mode in ("text", "vector", "hybrid"):
-        hits = enc.search("invoice ZK-981 paid twice", tenant_id="acme-shred", mode=mode)
+    for mode, q in queries.items():
+        hits = enc.search(q, tenant_id="acme-shred", mode=mode)
         assert [h.session_id for h in hits] == [kept], mode
-        assert enc.search("ZK-981", session_id=sid, mode=mode) == []
+        assert enc.search(q, session_id=sid, mode=mode) == []
+    hits = enc.search(queries["text"], tenant_id="acme-shred", mode="hybrid")
+    assert [h.session_id for h in hits] == [kept]
     enc.purge_subject("acme-shred", "dave", shred=True)
-    for mode in ("text", "vector", "hybrid"):
-        assert [h.session_id for h in enc.search("ZK-981", tenant_id="acme-shred", mode=mode)] in (
-            [kept],
-            [],
-        )
+    for mode, q in queries.items():
+        assert [h.session_id for h in enc.search(q, tenant_id="acme-shred", mode=mode)] == [kept]
 
 
 @pytest.mark.parametrize(
@@ -258,7 +264,7 @@ def test_asyncio_parity(
             sid = await astore.create_session("acme-async", subject_id="fay")
             await astore.append_turn(sid, {"role": "user", "content": "parcel NX-77 is late"})
             await astore.embed()
-            for mode in ("text", "vector", "hybrid"):
+            for mode in ("text", "hybrid"):
                 hits = await astore.search("NX-77", session_id=sid, mode=mode)
                 assert hits[0].turns[0].message["content"] == "parcel NX-77 is late", mode
             ctx = await astore.context(sid, max_tokens=200, recall="NX-77")
