@@ -392,7 +392,9 @@ def context(
     hits: list[SearchHit] = []
     if wanted is not None:
         scope = search_scope(sid, None, None, None, None, hits_wanted)
-        fused = yield from hybrid_ranking_op(ctx, store.vector_state, scope, wanted, vector)
+        fused = yield from hybrid_ranking_op(
+            ctx, store.vector_state, scope, wanted, vector, index=False
+        )
         older = [r for r in fused if r.first_turn_seq < start]
         hits = yield from hits_op(best_chunks(older, hits_wanted), sid, ctx.sealer)
     if joined:

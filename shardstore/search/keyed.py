@@ -19,14 +19,15 @@ candidates), up to 32-bit hash collisions.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import jsoncodec
 from ..core.sql import query
 from ..core.steps import Op, Q, Tx
 from ..encryption.envelope import Sealer
-from ..encryption.keystore import DataKey
+from ..encryption.keystore import DataKey, KeyStore, Scope
 from ..encryption.search import query_hashes, window_hashes
 from ..encryption.turns import Lineage, lineage_op, needs_lineage, open_message, session_scope
 from ..errors import DecryptionFailed, KeyShredded
@@ -42,13 +43,29 @@ MAX_TENANT_SCOPES = 1000
 MAX_PASS_SESSIONS = 1000
 
 
+# per key store: scope -> the id of its key, so that a search checks a known key with one
+# stat() of its file (KeyStore.key) instead of reading and parsing the file (key_for)
+_known: weakref.WeakKeyDictionary[KeyStore, dict[Scope, str]] = weakref.WeakKeyDictionary()
+
+
 def _scope_key(sealer: Sealer, tenant: str, subject: str | None, sid: uuid.UUID) -> DataKey | None:
     """The data key a session's rows are hashed with, or None when it has none (never
     sealed anything, or shredded): nothing of it can be indexed or searched."""
+    scope = session_scope(tenant, subject, sid)
+    known = _known.setdefault(sealer.keys, {})
+    kid = known.get(scope)
+    if kid is not None:
+        try:
+            return sealer.keys.key(kid)
+        except KeyShredded:
+            known.pop(scope, None)
     try:
-        return sealer.keys.key_for(session_scope(tenant, subject, sid), create=False)
+        key = sealer.keys.key_for(scope, create=False)
     except KeyShredded:
         return None
+    if key is not None:
+        known[scope] = key.kid
+    return key
 
 
 def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int = PASS_BATCH) -> Op[int]:
@@ -127,55 +144,66 @@ def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int = PASS_BAT
 
 
 def text_pass_op(sealer: Sealer, scope: SearchScope) -> Op[int]:
-    """:func:`session_pass_op` over what a search of ``scope`` reads: the session and its
-    fork lineage, or the tenant's sessions (of the agent) holding sealed turns without
-    windows (at most :data:`MAX_PASS_SESSIONS` per call). Returns turns indexed."""
-    if scope.session_id is not None:
-        rows = yield Q(query("keyed_lineage_sessions"), (scope.session_id,), fetch="all")
-        sessions = [r[0] for r in rows]
-    else:
-        rows = yield Q(
-            query("keyed_pending_sessions"),
-            {"tenant": scope.tenant_id, "agent": scope.agent_id, "n": MAX_PASS_SESSIONS},
-            fetch="all",
-            prepare=False,
-        )
-        sessions = [r[0] for r in rows]
+    """:func:`session_pass_op` over what a search of ``scope`` reads and that is not
+    indexed: the session and its fork lineage, or the tenant's sessions (of the agent)
+    holding sealed turns without windows (at most :data:`MAX_PASS_SESSIONS` per call).
+    Returns turns indexed. A search runs it itself (:func:`keyed_ranking_op`); a caller
+    that ranks inside a read-only snapshot runs it first."""
+    prelude = yield from _prelude_op(scope, "")
     total = 0
-    for sid in sessions:
+    for sid in prelude.pending:
         total += yield from session_pass_op(sealer, sid)
     return total
 
 
-def scope_keys_op(sealer: Sealer, scope: SearchScope) -> Op[list[DataKey]]:
-    """The data keys of the scopes a search reads (distinct, shredded and never-made ones
-    left out): a session's and its fork lineage's; a tenant's most recently active
-    :data:`MAX_TENANT_SCOPES` scopes."""
-    found: list[DataKey] = []
-    seen: set[str] = set()
+@dataclass(frozen=True, slots=True)
+class _Prelude:
+    config: str | None
+    words: list[str]
+    scopes: list[tuple[str, str | None, uuid.UUID]]  # (tenant, subject, session)
+    pending: list[uuid.UUID]
 
-    def add(key: DataKey | None) -> None:
-        if key is not None and key.kid not in seen:
-            seen.add(key.kid)
-            found.append(key)
 
+def _prelude_op(scope: SearchScope, text: str) -> Op[_Prelude]:
+    """One statement: the query's lexemes, the scopes searched and the sessions to index."""
     if scope.session_id is not None:
-        rows = yield Q(query("keyed_lineage_sessions"), (scope.session_id,), named=True)
-        for r in rows:
-            if scope.tenant_id is None or r["tenant_id"] == scope.tenant_id:
-                add(_scope_key(sealer, r["tenant_id"], r["subject_id"], r["session_id"]))
-        return found
+        rows = yield Q(
+            query("keyed_session_prelude"),
+            {"q": text, "session": scope.session_id, "tenant": scope.tenant_id},
+            named=True,
+            prepare=False,
+        )
+        live = [r for r in rows if r["session_id"] is not None]
+        return _Prelude(
+            rows[0]["config"],
+            list(rows[0]["words"]),
+            [(r["tenant_id"], r["subject_id"], r["session_id"]) for r in live],
+            [r["session_id"] for r in live if r["pending"]],
+        )
     assert scope.tenant_id is not None
     rows = yield Q(
-        query("keyed_tenant_scopes"),
-        {"tenant": scope.tenant_id, "agent": scope.agent_id, "n": MAX_TENANT_SCOPES},
+        query("keyed_tenant_prelude"),
+        {
+            "q": text,
+            "tenant": scope.tenant_id,
+            "agent": scope.agent_id,
+            "n": MAX_TENANT_SCOPES,
+            "sessions": MAX_PASS_SESSIONS,
+        },
         named=True,
         prepare=False,
     )
-    for r in rows:
-        sid = r["session_id"] if r["session_id"] is not None else uuid.UUID(int=0)
-        add(_scope_key(sealer, scope.tenant_id, r["subject_id"], sid))
-    return found
+    tenant = scope.tenant_id
+    return _Prelude(
+        rows[0]["config"],
+        list(rows[0]["words"]),
+        [
+            (tenant, r["subject_id"], r["session_id"] or uuid.UUID(int=0))
+            for r in rows
+            if r["subject_id"] is not None or r["session_id"] is not None
+        ],
+        list(rows[0]["pending"] or ()),
+    )
 
 
 def keyed_ranking_op(
@@ -184,21 +212,35 @@ def keyed_ranking_op(
     text: str,
     n: int,
     params: dict[str, Any],
+    index: bool = True,
 ) -> Op[list[Ranked]]:
     """The ``n`` best-matching turns of the scope for ``text`` over keyed windows, best
     first (``text_rank_keyed_v1``); [] when text search is off, the query has no lexeme or
-    no key of the scope exists. ``params``: the scope's statement parameters."""
-    row = yield Q(query("keyed_query_words"), (text,), fetch="one", named=True)
-    words: Sequence[str] = row["words"] or ()
-    if row["config"] is None or not words:
+    no key of the scope exists. With ``index``, the sealed turns of the scope without
+    windows are indexed first (:func:`session_pass_op`), so every turn appended before the
+    search is found. ``params``: the scope's statement parameters. The query is hashed
+    with the key of every scope searched: a session's and its fork lineage's; a tenant's
+    most recently active :data:`MAX_TENANT_SCOPES` (subjects, and sessions without one)."""
+    prelude = yield from _prelude_op(scope, text)
+    if prelude.config is None:
         return []
-    keys = yield from scope_keys_op(sealer, scope)
+    if index:
+        for sid in prelude.pending:
+            yield from session_pass_op(sealer, sid)
+    if not prelude.words:
+        return []
+    keys: list[DataKey] = []
+    seen: set[str] = set()
+    for tenant, subject, sid in prelude.scopes:
+        key = _scope_key(sealer, tenant, subject, sid)
+        if key is not None and key.kid not in seen:
+            seen.add(key.kid)
+            keys.append(key)
     if not keys:
         return []
-    hashes = query_hashes(keys, words)
     rows = yield Q(
         query("keyed_text_search"),
-        {**params, "hashes": hashes, "width": len(keys)},
+        {**params, "hashes": query_hashes(keys, prelude.words), "width": len(keys)},
         prepare=False,
         named=True,
     )

@@ -159,8 +159,6 @@ def search(
     chosen = validate.choice(mode, "mode", MODES)
     scope = search_scope(session_id, tenant_id, agent_id, since, until, k)
     hits: list[SearchHit]
-    if chosen != "vector":
-        yield from index_sealed_text_op(store.ctx, scope)
     if chosen == "text":
         hits = yield from search_text_op(store.ctx, scope, text_query(query))
     elif chosen == "hybrid":

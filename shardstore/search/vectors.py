@@ -114,14 +114,14 @@ LEAVE = "leave"
 
 def open_units_op(
     sealer: Sealer | None, rows: Sequence[Mapping[str, Any]]
-) -> Op[list[list[dict[str, Any]] | None | str]]:
+) -> Op[list[list[dict[str, Any]] | str | None]]:
     """Each claimed unit's turns, decoded, their sealed messages opened (with
     ``encryption=``: the worker embeds plaintext, client-side), None for a vanished chunk.
     A turn that does not open (its data key shredded, or altered) is left out: no vector is
     made of it. Without a sealer, a unit holding a sealed turn is :data:`LEAVE`: it stays
     queued for a worker connected with ``encryption=`` (never a vector of ciphertext, and
     never marked done without its vectors)."""
-    out: list[list[dict[str, Any]] | None | str] = []
+    out: list[list[dict[str, Any]] | str | None] = []
     lineages: dict[uuid.UUID, Lineage] = {}
     for r in rows:
         if r["chunk_text"] is None:

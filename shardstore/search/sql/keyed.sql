@@ -1,59 +1,82 @@
 -- Full-text search over sealed turns (encryption at rest): keyed lexeme hashes, computed by
 -- the client (shardstore/search/keyed.py, docs/decisions/0025-encrypted-search.md).
 
--- The query's lexemes (the server's to_tsvector of the query, as text_rank_v1 computes them;
--- the client hashes them) and the text search configuration (NULL: text search is off).
--- name: keyed_query_words
-SELECT shardstore.text_config_read_v1()::text AS config,
-       coalesce(tsvector_to_array(to_tsvector(shardstore.text_config_read_v1(), %s::text)),
-                '{}') AS words;
-
--- The sessions a text pass over one session's scope covers: the session and its fork
--- lineage (live ones), with whose data key their rows are hashed (tenant, subject).
--- name: keyed_lineage_sessions
-SELECT s.session_id, s.tenant_id, s.subject_id
-  FROM shardstore.fork_segments_v1(%s) g
-  JOIN shardstore.sessions s ON s.session_id = g.r_session_id
- WHERE s.purged_at IS NULL;
+-- What a session-scope search over keyed windows needs, in one statement: the query's
+-- lexemes and the text search configuration (NULL: off) on every row, and a row per live
+-- session of its fork lineage (%(tenant)s, when given, must match), with whose data key its
+-- rows are hashed (tenant, subject) and whether it holds sealed turns without windows
+-- (buffered, or in a folded chunk with fewer indexed turns than turns) for the text pass.
+-- name: keyed_session_prelude
+WITH q AS (
+    SELECT shardstore.text_config_read_v1()::text AS config,
+           coalesce(tsvector_to_array(to_tsvector(shardstore.text_config_read_v1(),
+                                                  %(q)s::text)), '{}') AS words)
+SELECT q.config, q.words, s.session_id, s.tenant_id, s.subject_id,
+       (EXISTS (SELECT 1 FROM shardstore.turn_buffer b
+                 WHERE b.session_id = s.session_id AND b.message ? 'ss_enc'
+                   AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
+                                    WHERE t.session_id = b.session_id
+                                      AND t.turn_seq = b.turn_seq))
+        OR EXISTS (SELECT 1 FROM shardstore.agent_history h
+                    WHERE h.session_id = s.session_id
+                      AND (SELECT count(DISTINCT t.turn_seq) FROM shardstore.turn_text t
+                            WHERE t.session_id = h.session_id
+                              AND t.chunk_seq = h.chunk_seq) < h.turn_count
+                      AND jsonb_path_exists(h.conversation_chunk, '$[*].m.ss_enc'))) AS pending
+  FROM q
+  LEFT JOIN (shardstore.fork_segments_v1(%(session)s) g
+             JOIN shardstore.sessions s ON s.session_id = g.r_session_id
+                                       AND s.purged_at IS NULL
+                                       AND (%(tenant)s::text IS NULL
+                                            OR s.tenant_id = %(tenant)s::text)) ON true;
 
 -- The data-key scopes of a tenant's live sessions (of one agent, when given), the most
--- recently active first, at most %(n)s: a subject's, or a session's without a subject.
--- name: keyed_tenant_scopes
-SELECT x.subject_id, x.session_id
-  FROM (SELECT DISTINCT ON (coalesce(s.subject_id, s.session_id::text), s.subject_id IS NULL)
-               s.subject_id,
-               CASE WHEN s.subject_id IS NULL THEN s.session_id END AS session_id,
-               coalesce(s.last_turn_at, s.created_at) AS active
-          FROM shardstore.sessions s
-         WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
-           AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
-         ORDER BY coalesce(s.subject_id, s.session_id::text), s.subject_id IS NULL,
-                  coalesce(s.last_turn_at, s.created_at) DESC) x
- ORDER BY x.active DESC, x.subject_id, x.session_id
- LIMIT %(n)s;
-
--- A tenant's live sessions (of one agent, when given) that hold sealed turns without text
--- windows: buffered ones, and folded chunks with fewer indexed turns than turns. At most %(n)s.
--- name: keyed_pending_sessions
-SELECT DISTINCT x.session_id
-  FROM (SELECT s.session_id
-          FROM shardstore.sessions s
-          JOIN shardstore.turn_buffer b ON b.session_id = s.session_id
-         WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
-           AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
-           AND b.message ? 'ss_enc'
-           AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
-                            WHERE t.session_id = b.session_id AND t.turn_seq = b.turn_seq)
-        UNION ALL
-        SELECT s.session_id
-          FROM shardstore.sessions s
-          JOIN shardstore.agent_history h ON h.session_id = s.session_id
-         WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
-           AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
-           AND (SELECT count(DISTINCT t.turn_seq) FROM shardstore.turn_text t
-                 WHERE t.session_id = h.session_id AND t.chunk_seq = h.chunk_seq) < h.turn_count
-           AND jsonb_path_exists(h.conversation_chunk, '$[*].m.ss_enc')) x
- LIMIT %(n)s;
+-- recently active first, at most %(n)s: a subject's, or a session's without a subject; with
+-- the query's lexemes, the text search configuration and the tenant's sessions (of the
+-- agent) holding sealed turns without text windows (buffered ones, or folded chunks with
+-- fewer indexed turns than turns; at most %(sessions)s) on every row; one row with NULL scope
+-- columns when the tenant has no session.
+-- name: keyed_tenant_prelude
+WITH q AS (
+    SELECT shardstore.text_config_read_v1()::text AS config,
+           coalesce(tsvector_to_array(to_tsvector(shardstore.text_config_read_v1(),
+                                                  %(q)s::text)), '{}') AS words,
+           ARRAY(SELECT DISTINCT p.session_id
+                   FROM (SELECT s.session_id
+                           FROM shardstore.sessions s
+                           JOIN shardstore.turn_buffer b ON b.session_id = s.session_id
+                          WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
+                            AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
+                            AND b.message ? 'ss_enc'
+                            AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
+                                             WHERE t.session_id = b.session_id
+                                               AND t.turn_seq = b.turn_seq)
+                         UNION ALL
+                         SELECT s.session_id
+                           FROM shardstore.sessions s
+                           JOIN shardstore.agent_history h ON h.session_id = s.session_id
+                          WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
+                            AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
+                            AND (SELECT count(DISTINCT t.turn_seq) FROM shardstore.turn_text t
+                                  WHERE t.session_id = h.session_id
+                                    AND t.chunk_seq = h.chunk_seq) < h.turn_count
+                            AND jsonb_path_exists(h.conversation_chunk, '$[*].m.ss_enc')) p
+                  LIMIT %(sessions)s) AS pending)
+SELECT q.config, q.words, q.pending, x.subject_id, x.session_id
+  FROM q
+  LEFT JOIN (SELECT y.subject_id, y.session_id
+               FROM (SELECT DISTINCT ON (coalesce(s.subject_id, s.session_id::text),
+                                         s.subject_id IS NULL)
+                            s.subject_id,
+                            CASE WHEN s.subject_id IS NULL THEN s.session_id END AS session_id,
+                            coalesce(s.last_turn_at, s.created_at) AS active
+                       FROM shardstore.sessions s
+                      WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
+                        AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
+                      ORDER BY coalesce(s.subject_id, s.session_id::text), s.subject_id IS NULL,
+                               coalesce(s.last_turn_at, s.created_at) DESC) y
+              ORDER BY y.active DESC, y.subject_id, y.session_id
+              LIMIT %(n)s) x ON true;
 
 -- A text pass's hold on one session: FOR KEY SHARE (excludes rewinds, purges and flushes,
 -- never appends, as text_index_buffered_v1) and the text search configuration under the
