@@ -77,14 +77,15 @@ def window_hashes(key: DataKey, words: Iterable[str]) -> list[int]:
 
 
 def query_hashes(keys: Sequence[DataKey], words: Sequence[str]) -> list[int]:
-    """The query's lexemes hashed under every key searched, lexeme-major: lexeme ``i``'s
-    hashes are ``[i * len(keys), (i + 1) * len(keys))`` (text_rank_keyed_v1's layout)."""
-    bases = [_hasher(key) for key in keys]
+    """The query's lexemes hashed under every key searched, key-major: key ``k``'s hashes
+    are ``[k * len(words), (k + 1) * len(words))``, in ``words``' order
+    (text_rank_keyed_v1's layout)."""
+    raw = [word.encode("utf-8", "surrogatepass") for word in words]
     out: list[int] = []
-    for word in words:
-        raw = word.encode("utf-8", "surrogatepass")
-        for base in bases:
+    for key in keys:
+        base = _hasher(key)
+        for word in raw:
             mac = base.copy()
-            mac.update(raw)
+            mac.update(word)
             out.append(int.from_bytes(mac.digest()[:4], "big", signed=True))
     return out

@@ -35,10 +35,10 @@ from .vectors import Ranked, SearchScope
 
 #: sealed turns a text pass reads, opens and indexes per transaction
 PASS_BATCH = 200
-#: the most data-key scopes a tenant-wide search hashes its query for: the tenant's most
-#: recently active ones (each costs a key-file read, an unwrap the first time, and one
+#: the most sessions a tenant-wide search reads: the tenant's most recently active ones
+#: (each costs its key's check, a stat() of the key file, and for each distinct key one
 #: 32-bit hash per query lexeme in the statement)
-MAX_TENANT_SCOPES = 1000
+MAX_TENANT_SESSIONS = 2000
 #: the most sessions of a tenant a search's text pass visits before it ranks
 MAX_PASS_SESSIONS = 1000
 
@@ -160,7 +160,7 @@ def text_pass_op(sealer: Sealer, scope: SearchScope) -> Op[int]:
 class _Prelude:
     config: str | None
     words: list[str]
-    scopes: list[tuple[str, str | None, uuid.UUID]]  # (tenant, subject, session)
+    sessions: list[tuple[str, str | None, uuid.UUID]]  # (tenant, subject, session)
     pending: list[uuid.UUID]
 
 
@@ -187,7 +187,7 @@ def _prelude_op(scope: SearchScope, text: str) -> Op[_Prelude]:
             "q": text,
             "tenant": scope.tenant_id,
             "agent": scope.agent_id,
-            "n": MAX_TENANT_SCOPES,
+            "n": MAX_TENANT_SESSIONS,
             "sessions": MAX_PASS_SESSIONS,
         },
         named=True,
@@ -197,11 +197,7 @@ def _prelude_op(scope: SearchScope, text: str) -> Op[_Prelude]:
     return _Prelude(
         rows[0]["config"],
         list(rows[0]["words"]),
-        [
-            (tenant, r["subject_id"], r["session_id"] or uuid.UUID(int=0))
-            for r in rows
-            if r["subject_id"] is not None or r["session_id"] is not None
-        ],
+        [(tenant, r["subject_id"], r["session_id"]) for r in rows if r["session_id"] is not None],
         list(rows[0]["pending"] or ()),
     )
 
@@ -219,8 +215,9 @@ def keyed_ranking_op(
     no key of the scope exists. With ``index``, the sealed turns of the scope without
     windows are indexed first (:func:`session_pass_op`), so every turn appended before the
     search is found. ``params``: the scope's statement parameters. The query is hashed
-    with the key of every scope searched: a session's and its fork lineage's; a tenant's
-    most recently active :data:`MAX_TENANT_SCOPES` (subjects, and sessions without one)."""
+    with the key of every session searched (a subject's sessions share one): a session and
+    its fork lineage; a tenant's most recently active :data:`MAX_TENANT_SESSIONS`. Each
+    window is compared with its own session's hashes only."""
     prelude = yield from _prelude_op(scope, text)
     if prelude.config is None:
         return []
@@ -230,17 +227,29 @@ def keyed_ranking_op(
     if not prelude.words:
         return []
     keys: list[DataKey] = []
-    seen: set[str] = set()
-    for tenant, subject, sid in prelude.scopes:
+    slot: dict[str, int] = {}
+    sessions: list[uuid.UUID] = []
+    slots: list[int] = []
+    for tenant, subject, sid in prelude.sessions:
         key = _scope_key(sealer, tenant, subject, sid)
-        if key is not None and key.kid not in seen:
-            seen.add(key.kid)
+        if key is None:
+            continue
+        if key.kid not in slot:
             keys.append(key)
+            slot[key.kid] = len(keys)
+        sessions.append(sid)
+        slots.append(slot[key.kid])
     if not keys:
         return []
     rows = yield Q(
         query("keyed_text_search"),
-        {**params, "hashes": query_hashes(keys, prelude.words), "width": len(keys)},
+        {
+            **params,
+            "hashes": query_hashes(keys, prelude.words),
+            "lexemes": len(prelude.words),
+            "sessions": sessions,
+            "slots": slots,
+        },
         prepare=False,
         named=True,
     )

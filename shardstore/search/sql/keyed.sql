@@ -30,12 +30,13 @@ SELECT q.config, q.words, s.session_id, s.tenant_id, s.subject_id,
                                        AND (%(tenant)s::text IS NULL
                                             OR s.tenant_id = %(tenant)s::text)) ON true;
 
--- The data-key scopes of a tenant's live sessions (of one agent, when given), the most
--- recently active first, at most %(n)s: a subject's, or a session's without a subject; with
--- the query's lexemes, the text search configuration and the tenant's sessions (of the
+-- What a tenant-scope search over keyed windows needs, in one statement: the query's
+-- lexemes, the text search configuration (NULL: off) and the tenant's sessions (of the
 -- agent) holding sealed turns without text windows (buffered ones, or folded chunks with
--- fewer indexed turns than turns; at most %(sessions)s) on every row; one row with NULL scope
--- columns when the tenant has no session.
+-- fewer indexed turns than turns; at most %(sessions)s) on every row, and a row per live
+-- session of the tenant (of the agent), the most recently active first, at most %(n)s,
+-- with its subject (whose key hashes its rows; its own without one). One row with a NULL
+-- session when the tenant has none.
 -- name: keyed_tenant_prelude
 WITH q AS (
     SELECT shardstore.text_config_read_v1()::text AS config,
@@ -62,20 +63,13 @@ WITH q AS (
                                     AND t.chunk_seq = h.chunk_seq) < h.turn_count
                             AND jsonb_path_exists(h.conversation_chunk, '$[*].m.ss_enc')) p
                   LIMIT %(sessions)s) AS pending)
-SELECT q.config, q.words, q.pending, x.subject_id, x.session_id
+SELECT q.config, q.words, q.pending, x.session_id, x.subject_id
   FROM q
-  LEFT JOIN (SELECT y.subject_id, y.session_id
-               FROM (SELECT DISTINCT ON (coalesce(s.subject_id, s.session_id::text),
-                                         s.subject_id IS NULL)
-                            s.subject_id,
-                            CASE WHEN s.subject_id IS NULL THEN s.session_id END AS session_id,
-                            coalesce(s.last_turn_at, s.created_at) AS active
-                       FROM shardstore.sessions s
-                      WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
-                        AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
-                      ORDER BY coalesce(s.subject_id, s.session_id::text), s.subject_id IS NULL,
-                               coalesce(s.last_turn_at, s.created_at) DESC) y
-              ORDER BY y.active DESC, y.subject_id, y.session_id
+  LEFT JOIN (SELECT s.session_id, s.subject_id
+               FROM shardstore.sessions s
+              WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
+                AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
+              ORDER BY coalesce(s.last_turn_at, s.created_at) DESC, s.session_id
               LIMIT %(n)s) x ON true;
 
 -- A text pass's hold on one session: FOR KEY SHARE (excludes rewinds, purges and flushes,
@@ -138,5 +132,6 @@ SELECT r.r_session_id AS session_id, r.r_chunk_seq AS chunk_seq, r.r_turn_seq AS
        r.r_turn_seq AS last_turn_seq, r.r_score AS score
   FROM shardstore.text_rank_keyed_v1(%(session)s::uuid, %(tenant)s::text, %(agent)s::text,
                                      %(since)s::timestamptz, %(until)s::timestamptz,
-                                     %(hashes)s::integer[], %(width)s::integer, %(n)s::integer,
+                                     %(hashes)s::integer[], %(lexemes)s::integer,
+                                     %(sessions)s::uuid[], %(slots)s::integer[], %(n)s::integer,
                                      %(sample)s::integer, %(cap)s::integer) r;

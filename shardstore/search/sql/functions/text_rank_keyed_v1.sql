@@ -1,11 +1,13 @@
--- text_rank_v1 for sealed turns (encryption at rest): the query comes as keyed lexeme hashes,
--- p_width per lexeme (lexeme i: p_hashes[(i - 1) * p_width + 1 .. i * p_width], one hash per
--- data key searched; the client hashed the lexemes, the server never sees them), and a window
--- holds lexeme i when it holds any of its hashes. Ranking as text_rank_v1 (BM25 over the same
+-- text_rank_v1 for sealed turns (encryption at rest): the query comes as keyed lexeme hashes
+-- (the client hashed the query's p_lexemes lexemes with each data key searched; the server
+-- never sees them), key-major: key k's hash of lexeme i is p_hashes[(k - 1) * p_lexemes + i].
+-- A window is read with the key of its session (p_sessions[j] uses key p_slots[j]; windows
+-- of other sessions are no candidates), so each window is compared with p_lexemes hashes,
+-- whatever the number of keys. Ranking as text_rank_v1 (BM25 over the same
 -- bounded candidates; N the scope's turns), except that buffered turns are not windowed on the
 -- fly (the server cannot read sealed ones: the client's text pass wrote their windows before
 -- the search). Reads only. Design: docs/decisions/0025-encrypted-search.md.
-CREATE OR REPLACE FUNCTION shardstore.text_rank_keyed_v1(p_session uuid, p_tenant text, p_agent text, p_since timestamp with time zone, p_until timestamp with time zone, p_hashes integer[], p_width integer, p_n integer, p_sample integer, p_cap integer)
+CREATE OR REPLACE FUNCTION shardstore.text_rank_keyed_v1(p_session uuid, p_tenant text, p_agent text, p_since timestamp with time zone, p_until timestamp with time zone, p_hashes integer[], p_lexemes integer, p_sessions uuid[], p_slots integer[], p_n integer, p_sample integer, p_cap integer)
  RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_turn_seq bigint, r_score double precision)
  LANGUAGE plpgsql
  STABLE
@@ -13,8 +15,10 @@ AS $function$
 DECLARE
     v_since  timestamptz := coalesce(p_since, '-infinity');
     v_until  timestamptz := coalesce(p_until, 'infinity');
-    v_nlex   integer := cardinality(p_hashes) / greatest(p_width, 1);  -- query lexemes
+    v_nlex   integer := p_lexemes;
+    v_width  integer := cardinality(p_hashes) / greatest(p_lexemes, 1);  -- keys
     v_h      integer[] := p_hashes;
+    v_any    integer[];  -- lexeme i's hashes under every key
     v_df     float8[] := '{}';
     v_n      float8;
     g        record;
@@ -26,7 +30,7 @@ DECLARE
     c_len    integer[] := '{}';  -- the window's number of lexemes
     c_mask   varbit[] := '{}';   -- bit i - 1 set: the window holds the query's lexeme i
     v_smp    varbit[];
-    v_mask   text;       -- text_mask_any_sql over x.tsv for this query
+    v_mask   text;       -- text_mask_slot_sql over x.tsv, x.slot; $H: the hashes' parameter
     a_sid    uuid[];
     a_turn   bigint[];
     a_win    integer[];
@@ -41,10 +45,10 @@ DECLARE
     v_exact  boolean;
     i        integer;
 BEGIN
-    IF p_width < 1 OR v_nlex < 1 OR shardstore.text_config_read_v1() IS NULL THEN
+    IF v_nlex < 1 OR v_width < 1 OR shardstore.text_config_read_v1() IS NULL THEN
         RETURN;
     END IF;
-    v_mask := shardstore.text_mask_any_sql('x.tsv', v_h, p_width);
+    v_mask := shardstore.text_mask_slot_sql('x.tsv', 'x.slot', v_nlex);
     -- the scope's N (its turns)
     IF p_session IS NOT NULL THEN
         SELECT s.next_turn_seq INTO v_n FROM shardstore.sessions s
@@ -67,22 +71,27 @@ BEGIN
             v_left := p_sample + 1 - v_folded;
             EXIT WHEN v_left <= 0;
             EXECUTE format(
-                'SELECT array_agg(x.session_id) FILTER (WHERE x.tsv && $8),
-                        array_agg(x.turn_seq) FILTER (WHERE x.tsv && $8),
-                        array_agg(x.window_no) FILTER (WHERE x.tsv && $8),
-                        array_agg(x.chunk_seq) FILTER (WHERE x.tsv && $8),
-                        array_agg(cardinality(x.tsv)) FILTER (WHERE x.tsv && $8),
-                        array_agg(%s) FILTER (WHERE x.tsv && $8), count(*)
-                   FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
+                'SELECT array_agg(x.session_id) FILTER (WHERE x.hit),
+                        array_agg(x.turn_seq) FILTER (WHERE x.hit),
+                        array_agg(x.window_no) FILTER (WHERE x.hit),
+                        array_agg(x.chunk_seq) FILTER (WHERE x.hit),
+                        array_agg(cardinality(x.tsv)) FILTER (WHERE x.hit),
+                        array_agg(%s) FILTER (WHERE x.hit), count(*)
+                   FROM (SELECT y.*, k.slot,  -- once a window, after the LIMIT
+                                coalesce(y.tsv && $8[(k.slot - 1) * %s + 1 : k.slot * %s], false) AS hit
+                           FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
                            FROM shardstore.turn_text t
                           WHERE t.session_id = $1 AND t.turn_seq <= $2
                             AND t.chunk_seq >= $3 AND t.chunk_seq < $4
                             AND t.created_at >= $5 AND t.created_at < $6
                           ORDER BY t.turn_seq DESC, t.window_no DESC
-                          LIMIT $7) x', v_mask)
+                          LIMIT $7) y
+                           LEFT JOIN unnest($9::uuid[], $10::integer[]) AS k(sid, slot)
+                             ON k.sid = y.session_id) x', replace(v_mask, '$H', '$8'), v_nlex, v_nlex)
               INTO a_sid, a_turn, a_win, a_chunk, a_len, a_mask, v_hits
               USING g.r_session_id, coalesce(g.r_turn_hi, 9223372036854775807), g.r_chunk_lo,
-                    coalesce(g.r_chunk_hi, 9223372036854775807), v_since, v_until, v_left, v_h;
+                    coalesce(g.r_chunk_hi, 9223372036854775807), v_since, v_until, v_left, v_h,
+                    p_sessions, p_slots;
             IF a_sid IS NOT NULL THEN
                 c_sid := c_sid || a_sid; c_turn := c_turn || a_turn; c_win := c_win || a_win;
                 c_chunk := c_chunk || a_chunk; c_len := c_len || a_len; c_mask := c_mask || a_mask;
@@ -91,20 +100,24 @@ BEGIN
         END LOOP;
     ELSE
         EXECUTE format(
-            'SELECT array_agg(x.session_id) FILTER (WHERE x.tsv && $6),
-                    array_agg(x.turn_seq) FILTER (WHERE x.tsv && $6),
-                    array_agg(x.window_no) FILTER (WHERE x.tsv && $6),
-                    array_agg(x.chunk_seq) FILTER (WHERE x.tsv && $6),
-                    array_agg(cardinality(x.tsv)) FILTER (WHERE x.tsv && $6),
-                    array_agg(%s) FILTER (WHERE x.tsv && $6), count(*)
-               FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
+            'SELECT array_agg(x.session_id) FILTER (WHERE x.hit),
+                    array_agg(x.turn_seq) FILTER (WHERE x.hit),
+                    array_agg(x.window_no) FILTER (WHERE x.hit),
+                    array_agg(x.chunk_seq) FILTER (WHERE x.hit),
+                    array_agg(cardinality(x.tsv)) FILTER (WHERE x.hit),
+                    array_agg(%s) FILTER (WHERE x.hit), count(*)
+               FROM (SELECT y.*, k.slot,  -- once a window, after the LIMIT
+                            coalesce(y.tsv && $6[(k.slot - 1) * %s + 1 : k.slot * %s], false) AS hit
+                       FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
                        FROM shardstore.turn_text t
                       WHERE t.tenant_id = $1 AND ($2::text IS NULL OR t.agent_id = $2)
                         AND t.created_at >= $3 AND t.created_at < $4
                       ORDER BY t.created_at DESC, t.session_id DESC, t.turn_seq DESC, t.window_no DESC
-                      LIMIT $5) x', v_mask)
+                      LIMIT $5) y
+                       LEFT JOIN unnest($7::uuid[], $8::integer[]) AS k(sid, slot)
+                         ON k.sid = y.session_id) x', replace(v_mask, '$H', '$6'), v_nlex, v_nlex)
           INTO a_sid, a_turn, a_win, a_chunk, a_len, a_mask, v_hits
-          USING p_tenant, p_agent, v_since, v_until, p_sample + 1, v_h;
+          USING p_tenant, p_agent, v_since, v_until, p_sample + 1, v_h, p_sessions, p_slots;
         IF a_sid IS NOT NULL THEN
             c_sid := c_sid || a_sid; c_turn := c_turn || a_turn; c_win := c_win || a_win;
             c_chunk := c_chunk || a_chunk; c_len := c_len || a_len; c_mask := c_mask || a_mask;
@@ -127,6 +140,7 @@ BEGIN
             CONTINUE;
         END IF;
         -- rare in the sample: every folded window holding it, unless more than p_cap do
+        v_any := ARRAY(SELECT v_h[(k - 1) * v_nlex + i] FROM generate_series(1, v_width) AS k);
         IF p_session IS NOT NULL THEN
             a_sid := '{}'; a_turn := '{}'; a_win := '{}'; a_chunk := '{}'; a_len := '{}';
             a_mask := '{}';
@@ -140,16 +154,19 @@ BEGIN
                         'SELECT array_agg(x.session_id), array_agg(x.turn_seq), array_agg(x.window_no),
                                 array_agg(x.chunk_seq), array_agg(cardinality(x.tsv)),
                                 array_agg(%s), count(*)
-                           FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
-                                   FROM shardstore.turn_text t
-                                  WHERE t.session_id = $1 AND t.tsv && $2
-                                    AND t.turn_seq <= $3 AND t.chunk_seq >= $4 AND t.chunk_seq < $5
-                                    AND t.created_at >= $6 AND t.created_at < $7
-                                  LIMIT $8) x', v_mask)
+                           FROM (SELECT y.*, k.slot
+                                   FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
+                                           FROM shardstore.turn_text t
+                                          WHERE t.session_id = $1 AND t.tsv && $2
+                                            AND t.turn_seq <= $3 AND t.chunk_seq >= $4 AND t.chunk_seq < $5
+                                            AND t.created_at >= $6 AND t.created_at < $7
+                                          LIMIT $8) y
+                                   JOIN unnest($10::uuid[], $11::integer[]) AS k(sid, slot)
+                                     ON k.sid = y.session_id) x', replace(v_mask, '$H', '$9'))
                       INTO b_sid, b_turn, b_win, b_chunk, b_len, b_mask, b_n
-                      USING g.r_session_id, v_h[(i - 1) * p_width + 1 : i * p_width], coalesce(g.r_turn_hi, 9223372036854775807),
+                      USING g.r_session_id, v_any, coalesce(g.r_turn_hi, 9223372036854775807),
                             g.r_chunk_lo, coalesce(g.r_chunk_hi, 9223372036854775807),
-                            v_since, v_until, p_cap + 1 - v_hits;
+                            v_since, v_until, p_cap + 1 - v_hits, v_h, p_sessions, p_slots;
                     IF b_n > 0 THEN
                         a_sid := a_sid || b_sid; a_turn := a_turn || b_turn; a_win := a_win || b_win;
                         a_chunk := a_chunk || b_chunk; a_len := a_len || b_len;
@@ -164,13 +181,16 @@ BEGIN
                 'SELECT array_agg(x.session_id), array_agg(x.turn_seq), array_agg(x.window_no),
                         array_agg(x.chunk_seq), array_agg(cardinality(x.tsv)),
                         array_agg(%s), count(*)
-                   FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
-                           FROM shardstore.turn_text t
-                          WHERE t.tenant_id = $1 AND ($2::text IS NULL OR t.agent_id = $2)
-                            AND t.tsv && $3 AND t.created_at >= $4 AND t.created_at < $5
-                          LIMIT $6) x', v_mask)
+                   FROM (SELECT y.*, k.slot
+                           FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
+                                   FROM shardstore.turn_text t
+                                  WHERE t.tenant_id = $1 AND ($2::text IS NULL OR t.agent_id = $2)
+                                    AND t.tsv && $3 AND t.created_at >= $4 AND t.created_at < $5
+                                  LIMIT $6) y
+                           JOIN unnest($8::uuid[], $9::integer[]) AS k(sid, slot)
+                             ON k.sid = y.session_id) x', replace(v_mask, '$H', '$7'))
               INTO a_sid, a_turn, a_win, a_chunk, a_len, a_mask, v_hits
-              USING p_tenant, p_agent, v_h[(i - 1) * p_width + 1 : i * p_width], v_since, v_until, p_cap + 1;
+              USING p_tenant, p_agent, v_any, v_since, v_until, p_cap + 1, v_h, p_sessions, p_slots;
         END IF;
         IF v_hits > p_cap THEN
             -- common after all: the sample's estimate, at least what was seen
