@@ -5,24 +5,14 @@
 -- lexemes and the text search configuration (NULL: off) on every row, and a row per live
 -- session of its fork lineage (%(tenant)s, when given, must match), with whose data key its
 -- rows are hashed (tenant, subject) and whether it holds sealed turns without windows
--- (buffered, or in a folded chunk with fewer indexed turns than turns) for the text pass.
+-- (text_sealed_pending_v1) for the text pass.
 -- name: keyed_session_prelude
-WITH q AS (
+WITH q AS MATERIALIZED (  -- once, not once a row
     SELECT shardstore.text_config_read_v1()::text AS config,
            coalesce(tsvector_to_array(to_tsvector(shardstore.text_config_read_v1(),
                                                   %(q)s::text)), '{}') AS words)
 SELECT q.config, q.words, s.session_id, s.tenant_id, s.subject_id,
-       (EXISTS (SELECT 1 FROM shardstore.turn_buffer b
-                 WHERE b.session_id = s.session_id AND b.message ? 'ss_enc'
-                   AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
-                                    WHERE t.session_id = b.session_id
-                                      AND t.turn_seq = b.turn_seq))
-        OR EXISTS (SELECT 1 FROM shardstore.agent_history h
-                    WHERE h.session_id = s.session_id
-                      AND (SELECT count(DISTINCT t.turn_seq) FROM shardstore.turn_text t
-                            WHERE t.session_id = h.session_id
-                              AND t.chunk_seq = h.chunk_seq) < h.turn_count
-                      AND jsonb_path_exists(h.conversation_chunk, '$[*].m.ss_enc'))) AS pending
+       shardstore.text_sealed_pending_v1(s.session_id) AS pending
   FROM q
   LEFT JOIN (shardstore.fork_segments_v1(%(session)s) g
              JOIN shardstore.sessions s ON s.session_id = g.r_session_id
@@ -32,37 +22,18 @@ SELECT q.config, q.words, s.session_id, s.tenant_id, s.subject_id,
 
 -- What a tenant-scope search over keyed windows needs, in one statement: the query's
 -- lexemes, the text search configuration (NULL: off) and the tenant's sessions (of the
--- agent) holding sealed turns without text windows (buffered ones, or folded chunks with
--- fewer indexed turns than turns; at most %(sessions)s) on every row, and a row per live
+-- agent) holding sealed turns without text windows (text_sealed_pending_tenant_v1; at most
+-- %(sessions)s) on every row, and a row per live
 -- session of the tenant (of the agent), the most recently active first, at most %(n)s,
 -- with its subject (whose key hashes its rows; its own without one). One row with a NULL
 -- session when the tenant has none.
 -- name: keyed_tenant_prelude
-WITH q AS (
+WITH q AS MATERIALIZED (  -- once, not once a row
     SELECT shardstore.text_config_read_v1()::text AS config,
            coalesce(tsvector_to_array(to_tsvector(shardstore.text_config_read_v1(),
                                                   %(q)s::text)), '{}') AS words,
-           ARRAY(SELECT DISTINCT p.session_id
-                   FROM (SELECT s.session_id
-                           FROM shardstore.sessions s
-                           JOIN shardstore.turn_buffer b ON b.session_id = s.session_id
-                          WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
-                            AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
-                            AND b.message ? 'ss_enc'
-                            AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
-                                             WHERE t.session_id = b.session_id
-                                               AND t.turn_seq = b.turn_seq)
-                         UNION ALL
-                         SELECT s.session_id
-                           FROM shardstore.sessions s
-                           JOIN shardstore.agent_history h ON h.session_id = s.session_id
-                          WHERE s.tenant_id = %(tenant)s AND s.purged_at IS NULL
-                            AND (%(agent)s::text IS NULL OR s.agent_id = %(agent)s::text)
-                            AND (SELECT count(DISTINCT t.turn_seq) FROM shardstore.turn_text t
-                                  WHERE t.session_id = h.session_id
-                                    AND t.chunk_seq = h.chunk_seq) < h.turn_count
-                            AND jsonb_path_exists(h.conversation_chunk, '$[*].m.ss_enc')) p
-                  LIMIT %(sessions)s) AS pending)
+           shardstore.text_sealed_pending_tenant_v1(%(tenant)s, %(agent)s,
+                                                    %(sessions)s) AS pending)
 SELECT q.config, q.words, q.pending, x.session_id, x.subject_id
   FROM q
   LEFT JOIN (SELECT s.session_id, s.subject_id
