@@ -182,13 +182,18 @@ BEGIN
                         array_agg(x.chunk_seq), array_agg(cardinality(x.tsv)),
                         array_agg(%s), count(*)
                    FROM (SELECT y.*, k.slot
-                           FROM (SELECT t.session_id, t.turn_seq, t.window_no, t.chunk_seq, t.tsv
-                                   FROM shardstore.turn_text t
-                                  WHERE t.tenant_id = $1 AND ($2::text IS NULL OR t.agent_id = $2)
-                                    AND t.tsv && $3 AND t.created_at >= $4 AND t.created_at < $5
-                                  LIMIT $6) y
-                           JOIN unnest($8::uuid[], $9::integer[]) AS k(sid, slot)
-                             ON k.sid = y.session_id) x', replace(v_mask, '$H', '$7'))
+                           -- session by session, each with the hash of its key: one partition and
+                           -- one GIN lookup a session, not one per key in every partition
+                           FROM unnest($8::uuid[], $9::integer[]) AS k(sid, slot),
+                                LATERAL (SELECT t.session_id, t.turn_seq, t.window_no,
+                                                t.chunk_seq, t.tsv
+                                           FROM shardstore.turn_text t
+                                          WHERE t.session_id = k.sid AND t.tenant_id = $1
+                                            AND ($2::text IS NULL OR t.agent_id = $2)
+                                            AND t.tsv @> ARRAY[$7[(k.slot - 1) * %s + %s]]
+                                            AND t.created_at >= $4 AND t.created_at < $5
+                                          LIMIT $6) y
+                          LIMIT $6) x', replace(v_mask, '$H', '$7'), v_nlex, i)
               INTO a_sid, a_turn, a_win, a_chunk, a_len, a_mask, v_hits
               USING p_tenant, p_agent, v_any, v_since, v_until, p_cap + 1, v_h, p_sessions, p_slots;
         END IF;

@@ -3,7 +3,7 @@
 -- inherited turns are its ancestors' rows, always counts, as does a session whose retention
 -- removed turns); the client's text pass then indexes what is sealed in them
 -- (text_sealed_pending_v1 judges one session exactly). One read of the tenant's windows'
--- positions (no chunk's JSON); a function, so that its plan is cached.
+-- positions by the primary key (no chunk's JSON); a function, so that its plan is cached.
 CREATE OR REPLACE FUNCTION shardstore.text_sealed_pending_tenant_v1(p_tenant text, p_agent text, p_limit integer)
  RETURNS uuid[]
  LANGUAGE plpgsql
@@ -12,14 +12,14 @@ AS $function$
 BEGIN
     RETURN ARRAY(
         SELECT s.session_id
-          FROM shardstore.sessions s
-          LEFT JOIN (SELECT t.session_id, count(DISTINCT t.turn_seq) AS n
-                       FROM shardstore.turn_text t
-                      WHERE t.tenant_id = p_tenant
-                      GROUP BY t.session_id) w ON w.session_id = s.session_id
+          FROM shardstore.sessions s,
+               -- by the primary key, session by session (one partition each)
+               LATERAL (SELECT count(DISTINCT t.turn_seq) AS n
+                          FROM shardstore.turn_text t
+                         WHERE t.session_id = s.session_id) w
          WHERE s.tenant_id = p_tenant AND s.purged_at IS NULL
            AND (p_agent IS NULL OR s.agent_id = p_agent)
-           AND coalesce(w.n, 0) < s.next_turn_seq
+           AND w.n < s.next_turn_seq
          ORDER BY coalesce(s.last_turn_at, s.created_at) DESC, s.session_id
          LIMIT p_limit);
 END
