@@ -82,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         kinds = list(calls("on", QUERIES[0]))
         same: dict[str, int] = {k: 0 for k in kinds}
+        scores: dict[str, int] = {k: 0 for k in kinds}
         for q in QUERIES:  # first calls: the text pass; and the rankings compared
             for kind in kinds:
                 on = calls("on", q)[kind]()
@@ -89,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 same[kind] += [[t.turn_seq for t in h.turns] for h in on] == [
                     [t.turn_seq for t in h.turns] for h in off
                 ]
+                # equal scores in equal order: what differs is then only the order of ties
+                # (broken by session id, which differs between the two tenants)
+                scores[kind] += [round(h.score, 9) for h in on] == [round(h.score, 9) for h in off]
         got: dict[tuple[str, str], list[float]] = {(k, s): [] for k in kinds for s in stores}
         for r in range(a.rounds):
             for kind in kinds:
@@ -113,15 +117,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"one database; k=5; per round the p50 of {a.calls} calls x {len(QUERIES)} queries, "
         f"on and off interleaved call by call; medians over {a.rounds} rounds [min-max], ms.\n"
     )
-    print("| search | off | on | on / off | same hits (of 3 queries) |")
-    print("|---|---|---|---|---|")
+    print(
+        f"| search | off | on | on / off | same turns (of {len(QUERIES)} queries) | same scores |"
+    )
+    print("|---|---|---|---|---|---|")
     for kind in kinds:
         off, on = got[(kind, "off")], got[(kind, "on")]
         ratios = [x / y for x, y in zip(on, off, strict=True)]
         print(
             f"| {kind} | {med(off):.2f} [{min(off):.2f}-{max(off):.2f}] "
             f"| {med(on):.2f} [{min(on):.2f}-{max(on):.2f}] "
-            f"| {med(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}] | {same[kind]} |"
+            f"| {med(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}] | {same[kind]} "
+            f"| {scores[kind]} |"
         )
     return 0
 

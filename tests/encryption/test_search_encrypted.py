@@ -14,7 +14,7 @@ import pytest
 
 import shardstore
 from shardstore.encryption import LocalKeyProvider, Scope
-from shardstore.errors import InvalidInput
+from shardstore.errors import DecryptionFailed, InvalidInput
 from shardstore.search.embedding import make_embedder
 from tests.encryption.conftest import raw
 
@@ -275,3 +275,20 @@ def test_asyncio_parity(
             await astore.close()
 
     asyncio.run(run())
+
+
+def test_altered_turn_is_refused_not_returned(stores: dict[str, Any], module_dsn: str) -> None:
+    enc = stores["enc"]
+    sid = enc.create_session("acme-tamper", subject_id="gus")
+    enc.append_turns(sid, [{"role": "user", "content": f"note {w}"} for w in ("alpha", "beta")])
+    assert enc.search("alpha", session_id=sid, mode="text")
+    # turn 1's ciphertext copied onto turn 0: it no longer authenticates where it is
+    raw(
+        module_dsn,
+        "UPDATE shardstore.turn_buffer SET message = (SELECT message FROM shardstore.turn_buffer"
+        " WHERE session_id = %s AND turn_seq = 1) WHERE session_id = %s AND turn_seq = 0",
+        (sid, sid),
+    )
+    for mode in ("text", "hybrid"):
+        with pytest.raises(DecryptionFailed):
+            enc.search("alpha", session_id=sid, mode=mode)
