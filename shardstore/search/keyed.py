@@ -30,7 +30,7 @@ from ..encryption.envelope import Sealer
 from ..encryption.keystore import DataKey, KeyStore, Scope
 from ..encryption.search import query_hashes, window_hashes
 from ..encryption.turns import Lineage, lineage_op, needs_lineage, open_message, session_scope
-from ..errors import DecryptionFailed, KeyShredded
+from ..errors import DecryptionFailed, InvalidInput, InvalidMessage, KeyShredded
 from .vectors import Ranked, SearchScope
 
 #: sealed turns a text pass reads, opens and indexes per transaction
@@ -41,6 +41,9 @@ PASS_BATCH = 200
 MAX_TENANT_SESSIONS = 2000
 #: the most sessions of a tenant a search's text pass visits before it ranks
 MAX_PASS_SESSIONS = 1000
+#: the most keyed hashes one query may need (its lexemes x the keys searched, 4 bytes each):
+#: a longer query over a tenant of many subjects is refused rather than hashed for seconds
+MAX_QUERY_HASHES = 250_000
 
 
 # per key store: scope -> the id of its key, so that a search checks a known key with one
@@ -104,9 +107,10 @@ def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int = PASS_BAT
         for row, message in zip(rows, messages, strict=True):
             try:
                 plain = open_message(sealer, session_id, int(row["turn_seq"]), message, lineage)
-            except DecryptionFailed:  # KeyShredded included: nothing of it to index
+                text = jsoncodec.encode_message(plain)
+            except (DecryptionFailed, InvalidMessage):  # KeyShredded included: not indexed
                 continue
-            opened.append((row, jsoncodec.encode_message(plain)))
+            opened.append((row, text))
         after = int(rows[-1]["turn_seq"])
         if opened:
             words = yield Q(
@@ -241,6 +245,12 @@ def keyed_ranking_op(
         slots.append(slot[key.kid])
     if not keys:
         return []
+    if len(keys) * len(prelude.words) > MAX_QUERY_HASHES:
+        raise InvalidInput(
+            f"the query has {len(prelude.words)} distinct words and the scope {len(keys)} "
+            f"encryption keys: more than {MAX_QUERY_HASHES:,} keyed hashes; shorten the query "
+            "or narrow the search (session_id, agent_id)"
+        )
     rows = yield Q(
         query("keyed_text_search"),
         {
