@@ -16,6 +16,7 @@ import shardstore
 from shardstore.encryption import LocalKeyProvider, Scope
 from shardstore.errors import DecryptionFailed, InvalidInput
 from shardstore.schema import rls
+from shardstore.search import keyed
 from shardstore.search.embedding import make_embedder
 from tests.encryption.conftest import raw
 from tests.tenancy import as_tenant, drop_tenant_role, make_tenant_role
@@ -248,13 +249,17 @@ def test_hostile_queries_raise_typed_errors(
         enc.search(query, mode="text", **scope)
 
 
-def test_long_query_with_many_lexemes_over_many_scopes(stores: dict[str, Any]) -> None:
+def test_long_query_with_many_lexemes_over_many_scopes(
+    stores: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     enc = stores["enc"]
-    words = " ".join(f"w{i}x" for i in range(1500))  # 1,500 lexemes, hashed per scope
-    assert (
-        enc.search(words + " QX-4471", tenant_id="acme", mode="text")[0].session_id
-        == (stores["sealed"])
-    )
+    words = " ".join(f"w{i}x" for i in range(1500))  # 1,500 lexemes, hashed per key
+    hits = enc.search(words + " QX-4471", tenant_id="acme", mode="text")
+    assert hits[0].session_id == stores["sealed"]
+    # past the bound on lexemes x keys: a typed error, nothing hashed for seconds
+    monkeypatch.setattr(keyed, "MAX_QUERY_HASHES", 1000)
+    with pytest.raises(InvalidInput, match="keyed hashes"):
+        enc.search(words, tenant_id="acme", mode="text")
 
 
 def test_asyncio_parity(
