@@ -26,9 +26,9 @@ from typing import Any
 from ..core import jsoncodec
 from ..core.sql import query
 from ..core.steps import Op, Q, Tx
+from ..encryption import search as lexeme_hashes
 from ..encryption.envelope import Sealer
 from ..encryption.keystore import DataKey, KeyStore, Scope
-from ..encryption.search import query_hashes, window_hashes
 from ..encryption.turns import Lineage, lineage_op, needs_lineage, open_message, session_scope
 from ..errors import DecryptionFailed, InvalidInput, InvalidMessage, KeyShredded
 from .vectors import Ranked, SearchScope
@@ -71,13 +71,14 @@ def _scope_key(sealer: Sealer, tenant: str, subject: str | None, sid: uuid.UUID)
     return key
 
 
-def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int = PASS_BATCH) -> Op[int]:
+def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int | None = None) -> Op[int]:
     """Write the keyed windows of the session's sealed turns (buffered and folded) that have
     none; returns how many turns got windows. Each batch is one transaction holding the
     session row FOR KEY SHARE (no rewind or purge moves the turns meanwhile; appends go on),
     so a pass killed midway leaves whole turns indexed and the next pass goes on from what
     is missing. A turn that does not open (its key shredded, or altered) is left without
     windows and never found."""
+    batch = PASS_BATCH if batch is None else batch
     indexed = 0
     after = -1
     lineage: Lineage | None = None
@@ -125,7 +126,8 @@ def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int = PASS_BAT
                 windows.append(int(window))
                 chunks.append(int(row["chunk_seq"]))
                 ats.append(row["created_at"])
-                tsvs.append("{" + ",".join(map(str, window_hashes(key, lexemes))) + "}")
+                hashes = lexeme_hashes.window_hashes(key, lexemes)
+                tsvs.append("{" + ",".join(map(str, hashes)) + "}")
             yield Q(
                 query("keyed_store_windows"),
                 {
@@ -255,7 +257,7 @@ def keyed_ranking_op(
         query("keyed_text_search"),
         {
             **params,
-            "hashes": query_hashes(keys, prelude.words),
+            "hashes": lexeme_hashes.query_hashes(keys, prelude.words),
             "lexemes": len(prelude.words),
             "sessions": sessions,
             "slots": slots,
