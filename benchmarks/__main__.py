@@ -85,6 +85,11 @@ SUITES: dict[str, Suite] = {
         "tenant-scoped store.search over 10^5 synthetic 384-d vectors in 10..100 partitions: "
         "recall@10 against exact, p50/p99, setting variants, HNSW build",
     ),
+    "search-encrypted": Suite(
+        "search_encrypted",
+        "text, vector and hybrid search with encryption on vs off, same data, interleaved",
+        writes_out=False,
+    ),
     "text-buffered": Suite(
         "text_buffered",
         "tenant text search over active sessions: buffered turns indexed as appended, none "

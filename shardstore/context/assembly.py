@@ -35,7 +35,7 @@ from ..history.pairing import (
 from ..history.tokens import TokenCounter, make_counter
 from ..models import SearchHit, Turn, new_turn
 from ..search.embedding import message_text
-from ..search.ops import refuse_encrypted_search
+from ..search.ops import index_sealed_text_op
 from ..search.text import (
     best_chunks,
     hybrid_ranking_op,
@@ -334,8 +334,8 @@ def context(
         return count(turn.message) if own else turn.tokens
 
     vector = None
-    if wanted is not None:
-        refuse_encrypted_search(ctx)
+    if wanted is not None:  # sealed turns' text windows: written before the read-only snapshot
+        yield from index_sealed_text_op(ctx, search_scope(sid, None, None, None, None, 1))
     if wanted is not None:  # the query's embedding, before the snapshot (a model call)
         vector = yield from query_vector_op(store.vector_state, wanted)
     fetch = min(validate.MAX_INT64, budget * CUSTOM_FETCH_FACTOR) if own else budget
@@ -392,9 +392,11 @@ def context(
     hits: list[SearchHit] = []
     if wanted is not None:
         scope = search_scope(sid, None, None, None, None, hits_wanted)
-        fused = yield from hybrid_ranking_op(ctx, store.vector_state, scope, wanted, vector)
+        fused = yield from hybrid_ranking_op(
+            ctx, store.vector_state, scope, wanted, vector, index=False
+        )
         older = [r for r in fused if r.first_turn_seq < start]
-        hits = yield from hits_op(best_chunks(older, hits_wanted), sid)
+        hits = yield from hits_op(best_chunks(older, hits_wanted), sid, ctx.sealer)
     if joined:
         yield Tx.COMMIT
 

@@ -17,11 +17,12 @@ from tqdm import tqdm
 from ..core import validate
 from ..core.state import StoreState
 from ..core.steps import Call, Op
-from ..errors import ConfigurationError
 from ..models import SearchHit
+from .keyed import text_pass_op
 from .text import MODES, search_hybrid_op, search_text_op, text_query
 from .vectors import (
     EmbedRun,
+    SearchScope,
     embed_run_op,
     prepare_op,
     search_query_op,
@@ -88,7 +89,7 @@ def embed_run(
     bar = _bar(progress)
     try:
         run: EmbedRun = yield from embed_run_op(
-            store.vector_state, limit, batch_size, bar, session_id, seconds
+            store.vector_state, limit, batch_size, bar, session_id, seconds, store.ctx.sealer
         )
     finally:
         bar.close()
@@ -108,16 +109,14 @@ def reembed(
     return (yield from embed(store, progress=show, batch_size=size))
 
 
-def refuse_encrypted_search(ctx: Any) -> None:
-    """Search reads the server's text windows and vectors, which hold no plaintext of
-    encrypted turns (docs/security.md, "Encryption at rest"): a store connected with
-    ``encryption=`` refuses it rather than return empty or meaningless hits."""
-    if ctx.sealer is not None:
-        raise ConfigurationError(
-            "search (every mode) and context(recall=...) are not available with "
-            "encryption on yet: the server holds no plaintext of encrypted turns to index "
-            "(keyed lexeme hashes and client-side vectors are planned)"
-        )
+def index_sealed_text_op(ctx: Any, scope: SearchScope) -> Op[int]:
+    """With ``encryption=``: the client's text pass over what a search of ``scope`` reads
+    (:func:`shardstore.search.keyed.text_pass_op`), so that every sealed turn appended
+    before the search is found; 0 without encryption (the server indexes plaintext turns)."""
+    if ctx.sealer is None:
+        return 0
+    indexed: int = yield from text_pass_op(ctx.sealer, scope)
+    return indexed
 
 
 def search(
@@ -149,9 +148,15 @@ def search(
     no embeddings extra and no embedding run; score: a BM25-style score of the best turn;
     ``"hybrid"``: the text and vector rankings of turns fused by reciprocal rank fusion
     (score: the fused score; only the text ranking while nothing was ever embedded). Text
-    and hybrid take a text query; scopes and tenant isolation are the same in every mode."""
+    and hybrid take a text query; scopes and tenant isolation are the same in every mode.
+
+    With ``encryption=`` every mode works over sealed turns: text search over keyed lexeme
+    hashes that the store writes itself before it ranks (the server never stores a lexeme
+    of a sealed turn), vectors that ``embed()`` computes from the opened turns, and hits
+    opened before they are returned; a hit whose data key was shredded is left out
+    (docs/decisions/0025-encrypted-search.md). A tenant-wide text search hashes the query
+    for the tenant's 1,000 most recently active subjects (and sessions without one)."""
     chosen = validate.choice(mode, "mode", MODES)
-    refuse_encrypted_search(store.ctx)
     scope = search_scope(session_id, tenant_id, agent_id, since, until, k)
     hits: list[SearchHit]
     if chosen == "text":

@@ -22,6 +22,7 @@ from ..core.steps import Call, Op, Q, StatementFailed
 from ..errors import ConfigurationError, InvalidInput
 from ..models import SearchHit
 from .embedding import model_safe, vector_literal
+from .keyed import keyed_ranking_op
 from .vectors import (
     MAX_CANDIDATES,
     Ranked,
@@ -73,14 +74,21 @@ def _ranked(row: Mapping[str, Any], score: float) -> Ranked:
     )
 
 
-def text_ranking_op(ctx: Context, scope: SearchScope, text: str, n: int) -> Op[list[Ranked]]:
+def text_ranking_op(
+    ctx: Context, scope: SearchScope, text: str, n: int, index: bool = True
+) -> Op[list[Ranked]]:
     """The ``n`` best-matching turns of the scope for ``text``, best first (folded and
     buffered turns alike, a session's fork lineage included; ``session_id`` is the turn's
     owner). The work is bounded: at most :data:`TEXT_SAMPLE` windows plus
     :data:`TEXT_CAP` per rare query lexeme are scored (``text_rank_v1``; docs/search.md,
-    "How full-text search works")."""
+    "How full-text search works"). A store connected with ``encryption=`` ranks its keyed
+    windows instead (:func:`shardstore.search.keyed.keyed_ranking_op`), indexing its sealed
+    turns first unless ``index`` is false (a caller inside a read-only snapshot)."""
     params = _params(ctx, scope, "", n)
     params.update(q=text, sample=TEXT_SAMPLE, cap=TEXT_CAP)
+    if ctx.sealer is not None:  # sealed turns: keyed windows (shardstore.search.keyed)
+        keyed: list[Ranked] = yield from keyed_ranking_op(ctx.sealer, scope, text, n, params, index)
+        return keyed
     rows = yield Q(query("text_search"), params, prepare=False, named=True)
     return [_ranked(r, float(r["score"])) for r in rows]
 
@@ -167,17 +175,25 @@ def search_text_op(ctx: Context, scope: SearchScope, text: str) -> Op[list[Searc
             cli=off + "'shardstore text-search --language english' turns it on (and indexes "
             "what is stored)",
         )
-    hits: list[SearchHit] = yield from hits_op(best_chunks(ranked, scope.k), scope.session_id)
+    hits: list[SearchHit] = yield from hits_op(
+        best_chunks(ranked, scope.k), scope.session_id, ctx.sealer
+    )
     return hits
 
 
 def hybrid_ranking_op(
-    ctx: Context, state: VectorState, scope: SearchScope, text: str, vector: str | None
+    ctx: Context,
+    state: VectorState,
+    scope: SearchScope,
+    text: str,
+    vector: str | None,
+    index: bool = True,
 ) -> Op[list[Ranked]]:
     """The text and vector rankings of the scope fused (:func:`fuse`), best first; the
-    vector ranking is empty when ``vector`` is None (nothing embedded yet)."""
+    vector ranking is empty when ``vector`` is None (nothing embedded yet). ``index``: as
+    for :func:`text_ranking_op`."""
     n = depth(scope.k)
-    lexical = yield from text_ranking_op(ctx, scope, text, n)
+    lexical = yield from text_ranking_op(ctx, scope, text, n, index)
     semantic: list[Ranked] = []
     if vector is not None:
         semantic = yield from vector_ranking_op(ctx, scope, vector, n)
@@ -191,7 +207,9 @@ def search_hybrid_op(
     vector rankings, best first; score: the fused score."""
     vector = yield from query_vector_op(state, text)
     fused = yield from hybrid_ranking_op(ctx, state, scope, text, vector)
-    hits: list[SearchHit] = yield from hits_op(best_chunks(fused, scope.k), scope.session_id)
+    hits: list[SearchHit] = yield from hits_op(
+        best_chunks(fused, scope.k), scope.session_id, ctx.sealer
+    )
     return hits
 
 

@@ -18,7 +18,9 @@ from ..core.context import Context
 from ..core.rows import record
 from ..core.sql import query
 from ..core.steps import Call, Op, Q, Tx
-from ..errors import EmbeddingModelMismatch, InvalidInput
+from ..encryption.envelope import Sealer, is_sealed
+from ..encryption.turns import Lineage, lineage_op, needs_lineage, open_message, open_turns_op
+from ..errors import DecryptionFailed, EmbeddingModelMismatch, InvalidInput, KeyShredded
 from ..history.ops import envelope_turn
 from ..history.pairing import HIT_CONTEXT_TURNS, whole_window
 from ..models import SearchHit
@@ -93,22 +95,72 @@ def queue_count_op(session_id: uuid.UUID | None = None) -> Op[int]:
 
 def chunk_windows(embedder: Embedder, chunk_text: str, window_tokens: int) -> list[Window]:
     """The windows of one stored chunk (``conversation_chunk`` as jsonb text)."""
+    return envelope_windows(embedder, jsoncodec.loads_envelopes(chunk_text), window_tokens)
+
+
+def envelope_windows(
+    embedder: Embedder, envelopes: Sequence[Mapping[str, Any]], window_tokens: int
+) -> list[Window]:
+    """The windows of a chunk's turns, decoded (``{"s", "at", "m"}`` each)."""
     turns = [
-        (int(e["s"]), datetime.fromisoformat(e["at"]), message_text(e["m"]))
-        for e in jsoncodec.loads_envelopes(chunk_text)
+        (int(e["s"]), datetime.fromisoformat(e["at"]), message_text(e["m"])) for e in envelopes
     ]
     return plan_windows(turns, window_tokens, embedder.token_counts, embedder.split)
 
 
+#: a claimed unit that this worker must leave queued (sealed turns, and no key to open them)
+LEAVE = "leave"
+
+
+def open_units_op(
+    sealer: Sealer | None, rows: Sequence[Mapping[str, Any]]
+) -> Op[list[list[dict[str, Any]] | str | None]]:
+    """Each claimed unit's turns, decoded, their sealed messages opened (with
+    ``encryption=``: the worker embeds plaintext, client-side), None for a vanished chunk.
+    A turn that does not open (its data key shredded, or altered) is left out: no vector is
+    made of it. Without a sealer, a unit holding a sealed turn is :data:`LEAVE`: it stays
+    queued for a worker connected with ``encryption=`` (never a vector of ciphertext, and
+    never marked done without its vectors)."""
+    out: list[list[dict[str, Any]] | str | None] = []
+    lineages: dict[uuid.UUID, Lineage] = {}
+    for r in rows:
+        if r["chunk_text"] is None:
+            out.append(None)
+            continue
+        envelopes = jsoncodec.loads_envelopes(r["chunk_text"])
+        if not any(is_sealed(e["m"]) for e in envelopes):
+            out.append(envelopes)
+            continue
+        if sealer is None:
+            out.append(LEAVE)
+            continue
+        sid = r["session_id"]
+        lineage = lineages.get(sid)
+        if lineage is None and needs_lineage(sid, [e["m"] for e in envelopes]):
+            lineage = yield from lineage_op(sid)
+            lineages[sid] = lineage
+        opened = []
+        for e in envelopes:
+            try:
+                message = open_message(sealer, sid, int(e["s"]), e["m"], lineage)
+            except DecryptionFailed:  # KeyShredded included
+                continue
+            opened.append({**e, "m": message})
+        out.append(opened)
+    return out
+
+
 def _embed_rows(
-    embedder: Embedder, window_tokens: int, rows: Sequence[Mapping[str, Any]]
+    embedder: Embedder,
+    window_tokens: int,
+    units: Sequence[Sequence[Mapping[str, Any]] | None],
 ) -> list[tuple[list[Window], list[str]]]:
     """Windows and their vectors (pgvector text) for each claimed unit: the windows of the
     turns it carries (those without vectors); [] for a vanished chunk or a watermark-only
     unit. One model call for the whole batch."""
     plans = [
-        [] if r["chunk_text"] is None else chunk_windows(embedder, r["chunk_text"], window_tokens)
-        for r in rows
+        [] if envelopes is None else envelope_windows(embedder, envelopes, window_tokens)
+        for envelopes in units
     ]
     flat = [w.text for plan in plans for w in plan]
     vectors = iter(embedder.embed(flat)) if flat else iter(())
@@ -125,7 +177,11 @@ def _embed_rows(
 
 
 def embed_batch_op(
-    embedder: Embedder, window_tokens: int, batch: int, session_id: uuid.UUID | None = None
+    embedder: Embedder,
+    window_tokens: int,
+    batch: int,
+    session_id: uuid.UUID | None = None,
+    sealer: Sealer | None = None,
 ) -> Op[EmbedBatch]:
     """Embed up to ``batch`` units: queued chunks, then the chunks of buffered turns (the
     open chunk and sealed, unfolded ones). Only turns without vectors are embedded, so a
@@ -140,7 +196,14 @@ def embed_batch_op(
     if not ready:
         yield Tx.COMMIT
         return EmbedBatch(0, 0, 0)
-    embedded = yield Call(_embed_rows, (embedder, window_tokens, ready))
+    opened = yield from open_units_op(sealer, ready)
+    left_queued = sum(1 for unit in opened if unit == LEAVE)
+    ready = [r for r, unit in zip(ready, opened, strict=True) if unit != LEAVE]
+    units = [unit for unit in opened if not isinstance(unit, str)]
+    if not ready:
+        yield Tx.COMMIT
+        return EmbedBatch(left_queued, 0, left_queued)
+    embedded = yield Call(_embed_rows, (embedder, window_tokens, units))
     w_idx: list[int] = []
     w_turn: list[int] = []
     w_at: list[datetime] = []
@@ -169,7 +232,7 @@ def embed_batch_op(
         fetch="one",
     )
     yield Tx.COMMIT
-    return EmbedBatch(len(ready), int(stored), int(left))
+    return EmbedBatch(len(ready) + left_queued, int(stored), int(left) + left_queued)
 
 
 # ------------------------------------------------------------------ search
@@ -257,13 +320,21 @@ class Ranked:
     score: float
 
 
-def hits_op(ranked: Sequence[Ranked], session_id: uuid.UUID | None) -> Op[list[SearchHit]]:
+def hits_op(
+    ranked: Sequence[Ranked], session_id: uuid.UUID | None, sealer: Sealer | None = None
+) -> Op[list[SearchHit]]:
     """Search hits for ranked turn windows (vector, text or fused): each with its window's
     turns, widened back over tool results to their call and over an item to its reasoning
     item (within the chunk, folded or buffered). The turns are read from the window's
     owner, its chunk's row found through chunk_map (whatever start a vector row was stored
     under); with ``session_id`` (a session scope) the hits carry it, so a fork's hit on an
-    inherited turn is the fork's (its chunk_seq is the same in the fork's view)."""
+    inherited turn is the fork's (its chunk_seq is the same in the fork's view).
+
+    With ``sealer`` (a store connected with ``encryption=``) every turn is opened before it
+    is returned: a hit with a turn whose data key was shredded is dropped (its subject was
+    erased; nothing of it is returned), a turn that does not authenticate or is plaintext
+    where a sealed one belongs raises ``DecryptionFailed`` / ``PlaintextRefused``. Without
+    one, a sealed turn raises ``EncryptionRequired``."""
     if not ranked:
         return []
     index = list(range(len(ranked)))
@@ -288,6 +359,10 @@ def hits_op(ranked: Sequence[Ranked], session_id: uuid.UUID | None) -> Op[list[S
             if text
             else []
         )
+        try:
+            context = yield from open_turns_op(sealer, entry.session_id, context)
+        except KeyShredded:
+            continue
         first = next(
             (j for j, t in enumerate(context) if t.turn_seq >= entry.first_turn_seq), len(context)
         )
@@ -414,7 +489,7 @@ def search_op(ctx: Context, scope: SearchScope, vector: str) -> Op[list[SearchHi
         )
         for r in best
     ]
-    hits: list[SearchHit] = yield from hits_op(ranked, scope.session_id)
+    hits: list[SearchHit] = yield from hits_op(ranked, scope.session_id, ctx.sealer)
     return hits
 
 
@@ -511,6 +586,7 @@ def embed_run_op(
     progress: Any,
     session_id: uuid.UUID | None = None,
     seconds: float | None = None,
+    sealer: Sealer | None = None,
 ) -> Op[EmbedRun]:
     """Embed queued chunks (of one session, when given), ``batch`` per transaction, until
     none is left, ``limit`` chunks were stored, ``seconds`` have passed, or three batches
@@ -550,7 +626,7 @@ def embed_run_op(
             fit = FIRST_TIMED_BATCH if per_chunk is None else int(left / max(per_chunk, 1e-6))
             size = max(1, min(size, fit))
         started = time.monotonic()
-        result = yield from embed_batch_op(embedder, config.window_tokens, size, session_id)
+        result = yield from embed_batch_op(embedder, config.window_tokens, size, session_id, sealer)
         if result.stored:
             busy += time.monotonic() - started
         done += result.stored

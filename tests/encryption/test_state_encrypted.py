@@ -11,7 +11,7 @@ import pytest
 
 import shardstore
 from shardstore.encryption import LocalKeyProvider
-from shardstore.errors import ConfigurationError, DecryptionFailed
+from shardstore.errors import DecryptionFailed
 
 MARKER = "okapi-marker-9931"
 
@@ -76,10 +76,12 @@ def test_state_round_trips_and_no_table_holds_plaintext(enc: shardstore.Store, d
     assert ctx.messages and ctx.messages[-1] == messages[-1]
     assert _raw(dsn, "SELECT count(*) FROM shardstore.chunk_summaries")[0][0] >= 1
     assert MARKER not in _dump_text(dsn)
-    with pytest.raises(ConfigurationError):
-        enc.search("anything", session_id=sid, mode="text")
-    with pytest.raises(ConfigurationError):
-        enc.context(sid, max_tokens=400, recall="anything")
+    # search works over sealed turns (keyed lexeme hashes, docs/decisions/0025) and writes
+    # no plaintext anywhere
+    hits = enc.search(f"{MARKER} turn 3", session_id=sid, mode="text")
+    assert hits and messages[3] in [t.message for t in hits[0].turns]
+    assert enc.context(sid, max_tokens=400, recall=MARKER).messages
+    assert MARKER not in _dump_text(dsn)
 
 
 def test_checkpoint_and_fact_copied_elsewhere_fail(enc: shardstore.Store, dsn: str) -> None:
