@@ -84,8 +84,9 @@ def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int | None = N
     lineage: Lineage | None = None
     while True:
         yield Tx.BEGIN
+        (config,) = yield Q(query("keyed_pass_config"), fetch="one")
         head = yield Q(query("keyed_pass_session"), (session_id,), fetch="one", named=True)
-        if head is None or head["config"] is None:
+        if head is None or config is None:
             yield Tx.COMMIT
             return indexed
         key = _scope_key(sealer, head["tenant_id"], head["subject_id"], session_id)
@@ -116,7 +117,7 @@ def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int | None = N
         if opened:
             words = yield Q(
                 query("keyed_window_words"),
-                ([text for _, text in opened], head["config"]),
+                ([text for _, text in opened], config),
                 prepare=False,
             )
             turns, windows, chunks, ats, tsvs = [], [], [], [], []

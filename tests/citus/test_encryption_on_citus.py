@@ -194,3 +194,38 @@ def test_async_store_with_encryption_on_citus(citus: str, keys: LocalKeyProvider
             await store.close()
 
     asyncio.run(scenario())
+
+
+def test_search_over_sealed_turns_on_citus(citus: str, keys: LocalKeyProvider) -> None:
+    # the client-side keyed text pass, the keyed ranking and the embedding worker's opened
+    # turns on a distributed store: text, vector and hybrid find the sealed turn of the
+    # session and of the tenant, and a shredded subject is found no more
+    from tests.embedders import HashEmbedder
+
+    tenant = _tenant()
+    with shardstore.connect(
+        citus, encryption=keys, chunk_tokens=300, embedding_model=HashEmbedder(dimension=384)
+    ) as store:
+        sid = store.create_session(tenant, "vera")
+        store.append_turns(sid, [_msg(i) for i in range(6)])
+        store.append_turn(sid, {"role": "user", "content": "the vault code is QX-7731"})
+        other = store.create_session(tenant, "walt")
+        store.append_turn(other, {"role": "user", "content": "walt keeps QX-7731 too"})
+        store.flush(sid)
+        store.embed()
+        for scope in ({"session_id": sid}, {"tenant_id": tenant}):
+            for mode in ("text", "hybrid"):
+                hits = store.search("QX-7731", mode=mode, k=5, **scope)
+                found = [t.message["content"] for h in hits for t in h.turns]
+                assert "the vault code is QX-7731" in found, (scope, mode, found)
+        vector = HashEmbedder(dimension=384).embed(["the vault code is QX-7731"])[0]
+        hits = store.search(vector, session_id=sid, k=1)
+        assert hits and hits[0].turns[-1].message["content"] == "the vault code is QX-7731"
+        assert _raw(
+            citus,
+            "SELECT count(*) FROM shardstore.turn_text WHERE tsv::text LIKE %s",
+            ("%qx-7731%",),
+        ) == [(0,)]
+        store.purge_subject(tenant, "vera", shred=True)
+        hits = store.search("QX-7731", tenant_id=tenant, mode="text", k=5)
+        assert [t.message["content"] for h in hits for t in h.turns] == ["walt keeps QX-7731 too"]

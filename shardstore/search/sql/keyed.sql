@@ -43,26 +43,32 @@ SELECT q.config, q.words, q.pending, x.session_id, x.subject_id
               ORDER BY coalesce(s.last_turn_at, s.created_at) DESC, s.session_id
               LIMIT %(n)s) x ON true;
 
+-- A text pass's text search configuration (NULL: off), under the writers' lock
+-- (text_config_v1: a language switch waits for the pass, and the pass for it). A statement of
+-- its own: beside the session row below, Citus would run it on the session's shard, where the
+-- configuration (a reference table) is a nested distributed read it refuses.
+-- name: keyed_pass_config
+SELECT shardstore.text_config_v1()::text AS config;
+
 -- A text pass's hold on one session: FOR KEY SHARE (excludes rewinds, purges and flushes,
--- never appends, as text_index_buffered_v1) and the text search configuration under the
--- writers' lock (text_config_v1: a language switch waits for the pass, and the pass for it).
--- No row: the session is gone or purged.
+-- never appends, as text_index_buffered_v1). No row: the session is gone or purged.
 -- name: keyed_pass_session
-SELECT s.tenant_id, s.subject_id, s.agent_id, shardstore.text_config_v1()::text AS config
+SELECT s.tenant_id, s.subject_id, s.agent_id
   FROM shardstore.sessions s
  WHERE s.session_id = %s AND s.purged_at IS NULL
    FOR KEY SHARE OF s;
 
 -- The session's sealed turns (buffered, then folded) after turn %(after)s that have no text
 -- window, in turn order, at most %(n)s; a folded chunk is read only when it has fewer
--- indexed turns than turns.
+-- indexed turns than turns. Every table is filtered by the session itself (not by a
+-- correlation), so that Citus routes the whole statement to the session's shard.
 -- name: keyed_pending_turns
 SELECT p.turn_seq, p.chunk_seq, p.created_at, p.message
   FROM (SELECT b.turn_seq, b.chunk_seq, b.created_at, b.message::text AS message
           FROM shardstore.turn_buffer b
          WHERE b.session_id = %(session)s AND b.turn_seq > %(after)s AND b.message ? 'ss_enc'
            AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
-                            WHERE t.session_id = b.session_id AND t.turn_seq = b.turn_seq)
+                            WHERE t.session_id = %(session)s AND t.turn_seq = b.turn_seq)
         UNION ALL
         SELECT (e.v ->> 's')::bigint, h.chunk_seq, (e.v ->> 'at')::timestamptz, (e.v -> 'm')::text
           FROM shardstore.agent_history h,
@@ -70,10 +76,10 @@ SELECT p.turn_seq, p.chunk_seq, p.created_at, p.message
          WHERE h.session_id = %(session)s
            AND h.first_turn_seq + h.turn_count - 1 > %(after)s
            AND (SELECT count(DISTINCT t.turn_seq) FROM shardstore.turn_text t
-                 WHERE t.session_id = h.session_id AND t.chunk_seq = h.chunk_seq) < h.turn_count
+                 WHERE t.session_id = %(session)s AND t.chunk_seq = h.chunk_seq) < h.turn_count
            AND (e.v ->> 's')::bigint > %(after)s AND e.v -> 'm' ? 'ss_enc'
            AND NOT EXISTS (SELECT 1 FROM shardstore.turn_text t
-                            WHERE t.session_id = h.session_id
+                            WHERE t.session_id = %(session)s
                               AND t.turn_seq = (e.v ->> 's')::bigint)) p
  ORDER BY p.turn_seq
  LIMIT %(n)s;
