@@ -1151,10 +1151,10 @@ def _session_op(
         )
     owner = Owner(head.tenant, head.subject, sid)
     if not made:
-        if ids.active:
-            # this import's own session from an earlier run: its artifacts are here, and
-            # later records may name them by the file's ids
-            yield from store_artifacts_op(store, pending, ids, owner, store_missing=False)
+        # the session is here already (this import's own from an earlier run, or skipped):
+        # the artifacts stored with it are too, and later records may name them by the
+        # file's ids
+        yield from store_artifacts_op(store, pending, ids, owner, store_missing=False)
         yield Tx.COMMIT  # nothing was written
         discard(pending)
         if ids.active:
