@@ -20,7 +20,16 @@ a row, which a re-run or a later put of the same content reuses). Artifacts afte
 session are stored in a transaction of their own. A reference is written in the session's
 transaction by ``artifact_ref_v1`` (the artifact must be ready in the session's tenant);
 one naming an artifact exported without bytes that this database does not hold is listed
-in the report's ``skipped``."""
+in the report's ``skipped``.
+
+Encryption at rest: an export of a store with ``encryption=`` writes each artifact's
+sealed object as stored (``"sealed": true``, ``stored_bytes``, ``stored_sha256``) or, with
+``decrypt=True``, its plaintext (``"decrypted": true``, the plain sha256); the line comes
+after a first pass over those bytes, which tells their digest. The importer opens a sealed
+artifact as it reads it, before anything is written, and stores every artifact with the
+put of the importing store (sealed under the owning scope's key there when it encrypts),
+so its id is its address here; :class:`~.remap.IdMap` carries the move to every reference
+the file makes to it."""
 
 from __future__ import annotations
 

@@ -483,8 +483,12 @@ def export_sessions(
     key store). ``decrypt=True`` writes them in plaintext instead, each opened where it is
     stored as the store's readers open it (``"decrypted": true``; the file needs no key
     store, and must be protected as the plaintext it is); ``ConfigurationError`` on a store
-    connected without ``encryption=``. The access report shows fact values opened whenever
-    the store has the key store, else says that they are sealed."""
+    connected without ``encryption=``. Artifact bytes follow the same rule: the sealed
+    object as stored (``"sealed": true`` on its line; no plaintext), or with
+    ``decrypt=True`` the plaintext opened by the store's reader, its line announcing its
+    plain sha256 (each artifact is read twice, a pass for its digest first; memory stays
+    one chunk). The access report shows fact values opened whenever the store has the key
+    store, else says that they are sealed."""
     ids: list[uuid.UUID] | None = None
     if session_ids is not None:
         if tenant_id is not None or subject_id is not None:
@@ -1339,7 +1343,15 @@ def import_jsonl(
     its line, with nothing of its session (or fact version) written, and skipped with
     ``on_error="skip"``. A store connected without ``encryption=`` raises
     ``EncryptionRequired`` for a file holding sealed values (at its export line when that
-    says so, before anything is written), whatever ``on_error`` says."""
+    says so, before anything is written), whatever ``on_error`` says.
+
+    Artifacts: a sealed artifact is opened before anything is written (for the tenant and
+    id of its line, under a data key of that tenant: ``KeyShredded`` / ``DecryptionFailed``
+    otherwise). An encrypted store seals every artifact under the owning scope's key here
+    (the session that follows it in the file, else the tenant); the artifact's id is then
+    its address here, and every reference of the file to it (reference and link lines,
+    ``ArtifactRef`` values in checkpoint state, tool calls and results, turn messages)
+    names that id. A plaintext store does the same for a decrypted export's artifacts."""
     if on_existing not in ON_EXISTING:
         raise InvalidInput(
             f"on_existing must be 'refuse' or 'skip', not {validate.shown(on_existing)}"
