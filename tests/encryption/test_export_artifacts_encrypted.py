@@ -65,6 +65,7 @@ def source(enc_store: shardstore.Store, file_store: shardstore.Store) -> dict[st
         TENANT, SMALL, content_type="text/plain", owner=("turn", f"{sid}:1")
     )
     enc_store.checkpoint(sid, {"doc": big.to_json(), "deep": [{"img": small.to_json()}]})
+    enc_store.append_turn(sid, {"role": "tool", "content": "see", "ref": big.to_json()})
     return {"sid": sid, "big": big, "small": small}
 
 
@@ -162,6 +163,9 @@ def test_decrypted_export_is_sealed_under_another_key_store(
     big, small = _restored_refs(target, source["sid"])
     # sealed here under the session's key: a keyed address of this key store, new ids
     assert big.artifact_id != source["big"].artifact_id
+    # a reference inside a turn's message names it here too
+    *_, last = target.history(source["sid"])
+    assert ArtifactRef.from_json(last.message["ref"]) == big
     assert target.get_artifact(TENANT, big.artifact_id) == BIG
     assert target.get_artifact(TENANT, small.artifact_id) == SMALL
     live = {info.ref.artifact_id: info.live_refs for info in target.list_artifacts(TENANT)}
