@@ -552,6 +552,48 @@ def read_op(
         raise ArtifactCorrupt(f"artifact {artifact_id} does not match its sha256 and size")
 
 
+def read_stored_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[None]:
+    """Emit the artifact's bytes exactly as stored, unopened (a sealed artifact: its header
+    and frames, as the object backends hold them), chunk by chunk (postgres: from one
+    snapshot). Only a row the library wrote for this tenant is read (``ArtifactCorrupt``
+    otherwise); nothing is checked against the content address, since sealed bytes are
+    authenticated by whoever opens them (an export without ``decrypt``: the importer)."""
+    yield Tx.BEGIN_SNAPSHOT
+    row = yield from _row_op(tenant, artifact_id)
+    key = owned_key(tenant, artifact_id, row["sha256"])
+    if key is None:
+        yield Tx.COMMIT
+        raise ArtifactCorrupt(
+            f"artifact {artifact_id} does not match its content address (tenant, sha256)"
+        )
+    if row["backend"] == "postgres":
+        chunks = (tenant, row["upload_id"])
+        (count,) = yield Q(query("artifact_chunk_count"), chunks, fetch="one")
+        for chunk_no in range(int(count)):
+            (data,) = yield Q(query("artifact_chunk_get"), (*chunks, chunk_no), fetch="one")
+            yield Emit([bytes(data)])
+        yield Tx.COMMIT
+        return
+    yield Tx.COMMIT
+    backend = config.backend
+    if backend is None or backend.name != row["backend"]:
+        raise ConfigurationError(
+            f"artifact {artifact_id} is stored in the {row['backend']} backend; connect with "
+            f"artifacts= pointing at it (this store uses {config.url!r:.80})"
+        )
+    try:
+        handle = yield Call(backend.open, (key,))
+    except FileNotFoundError:
+        raise ArtifactNotFound(
+            f"artifact {artifact_id}: its object is gone from the backend"
+        ) from None
+    try:
+        while piece := (yield Call(handle.read, (CHUNK,))):
+            yield Emit([bytes(piece)])
+    finally:
+        handle.close()
+
+
 def _read_exact_op(handle: Any, n: int) -> Op[bytes]:
     """``n`` bytes from ``handle``, fewer only at its end (a stream may return less)."""
     parts: list[bytes] = []

@@ -20,13 +20,23 @@ a row, which a re-run or a later put of the same content reuses). Artifacts afte
 session are stored in a transaction of their own. A reference is written in the session's
 transaction by ``artifact_ref_v1`` (the artifact must be ready in the session's tenant);
 one naming an artifact exported without bytes that this database does not hold is listed
-in the report's ``skipped``."""
+in the report's ``skipped``.
+
+Encryption at rest: an export of a store with ``encryption=`` writes each artifact's
+sealed object as stored (``"sealed": true``, ``stored_bytes``, ``stored_sha256``) or, with
+``decrypt=True``, its plaintext (``"decrypted": true``, the plain sha256); the line comes
+after a first pass over those bytes, which tells their digest. The importer opens a sealed
+artifact as it reads it, before anything is written, and stores every artifact with the
+put of the importing store (sealed under the owning scope's key there when it encrypts),
+so its id is its address here; :class:`~.remap.IdMap` carries the move to every reference
+the file makes to it."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import hashlib
+import hmac
 import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
@@ -35,13 +45,31 @@ from typing import Any
 
 from ..artifacts.config import config_of
 from ..artifacts.model import artifact_id_for
-from ..artifacts.ops import MAX_CONTENT_TYPE, put_op, raise_ref_status, read_op
-from ..artifacts.source import source
+from ..artifacts.ops import (
+    MAX_CONTENT_TYPE,
+    put_op,
+    raise_ref_status,
+    read_op,
+    read_stored_op,
+    ref_from_row,
+)
+from ..artifacts.source import CHUNK, source
 from ..core import validate
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, relay
-from ..errors import ConfigurationError, ImportRejected
+from ..encryption.artifacts import (
+    FRAME_BYTES,
+    HEADER_BYTES,
+    MAGIC,
+    ArtifactOpener,
+    mac_key,
+    refuse_sealed_bytes,
+)
+from ..encryption.envelope import Sealer
+from ..encryption.keystore import DataKey, Scope
+from ..encryption.turns import session_scope
+from ..errors import ArtifactCorrupt, DecryptionFailed, ImportRejected, KeyShredded
 from .fields import _int, _opt_instant, _opt_int, _text, _uuid
 from .records import line, paged_op, record_lines
 from .remap import IdMap
@@ -58,13 +86,14 @@ LOOSE_OWNERS = ("trajectory", "business_output")  # references that may name no 
 
 class Written:
     """The artifacts an export has written (each goes into the file once): ids per
-    tenant, so memory grows with distinct artifacts, not with turns."""
+    tenant, so memory grows with distinct artifacts, not with turns. ``sealer``: the
+    exporting store's, when it was connected with ``encryption=`` (its artifacts are
+    sealed); ``decrypt``: their bytes go into the file opened, else as stored."""
 
-    def __init__(self, with_bytes: bool, encrypted: bool = False) -> None:
+    def __init__(self, with_bytes: bool, sealer: Sealer | None = None, decrypt: bool = False):
         self.with_bytes = with_bytes
-        # a store with encryption= seals artifact bytes under a per-upload key whose
-        # content address is a keyed hash: the file format has no sealed form for them yet
-        self.encrypted = encrypted
+        self.sealer = sealer
+        self.decrypt = decrypt and sealer is not None
         self.seen: set[tuple[str, uuid.UUID]] = set()
         self.artifacts = 0
         self.refs = 0
@@ -90,26 +119,64 @@ def artifact_line(row: Mapping[str, Any], with_bytes: bool) -> dict[str, Any]:
     }
 
 
-def _parts_op(store: StoreState, row: Mapping[str, Any], write: Any) -> Op[int]:
+def _reading(store: StoreState, row: Mapping[str, Any], written: Written) -> Op[None]:
+    """The bytes an export writes of an artifact: as stored (plaintext, or sealed when
+    the store encrypts and the export does not decrypt), or opened by the store's reader."""
+    config, tenant, aid = config_of(store), row["tenant_id"], row["artifact_id"]
+    if written.sealer is not None and not written.decrypt:
+        return read_stored_op(config, tenant, aid)
+    return read_op(config, tenant, aid, written.sealer)
+
+
+def _measure_op(store: StoreState, row: Mapping[str, Any], written: Written) -> Op[tuple[str, int]]:
+    """A first pass over the bytes the export will write: their sha256 and size (the
+    line announces both before its parts; one pass more keeps memory at one chunk)."""
+    digest = hashlib.sha256()
+    size = 0
+
+    def count(pieces: Any) -> Op[None]:
+        nonlocal size
+        for piece in pieces:
+            digest.update(piece)
+            size += len(piece)
+        return
+        yield  # a generator that yields nothing
+
+    yield from relay(_reading(store, row, written), count)
+    return digest.hexdigest(), size
+
+
+def _parts_op(store: StoreState, row: Mapping[str, Any], written: Written, write: Any) -> Op[int]:
     """The artifact's bytes as ``artifact_part`` lines, read chunk by chunk (the store's
     read checks them against their sha256 at the end); returns the parts written."""
     aid = str(row["artifact_id"])
     parts = 0
+    carry = b""  # bytes short of a whole part: stored chunks need not be PART-aligned
+
+    def split(data: bytes, final: bool) -> list[str]:
+        nonlocal parts, carry
+        lines = []
+        at = 0
+        while len(data) - at >= PART or (final and at < len(data)):
+            text = base64.b64encode(data[at : at + PART]).decode("ascii")
+            part = {"kind": "artifact_part", "artifact_id": aid, "n": parts, "data": text}
+            lines.append(line(part))
+            parts += 1
+            at += PART
+        carry = data[at:]
+        return lines
 
     def emit(pieces: Any) -> Op[None]:
-        nonlocal parts
-        lines = []
+        lines: list[str] = []
         for piece in pieces:
-            for at in range(0, len(piece), PART):
-                data = base64.b64encode(piece[at : at + PART]).decode("ascii")
-                lines.append(
-                    line({"kind": "artifact_part", "artifact_id": aid, "n": parts, "data": data})
-                )
-                parts += 1
+            lines += split(carry + piece, False)
         if lines:
             yield Call(write, (lines,))
 
-    yield from relay(read_op(config_of(store), row["tenant_id"], row["artifact_id"]), emit)
+    yield from relay(_reading(store, row, written), emit)
+    rest = split(carry, True)
+    if rest:
+        yield Call(write, (rest,))
     return parts
 
 
@@ -122,19 +189,19 @@ def _artifact_rows_op(
         if key in written.seen:
             continue
         written.seen.add(key)
-        if written.with_bytes and written.encrypted:
-            raise ConfigurationError(
-                "an export of a store with encryption= does not carry artifact bytes yet "
-                f"(artifact {row['artifact_id']} of this export): export with "
-                "no_artifact_bytes=True, which writes each artifact's description and its "
-                "references; the bytes stay sealed in this store",
-                cli="an export of an encrypted store does not carry artifact bytes yet: add "
-                "--no-artifact-bytes (descriptions and references are exported)",
-            )
         head = artifact_line(row, written.with_bytes)
+        if written.with_bytes and written.sealer is not None:
+            # the line says the sha256 and size of what its parts hold: the plaintext's
+            # (decrypted) or the sealed object's, which only a pass over them tells
+            sha, size = yield from _measure_op(store, row, written)
+            if written.decrypt:
+                head.update(sha256=sha, decrypted=True)
+            else:
+                head.update(sealed=True, stored_bytes=size, stored_sha256=sha)
+            head["parts"] = -(-size // PART)
         yield Call(write, ([line(head)],))
         if written.with_bytes:
-            parts = yield from _parts_op(store, row, write)
+            parts = yield from _parts_op(store, row, written, write)
             assert parts == head["parts"], (parts, head["parts"])
             written.bytes += int(row["size_bytes"])
         written.artifacts += 1
@@ -247,18 +314,27 @@ class Spool:
         self.file.close()
 
 
-def _head(doc: dict[str, Any], where: str) -> tuple[str, uuid.UUID, str, int, str]:
+def _hex(doc: dict[str, Any], name: str, where: str) -> str:
+    value = doc.get(name)
+    _check(
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value),
+        where,
+        f"{name} must be 64 lowercase hex digits",
+    )
+    assert isinstance(value, str)
+    return value
+
+
+def _head(doc: dict[str, Any], where: str, addressed: bool) -> tuple[str, uuid.UUID, str, int, str]:
+    """The line's tenant, artifact id, sha256, size and content type, checked; with
+    ``addressed`` (plaintext as a plaintext store stores it) the id must be the address of
+    that sha256 in the tenant. A sealed or decrypted artifact's id is its keyed address in
+    the exporting store, which no sha256 on the line shows."""
     tenant = _text(doc, "tenant_id", where)
     aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
-    sha = doc.get("sha256")
+    sha = _hex(doc, "sha256", where)
     _check(
-        isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha),
-        where,
-        "sha256 must be 64 lowercase hex digits",
-    )
-    assert isinstance(sha, str)
-    _check(
-        aid == artifact_id_for(tenant, sha),
+        not addressed or aid == artifact_id_for(tenant, sha),
         where,
         f"artifact_id {aid} is not the address of that content in tenant "
         f"{validate.shown(tenant, 60)}",
@@ -270,37 +346,29 @@ def _head(doc: dict[str, Any], where: str) -> tuple[str, uuid.UUID, str, int, st
 
 @dataclass(slots=True)
 class Pending:
-    """An artifact read and checked, its bytes spooled, waiting for the transaction of
-    the session that follows it in the file (so that a session refused takes its
-    artifacts with it)."""
+    """An artifact read and checked, its plaintext spooled (``sha256``: the plaintext's),
+    waiting for the transaction of the session that follows it in the file (so that a
+    session refused takes its artifacts with it)."""
 
     where: str
     tenant: str
     artifact_id: uuid.UUID
+    sha256: str
     content_type: str
     tokens: int | None
     required: bool
     spool: Spool
 
 
-def read_artifact_op(
-    reader: Any, doc: dict[str, Any], where: str, carried: dict[Any, Carried]
-) -> Op[Pending | None]:
-    """One ``artifact`` line and its parts, checked (consecutive parts, base64, the size
-    and sha256 announced, the id the content's address in its tenant) with the bytes
-    spooled: the artifact to store, or None when the file carries no bytes."""
-    tenant, aid, sha, size, ctype = _head(doc, where)
-    tokens = _opt_int(doc.get("tokens"), where, "tokens")
-    required = doc.get("required_for_resume", False)
-    with_bytes = doc.get("bytes")
-    _check(type(required) is bool, where, "required_for_resume must be true or false")
-    _check(type(with_bytes) is bool, where, "bytes must be true or false")
-    parts = _int(doc.get("parts"), where, "parts")
-    if not with_bytes:
-        _check(parts == 0, where, "an artifact without bytes has no parts")
-        carried[(tenant, aid)] = Carried(False)
-        return None
-    _check(parts == -(-size // PART), where, f"{size} bytes come in {-(-size // PART)} parts")
+def _flag(doc: dict[str, Any], name: str, where: str) -> bool:
+    value = doc.get(name, False)
+    _check(type(value) is bool, where, f"{name} must be true or false")
+    return bool(value)
+
+
+def _spool_parts_op(reader: Any, aid: uuid.UUID, parts: int, size: int, where: str) -> Op[Spool]:
+    """The ``parts`` artifact_part lines after an artifact line, checked (consecutive,
+    base64, whole parts but the last, no more than ``size`` bytes) and spooled."""
     spool = Spool()
     try:
         for n in range(parts):
@@ -333,40 +401,171 @@ def read_artifact_op(
             )
             spool.add(raw)
             _check(spool.size <= size, at, f"more bytes than artifact {aid} announces")
-        _check(
-            spool.size == size and spool.digest.hexdigest() == sha,
-            where,
-            f"the bytes of artifact {aid} do not match its size and sha256",
-        )
     except BaseException:
         spool.close()
         raise
+    return spool
+
+
+def _opened(
+    sealer: Sealer, sealed: Spool, tenant: str, aid: uuid.UUID, address: str, size: int, where: str
+) -> Spool:
+    """The plaintext of a sealed artifact of the file, opened for the tenant and id the
+    file gives it, under this store's key store, into a spool of its own: its header must
+    be sealed under a data key of ``tenant`` for ``aid``, every frame must open, and the
+    plaintext must match ``address`` (the keyed hash) and ``size``."""
+    opener = ArtifactOpener(sealer.keys, tenant, aid, address, size)
+    plain = Spool()
+    try:
+        stored = sealed.rewind()
+        opener.header(stored.read(HEADER_BYTES))
+        while frame := stored.read(FRAME_BYTES):
+            plain.add(opener.frame(frame))
+        opener.finish()
+    except KeyShredded as exc:
+        plain.close()
+        raise KeyShredded(
+            f"{where}: {exc} (sealed with a data key this key store does not hold: another "
+            "key store, or shredded)"
+        ) from None
+    except (DecryptionFailed, ArtifactCorrupt) as exc:
+        plain.close()
+        raise DecryptionFailed(f"{where}: {exc}") from None
+    except BaseException:
+        plain.close()
+        raise
+    return plain
+
+
+def read_artifact_op(
+    reader: Any,
+    doc: dict[str, Any],
+    where: str,
+    carried: dict[Any, Carried],
+    sealer: Sealer | None = None,
+) -> Op[Pending | None]:
+    """One ``artifact`` line and its parts, checked (consecutive parts, base64, the size
+    and sha256 announced, the id the content's address in its tenant when the line is
+    plaintext of a plaintext store) with the plaintext spooled: the artifact to store, or
+    None when the file carries no bytes.
+
+    A sealed artifact (``"sealed": true``: the object as the exporting store keeps it) is
+    opened here, before anything is written, with this store's key store (``sealer``) for
+    the tenant and id the file gives it: ``EncryptionRequired`` on a store without
+    ``encryption=``, ``KeyShredded`` when the key store lacks its data key,
+    ``DecryptionFailed`` when it is sealed for another tenant or artifact, or altered."""
+    sealed = _flag(doc, "sealed", where)
+    decrypted = _flag(doc, "decrypted", where)
+    _check(not (sealed and decrypted), where, "an artifact is sealed or decrypted, not both")
+    tenant, aid, sha, size, ctype = _head(doc, where, addressed=not (sealed or decrypted))
+    tokens = _opt_int(doc.get("tokens"), where, "tokens")
+    required = _flag(doc, "required_for_resume", where)
+    with_bytes = doc.get("bytes")
+    _check(type(with_bytes) is bool, where, "bytes must be true or false")
+    parts = _int(doc.get("parts"), where, "parts")
+    if not with_bytes:
+        _check(parts == 0, where, "an artifact without bytes has no parts")
+        carried[(tenant, aid)] = Carried(False)
+        return None
+    if not sealed:
+        _check(parts == -(-size // PART), where, f"{size} bytes come in {-(-size // PART)} parts")
+        spool = yield from _spool_parts_op(reader, aid, parts, size, where)
+        if spool.size != size or spool.digest.hexdigest() != sha:
+            spool.close()
+            raise ImportRejected(
+                f"{where}: the bytes of artifact {aid} do not match its size and sha256"
+            )
+        carried[(tenant, aid)] = Carried(True)
+        return Pending(where, tenant, aid, sha, ctype, tokens, required, spool)
+    if sealer is None:
+        refuse_sealed_bytes(MAGIC, f"{where}: artifact {aid}")
+    assert sealer is not None
+    stored = _int(doc.get("stored_bytes"), where, "stored_bytes")
+    stored_sha = _hex(doc, "stored_sha256", where)
+    _check(stored >= HEADER_BYTES, where, "a sealed artifact holds its header at least")
+    _check(parts == -(-stored // PART), where, f"{stored} bytes come in {-(-stored // PART)} parts")
+    spool = yield from _spool_parts_op(reader, aid, parts, stored, where)
+    try:
+        _check(
+            spool.size == stored and spool.digest.hexdigest() == stored_sha,
+            where,
+            f"the sealed bytes of artifact {aid} do not match stored_bytes and stored_sha256",
+        )
+        plain = _opened(sealer, spool, tenant, aid, sha, size, where)
+    finally:
+        spool.close()
     carried[(tenant, aid)] = Carried(True)
-    return Pending(where, tenant, aid, ctype, tokens, required, spool)
+    return Pending(where, tenant, aid, plain.digest.hexdigest(), ctype, tokens, required, plain)
 
 
-def store_artifacts_op(store: StoreState, pending: list[Pending]) -> Op[int]:
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The session here whose data key seals the artifacts stored in its transaction."""
+
+    tenant: str
+    subject: str | None
+    session_id: uuid.UUID
+
+
+def _target_op(
+    store: StoreState, item: Pending, owner: Owner | None
+) -> Op[tuple[DataKey | None, uuid.UUID]]:
+    """The key an artifact is sealed under here (None: a store without encryption) and its
+    id here: the address of its plaintext sha256, or of its keyed hash under that key (the
+    session's, for a session of its tenant, else the tenant's)."""
+    sealer = store.ctx.sealer
+    if sealer is None:
+        return None, artifact_id_for(item.tenant, item.sha256)
+    if owner is not None and owner.tenant == item.tenant:
+        scope = session_scope(item.tenant, owner.subject, owner.session_id)
+    else:
+        scope = Scope("tenant", item.tenant, "")
+    key = yield Call(sealer.keys.key_for, (scope,))
+    assert key is not None
+    mac = hmac.new(mac_key(key), digestmod=hashlib.sha256)
+    spool = item.spool.rewind()
+    while piece := spool.read(CHUNK):
+        mac.update(piece)
+    return key, artifact_id_for(item.tenant, mac.hexdigest())
+
+
+def store_artifacts_op(
+    store: StoreState,
+    pending: list[Pending],
+    ids: IdMap,
+    owner: Owner | None = None,
+    store_missing: bool = True,
+) -> Op[int]:
     """Store the pending artifacts (in the caller's transaction, the session's), each
-    with the store's own put into its configured backend; returns how many were stored
-    (an artifact this database holds ready already is not stored again). The spools are
-    closed and the list emptied."""
+    with the store's own put into its configured backend, sealed under the owning scope's
+    data key when this store encrypts (``owner``'s session key, else the tenant's); returns
+    how many were stored (an artifact this database holds ready already is not stored
+    again). Each one's id here goes into ``ids`` (references to it are remapped when it
+    differs from the file's). ``store_missing=False`` (a session found complete from an
+    earlier run) records the ids of those here and stores nothing. The spools are closed
+    and the list emptied."""
     stored = 0
+    config = config_of(store)
     try:
         for item in pending:
-            there = yield Q(
-                query("artifact_get"), (item.tenant, item.artifact_id), fetch="one", named=True
-            )
+            key, target = yield from _target_op(store, item, owner)
+            there = yield Q(query("artifact_get"), (item.tenant, target), fetch="one", named=True)
             if there is not None and there["state"] == "ready":
-                continue  # a re-run, or the same content already here: stored once
+                # a re-run, or the same content already here: stored once
+                ids.place_artifact(item.tenant, item.artifact_id, ref_from_row(config, there))
+                continue
+            if not store_missing:
+                continue
             src = source(item.spool.rewind())
             ref = yield from put_op(
-                config_of(store), item.tenant, src, item.content_type, item.tokens, item.required
+                config, item.tenant, src, item.content_type, item.tokens, item.required, key=key
             )
             _check(
-                ref.artifact_id == item.artifact_id,
+                ref.artifact_id == target,
                 item.where,
                 f"artifact {item.artifact_id} was stored under another id",
             )
+            ids.place_artifact(item.tenant, item.artifact_id, ref)
             stored += 1
     finally:
         discard(pending)
@@ -398,7 +597,8 @@ def import_ref_op(
     exported without bytes that this database does not hold). ``ImportRejected`` for a
     line naming an owner the session lacks. Under remapped ids a trajectory's or business
     output's owner id is remapped too, so the copy's reference is a row of its own."""
-    aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
+    named = _uuid(doc.get("artifact_id"), where, "artifact_id")
+    aid = ids.artifact(tenant, named)
     kind = doc.get("owner_type")
     kinds = REF_OWNERS if sid is not None else LOOSE_OWNERS
     _check(kind in kinds, where, f"owner_type must be one of {', '.join(kinds)}")
@@ -431,7 +631,7 @@ def import_ref_op(
         fetch="one",
     )
     if status == "missing":
-        why = _not_here(carried, tenant, aid, f"reference of {kind} {owner}")
+        why = _not_here(carried, tenant, named, f"reference of {kind} {owner}")
         if why is not None:
             return why
     try:
@@ -454,12 +654,18 @@ def _not_here(carried: Mapping[Any, Carried], tenant: str, aid: uuid.UUID, what:
 
 
 def import_link_op(
-    doc: dict[str, Any], where: str, sid: uuid.UUID, tenant: str, carried: Mapping[Any, Carried]
+    doc: dict[str, Any],
+    where: str,
+    sid: uuid.UUID,
+    tenant: str,
+    carried: Mapping[Any, Carried],
+    ids: IdMap,
 ) -> Op[str | None]:
     """One ``artifact_link`` line of a session (the session linked to an artifact that no
     reference of it backs: a purge of the session erases the artifact all the same),
     written in its transaction: None when written, else why not."""
-    aid = _uuid(doc.get("artifact_id"), where, "artifact_id")
+    named = _uuid(doc.get("artifact_id"), where, "artifact_id")
+    aid = ids.artifact(tenant, named)
     params = {"sid": sid, "tenant": tenant, "artifact": aid}
     row = yield Q(query("import_artifact_link"), params, fetch="one")
     if row is not None:
@@ -467,4 +673,4 @@ def import_link_op(
     there = yield Q(query("import_artifact_there"), (tenant, aid), fetch="one")
     if there is not None:
         return None  # linked already (a link is kept once)
-    return _not_here(carried, tenant, aid, f"link of session {sid}")
+    return _not_here(carried, tenant, named, f"link of session {sid}")

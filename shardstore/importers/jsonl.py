@@ -95,6 +95,7 @@ from . import sealing
 from .access import AccessReport, access_tables_op
 from .artifact_lines import (
     Carried,
+    Owner,
     Pending,
     Written,
     discard,
@@ -482,8 +483,12 @@ def export_sessions(
     key store). ``decrypt=True`` writes them in plaintext instead, each opened where it is
     stored as the store's readers open it (``"decrypted": true``; the file needs no key
     store, and must be protected as the plaintext it is); ``ConfigurationError`` on a store
-    connected without ``encryption=``. The access report shows fact values opened whenever
-    the store has the key store, else says that they are sealed."""
+    connected without ``encryption=``. Artifact bytes follow the same rule: the sealed
+    object as stored (``"sealed": true`` on its line; no plaintext), or with
+    ``decrypt=True`` the plaintext opened by the store's reader, its line announcing its
+    plain sha256 (each artifact is read twice, a pass for its digest first; memory stays
+    one chunk). The access report shows fact values opened whenever the store has the key
+    store, else says that they are sealed."""
     ids: list[uuid.UUID] | None = None
     if session_ids is not None:
         if tenant_id is not None or subject_id is not None:
@@ -513,7 +518,7 @@ def export_sessions(
     bar = Progress(show, "exporting")
     sessions = turns = 0
     counts = Counts()
-    written = Written(with_bytes, encrypted=sealer is not None)
+    written = Written(with_bytes, sealer, decrypting)
     export_id = uuid.uuid4()
     tally = Tally()
     try:
@@ -808,7 +813,9 @@ class _State:
                 return
         else:
             if kind == "artifact_link":
-                why = yield from import_link_op(doc, at, self.sid, self.tenant, self.carried)
+                why = yield from import_link_op(
+                    doc, at, self.sid, self.tenant, self.carried, self.remap
+                )
             else:
                 why = yield from import_ref_op(
                     doc,
@@ -860,11 +867,15 @@ class _State:
         }
         if doc.get("state") is None:
             raise ImportRejected(f"{at}: a checkpoint needs a state")
+        refs_here = functools.partial(self.remap.artifact_refs_in_text, self.tenant)
         if self.resealing is not None:
             for part, name in _CHECKPOINT_COLUMNS:
                 params[name] = self.resealing.checkpoint_part(
-                    part, doc.get(part), _opt_str(params[name]), cid, new_cid, at
+                    part, doc.get(part), _opt_str(params[name]), cid, new_cid, at, refs_here
                 )
+        else:
+            for _part, name in _CHECKPOINT_COLUMNS:
+                params[name] = refs_here(_opt_str(params[name]))
         self.ids.add(cid)
         _stored((yield Q(query("import_checkpoint"), params, fetch="none", recover=_REFUSALS)), at)
 
@@ -1057,7 +1068,7 @@ def _loose_ref_op(
     artifacts read before it."""
     tenant = _text(doc, "tenant_id", at)
     yield Tx.BEGIN
-    tally.counts.add("artifact", (yield from store_artifacts_op(store, pending)))
+    tally.counts.add("artifact", (yield from store_artifacts_op(store, pending, ids)))
     why = yield from import_ref_op(
         doc,
         at,
@@ -1142,7 +1153,12 @@ def _session_op(
             (sid, *owners, head.metadata, head.created_at),
             fetch="one",
         )
+    owner = Owner(head.tenant, head.subject, sid)
     if not made:
+        # the session is here already (this import's own from an earlier run, or skipped):
+        # the artifacts stored with it are too, and later records may name them by the
+        # file's ids
+        yield from store_artifacts_op(store, pending, ids, owner, store_missing=False)
         yield Tx.COMMIT  # nothing was written
         discard(pending)
         if ids.active:
@@ -1158,7 +1174,7 @@ def _session_op(
         yield from _skip_session_op(reader, head, where)
         tally.skipped.append(Skipped(where, f"session {sid} already exists"))
         return
-    artifacts = yield from store_artifacts_op(store, pending)
+    artifacts = yield from store_artifacts_op(store, pending, ids, owner)
     batch = Batch()
     state = _State(old_sid, sid, head.tenant, ids, carried, resealing)
     places: list[str] = []
@@ -1231,6 +1247,7 @@ def _session_op(
             if resealing is not None:
                 message = resealing.turn_message(message, seq, at)
                 seal = resealing.turn_sealer(seq)
+            message = ids.artifact_refs_in(head.tenant, message)
             batch.add(ctx, message, at, key, doc.get("tokens"), seal)
             batch.times.append(created)
             places.append(at)
@@ -1326,7 +1343,15 @@ def import_jsonl(
     its line, with nothing of its session (or fact version) written, and skipped with
     ``on_error="skip"``. A store connected without ``encryption=`` raises
     ``EncryptionRequired`` for a file holding sealed values (at its export line when that
-    says so, before anything is written), whatever ``on_error`` says."""
+    says so, before anything is written), whatever ``on_error`` says.
+
+    Artifacts: a sealed artifact is opened before anything is written (for the tenant and
+    id of its line, under a data key of that tenant: ``KeyShredded`` / ``DecryptionFailed``
+    otherwise). An encrypted store seals every artifact under the owning scope's key here
+    (the session that follows it in the file, else the tenant); the artifact's id is then
+    its address here, and every reference of the file to it (reference and link lines,
+    ``ArtifactRef`` values in checkpoint state, tool calls and results, turn messages)
+    names that id. A plaintext store does the same for a decrypted export's artifacts."""
     if on_existing not in ON_EXISTING:
         raise InvalidInput(
             f"on_existing must be 'refuse' or 'skip', not {validate.shown(on_existing)}"
@@ -1388,7 +1413,9 @@ def import_jsonl(
                 continue
             try:
                 if kind == "artifact":
-                    artifact = yield from read_artifact_op(reader, doc, where, carried)
+                    artifact = yield from read_artifact_op(
+                        reader, doc, where, carried, store.ctx.sealer
+                    )
                     if artifact is not None:
                         pending.append(artifact)
                     continue
@@ -1421,7 +1448,8 @@ def import_jsonl(
                     yield from _resync_op(reader)
         if pending:  # artifacts no session follows
             yield Tx.BEGIN
-            tally.counts.add("artifact", (yield from store_artifacts_op(store, pending)))
+            assert ids is not None
+            tally.counts.add("artifact", (yield from store_artifacts_op(store, pending, ids)))
             yield Tx.COMMIT
     finally:
         discard(pending)

@@ -14,14 +14,23 @@ turn reference's owner id (``"<session_id>:<turn_seq>"``), a fork's parent and t
 of its copied turns when those sessions are in the file, and the owner id of a trajectory or
 business-output reference (the owner is the caller's id, and the reference is found by it:
 kept as it was, the copy's reference would merge into the original's row). Tenants,
-subjects, idempotency keys (scoped by session) and artifact ids (the content's address in
-the tenant) stay."""
+subjects and idempotency keys (scoped by session) stay.
+
+Artifact ids follow the content's address *here* (remapped or not): the same as the
+file's for plaintext content in a plaintext store, another one where either side seals
+artifacts (a sealed artifact is addressed by a keyed hash, so its id depends on the
+scope's key). :meth:`IdMap.place_artifact` records each move, and every reference the file
+makes to the artifact (``artifact_ref`` and ``artifact_link`` lines, ``ArtifactRef`` values
+inside checkpoint state, tool calls and results and inside turn messages) names the new
+id, sha256 and uri."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from ..core import validate
+from ..artifacts.model import MARKER, ArtifactRef
+from ..core import jsoncodec, validate
 from ..errors import InvalidInput
 
 _NAMESPACE = uuid.UUID("0c7d3a52-95e1-4b8e-8f46-2f3c51d07a9e")
@@ -42,6 +51,8 @@ class IdMap:
     def __init__(self, import_id: str | None) -> None:
         self.import_id = import_id
         self.sessions: dict[uuid.UUID, uuid.UUID] = {}  # sessions of the file met so far
+        # artifacts stored here under another id than the file's: (tenant, id in the file)
+        self.artifacts: dict[tuple[str, uuid.UUID], ArtifactRef] = {}
 
     @property
     def active(self) -> bool:
@@ -81,6 +92,53 @@ class IdMap:
     def fact(self, old: uuid.UUID) -> uuid.UUID:
         """The imported id of a fact version."""
         return self._new("fact", old) if self.active else old
+
+    def place_artifact(self, tenant: str, old: uuid.UUID, ref: ArtifactRef) -> None:
+        """Artifact ``old`` of the file is ``ref`` here."""
+        if ref.artifact_id != old:
+            self.artifacts[(tenant, old)] = ref
+
+    def artifact(self, tenant: str, old: uuid.UUID) -> uuid.UUID:
+        """The id here of artifact ``old`` of the file (itself unless it was moved)."""
+        ref = self.artifacts.get((tenant, old))
+        return old if ref is None else ref.artifact_id
+
+    def artifact_refs_in(self, tenant: str, value: Any) -> Any:
+        """``value`` (a JSON value) with every ``ArtifactRef`` naming a moved artifact of
+        ``tenant`` naming it here (its id, sha256 and uri); the other fields stay."""
+        if not self.artifacts:
+            return value
+        return self._rewrite(tenant, value, 0)
+
+    def artifact_refs_in_text(self, tenant: str, text: str | None) -> str | None:
+        """As :meth:`artifact_refs_in`, for a value encoded as JSON text."""
+        if text is None or not self.artifacts or MARKER not in text:
+            return text
+        out: str = jsoncodec.encode_json(self._rewrite(tenant, jsoncodec.loads(text), 0), "a value")
+        return out
+
+    def _rewrite(self, tenant: str, value: Any, depth: int) -> Any:
+        if depth > 300:  # deeper than any value shardstore stores (the codec refuses those)
+            return value
+        if isinstance(value, list):
+            return [self._rewrite(tenant, item, depth + 1) for item in value]
+        if not isinstance(value, dict):
+            return value
+        out = {key: self._rewrite(tenant, item, depth + 1) for key, item in value.items()}
+        fields = out.get(MARKER)
+        if isinstance(fields, dict):
+            try:
+                moved = self.artifacts.get((tenant, uuid.UUID(str(fields.get("artifact_id")))))
+            except ValueError:
+                moved = None
+            if moved is not None:
+                out[MARKER] = {
+                    **fields,
+                    "artifact_id": str(moved.artifact_id),
+                    "sha256": moved.sha256,
+                    "uri": moved.uri,
+                }
+        return out
 
 
 def needs_import_id(remap: bool, import_id: str | None, export_id: str | None) -> IdMap:

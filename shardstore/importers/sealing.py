@@ -259,14 +259,18 @@ class SessionResealer:
         old_id: uuid.UUID,
         new_id: uuid.UUID,
         at: str,
+        rewrite: Callable[[str], str | None] | None = None,
     ) -> str | None:
-        """A checkpoint column (``state``, ``tool_calls``, ``tool_results``), sealed here."""
+        """A checkpoint column (``state``, ``tool_calls``, ``tool_results``), sealed here
+        (its plaintext passed through ``rewrite`` first: artifact references named here)."""
         if text is None:
             return None
         kind = checkpoint_kind(part)
         plain = self.resealer.plaintext(
             value, text, self.tenant, kind, str(self.old_sid), str(old_id), f"{at}: {part}"
         )
+        if rewrite is not None:
+            plain = rewrite(plain) or plain
         return self.sealer.seal_text(self.key, kind, str(self.sid), str(new_id), plain)
 
     def summary_text(
