@@ -209,3 +209,34 @@ def test_shred_and_bad_key_configuration(
     wrong_kek = ["--key-store", key_args[1], "--kek-file", str(another)]
     code, _, err = _cli(capsys, db, *wrong_kek, "facts", "--tenant", TENANT, "--subject", "ann")
     assert code != 0 and "does not unwrap" in err and "Traceback" not in err
+
+
+def test_artifacts_put_and_get_seal_and_open_with_the_key_store(
+    capsys: pytest.CaptureFixture[str], db: str, key_args: list[str], tmp_path: Path
+) -> None:
+    source = tmp_path / "report.txt"
+    source.write_bytes(f"{MARKER} artifact bytes".encode())
+    put = ["artifacts", "put", str(source), "--tenant", TENANT]
+    code, out, err = _cli(capsys, db, *key_args, "--json", *put)
+    assert code == 0, err
+    artifact_id = json.loads(out)["artifact_id"]
+    assert _chunks_holding(db, MARKER.encode()) == 0  # sealed in the database
+    back = tmp_path / "back.txt"
+    get = ["artifacts", "get", artifact_id, "--tenant", TENANT]
+    code, out, err = _cli(capsys, db, *key_args, *get, "-o", str(back))
+    assert code == 0, err
+    assert back.read_bytes() == source.read_bytes()
+    code, out, err = _cli(capsys, db, *get)
+    assert code == 2 and "--key-store" in err and MARKER not in out
+
+
+def _chunks_holding(dsn: str, needle: bytes) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM shardstore.artifact_chunks WHERE position(%s IN data) > 0",
+            (needle,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
