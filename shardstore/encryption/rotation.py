@@ -539,9 +539,17 @@ def rotate_data_key(
             found = yield from _pass_op(scan, scope, sessions)
             if found:
                 continue
-            # final check: appends in flight finish first (they read the key after locking
-            # their session row), then nothing may name a retired version any more
+            # final check: every sealed writer in flight finishes first (each reads the key
+            # after locking its session row, or a fact writer its subject's lock, and holds
+            # that to its commit; a one-statement append checks its key against the turn
+            # before it), then nothing may name a retired version any more
             yield Tx.BEGIN
+            if scope.kind == "subject":
+                yield Q(
+                    query("rotation_lock_subject"),
+                    {"tenant": scope.tenant, "subject": scope.name},
+                    fetch="none",
+                )
             for session in sessions:
                 yield Q(query("rotation_lock_session"), {"sid": session}, fetch="none")
             left = yield from _pass_op(scan, scope, sessions)
