@@ -41,7 +41,7 @@ def _kids(dsn: str, tenant: str) -> set[str]:
         " UNION ALL SELECT summary FROM shardstore.chunk_summaries WHERE tenant_id = %(t)s"
         " UNION ALL SELECT convert_from(value, 'UTF8') FROM shardstore.langgraph_writes"
         "  WHERE tenant_id = %(t)s"
-        ") v CROSS JOIN LATERAL regexp_matches(v.t, '\"k\": ?\"([^\"]+)\"', 'g') AS m",
+        ') v CROSS JOIN LATERAL regexp_matches(v.t, \'"k": ?"([^"]+)"\', \'g\') AS m',
         {"t": tenant},
     )
     return {str(r[0]) for r in rows}
@@ -270,7 +270,7 @@ def test_the_langgraph_saver_in_flight_makes_the_final_check_wait(
     base: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     first = empty_checkpoint()
     first["channel_values"] = {"note": MARKER}
-    config = saver.put(base, first, {"source": "input", "step": 0}, {})  # type: ignore[typeddict-item]
+    config = saver.put(base, first, {"source": "input", "step": 0}, {})
     ((sid,),) = raw(
         module_dsn, "SELECT session_id FROM shardstore.sessions WHERE tenant_id = %s", (tenant,)
     )
@@ -278,7 +278,7 @@ def test_the_langgraph_saver_in_flight_makes_the_final_check_wait(
     second = empty_checkpoint()
     second["channel_values"] = {"note": f"{MARKER} late"}
     writes: dict[str, Callable[[], Any]] = {
-        "put": lambda: saver.put(base, second, {"source": "loop", "step": 1}, {}),  # type: ignore[typeddict-item]
+        "put": lambda: saver.put(base, second, {"source": "loop", "step": 1}, {}),
         "put_writes": lambda: saver.put_writes(config, [("note", f"{MARKER} w")], "task-1"),
     }
     _result, report, waited = _race(
