@@ -144,8 +144,9 @@ UPDATE shardstore.facts f
 RETURNING f.fact_id;
 
 -- name: rotation_lock_session
--- taken for the final check: waits for the appends in flight (they lock the row FOR NO KEY
--- UPDATE and read the data key after), so that none seals under a retired key after it
+-- taken for the final check: waits for the sealed writers in flight (they lock the row, FOR NO
+-- KEY UPDATE or FOR KEY SHARE, and read the data key after), so that none seals under a retired
+-- key after it
 SELECT 1 FROM shardstore.sessions WHERE session_id = %(sid)s FOR UPDATE;
 
 -- name: rotation_langgraph_writes
