@@ -186,7 +186,9 @@ def summarize_one_op(
     message = summary_message_for(first, last, text)
     message_tokens = counter.count(jsoncodec.encode_json(message, "message"))
     if sealer is not None:
-        data_key = yield from enc_turns.session_key_op(sealer, row["session_id"])
+        # read under the session row's lock, held to this transaction's commit, so that a
+        # data-key rotation never shreds the version this summary is sealed under
+        data_key = yield from enc_turns.locked_session_key_op(sealer, row["session_id"])
         position = _summary_position(int(row["chunk_seq"]), first, last)
         text = sealer.seal_text(data_key, _SEALED_KIND, str(row["session_id"]), position, text)
     (status,) = yield Q(

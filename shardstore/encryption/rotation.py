@@ -15,21 +15,21 @@ How it stays correct while the store is in use:
   a fold that added turns meanwhile keeps them. What could not be swapped (moved by a fold,
   deleted by a rewind) is found again by the next pass.
 * **Nothing is shredded while a row still names an older version.** Passes repeat until one
-  finds nothing; then, in one transaction, the scope's session rows are locked ``FOR
-  UPDATE`` (waiting for the appends in flight: an append locks its session row before it
-  reads the data key) and every finder runs once more. Only when that finds nothing are the
-  older versions shredded.
+  finds nothing; then, in one transaction, the subject's fact lock is taken exclusively and
+  the scope's session rows are locked ``FOR UPDATE``, and every finder runs once more. Only
+  when that finds nothing are the older versions shredded.
+* **No writer in flight slips past the final check.** Every sealed writer reads the data key
+  under a lock that check conflicts with, held to its commit (an append's locked head, the
+  session row ``FOR KEY SHARE``, a fact's subject lock shared), so it commits before the
+  check (which finds its value) or reads the new version; the one-statement append, which
+  seals before its statement, is refused by it when the turn before it no longer names its
+  key, and seals again under the new version (docs/decisions/0024-key-rotation.md).
 * **Resumable.** A crash leaves every value sealed under one of the scope's versions, each
   still in the key store. Calling again rotates once more and re-seals every value naming any
   retired version, so the job finishes.
 * **Associated data is kept.** A value is opened and sealed again for the same kind, origin
   and position; only the key (``"k"``) and the ciphertext change, and the clear fields of a
   turn's envelope (``"o"``, ``"e"``) are copied.
-
-Residual window: a checkpoint, fact or summary writer reads the data key before its one
-statement and locks no session row first; one that read the key before the rotation began
-and commits after its final check writes a value under a version already shredded
-(docs/decisions/0024-key-rotation.md).
 """
 
 from __future__ import annotations
@@ -481,7 +481,9 @@ def rotate_data_key(
     Guarantees: appends, folds and other writes go on meanwhile and none is lost or
     overwritten (each re-seal is a compare-and-set on the value read); a re-sealed value
     keeps its associated data (it opens only where it opened before); an older version is
-    shredded only when no row names it any more. After a crash (or an error) every value
+    shredded only when no row names it any more, nor can a write in flight still commit one
+    (a writer that read the old version commits before the final check or is refused and
+    seals again). After a crash (or an error) every value
     opens under one of the scope's key versions; calling again finishes the job. The
     subject's or session's rows must be readable: a value that does not open where it is
     stored stops the rotation with ``DecryptionFailed`` (nothing shredded).
@@ -539,9 +541,17 @@ def rotate_data_key(
             found = yield from _pass_op(scan, scope, sessions)
             if found:
                 continue
-            # final check: appends in flight finish first (they read the key after locking
-            # their session row), then nothing may name a retired version any more
+            # final check: every sealed writer in flight finishes first (each reads the key
+            # after locking its session row, or a fact writer its subject's lock, and holds
+            # that to its commit; a one-statement append checks its key against the turn
+            # before it), then nothing may name a retired version any more
             yield Tx.BEGIN
+            if scope.kind == "subject":
+                yield Q(
+                    query("rotation_lock_subject"),
+                    {"tenant": scope.tenant, "subject": scope.name},
+                    fetch="none",
+                )
             for session in sessions:
                 yield Q(query("rotation_lock_session"), {"sid": session}, fetch="none")
             left = yield from _pass_op(scan, scope, sessions)

@@ -342,3 +342,32 @@ def session_key_op(sealer: Sealer, session_id: uuid.UUID) -> Op[DataKey]:
     key = sealer.keys.key_for(session_scope(owners["tenant_id"], owners["subject_id"], session_id))
     assert key is not None
     return key
+
+
+def locked_session_key_op(sealer: Sealer, session_id: uuid.UUID) -> Op[DataKey]:
+    """The data key a session's values are sealed with, read after locking the session row
+    ``FOR KEY SHARE`` (one statement). Call it inside the transaction that writes what it
+    seals, so the lock holds to that commit: a data-key rotation's final check locks the row
+    ``FOR UPDATE``, so the value either commits before that check (which then finds and
+    re-seals it) or is sealed under the version the rotation made current; it is never left
+    under a version the rotation shreds. ``SessionNotFound`` / ``SessionPurged`` as for
+    writes."""
+    owners = yield Q(query("sealed_writer_session"), (session_id,), fetch="one", named=True)
+    if owners is None:
+        raise SessionNotFound(f"session {session_id} does not exist")
+    if owners["purged"]:
+        raise SessionPurged(f"session {session_id} was purged")
+    key = sealer.keys.key_for(session_scope(owners["tenant_id"], owners["subject_id"], session_id))
+    assert key is not None
+    return key
+
+
+def locked_subject_key_op(sealer: Sealer, tenant: str, subject: str) -> Op[DataKey]:
+    """A subject's data key, read after taking the subject's fact lock shared (one
+    statement). Call it inside the transaction that writes what it seals: the rotation of the
+    subject's key takes that lock exclusively for its final check, so the value either commits
+    before that check or is sealed under the version the rotation made current."""
+    yield Q(query("sealed_writer_subject"), {"tenant": tenant, "subject": subject}, fetch="none")
+    key = sealer.keys.key_for(Scope("subject", tenant, subject))
+    assert key is not None
+    return key

@@ -42,10 +42,10 @@ from typing import Any
 
 from ..core import jsoncodec, validate
 from ..core.sql import query
-from ..core.steps import Call, Op, Q, Tx, collect
+from ..core.steps import Op, Q, Tx, collect
 from ..encryption import turns as enc_turns
 from ..encryption.envelope import is_sealed, refuse_sealed
-from ..encryption.keystore import DataKey, Scope
+from ..encryption.keystore import DataKey
 from ..errors import (
     Conflict,
     DecryptionFailed,
@@ -296,7 +296,6 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         self._lock = threading.Lock()
         self._threads: dict[str, uuid.UUID] = {}  # thread id -> its live session
         self._logs: dict[uuid.UUID, _Log] = {}
-        self._scopes: dict[uuid.UUID, Scope] = {}  # session -> whose key seals its values
 
     # ------------------------------------------------------------ running
 
@@ -336,16 +335,12 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
     # ("o"), which copy_thread's target accepts from its fork lineage only.
 
     def _key_op(self, sid: uuid.UUID) -> Op[DataKey]:
+        """The session's data key, read under its row's lock: call it inside the transaction
+        that writes what it seals, so that a data-key rotation never shreds the version that
+        seals it (:func:`~shardstore.encryption.turns.locked_session_key_op`)."""
         sealer = self.store.ctx.sealer
         assert sealer is not None
-        scope = self._scopes.get(sid)
-        if scope is None:
-            key = yield from enc_turns.session_key_op(sealer, sid)
-            with self._lock:
-                self._scopes[sid] = key.scope
-            return key
-        found = yield Call(sealer.keys.key_for, (scope,))
-        return found  # type: ignore[no-any-return]
+        return (yield from enc_turns.locked_session_key_op(sealer, sid))
 
     def _seal_turns(
         self, key: DataKey, sid: uuid.UUID, first_seq: int, texts: Sequence[str]
@@ -620,9 +615,12 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             turns = [] if plan is None else plan.append
             batch = history_ops.prepare_turns(ctx, turns, [None] * len(turns))
             texts, sizes = batch.texts, batch.sizes
-            if ctx.sealer is not None:
+            sealed = ctx.sealer is not None
+            if sealed:
                 # lg_put appends at the head it is given (else 'stale'): turn i gets
-                # log.head.turns + i, the seq it is sealed for
+                # log.head.turns + i, the seq it is sealed for; the key is read under the
+                # session row's lock, held until lg_put commits
+                yield Tx.BEGIN
                 key = yield from self._key_op(sid)
                 texts, sizes = self._seal_turns(key, sid, log.head.turns, texts)
                 state_text = self._seal_state(key, sid, ns, cid, state_text)
@@ -644,6 +642,8 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             )
             try:
                 row = yield _named("lg_put", params, fetch="one")
+                if sealed:
+                    yield Tx.COMMIT
             except (SessionNotFound, SessionPurged):
                 self._forget(thread, sid)
                 log = None
@@ -694,17 +694,29 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             return None
         sid = yield from self._session_op(thread, create=True)
         assert sid is not None
-        stored = yield from self._sealed_blobs_op(sid, ns, cid, task, channels, kinds, blobs)
-        params = (sid, ns, cid, task, path, idx, channels, kinds, stored)
         try:
-            yield Q(query("lg_put_writes"), params, fetch="one")
+            yield from self._write_blobs_op(sid, (ns, cid, task, path, idx, channels, kinds), blobs)
         except (SessionNotFound, SessionPurged):
             self._forget(thread, sid)
             sid = yield from self._session_op(thread, create=True)
             assert sid is not None
-            stored = yield from self._sealed_blobs_op(sid, ns, cid, task, channels, kinds, blobs)
-            yield Q(query("lg_put_writes"), (sid, *params[1:8], stored), fetch="one")
+            yield from self._write_blobs_op(sid, (ns, cid, task, path, idx, channels, kinds), blobs)
         return None
+
+    def _write_blobs_op(
+        self, sid: uuid.UUID, where: tuple[Any, ...], blobs: list[bytes]
+    ) -> Op[None]:
+        """One ``lg_put_writes`` of ``blobs`` for ``where`` (namespace, checkpoint, task,
+        path, indexes, channels, types); sealed stores seal them and write them in one
+        transaction, the key read under the session row's lock."""
+        ns, cid, task, _path, _idx, channels, kinds = where
+        sealed = self.store.ctx.sealer is not None
+        if sealed:
+            yield Tx.BEGIN
+        stored = yield from self._sealed_blobs_op(sid, ns, cid, task, channels, kinds, blobs)
+        yield Q(query("lg_put_writes"), (sid, *where, stored), fetch="one")
+        if sealed:
+            yield Tx.COMMIT
 
     def _sealed_blobs_op(
         self,

@@ -182,8 +182,14 @@ def checkpoint(
     meta = history_ops.encode_value(metadata, "metadata", limit)
     cid = uuid.uuid4()
     sealer = store.ctx.sealer
+    links = artifact_links.wanted(state, artifacts)
+    # sealed: the key is read under the session row's lock, held to the commit, so that a
+    # data-key rotation never shreds the version this checkpoint is sealed under
+    in_transaction = bool(links) or sealer is not None
+    if in_transaction:
+        yield Tx.BEGIN
     if sealer is not None:
-        data_key = yield from enc_turns.session_key_op(sealer, sid)
+        data_key = yield from enc_turns.locked_session_key_op(sealer, sid)
         state_text = sealer.seal_text(
             data_key, sealed_kind("state"), str(sid), str(cid), state_text
         )
@@ -195,14 +201,12 @@ def checkpoint(
             )
     stored_key = None if key is None else _CHECKPOINT_KEY + key
     params = (sid, cid, stored_key, state_text, calls, results, step, parent, meta)
-    links = artifact_links.wanted(state, artifacts)
     if links:
-        yield Tx.BEGIN
         tenant = yield from session_tenant_op(sid)
     row = yield _named("checkpoint_write", params, fetch="one")
-    if links:
-        if row["status"] == "created":
-            yield from artifact_links.ref_checkpoint_op(tenant, sid, cid, links)
+    if links and row["status"] == "created":
+        yield from artifact_links.ref_checkpoint_op(tenant, sid, cid, links)
+    if in_transaction:
         yield Tx.COMMIT
     if row["status"] == "no_parent":
         assert parent is not None

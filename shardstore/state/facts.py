@@ -36,8 +36,9 @@ from ..core.rows import record
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Op, Q, Tx
+from ..encryption import turns as enc_turns
 from ..encryption.envelope import Sealer, is_sealed, refuse_sealed
-from ..encryption.keystore import Scope
+from ..encryption.keystore import DataKey
 from ..errors import InvalidInput, SessionNotFound, SessionPurged
 
 MAX_VALUE_BYTES = 1 << 20
@@ -93,11 +94,9 @@ def _fact(row: Mapping[str, Any], sealer: Sealer | None = None, **values: Any) -
 
 
 def _sealed_value(
-    sealer: Sealer, tenant: str, subject: str, key: str, fact_id: uuid.UUID, text: str
+    sealer: Sealer, data_key: DataKey, subject: str, key: str, fact_id: uuid.UUID, text: str
 ) -> str:
     """A fact's encoded value sealed under its subject's key, for that fact id and key."""
-    data_key = sealer.keys.key_for(Scope("subject", tenant, subject))
-    assert data_key is not None
     return sealer.seal_text(data_key, _SEALED_KIND, subject, _fact_position(fact_id, key), text)
 
 
@@ -169,9 +168,12 @@ def remember(
     sid, seq = ref if ref is not None else (None, None)
     fact_id = uuid.uuid4()
     sealer = store.ctx.sealer
-    if sealer is not None:
-        text = _sealed_value(sealer, tenant, subj, name, fact_id, text)
     yield Tx.BEGIN
+    if sealer is not None:
+        # the key is read under the subject's fact lock (shared), held to the commit, so
+        # that a data-key rotation never shreds the version this value is sealed under
+        data_key = yield from enc_turns.locked_subject_key_op(sealer, tenant, subj)
+        text = _sealed_value(sealer, data_key, subj, name, fact_id, text)
     if sid is not None:
         (sid,) = yield Q(query("fact_source_owner"), {"sid": sid, "seq": seq}, fetch="one")
     row = yield _named(

@@ -144,8 +144,9 @@ UPDATE shardstore.facts f
 RETURNING f.fact_id;
 
 -- name: rotation_lock_session
--- taken for the final check: waits for the appends in flight (they lock the row FOR NO KEY
--- UPDATE and read the data key after), so that none seals under a retired key after it
+-- taken for the final check: waits for the sealed writers in flight (they lock the row, FOR NO
+-- KEY UPDATE or FOR KEY SHARE, and read the data key after), so that none seals under a retired
+-- key after it
 SELECT 1 FROM shardstore.sessions WHERE session_id = %(sid)s FOR UPDATE;
 
 -- name: rotation_langgraph_writes
@@ -177,3 +178,11 @@ SELECT EXISTS (
     SELECT 1 FROM shardstore.artifact_links l
       JOIN shardstore.artifacts a ON a.tenant_id = l.tenant_id AND a.artifact_id = l.artifact_id
      WHERE l.tenant_id = %(tenant)s AND l.session_id = ANY(%(sids)s));
+
+-- name: rotation_lock_subject
+-- taken for the final check of a subject's rotation: the subject's fact lock exclusively,
+-- which waits for the fact writers in flight (they take it shared before they read the data
+-- key: sealed_writer_subject) and holds later ones until the check commits
+SELECT pg_advisory_xact_lock(
+         hashtextextended(jsonb_build_array('fact-subject', %(tenant)s::text,
+                                            %(subject)s::text)::text, 8));
