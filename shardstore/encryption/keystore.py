@@ -148,6 +148,9 @@ class KeyStore:
         self._lock = threading.Lock()
         # kid -> (the file it was read from, that file's identity then, the key)
         self._by_kid: dict[str, tuple[Path, tuple[int, int], DataKey]] = {}
+        # scope file -> (its identity when read, the current key it held): key_for checks a
+        # scope it has read with one stat() instead of reading and parsing the file again
+        self._current: dict[Path, tuple[tuple[int, int], DataKey]] = {}
         self._sweep_temporaries()
 
     # ------------------------------------------------------------ files
@@ -347,12 +350,24 @@ class KeyStore:
 
     def key_for(self, scope: Scope, *, create: bool = True) -> DataKey | None:
         """The current data key of ``scope``, created (durably, before it is returned) when it
-        has none and ``create``; None when it has none and not ``create``. The file is read
-        at every call, so a rotation's new version is used from the moment it is renamed in."""
+        has none and ``create``; None when it has none and not ``create``. The file is
+        checked at every call (a stat; read again when it changed), so a rotation's new
+        version is used from the moment it is renamed in, and a shred is seen at once."""
         file = self._file(scope.file_stem)
+        known = self._current.get(file)
+        if known is not None:
+            try:
+                st = os.stat(file)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (st.st_ino, st.st_mtime_ns) == known[0]:
+                return known[1]
+            self._current.pop(file, None)
         found = self._read(file)
         if found is not None:
-            return self._opened(file, found)
+            key = self._opened(file, found)
+            self._current[file] = (found[0], key)
+            return key
         if not create:
             return None
         with self._lock:

@@ -19,7 +19,6 @@ candidates), up to 32-bit hash collisions.
 from __future__ import annotations
 
 import uuid
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ from ..core.sql import query
 from ..core.steps import Op, Q, Tx
 from ..encryption import search as lexeme_hashes
 from ..encryption.envelope import Sealer
-from ..encryption.keystore import DataKey, KeyStore, Scope
+from ..encryption.keystore import DataKey
 from ..encryption.turns import Lineage, lineage_op, needs_lineage, open_message, session_scope
 from ..errors import DecryptionFailed, InvalidInput, InvalidMessage, KeyShredded
 from .vectors import Ranked, SearchScope
@@ -46,29 +45,14 @@ MAX_PASS_SESSIONS = 1000
 MAX_QUERY_HASHES = 250_000
 
 
-# per key store: scope -> the id of its key, so that a search checks a known key with one
-# stat() of its file (KeyStore.key) instead of reading and parsing the file (key_for)
-_known: weakref.WeakKeyDictionary[KeyStore, dict[Scope, str]] = weakref.WeakKeyDictionary()
-
-
 def _scope_key(sealer: Sealer, tenant: str, subject: str | None, sid: uuid.UUID) -> DataKey | None:
-    """The data key a session's rows are hashed with, or None when it has none (never
-    sealed anything, or shredded): nothing of it can be indexed or searched."""
-    scope = session_scope(tenant, subject, sid)
-    known = _known.setdefault(sealer.keys, {})
-    kid = known.get(scope)
-    if kid is not None:
-        try:
-            return sealer.keys.key(kid)
-        except KeyShredded:
-            known.pop(scope, None)
+    """The current data key a session's rows are hashed with (a rotation's new version from
+    the moment it is current), or None when it has none (never sealed anything, or
+    shredded): nothing of it can be indexed or searched."""
     try:
-        key = sealer.keys.key_for(scope, create=False)
+        return sealer.keys.key_for(session_scope(tenant, subject, sid), create=False)
     except KeyShredded:
         return None
-    if key is not None:
-        known[scope] = key.kid
-    return key
 
 
 def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int | None = None) -> Op[int]:

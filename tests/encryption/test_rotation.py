@@ -485,3 +485,27 @@ def test_the_keys_commands(
         module_dsn, encryption=LocalKeyProvider(tmp_path / "ks", key_file=tmp_path / "new.kek")
     ) as store:
         assert store.tail(sid)[0].message["content"] == MARKER
+
+
+def test_text_search_finds_a_rotated_subjects_turns(enc_store: shardstore.Store) -> None:
+    # keyed lexeme hashes are derived from the data key: after a rotation the scope's turns
+    # must be found by queries hashed with the new version, before and after the old one is
+    # shredded
+    sid = enc_store.create_session(tenant_id="rot-s", subject_id="sia")
+    enc_store.append_turns(
+        sid,
+        [
+            {"role": "user", "content": "the locker code is QX-9090"},
+            {"role": "assistant", "content": "ok"},
+        ],
+    )
+
+    def found() -> list[str]:
+        hits = enc_store.search("QX-9090", session_id=sid, mode="text", k=3)
+        by_tenant = enc_store.search("QX-9090", tenant_id="rot-s", mode="text", k=3)
+        return [t.message["content"] for h in [*hits, *by_tenant] for t in h.turns]
+
+    assert found().count("the locker code is QX-9090") == 2
+    report = enc_store.rotate_data_key(tenant_id="rot-s", subject_id="sia")
+    assert report.shredded_keys
+    assert found().count("the locker code is QX-9090") == 2

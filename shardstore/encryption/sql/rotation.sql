@@ -186,3 +186,19 @@ SELECT EXISTS (
 SELECT pg_advisory_xact_lock(
          hashtextextended(jsonb_build_array('fact-subject', %(tenant)s::text,
                                             %(subject)s::text)::text, 8));
+
+-- name: rotation_forget_keyed_windows
+-- the text windows of the session's sealed turns: their lexeme hashes are keyed by a key
+-- derived from the data key the rotation replaced, so the next search of the session indexes
+-- them again under the current version (plaintext turns' windows stay). Every table is
+-- filtered by the session itself, so that Citus routes it to the session's shard.
+DELETE FROM shardstore.turn_text t
+ WHERE t.session_id = %(sid)s
+   AND (EXISTS (SELECT 1 FROM shardstore.turn_buffer b
+                 WHERE b.session_id = %(sid)s AND b.turn_seq = t.turn_seq
+                   AND b.message ? 'ss_enc')
+        OR EXISTS (SELECT 1
+                     FROM shardstore.agent_history h,
+                          LATERAL jsonb_array_elements(h.conversation_chunk) AS e(v)
+                    WHERE h.session_id = %(sid)s AND h.chunk_seq = t.chunk_seq
+                      AND (e.v ->> 's')::bigint = t.turn_seq AND e.v -> 'm' ? 'ss_enc'));
