@@ -146,6 +146,7 @@ OPERATIONS: Final[dict[str, str]] = {
             "reembed",
             "configure_text_search",
             "distribute",
+            "rotate_data_key",
         ),
         MAINTAIN_MEMORY_STORE,
     ),

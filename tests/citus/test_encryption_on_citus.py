@@ -204,7 +204,7 @@ def test_search_over_sealed_turns_on_citus(citus: str, keys: LocalKeyProvider) -
 
     tenant = _tenant()
     with shardstore.connect(
-        citus, encryption=keys, chunk_tokens=300, embedding_model=HashEmbedder(dimension=384)
+        citus, encryption=keys, chunk_tokens=300, embedding_model=HashEmbedder()
     ) as store:
         sid = store.create_session(tenant, "vera")
         store.append_turns(sid, [_msg(i) for i in range(6)])
@@ -218,7 +218,7 @@ def test_search_over_sealed_turns_on_citus(citus: str, keys: LocalKeyProvider) -
                 hits = store.search("QX-7731", mode=mode, k=5, **scope)
                 found = [t.message["content"] for h in hits for t in h.turns]
                 assert "the vault code is QX-7731" in found, (scope, mode, found)
-        vector = HashEmbedder(dimension=384).embed(["the vault code is QX-7731"])[0]
+        vector = HashEmbedder().embed(["the vault code is QX-7731"])[0]
         hits = store.search(vector, session_id=sid, k=1)
         assert hits and hits[0].turns[-1].message["content"] == "the vault code is QX-7731"
         assert _raw(
