@@ -106,3 +106,14 @@ SELECT r.r_session_id AS session_id, r.r_chunk_seq AS chunk_seq, r.r_turn_seq AS
                                      %(hashes)s::integer[], %(lexemes)s::integer,
                                      %(sessions)s::uuid[], %(slots)s::integer[], %(n)s::integer,
                                      %(sample)s::integer, %(cap)s::integer) r;
+
+-- Whether sealed turns get vectors; an embedding batch reads it in its transaction (the
+-- shared lock of vec_sealed_vectors_v1), a search without a lock.
+-- name: sealed_vectors_locked
+SELECT shardstore.vec_sealed_vectors_v1();
+
+-- name: sealed_vectors_get
+SELECT coalesce((SELECT c.sealed_vectors FROM shardstore.text_search_config c), true);
+
+-- name: sealed_vectors_set
+SELECT shardstore.vec_sealed_vectors_set_v1(%s);
