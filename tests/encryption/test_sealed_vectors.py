@@ -210,3 +210,30 @@ def test_async_parity(
             await astore.close()
 
     asyncio.run(flow())
+
+
+def test_maintain_with_encryption_indexes_sealed_turns_for_text_search(
+    stores: dict[str, shardstore.Store], module_dsn: str
+) -> None:
+    """A maintenance run with ``encryption=`` gives sealed turns (folded and buffered) their
+    keyed text windows, so that a search finds them indexed; a run without a key store
+    cannot and reports nothing for them."""
+    enc, plain = stores["enc"], stores["plain"]
+    sid = enc.create_session("sv-maint", subject_id="bob")
+    enc.append_turns(sid, conversation(12, 7))
+    enc.drain_folds()
+    windows = "SELECT count(DISTINCT turn_seq) FROM shardstore.turn_text WHERE session_id = %s"
+    assert raw(module_dsn, windows, (sid,))[0][0] == 0
+    without = plain.maintain(embed=False)
+    assert without.sealed_text_turns_indexed is None
+    assert raw(module_dsn, windows, (sid,))[0][0] == 0
+    report = enc.maintain(embed=False)
+    assert report.sealed_text_turns_indexed is not None
+    assert report.sealed_text_turns_indexed >= 12 and report.sealed_text_sessions_indexed
+    assert raw(module_dsn, windows, (sid,))[0][0] == 12
+    assert any(row[0] == "sealed text indexed" for row in report.detail_rows())
+    assert report.to_json()["sealed_text_turns_indexed"] == report.sealed_text_turns_indexed
+    assert enc.maintain(embed=False).sealed_text_turns_indexed == 0  # nothing left
+    hits = enc.search(CODE, session_id=sid, mode="text")
+    assert hits and CODE in hits[0].turns[-1].message["content"]
+    assert raw(module_dsn, windows, (sid,))[0][0] == 12  # indexed once

@@ -117,3 +117,18 @@ SELECT coalesce((SELECT c.sealed_vectors FROM shardstore.text_search_config c), 
 
 -- name: sealed_vectors_set
 SELECT shardstore.vec_sealed_vectors_set_v1(%s);
+
+-- A maintenance run's text pass: the live sessions (of every tenant) holding sealed turns
+-- without text windows, the most recently active first, at most %s. A session counts only when
+-- it has fewer indexed turns than turns (one read of its windows' positions by the primary
+-- key); text_sealed_pending_v1 then judges it exactly.
+-- name: keyed_pending_sessions
+SELECT s.session_id
+  FROM shardstore.sessions s,
+       LATERAL (SELECT count(DISTINCT t.turn_seq) AS n
+                  FROM shardstore.turn_text t
+                 WHERE t.session_id = s.session_id) w
+ WHERE s.purged_at IS NULL AND w.n < s.next_turn_seq
+   AND shardstore.text_sealed_pending_v1(s.session_id)
+ ORDER BY coalesce(s.last_turn_at, s.created_at) DESC, s.session_id
+ LIMIT %s;
