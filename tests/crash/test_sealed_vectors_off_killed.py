@@ -24,7 +24,7 @@ from tests.encryption.conftest import raw
 
 pytestmark = pytest.mark.slow
 
-TURNS = 240
+TURNS = 160
 COUNT = "SELECT count(*) FROM shardstore.chunk_vectors WHERE session_id = %s"
 SETTING = "SELECT sealed_vectors FROM shardstore.text_search_config"
 
