@@ -19,7 +19,7 @@ import pytest
 
 import shardstore
 from shardstore.encryption import LocalKeyProvider
-from shardstore.errors import ConfigurationError, InvalidInput
+from shardstore.errors import AccessDenied, ConfigurationError, InvalidInput
 from tests.embedders import HashEmbedder
 from tests.encryption.conftest import raw
 from tests.tenancy import as_tenant, drop_tenant_role, make_tenant_role
@@ -173,6 +173,14 @@ def test_a_tenant_role_cannot_switch_it(module_dsn: str) -> None:
             ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     conn.execute(attempt)
+        with as_tenant(module_dsn, role, "sv-tenant") as conn:
+            tenant_store = shardstore.connect(conn)
+            try:
+                with pytest.raises(AccessDenied):
+                    tenant_store.configure_sealed_vectors(False)
+                assert tenant_store.sealed_vectors() is True
+            finally:
+                tenant_store.close()
     finally:
         drop_tenant_role(module_dsn, role)
     ((on,),) = raw(module_dsn, "SELECT sealed_vectors FROM shardstore.text_search_config")
