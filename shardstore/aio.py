@@ -99,6 +99,8 @@ class AsyncStore(base.StoreBase):
     summarize = amethod(summary_ops.summarize)
     summaries = amethod(summary_ops.summaries)
     configure_text_search = amethod(textsearch.configure_text_search)
+    configure_sealed_vectors = amethod(search_ops.configure_sealed_vectors)
+    sealed_vectors = amethod(search_ops.sealed_vectors)
     text_search_language = amethod(textsearch.text_search_language)
     put_artifact = amethod(artifact_ops.put_artifact)
     get_artifact = amethod(artifact_ops.get_artifact)

@@ -101,6 +101,8 @@ class Store(base.StoreBase):
     summarize = method(summary_ops.summarize)
     summaries = method(summary_ops.summaries)
     configure_text_search = method(textsearch.configure_text_search)
+    configure_sealed_vectors = method(search_ops.configure_sealed_vectors)
+    sealed_vectors = method(search_ops.sealed_vectors)
     text_search_language = method(textsearch.text_search_language)
     put_artifact = method(artifact_ops.put_artifact)
     get_artifact = method(artifact_ops.get_artifact)

@@ -15,6 +15,11 @@ round medians and the range of the round medians.
 
     python -m benchmarks context [--quick] [--dsn DSN] [--out FILE]
 
+Encrypted (issue 36 point 4, "no vectors for encrypted data", measured): the quality part
+through a store with ``encryption=``, vectors of encrypted turns on, then off:
+
+    python -m benchmarks context --sealed-vectors [--turns N] [--out FILE]
+
 Before/after on one database: build the latency session once (``--latency-only --keep``
 prints its id), then time it with each version of shardstore in turn, e.g. an older
 checkout first on ``PYTHONPATH`` (only public methods are called):
@@ -121,7 +126,14 @@ def filler(rng: random.Random, i: int) -> dict[str, Any]:
     return {"role": "user" if i % 2 == 0 else "assistant", "content": f"{a}; {b} ({i})"}
 
 
-def quality(store: shardstore.Store, turns: int, seed: int) -> dict[str, dict[str, list[float]]]:
+def quality(
+    store: shardstore.Store,
+    turns: int,
+    seed: int,
+    times: dict[str, list[float]] | None = None,
+) -> dict[str, dict[str, list[float]]]:
+    """Reciprocal ranks per mode and kind on a fresh planted-facts session (the same
+    session for the same ``seed``); with ``times``, each search's ms per mode."""
     rng = random.Random(seed)
     sid = store.create_session("bench", subject_id="user:bench")
     messages = [filler(rng, i) for i in range(turns)]
@@ -141,7 +153,10 @@ def quality(store: shardstore.Store, turns: int, seed: int) -> dict[str, dict[st
     ranks: dict[str, dict[str, list[float]]] = {}
     for mode in ("vector", "text", "hybrid"):
         for kind, at, question in planted:
+            t0 = time.perf_counter()
             hits = store.search(question, session_id=sid, k=10, mode=mode)
+            if times is not None:
+                times.setdefault(mode, []).append((time.perf_counter() - t0) * 1000)
             rank = next(
                 (r for r, h in enumerate(hits, 1) if any(t.turn_seq == at for t in h.turns)), None
             )
@@ -149,6 +164,69 @@ def quality(store: shardstore.Store, turns: int, seed: int) -> dict[str, dict[st
                 0.0 if rank is None else 1 / rank
             )
     return ranks
+
+
+def hit_cells(kinds: dict[str, list[float]]) -> list[str]:
+    """hit@1 and MRR per kind, then overall."""
+    cells = []
+    everything: list[float] = []
+    for kind in ("exact", "paraphrased"):
+        rr = kinds[kind]
+        everything += rr
+        cells += [f"{sum(r == 1.0 for r in rr) / len(rr):.2f}", f"{statistics.mean(rr):.2f}"]
+    cells += [
+        f"{sum(r == 1.0 for r in everything) / len(everything):.2f}",
+        f"{statistics.mean(everything):.2f}",
+    ]
+    return cells
+
+
+def sealed_vectors_quality(dsn: str, turns: int, seed: int) -> tuple[str, dict[str, Any]]:
+    """The planted facts stored with encryption at rest, searched with vectors of encrypted
+    turns on, then (a new session, the same facts) with them off
+    (``configure_sealed_vectors(False)``: vector and hybrid search rank by keyed text)."""
+    import tempfile
+
+    from shardstore.encryption import LocalKeyProvider
+
+    ranks: dict[str, dict[str, dict[str, list[float]]]] = {}
+    times: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory() as keydir:
+        keys = LocalKeyProvider(Path(keydir) / "keys", key_file=Path(keydir) / "kek")
+        store = shardstore.connect(dsn, encryption=keys, embedding_model="all-MiniLM-L6-v2")
+        try:
+            for setting in (True, False):
+                store.configure_sealed_vectors(setting)
+                side = "on" if setting else "off"
+                times[side] = {}
+                ranks[side] = quality(store, turns, seed, times[side])
+            store.configure_sealed_vectors(True)
+        finally:
+            store.close()
+    lines = [
+        "## Encrypted: vectors of encrypted turns on vs off",
+        "",
+        f"The same {turns}-turn session and planted facts stored through a store with "
+        "`encryption=` (one subject), searched with vectors of encrypted turns on (MiniLM "
+        "vectors of the opened turns, keyed lexeme hashes for text), then stored again with "
+        "them off (`configure_sealed_vectors(False)`: no vector of an encrypted turn exists; "
+        "vector and hybrid search rank by keyed text). Latency: each mode's 20 searches, "
+        "median [min-max] ms (vector and hybrid with vectors on include the MiniLM query "
+        "embedding).",
+        "",
+        "| vectors of encrypted turns | mode | exact hit@1 | exact MRR | paraphrased hit@1"
+        " | paraphrased MRR | overall hit@1 | overall MRR | search ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for side in ("on", "off"):
+        for mode, kinds in ranks[side].items():
+            ms = times[side][mode]
+            lines.append(
+                f"| {side} | {mode} | "
+                + " | ".join(hit_cells(kinds))
+                + f" | {statistics.median(ms):.1f} [{min(ms):.1f}-{max(ms):.1f}] |"
+            )
+    return "\n".join(lines) + "\n", {"ranks": ranks, "search_ms": times}
 
 
 COMMON = "router password reset"  # each word in about 1 turn in 6 of the filler
@@ -224,6 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--latency-only", action="store_true", help="skip the quality part")
+    parser.add_argument(
+        "--sealed-vectors",
+        action="store_true",
+        help="only the quality part, encrypted, with vectors of encrypted turns on and off",
+    )
     parser.add_argument("--session", default=None, help="time this (built) latency session")
     parser.add_argument("--json", type=Path, default=None, help="write the round medians")
     parser.add_argument(
@@ -250,6 +333,12 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(latency_lines(lat)))
         if args.json is not None:
             args.json.write_text(json.dumps(lat))
+        return 0
+    if args.sealed_vectors:
+        text, data = sealed_vectors_quality(args.dsn, args.turns, args.seed)
+        print(text)
+        if args.out is not None:
+            write_results(args.out, text, data)
         return 0
     store = shardstore.connect(args.dsn, embedding_model="all-MiniLM-L6-v2")
     try:

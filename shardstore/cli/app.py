@@ -171,6 +171,7 @@ COMMAND_MODULES = (
     "export",
     "distribute",
     "text_search",
+    "sealed_vectors",
     "metrics",
     "mcp",
     "keys",

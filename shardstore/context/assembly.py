@@ -35,7 +35,7 @@ from ..history.pairing import (
 from ..history.tokens import TokenCounter, make_counter
 from ..models import SearchHit, Turn, new_turn
 from ..search.embedding import message_text
-from ..search.ops import index_sealed_text_op
+from ..search.ops import index_sealed_text_op, sealed_vectors_op
 from ..search.text import (
     best_chunks,
     hybrid_ranking_op,
@@ -336,7 +336,9 @@ def context(
     vector = None
     if wanted is not None:  # sealed turns' text windows: written before the read-only snapshot
         yield from index_sealed_text_op(ctx, search_scope(sid, None, None, None, None, 1))
-    if wanted is not None:  # the query's embedding, before the snapshot (a model call)
+    if wanted is not None and (yield from sealed_vectors_op(ctx)):
+        # the query's embedding, before the snapshot (a model call); none when vectors of
+        # encrypted turns are off (the recall ranks by text alone)
         vector = yield from query_vector_op(store.vector_state, wanted)
     fetch = min(validate.MAX_INT64, budget * CUSTOM_FETCH_FACTOR) if own else budget
     # one statement reads the head, the window and the summaries (one snapshot); facts,

@@ -52,6 +52,7 @@ from ..errors import (
     MissingDependency,
     ShardstoreError,
 )
+from ..search.keyed import maintenance_pass_op
 from ..search.text_index import index_pending_op
 from ..search.vectors import maintenance_backlog_op, queue_count_op
 from ..settings import parse_interval
@@ -186,6 +187,10 @@ class MaintenanceReport(PartitionRunReport):
     # buffered turns given their full-text windows by the run (None: not run, dry run)
     text_turns_indexed: int | None = None
     text_sessions_indexed: int | None = None
+    # with encryption=: sealed turns given keyed text windows by the client's pass (None:
+    # not run: no encryption=, or a dry run)
+    sealed_text_turns_indexed: int | None = None
+    sealed_text_sessions_indexed: int | None = None
     # the artifact sweep (dry run: what it would delete; None: not run)
     artifacts_deleted: int | None = None
     artifact_bytes_deleted: int | None = None
@@ -242,6 +247,14 @@ class MaintenanceReport(PartitionRunReport):
                     "text indexed",
                     f"{self.text_turns_indexed} buffered turns "
                     f"({self.text_sessions_indexed or 0} sessions)",
+                )
+            )
+        if self.sealed_text_turns_indexed is not None:
+            rows.append(
+                (
+                    "sealed text indexed",
+                    f"{self.sealed_text_turns_indexed} encrypted turns "
+                    f"({self.sealed_text_sessions_indexed or 0} sessions)",
                 )
             )
         if self.checkpoints_removed is not None:
@@ -497,7 +510,11 @@ def maintain(
     Then the buffered turns of every session that still lack full-text windows get them
     (``report.text_turns_indexed``, ``report.text_sessions_indexed``; nothing while text
     indexing is off), so that text search reads them from the index instead of indexing
-    them at every call; what is appended during the run waits for the next one.
+    them at every call; what is appended during the run waits for the next one. With
+    ``encryption=``, sealed turns (buffered or folded) without keyed text windows get them
+    from this client, at most 1,000 sessions a run, the most recently active first
+    (``report.sealed_text_turns_indexed``, ``report.sealed_text_sessions_indexed``); a
+    search of their scope indexes what is left.
 
     Then the artifact sweep (:meth:`sweep_artifacts`): artifacts without a live reference
     for longer than ``artifact_grace`` (default: the store's, one day) are deleted
@@ -562,6 +579,11 @@ def maintain(
         report = dataclasses.replace(
             report, text_turns_indexed=turns, text_sessions_indexed=sessions
         )
+        if store.ctx.sealer is not None:
+            sessions, turns = yield from maintenance_pass_op(store.ctx.sealer)
+            report = dataclasses.replace(
+                report, sealed_text_turns_indexed=turns, sealed_text_sessions_indexed=sessions
+            )
         report = yield from _artifact_step(store, report, grace, False)
         if embed:
             report = yield from _embed_step(store, report, cap, budget, show)

@@ -147,6 +147,22 @@ def text_pass_op(sealer: Sealer, scope: SearchScope) -> Op[int]:
     return total
 
 
+def maintenance_pass_op(sealer: Sealer, sessions: int = MAX_PASS_SESSIONS) -> Op[tuple[int, int]]:
+    """A maintenance run's keyed text pass (``maintain()`` with ``encryption=``): the
+    :func:`session_pass_op` of up to ``sessions`` live sessions, of every tenant, holding
+    sealed turns without text windows, the most recently active first, so that searches
+    find them indexed instead of indexing them first. Sessions whose data key this store
+    cannot use are passed over (nothing indexed). Returns (sessions indexed, turns
+    indexed); what is left waits for the next run or the next search of its scope."""
+    pending = yield Q(query("keyed_pending_sessions"), (sessions,), fetch="all")
+    indexed_sessions = indexed_turns = 0
+    for (sid,) in pending:
+        turns = yield from session_pass_op(sealer, sid)
+        indexed_sessions += turns > 0
+        indexed_turns += turns
+    return indexed_sessions, indexed_turns
+
+
 @dataclass(frozen=True, slots=True)
 class _Prelude:
     config: str | None

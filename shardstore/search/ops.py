@@ -15,8 +15,10 @@ from typing import Any
 from tqdm import tqdm
 
 from ..core import validate
+from ..core.sql import query as named_query
 from ..core.state import StoreState
-from ..core.steps import Call, Op
+from ..core.steps import Call, Op, Q
+from ..errors import ConfigurationError
 from ..models import SearchHit
 from .keyed import text_pass_op
 from .text import MODES, search_hybrid_op, search_text_op, text_query
@@ -119,6 +121,47 @@ def index_sealed_text_op(ctx: Any, scope: SearchScope) -> Op[int]:
     return indexed
 
 
+def configure_sealed_vectors(store: StoreState, enabled: bool) -> Op[int]:
+    """Whether turns sealed under encryption at rest get vectors, for the whole database
+    (every store and worker obeys it; on by default). Vectors are derived from the text and
+    can be partly inverted, so a database that must not hold anything derived from
+    encrypted text but keyed lexeme hashes switches them off (docs/security.md).
+
+    ``False``: in one transaction, after the embedding batches in flight commit, every
+    vector of a sealed turn is deleted; no worker embeds a sealed turn afterwards (they
+    drain the queue of them). ``search(mode="vector")`` and ``"hybrid"`` with
+    ``encryption=`` then rank by keyed text alone (exact words and codes are still found,
+    paraphrases less so), and a vector query raises ``ConfigurationError``;
+    ``context(recall=...)`` ranks by text. A backup taken afterwards holds no vector of
+    encrypted text. ``True``: the sealed turns skipped meanwhile are queued again, and the
+    next ``embed()`` or ``maintain()`` gives them vectors.
+
+    Returns the number of vectors deleted (off) or of chunks and sessions queued again
+    (on; 0 when it was on already). Killed midway it changes nothing; calling it again
+    finishes it. Needs the schema owner's rights (a tenant role gets ``AccessDenied``).
+    ``InvalidInput`` for anything but a bool, before anything changes."""
+    on = validate.flag(enabled, "enabled")
+    (changed,) = yield Q(named_query("sealed_vectors_set"), (on,), fetch="one")
+    return int(changed)
+
+
+def sealed_vectors(store: StoreState) -> Op[bool]:
+    """Whether turns sealed under encryption at rest get vectors in this database
+    (:func:`configure_sealed_vectors`; True by default)."""
+    (on,) = yield Q(named_query("sealed_vectors_get"), fetch="one")
+    return bool(on)
+
+
+def sealed_vectors_op(ctx: Any) -> Op[bool]:
+    """Whether this store's sealed turns have vectors to search: False with encryption on
+    and :func:`configure_sealed_vectors` off; True otherwise (one statement only with
+    encryption on)."""
+    if ctx.sealer is None:
+        return True
+    (on,) = yield Q(named_query("sealed_vectors_get"), fetch="one")
+    return bool(on)
+
+
 def search(
     store: StoreState,
     query: Query,
@@ -154,11 +197,22 @@ def search(
     hashes that the store writes itself before it ranks (the server never stores a lexeme
     of a sealed turn), vectors that ``embed()`` computes from the opened turns, and hits
     opened before they are returned; a hit whose data key was shredded is left out
-    (docs/decisions/0025-encrypted-search.md). A tenant-wide text search hashes the query
-    for the tenant's 1,000 most recently active subjects (and sessions without one)."""
+    (docs/decisions/0025-encrypted-search.md). With vectors of sealed turns switched off
+    (:func:`configure_sealed_vectors`), ``"vector"`` and ``"hybrid"`` rank by text only. A
+    tenant-wide text search reads the tenant's 2,000 most recently active sessions and
+    hashes the query once per subject among them (and per session without one)."""
     chosen = validate.choice(mode, "mode", MODES)
     scope = search_scope(session_id, tenant_id, agent_id, since, until, k)
     hits: list[SearchHit]
+    if chosen != "text" and not (yield from sealed_vectors_op(store.ctx)):
+        # no vectors of encrypted data: the text ranking alone (a vector query has nothing
+        # to be compared with)
+        if chosen == "vector" and not isinstance(query, str):
+            raise ConfigurationError(
+                "vectors of encrypted turns are switched off for this database "
+                "(configure_sealed_vectors(False)): search with a text query"
+            )
+        chosen = "text"
     if chosen == "text":
         hits = yield from search_text_op(store.ctx, scope, text_query(query))
     elif chosen == "hybrid":

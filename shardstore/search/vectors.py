@@ -120,9 +120,12 @@ def open_units_op(
     A turn that does not open (its data key shredded, or altered) is left out: no vector is
     made of it. Without a sealer, a unit holding a sealed turn is :data:`LEAVE`: it stays
     queued for a worker connected with ``encryption=`` (never a vector of ciphertext, and
-    never marked done without its vectors)."""
+    never marked done without its vectors). With vectors of sealed turns switched off
+    (:func:`shardstore.search.ops.configure_sealed_vectors`) sealed turns are left out,
+    whoever embeds; the setting is read under a lock the switch waits for."""
     out: list[list[dict[str, Any]] | str | None] = []
     lineages: dict[uuid.UUID, Lineage] = {}
+    sealed_on: bool | None = None  # read once, when a unit holds a sealed turn
     for r in rows:
         if r["chunk_text"] is None:
             out.append(None)
@@ -130,6 +133,11 @@ def open_units_op(
         envelopes = jsoncodec.loads_envelopes(r["chunk_text"])
         if not any(is_sealed(e["m"]) for e in envelopes):
             out.append(envelopes)
+            continue
+        if sealed_on is None:
+            (sealed_on,) = yield Q(query("sealed_vectors_locked"), fetch="one")
+        if not sealed_on:  # configure_sealed_vectors(False): no vector of a sealed turn
+            out.append([e for e in envelopes if not is_sealed(e["m"])])
             continue
         if sealer is None:
             out.append(LEAVE)

@@ -187,6 +187,7 @@ def valid_args(w: Cli) -> dict[str, dict[str, Any]]:
         "summarize": {"command": "echo summary", "session": sid},
         "tail": {"session_id": sid},
         "text-search": {},
+        "sealed-vectors": {},
     }
 
 

@@ -112,3 +112,29 @@ SELECT r.r_session_id AS session_id, r.r_chunk_seq AS chunk_seq, r.r_turn_seq AS
                                      %(hashes)s::integer[], %(lexemes)s::integer,
                                      %(sessions)s::uuid[], %(slots)s::integer[], %(n)s::integer,
                                      %(sample)s::integer, %(cap)s::integer) r;
+
+-- Whether sealed turns get vectors; an embedding batch reads it in its transaction (the
+-- shared lock of vec_sealed_vectors_v1), a search without a lock.
+-- name: sealed_vectors_locked
+SELECT shardstore.vec_sealed_vectors_v1();
+
+-- name: sealed_vectors_get
+SELECT coalesce((SELECT c.sealed_vectors FROM shardstore.text_search_config c), true);
+
+-- name: sealed_vectors_set
+SELECT shardstore.vec_sealed_vectors_set_v1(%s);
+
+-- A maintenance run's text pass: the live sessions (of every tenant) holding sealed turns
+-- without text windows, the most recently active first, at most %s. A session counts only when
+-- it has fewer indexed turns than turns (one read of its windows' positions by the primary
+-- key); text_sealed_pending_v1 then judges it exactly.
+-- name: keyed_pending_sessions
+SELECT s.session_id
+  FROM shardstore.sessions s,
+       LATERAL (SELECT count(DISTINCT t.turn_seq) AS n
+                  FROM shardstore.turn_text t
+                 WHERE t.session_id = s.session_id) w
+ WHERE s.purged_at IS NULL AND w.n < s.next_turn_seq
+   AND shardstore.text_sealed_pending_v1(s.session_id)
+ ORDER BY coalesce(s.last_turn_at, s.created_at) DESC, s.session_id
+ LIMIT %s;

@@ -3,21 +3,29 @@
 -- order, each as the envelope fold_chunk will write, with the chunk_start its chunk is (or
 -- will be) folded at: the open chunk's from the session head, a chunk flushed while open from
 -- chunk_map, else its first buffered turn's time (the starts fold_sealed and flush_v1 use).
--- No row for a purged or missing session. Reads only, no lock.
+-- With vectors of sealed turns switched off (vec_sealed_vectors_v1, read only when the range
+-- holds a sealed turn, under its shared lock) sealed turns are not listed: they count as
+-- embedded, so the session's watermark moves past them. No row for a purged or missing
+-- session. Reads only; no row lock.
 CREATE OR REPLACE FUNCTION shardstore.vec_buffered_turns(p_session uuid, p_from bigint, p_to bigint)
  RETURNS TABLE(r_chunk_seq bigint, r_chunk_start timestamp with time zone, r_turn_seq bigint, r_envelope jsonb)
  LANGUAGE plpgsql
- STABLE
 AS $function$
 DECLARE
     s       record;
     c       record;
     v_start timestamptz;
+    v_sealed boolean := true;
 BEGIN
     SELECT x.open_chunk_seq, x.open_chunk_start INTO s FROM shardstore.sessions x
      WHERE x.session_id = p_session AND x.purged_at IS NULL;
     IF NOT FOUND THEN
         RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM shardstore.turn_buffer b
+                WHERE b.session_id = p_session AND b.turn_seq >= p_from
+                  AND (p_to IS NULL OR b.turn_seq < p_to) AND b.message ? 'ss_enc') THEN
+        v_sealed := shardstore.vec_sealed_vectors_v1();
     END IF;
     FOR c IN SELECT b.chunk_seq FROM shardstore.turn_buffer b
               WHERE b.session_id = p_session AND b.turn_seq >= p_from
@@ -47,6 +55,7 @@ BEGIN
               FROM shardstore.turn_buffer b
              WHERE b.session_id = p_session AND b.chunk_seq = c.chunk_seq
                AND b.turn_seq >= p_from AND (p_to IS NULL OR b.turn_seq < p_to)
+               AND (v_sealed OR NOT b.message ? 'ss_enc')
                AND NOT EXISTS (SELECT 1 FROM shardstore.chunk_vectors v
                                 WHERE v.session_id = p_session AND v.chunk_seq = c.chunk_seq
                                   AND v.chunk_start = v_start AND v.first_turn_seq = b.turn_seq)
