@@ -60,8 +60,18 @@ def _named(name: str, params: Any = None, fetch: Any = "all", **kw: Any) -> Q:
 
 def configure_op(partition_interval: timedelta | None) -> Op[tuple[timedelta, datetime]]:
     """Record the partition interval on first use; refuse to change it once partitions
-    exist (their bounds would overlap). Returns the interval and origin in force."""
+    exist (their bounds would overlap). Returns the interval and origin in force.
+
+    A database whose interval is recorded and not asked to change is only read: tenant
+    roles may read the configuration but not write it (it is every tenant's), so their
+    stores connect to a database the owner has set up."""
     wanted = partition_interval or DEFAULT_PARTITION_INTERVAL
+    config = yield _named("config_get", fetch="one")
+    if config is not None and (
+        partition_interval is None
+        or timedelta(seconds=config["interval_seconds"]) == partition_interval
+    ):
+        return timedelta(seconds=config["interval_seconds"]), config["origin"]
     yield Tx.BEGIN
     yield Q("LOCK TABLE shardstore.config IN EXCLUSIVE MODE", fetch="none")
     yield Q(query("config_init"), (wanted.total_seconds(),), fetch="none")

@@ -334,10 +334,13 @@ def test_search_and_vectors_are_scoped(world: World, named: bool) -> None:
         assert rows == [("acme",)]
         queued = conn.execute("SELECT DISTINCT session_id FROM shardstore.embed_queue").fetchall()
         assert set(queued) <= {(world.acme,)}
-        # the model record is global: read, never changed by a tenant
+        # the model record and the partitioning are global: read, never changed by a tenant
         for sql in (
             "DELETE FROM shardstore.embedding_config",
             "UPDATE shardstore.embedding_config SET model = 'other'",
+            "UPDATE shardstore.config SET partition_interval = interval '1 hour'",
+            "DELETE FROM shardstore.config",
+            "INSERT INTO shardstore.config (partition_interval) VALUES (interval '1 day')",
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql)
