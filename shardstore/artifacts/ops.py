@@ -514,20 +514,7 @@ def read_op(
             return
     else:
         yield Tx.COMMIT
-        backend = config.backend
-        if backend is None or backend.name != row["backend"]:
-            stored = f"artifact {artifact_id} is stored in the {row['backend']} backend"
-            uses = f"this store uses {config.url!r:.80}"
-            raise ConfigurationError(
-                f"{stored}; connect with artifacts= pointing at it ({uses})",
-                cli=f"{stored}; give --store pointing at it ({uses})",
-            )
-        try:
-            handle = yield Call(backend.open, (key,))
-        except FileNotFoundError:
-            raise ArtifactNotFound(
-                f"artifact {artifact_id}: its object is gone from the backend"
-            ) from None
+        handle = yield from _open_object_op(config, row, artifact_id, key)
         try:
             if opener is not None:
                 opener.header((yield from _read_exact_op(handle, HEADER_BYTES)))
@@ -550,6 +537,26 @@ def read_op(
             handle.close()
     if size != int(row["size_bytes"]) or digest.hexdigest() != row["sha256"]:
         raise ArtifactCorrupt(f"artifact {artifact_id} does not match its sha256 and size")
+
+
+def _open_object_op(config: ArtifactConfig, row: Any, artifact_id: uuid.UUID, key: str) -> Op[Any]:
+    """The artifact's object opened in this store's backend (an object backend's row):
+    ``ConfigurationError`` when the store uses another backend, ``ArtifactNotFound`` when the
+    object is gone."""
+    backend = config.backend
+    if backend is None or backend.name != row["backend"]:
+        stored = f"artifact {artifact_id} is stored in the {row['backend']} backend"
+        uses = f"this store uses {config.url!r:.80}"
+        raise ConfigurationError(
+            f"{stored}; connect with artifacts= pointing at it ({uses})",
+            cli=f"{stored}; give --store pointing at it ({uses})",
+        )
+    try:
+        return (yield Call(backend.open, (key,)))
+    except FileNotFoundError:
+        raise ArtifactNotFound(
+            f"artifact {artifact_id}: its object is gone from the backend"
+        ) from None
 
 
 def read_stored_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[None]:
@@ -575,18 +582,7 @@ def read_stored_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) 
         yield Tx.COMMIT
         return
     yield Tx.COMMIT
-    backend = config.backend
-    if backend is None or backend.name != row["backend"]:
-        raise ConfigurationError(
-            f"artifact {artifact_id} is stored in the {row['backend']} backend; connect with "
-            f"artifacts= pointing at it (this store uses {config.url!r:.80})"
-        )
-    try:
-        handle = yield Call(backend.open, (key,))
-    except FileNotFoundError:
-        raise ArtifactNotFound(
-            f"artifact {artifact_id}: its object is gone from the backend"
-        ) from None
+    handle = yield from _open_object_op(config, row, artifact_id, key)
     try:
         while piece := (yield Call(handle.read, (CHUNK,))):
             yield Emit([bytes(piece)])

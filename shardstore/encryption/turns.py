@@ -334,7 +334,13 @@ def open_turns_op(
 def session_key_op(sealer: Sealer, session_id: uuid.UUID) -> Op[DataKey]:
     """The data key a session's values are sealed with (created on first use); one
     statement (its owners). ``SessionNotFound`` / ``SessionPurged`` as for writes."""
-    owners = yield Q(query("session_owners"), (session_id,), fetch="one", named=True)
+    return (yield from _owners_key_op(sealer, session_id, "session_owners"))
+
+
+def _owners_key_op(sealer: Sealer, session_id: uuid.UUID, statement: str) -> Op[DataKey]:
+    """The session's data key, from its owners as ``statement`` reads them (one row of
+    tenant_id, subject_id, purged; none when the session does not exist)."""
+    owners = yield Q(query(statement), (session_id,), fetch="one", named=True)
     if owners is None:
         raise SessionNotFound(f"session {session_id} does not exist")
     if owners["purged"]:
@@ -352,14 +358,7 @@ def locked_session_key_op(sealer: Sealer, session_id: uuid.UUID) -> Op[DataKey]:
     re-seals it) or is sealed under the version the rotation made current; it is never left
     under a version the rotation shreds. ``SessionNotFound`` / ``SessionPurged`` as for
     writes."""
-    owners = yield Q(query("sealed_writer_session"), (session_id,), fetch="one", named=True)
-    if owners is None:
-        raise SessionNotFound(f"session {session_id} does not exist")
-    if owners["purged"]:
-        raise SessionPurged(f"session {session_id} was purged")
-    key = sealer.keys.key_for(session_scope(owners["tenant_id"], owners["subject_id"], session_id))
-    assert key is not None
-    return key
+    return (yield from _owners_key_op(sealer, session_id, "sealed_writer_session"))
 
 
 def locked_subject_key_op(sealer: Sealer, tenant: str, subject: str) -> Op[DataKey]:
