@@ -145,12 +145,13 @@ OPERATIONS: Final[dict[str, str]] = {
             "embed",
             "reembed",
             "configure_text_search",
+            "configure_sealed_vectors",
             "distribute",
             "rotate_data_key",
         ),
         MAINTAIN_MEMORY_STORE,
     ),
-    **dict.fromkeys(("stats", "text_search_language"), DESCRIBE_MEMORY_STORE),
+    **dict.fromkeys(("stats", "text_search_language", "sealed_vectors"), DESCRIBE_MEMORY_STORE),
 }
 
 _api: Any = None  # the opentelemetry.trace module once imported; False: not installed

@@ -212,6 +212,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "chunks": dict(session_id=sid, last=None),
         "close_run": dict(run_id=w.run_id, status="done", error=None),
         "configure_text_search": dict(language="english"),
+        "configure_sealed_vectors": dict(enabled=True),
         "context": dict(
             session_id=sid,
             max_tokens=1000,
@@ -391,6 +392,7 @@ def valid_calls(w: World) -> dict[str, dict[str, Any]]:
         "tail": dict(session_id=sid, n=None, max_tokens=None, expand=False),
         "tail_explained": dict(session_id=sid, n=None, max_tokens=None),
         "text_search_language": dict(),
+        "sealed_vectors": dict(),
         "unref_artifact": dict(
             tenant_id=tenant,
             artifact_id=w.ref.artifact_id,
