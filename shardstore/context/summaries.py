@@ -30,6 +30,7 @@ from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
 from ..encryption import turns as enc_turns
 from ..encryption.envelope import MARK, Sealer, refuse_sealed
+from ..encryption.places import SUMMARY_KIND, summary_position
 from ..errors import InvalidInput
 from ..history.ops import envelope_turn, session
 from ..models import Turn
@@ -93,13 +94,6 @@ def summary_text(value: Any) -> str:
     return validate.text(value.strip(), "the summary", limit=MAX_SUMMARY_CHARS)
 
 
-_SEALED_KIND = "summary"
-
-
-def _summary_position(chunk_seq: int, first_turn_seq: int, last_turn_seq: int) -> str:
-    return f"{chunk_seq}/{first_turn_seq}-{last_turn_seq}"
-
-
 def open_summary(
     sealer: Sealer | None, session_id: uuid.UUID, summary: ChunkSummary
 ) -> ChunkSummary:
@@ -118,8 +112,8 @@ def open_summary(
         sealed = jsoncodec.loads(summary.text)
     except ValueError:
         sealed = summary.text
-    position = _summary_position(summary.chunk_seq, summary.first_turn_seq, summary.last_turn_seq)
-    text = sealer.open(sealed, _SEALED_KIND, str(session_id), position, where)
+    position = summary_position(summary.chunk_seq, summary.first_turn_seq, summary.last_turn_seq)
+    text = sealer.open(sealed, SUMMARY_KIND, str(session_id), position, where)
     return dataclasses.replace(summary, text=text)
 
 
@@ -189,8 +183,8 @@ def summarize_one_op(
         # read under the session row's lock, held to this transaction's commit, so that a
         # data-key rotation never shreds the version this summary is sealed under
         data_key = yield from enc_turns.locked_session_key_op(sealer, row["session_id"])
-        position = _summary_position(int(row["chunk_seq"]), first, last)
-        text = sealer.seal_text(data_key, _SEALED_KIND, str(row["session_id"]), position, text)
+        position = summary_position(int(row["chunk_seq"]), first, last)
+        text = sealer.seal_text(data_key, SUMMARY_KIND, str(row["session_id"]), position, text)
     (status,) = yield Q(
         query("summary_store"),
         (

@@ -54,24 +54,22 @@ from ..errors import (
 )
 from .envelope import Sealer, is_sealed
 from .keystore import DataKey, Scope
+from .places import (
+    FACT_KIND,
+    LANGGRAPH_WRITE_KIND,
+    SUMMARY_KIND,
+    TURN_KIND,
+    checkpoint_kind,
+    fact_position,
+    langgraph_write_position,
+    summary_position,
+)
 from .turns import recorded_epoch, turn_position
 
 DEFAULT_BATCH_SIZE = 200
 MAX_BATCH_SIZE = 10_000
 MAX_PASSES = 20  # passes that each still find values (concurrent rewrites) before Conflict
 
-# the kinds each sealed column is bound to (the writers' own constants, repeated: the
-# associated data is a stored format)
-TURN_KIND = "turn"
-CHECKPOINT_KINDS = {
-    "state": "checkpoint.state",
-    "tool_calls": "checkpoint.tool_calls",
-    "tool_results": "checkpoint.tool_results",
-}
-FACT_KIND = "fact.value"
-SUMMARY_KIND = "summary"
-LANGGRAPH_WRITE_KIND = "langgraph.write"
-_LANGGRAPH_SEP = "\x1f"  # between the parts of a pending write's position
 # a sealed value's clear fields (the writing session, a turn's rewind epoch), copied onto
 # its re-sealed value
 _CLEAR_FIELDS = ("o", "e")
@@ -296,7 +294,7 @@ class _Scan:
         if value is None or not is_sealed(value) or value["k"] not in self.kids:
             return raw
         where = f"the {part} of checkpoint {cid} of session {sid}"
-        return self.resealed(raw, CHECKPOINT_KINDS[part], None, sid, str(cid), where)
+        return self.resealed(raw, checkpoint_kind(part), None, sid, str(cid), where)
 
     def summaries_op(self, sid: uuid.UUID) -> Op[int]:
         def reseal(rows: list[Any]) -> Op[None]:
@@ -306,7 +304,7 @@ class _Scan:
                     SUMMARY_KIND,
                     str(sid),
                     sid,
-                    f"{r['chunk_seq']}/{r['first_turn_seq']}-{r['last_turn_seq']}",
+                    summary_position(r["chunk_seq"], r["first_turn_seq"], r["last_turn_seq"]),
                     f"the summary of chunk {r['chunk_seq']} of session {sid}",
                 )
                 for r in rows
@@ -340,7 +338,7 @@ class _Scan:
                     LANGGRAPH_WRITE_KIND,
                     None,
                     sid,
-                    _LANGGRAPH_SEP.join(
+                    langgraph_write_position(
                         (
                             r["checkpoint_ns"],
                             r["checkpoint_id"],
@@ -390,7 +388,7 @@ class _Scan:
                     FACT_KIND,
                     subject,
                     uuid.UUID(int=0),
-                    f"{r['fact_id']}/{r['key']}",
+                    fact_position(r["fact_id"], r["key"]),
                     f"the value of fact {r['key']!r} of subject {subject!r} ({r['fact_id']})",
                 )
                 for r in rows

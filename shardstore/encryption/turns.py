@@ -39,8 +39,9 @@ from ..errors import Conflict, DecryptionFailed, SessionNotFound, SessionPurged
 from ..models import Turn, new_turn
 from .envelope import MARK, Sealer, is_sealed, refuse_sealed
 from .keystore import DataKey, Scope
+from .places import TURN_KIND
 
-TURN = "turn"
+TURN = TURN_KIND
 SEALED_APPEND_ATTEMPTS = 8
 
 

@@ -27,6 +27,7 @@ from ..core.steps import Call, Emit, Op, Q, StatementFailed, Try, Tx
 from ..encryption import turns as enc_turns
 from ..encryption.envelope import Sealer
 from ..encryption.keystore import DataKey
+from ..encryption.places import checkpoint_kind
 from ..errors import (
     ConfigurationError,
     Conflict,
@@ -542,7 +543,7 @@ def seal_checkpoint_state(
     sealer: Sealer, key: DataKey, sid: uuid.UUID, checkpoint_id: uuid.UUID, state: str
 ) -> str:
     """A checkpoint's encoded state sealed for that checkpoint of that session."""
-    return sealer.seal_text(key, "checkpoint.state", str(sid), str(checkpoint_id), state)
+    return sealer.seal_text(key, checkpoint_kind("state"), str(sid), str(checkpoint_id), state)
 
 
 def fold_sealed_op(session_id: uuid.UUID, keep_turns: int = 0) -> Op[int]:

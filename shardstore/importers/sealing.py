@@ -24,18 +24,18 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-# where each kind of value is bound: the readers' own definitions, so that an export opens
-# and an import seals exactly as they do
-from ..context.summaries import _SEALED_KIND as SUMMARY_KIND
-from ..context.summaries import _summary_position as summary_position
 from ..core import jsoncodec
 from ..encryption.envelope import MARK, Sealer, is_sealed
 from ..encryption.keystore import DataKey, Scope
+from ..encryption.places import (
+    FACT_KIND,
+    SUMMARY_KIND,
+    checkpoint_kind,
+    fact_position,
+    summary_position,
+)
 from ..encryption.turns import TURN, session_scope
 from ..errors import DecryptionFailed, EncryptionRequired, KeyShredded
-from ..state.checkpoints import sealed_kind as checkpoint_kind
-from ..state.facts import _SEALED_KIND as FACT_KIND
-from ..state.facts import _fact_position as fact_position
 
 CHECKPOINT_PARTS = ("state", "tool_calls", "tool_results")
 

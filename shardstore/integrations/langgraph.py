@@ -46,6 +46,7 @@ from ..core.steps import Op, Q, Tx, collect
 from ..encryption import turns as enc_turns
 from ..encryption.envelope import is_sealed, refuse_sealed
 from ..encryption.keystore import DataKey
+from ..encryption.places import LANGGRAPH_WRITE_KIND, checkpoint_kind, langgraph_write_position
 from ..errors import (
     Conflict,
     DecryptionFailed,
@@ -94,8 +95,7 @@ _GENERATIONS = 8  # session ids tried per round trip when resolving a deleted th
 _ATTEMPTS = 5  # puts retried when another writer moved the session meanwhile
 _MAX_INT = 2**63
 _STATE_VERSION = 1
-_STATE_KIND = "checkpoint.state"  # as the store's own checkpoints: restore() opens it
-_WRITE_KIND = "langgraph.write"
+_STATE_KIND = checkpoint_kind("state")  # as the store's own checkpoints: restore() opens it
 
 
 # ---------------------------------------------------------------- values
@@ -376,7 +376,12 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         assert sealer is not None
         text = base64.b64encode(blob).decode("ascii")
         return sealer.seal_text(
-            key, _WRITE_KIND, str(sid), _SEP.join(where), text, with_origin=True
+            key,
+            LANGGRAPH_WRITE_KIND,
+            str(sid),
+            langgraph_write_position(where),
+            text,
+            with_origin=True,
         ).encode("ascii")
 
     def _origin_op(self, sid: uuid.UUID, value: Any, lineage: dict[str, Any]) -> Op[str]:
@@ -433,7 +438,9 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         origin = str(sid)
         if is_sealed(value):
             origin = yield from self._origin_op(sid, value, lineage)
-        text = sealer.open(value, _WRITE_KIND, origin, _SEP.join(where), what)
+        text = sealer.open(
+            value, LANGGRAPH_WRITE_KIND, origin, langgraph_write_position(where), what
+        )
         try:
             return base64.b64decode(text, validate=True)
         except ValueError:

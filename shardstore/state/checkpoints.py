@@ -31,6 +31,7 @@ from ..core.state import StoreState
 from ..core.steps import Op, Q, Tx, collect
 from ..encryption import turns as enc_turns
 from ..encryption.envelope import Sealer, is_sealed, refuse_sealed
+from ..encryption.places import checkpoint_kind
 from ..errors import CheckpointNotFound, InvalidInput, SessionNotFound, SessionPurged
 from ..history import ops as history_ops
 from ..history.pairing import explain_tail
@@ -84,12 +85,6 @@ def _loads(text: str | None) -> Any:
 _SEALED_PARTS = ("state", "tool_calls", "tool_results")
 
 
-def sealed_kind(part: str) -> str:
-    """The kind a sealed checkpoint column (``state``, ``tool_calls``, ``tool_results``) is
-    bound to, with its session and checkpoint id."""
-    return f"checkpoint.{part}"
-
-
 def opened_column(sealer: Sealer | None, row: Mapping[str, Any], part: str, sid: uuid.UUID) -> Any:
     """A checkpoint row's column ``part``, decoded: opened by ``sealer`` (a store with
     ``encryption=``; ``DecryptionFailed``/``KeyShredded``/``PlaintextRefused`` as the
@@ -102,7 +97,7 @@ def opened_column(sealer: Sealer | None, row: Mapping[str, Any], part: str, sid:
     if sealer is None:
         refuse_sealed(value, where)  # raises: the value is sealed
     assert sealer is not None
-    text = sealer.open(value, sealed_kind(part), str(sid), str(row["checkpoint_id"]), where)
+    text = sealer.open(value, checkpoint_kind(part), str(sid), str(row["checkpoint_id"]), where)
     return jsoncodec.loads(text)
 
 
@@ -191,13 +186,15 @@ def checkpoint(
     if sealer is not None:
         data_key = yield from enc_turns.locked_session_key_op(sealer, sid)
         state_text = sealer.seal_text(
-            data_key, sealed_kind("state"), str(sid), str(cid), state_text
+            data_key, checkpoint_kind("state"), str(sid), str(cid), state_text
         )
         if calls is not None:
-            calls = sealer.seal_text(data_key, sealed_kind("tool_calls"), str(sid), str(cid), calls)
+            calls = sealer.seal_text(
+                data_key, checkpoint_kind("tool_calls"), str(sid), str(cid), calls
+            )
         if results is not None:
             results = sealer.seal_text(
-                data_key, sealed_kind("tool_results"), str(sid), str(cid), results
+                data_key, checkpoint_kind("tool_results"), str(sid), str(cid), results
             )
     stored_key = None if key is None else _CHECKPOINT_KEY + key
     params = (sid, cid, stored_key, state_text, calls, results, step, parent, meta)

@@ -39,6 +39,7 @@ from ..core.steps import Op, Q, Tx
 from ..encryption import turns as enc_turns
 from ..encryption.envelope import Sealer, is_sealed, refuse_sealed
 from ..encryption.keystore import DataKey
+from ..encryption.places import FACT_KIND, fact_position
 from ..errors import InvalidInput, SessionNotFound, SessionPurged
 
 MAX_VALUE_BYTES = 1 << 20
@@ -70,13 +71,6 @@ def _named(name: str, params: Any, fetch: Any = "all") -> Q:
     return Q(query(name), params, fetch=fetch, named=True)
 
 
-_SEALED_KIND = "fact.value"
-
-
-def _fact_position(fact_id: Any, key: str) -> str:
-    return f"{fact_id}/{key}"
-
-
 def _fact(row: Mapping[str, Any], sealer: Sealer | None = None, **values: Any) -> Fact:
     value = jsoncodec.loads(row["value"])
     if sealer is not None or is_sealed(value):
@@ -87,7 +81,7 @@ def _fact(row: Mapping[str, Any], sealer: Sealer | None = None, **values: Any) -
             refuse_sealed(value, where)  # raises: the value is sealed
         assert sealer is not None
         text = sealer.open(
-            value, _SEALED_KIND, str(subject), _fact_position(row["fact_id"], str(key)), where
+            value, FACT_KIND, str(subject), fact_position(row["fact_id"], str(key)), where
         )
         value = jsoncodec.loads(text)
     return record(Fact, row, value=value, **values)
@@ -97,7 +91,7 @@ def _sealed_value(
     sealer: Sealer, data_key: DataKey, subject: str, key: str, fact_id: uuid.UUID, text: str
 ) -> str:
     """A fact's encoded value sealed under its subject's key, for that fact id and key."""
-    return sealer.seal_text(data_key, _SEALED_KIND, subject, _fact_position(fact_id, key), text)
+    return sealer.seal_text(data_key, FACT_KIND, subject, fact_position(fact_id, key), text)
 
 
 def _ids(tenant_id: Any, subject: Any) -> tuple[str, str]:
