@@ -23,9 +23,9 @@ command's store is connected with ``encryption=LocalKeyProvider(...)``, so that 
 and writes encrypted values; without one, a command that meets a sealed value fails with
 ``EncryptionRequired`` (exit 2), naming these options.
 
-Commands live in :mod:`shardstore.cli.commands`, one module per feature; each has a
-``register(commands: Commands)`` function, and :data:`COMMAND_MODULES` lists them in the
-order ``--help`` shows them.
+Commands live in :mod:`shardstore.cli.commands`, one module per feature; each declares its
+commands (:mod:`.declare`) and lists them in ``COMMANDS``, and :data:`COMMAND_MODULES`
+lists the modules in the order ``--help`` shows them.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from ..errors import (
 )
 from ..store import Store
 from .args import UsageError, positive_seconds
+from .declare import Command, OneOf
 from .output import dumps
 
 __all__ = [
@@ -461,23 +462,28 @@ class Commands:
         self._subparsers = subparsers
         self._common = common
 
-    def add(
-        self, name: str, help_text: str, handler: Handler | None = None
-    ) -> argparse.ArgumentParser:
-        """A new subcommand ``name`` (``help_text`` is its help and description) that
-        accepts the global options and, given a ``handler``, runs it."""
+    def add(self, command: Command) -> None:
+        """Add ``command``: a parser that accepts the global options and the command's
+        arguments, runs its handler, and holds its subcommands (at any depth)."""
         parser: argparse.ArgumentParser = self._subparsers.add_parser(
-            name, parents=[self._common], help=help_text, description=help_text
+            command.name, parents=[self._common], help=command.summary, description=command.summary
         )
-        if handler is not None:
-            parser.set_defaults(handler=handler)
-        return parser
-
-    def nested(self, parser: argparse.ArgumentParser, dest: str, metavar: str = "WHAT") -> Commands:
-        """Sub-subcommands of ``parser`` (one is required; its name goes to ``dest``), made
-        with the same global options."""
-        subparsers = parser.add_subparsers(dest=dest, metavar=metavar, required=True)
-        return Commands(subparsers, self._common)
+        if command.handler is not None:
+            parser.set_defaults(handler=command.handler)
+        for argument in command.arguments:
+            if isinstance(argument, OneOf):
+                exclusive = parser.add_mutually_exclusive_group(required=argument.required)
+                for choice in argument.choices:
+                    exclusive.add_argument(*choice.names, **choice.settings)
+            else:
+                parser.add_argument(*argument.names, **argument.settings)
+        if command.subcommands:
+            subparsers = parser.add_subparsers(
+                dest=command.dest, metavar=command.metavar, required=True
+            )
+            nested = Commands(subparsers, self._common)
+            for subcommand in command.subcommands:
+                nested.add(subcommand)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -498,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"{__package__}.commands.{name}")
-        module.register(commands)
+        for command in module.COMMANDS:
+            commands.add(command)
     return parser
 
 

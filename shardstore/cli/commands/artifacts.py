@@ -9,8 +9,9 @@ from typing import IO, Any
 
 from ...artifacts import ArtifactInfo
 from ...core.rows import json_fields
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import interval, open_file
+from ..declare import arg, command, flag, group
 from ..output import format_table, num, printable, when
 
 _HEADERS = ("artifact", "state", "bytes", "refs", "content type", "stored (UTC)")
@@ -25,6 +26,13 @@ def _info_json(info: ArtifactInfo) -> dict[str, Any]:
     return {**info.ref.fields(), **json_fields(info, leave_out=("ref",))}
 
 
+@command(
+    "put",
+    "store a file as an artifact and print its reference",
+    arg("file", metavar="FILE", help="the file ('-': stdin)"),
+    arg("--tenant", required=True, help="the artifact's tenant"),
+    arg("--content-type", default="application/octet-stream"),
+)
 def cmd_put(run: Runner) -> int:
     """Store a file (``-`` for stdin) and print its reference; 0 on success. A file that
     cannot be opened (missing, a directory, unreadable) is a usage error (exit 2) found
@@ -45,6 +53,13 @@ def cmd_put(run: Runner) -> int:
     return 0
 
 
+@command(
+    "get",
+    "write an artifact's bytes to a file or stdout",
+    arg("id", metavar="ID", help="the artifact id"),
+    arg("--tenant", required=True, help="the artifact's tenant"),
+    arg("-o", "--output", metavar="FILE", help="write here (default: stdout)"),
+)
 def cmd_get(run: Runner) -> int:
     """Write an artifact's bytes to ``-o FILE`` (default stdout); 0 on success."""
     args = run.args
@@ -61,6 +76,15 @@ def cmd_get(run: Runner) -> int:
     return 0
 
 
+@command(
+    "ls",
+    "list a tenant's artifacts, newest first",
+    arg("--tenant", required=True),
+    arg(
+        "--limit",
+        type=int,
+    ),
+)
 def cmd_ls(run: Runner) -> int:
     """List a tenant's artifacts, newest first; 0 on success."""
     with _store(run) as store:
@@ -83,6 +107,12 @@ def _table(found: Sequence[ArtifactInfo]) -> str:
     return format_table(_HEADERS, rows, "llrrll")
 
 
+@command(
+    "sweep",
+    "delete artifacts unreferenced for longer than the grace",
+    flag("--dry-run", help="report only"),
+    arg("--grace", type=interval, metavar="AGE", help="e.g. '1 day' (default: 1 day)"),
+)
 def cmd_sweep(run: Runner) -> int:
     """Sweep unreferenced artifacts (``--dry-run``: only report); 0 on success."""
     args = run.args
@@ -96,29 +126,18 @@ def cmd_sweep(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``artifacts`` with ``put``, ``get``, ``ls`` and ``sweep``."""
-    p = commands.add("artifacts", "store, read, list and sweep artifacts (large content)")
-    p.add_argument(
-        "--store",
-        metavar="URL",
-        help="the artifact backend: postgres (default), file:///dir or s3://bucket/prefix "
-        "(default: $SHARDSTORE_ARTIFACTS)",
-    )
-    sub = commands.nested(p, "action", "ACTION")
-    put = sub.add("put", "store a file as an artifact and print its reference", cmd_put)
-    put.add_argument("file", metavar="FILE", help="the file ('-': stdin)")
-    put.add_argument("--tenant", required=True, help="the artifact's tenant")
-    put.add_argument("--content-type", default="application/octet-stream")
-    get = sub.add("get", "write an artifact's bytes to a file or stdout", cmd_get)
-    get.add_argument("id", metavar="ID", help="the artifact id")
-    get.add_argument("--tenant", required=True, help="the artifact's tenant")
-    get.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
-    ls = sub.add("ls", "list a tenant's artifacts, newest first", cmd_ls)
-    ls.add_argument("--tenant", required=True)
-    ls.add_argument("--limit", type=int, default=None)
-    sweep = sub.add("sweep", "delete artifacts unreferenced for longer than the grace", cmd_sweep)
-    sweep.add_argument("--dry-run", action="store_true", help="report only")
-    sweep.add_argument(
-        "--grace", type=interval, metavar="AGE", help="e.g. '1 day' (default: 1 day)"
-    )
+COMMANDS = (
+    group(
+        "artifacts",
+        "store, read, list and sweep artifacts (large content)",
+        arg(
+            "--store",
+            metavar="URL",
+            help="the artifact backend: postgres (default), file:///dir or s3://bucket/prefix "
+            "(default: $SHARDSTORE_ARTIFACTS)",
+        ),
+        subcommands=(cmd_put, cmd_get, cmd_ls, cmd_sweep),
+        dest="action",
+        metavar="ACTION",
+    ),
+)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...state.checkpoints import Checkpoint, Restored
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import UsageError, positive_int
+from ..declare import arg, command
 from ..output import (
     TurnPrinter,
     abbrev,
@@ -21,6 +22,12 @@ from ..output import (
 _HEADERS = ("checkpoint", "turn_seq", "sub_step", "created (UTC)", "state")
 
 
+@command(
+    "checkpoints",
+    "list a session's checkpoints, newest first",
+    arg("session_id", metavar="SESSION"),
+    arg("--limit", type=positive_int, help="at most this many checkpoints"),
+)
 def cmd_checkpoints(run: Runner) -> int:
     """List a session's checkpoints, newest first (``--limit``); 0 on success."""
     with run.connect() as store:
@@ -62,6 +69,19 @@ def _short_note(got: Restored, n: int | None, max_tokens: int | None, newest: bo
     return None
 
 
+@command(
+    "restore",
+    "show the checkpoint and history a restart resumes from",
+    arg("session_id", metavar="SESSION"),
+    arg("--checkpoint", metavar="ID", help="this checkpoint instead of the newest"),
+    arg("--n", type=positive_int, metavar="N", help="only the newest N turns up to it"),
+    arg(
+        "--max-tokens",
+        type=positive_int,
+        metavar="T",
+        help="only the newest turns up to it within T tokens",
+    ),
+)
 def cmd_restore(run: Runner) -> int:
     """Print the checkpoint a restart resumes from (the newest, or ``--checkpoint``) and
     the history up to its position (all of it, or ``--n`` / ``--max-tokens``), then why
@@ -107,20 +127,7 @@ def cmd_restore(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``checkpoints`` and ``restore``."""
-    p = commands.add("checkpoints", "list a session's checkpoints, newest first", cmd_checkpoints)
-    p.add_argument("session_id", metavar="SESSION")
-    p.add_argument("--limit", type=positive_int, help="at most this many checkpoints")
-    p = commands.add(
-        "restore", "show the checkpoint and history a restart resumes from", cmd_restore
-    )
-    p.add_argument("session_id", metavar="SESSION")
-    p.add_argument("--checkpoint", metavar="ID", help="this checkpoint instead of the newest")
-    p.add_argument("--n", type=positive_int, metavar="N", help="only the newest N turns up to it")
-    p.add_argument(
-        "--max-tokens",
-        type=positive_int,
-        metavar="T",
-        help="only the newest turns up to it within T tokens",
-    )
+COMMANDS = (
+    cmd_checkpoints,
+    cmd_restore,
+)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...context.assembly import Context
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import non_negative_int, positive_int
+from ..declare import arg, command, flag
 from ..output import abbrev, format_table, message_summary, printable
 
 
@@ -30,6 +31,30 @@ def context_json(ctx: Context) -> dict[str, Any]:
     }
 
 
+@command(
+    "context",
+    "show the context a model call would get: summaries, facts, recalled and recent turns",
+    arg("session_id", metavar="SESSION"),
+    arg("--max-tokens", type=positive_int, required=True, metavar="N", help="the token budget"),
+    arg(
+        "--recall",
+        metavar="TEXT",
+        help="also recall the session's turns that match TEXT",
+    ),
+    arg(
+        "--facts",
+        metavar="SUBJECT",
+        help="include the current facts of SUBJECT (the session's tenant)",
+    ),
+    arg("-k", type=positive_int, default=5, metavar="K", help="recall hits (5)"),
+    arg(
+        "--recent-min-tokens",
+        type=non_negative_int,
+        metavar="N",
+        help="tokens kept for recent turns first (default half the budget)",
+    ),
+    flag("--no-summaries", help="leave chunk summaries out"),
+)
 def cmd_context(run: Runner) -> int:
     """Print the parts of the session's context within ``--max-tokens`` (kind, turns,
     tokens, the message abbreviated) and the total, then, when no recent turn is in it,
@@ -88,35 +113,4 @@ def cmd_context(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``context``."""
-    p = commands.add(
-        "context",
-        "show the context a model call would get: summaries, facts, recalled and recent turns",
-        cmd_context,
-    )
-    p.add_argument("session_id", metavar="SESSION")
-    p.add_argument(
-        "--max-tokens", type=positive_int, required=True, metavar="N", help="the token budget"
-    )
-    p.add_argument(
-        "--recall",
-        metavar="TEXT",
-        default=None,
-        help="also recall the session's turns that match TEXT",
-    )
-    p.add_argument(
-        "--facts",
-        metavar="SUBJECT",
-        default=None,
-        help="include the current facts of SUBJECT (the session's tenant)",
-    )
-    p.add_argument("-k", type=positive_int, default=5, metavar="K", help="recall hits (5)")
-    p.add_argument(
-        "--recent-min-tokens",
-        type=non_negative_int,
-        default=None,
-        metavar="N",
-        help="tokens kept for recent turns first (default half the budget)",
-    )
-    p.add_argument("--no-summaries", action="store_true", help="leave chunk summaries out")
+COMMANDS = (cmd_context,)

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from ... import demo
 from ...errors import MissingDependency, ShardstoreError, cli_text
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import UsageError, positive_int
+from ..declare import arg, command, flag
 from ..output import (
     TurnPrinter,
     chunk_json,
@@ -54,6 +55,25 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
 _KEY_WIDTH = 11
 
 
+@command(
+    "demo",
+    "append a long synthetic agent conversation and show how it was stored",
+    arg("--turns", type=positive_int, default=2000, help="messages (default 2000)"),
+    arg("--tenant", default="demo", help="tenant id (default 'demo')"),
+    flag("--no-search", help="skip the embedding and search part"),
+    flag(
+        "--keep",
+        help="keep the long conversation too (by default it is purged at the end, so that "
+        "nothing is left to embed; its chunks take minutes to embed on a CPU)",
+    ),
+    arg("--seed", type=int, default=1, help="synthetic conversation seed (default 1)"),
+    arg(
+        "--batch",
+        type=positive_int,
+        default=1,
+        help="messages per append call (default 1: one commit per message)",
+    ),
+)
 def cmd_demo(run: Runner) -> int:
     """Append ``--turns`` synthetic messages (seed ``--seed``, ``--batch`` per call), read
     them back, and print rates, the tail, chunks and partitions (then the search part);
@@ -354,26 +374,4 @@ def demo_search(run: Runner, tenant: str) -> tuple[uuid.UUID, int, bool] | None:
     return sid, len(messages), True
 
 
-def register(commands: Commands) -> None:
-    """Add ``demo``."""
-    p = commands.add(
-        "demo",
-        "append a long synthetic agent conversation and show how it was stored",
-        cmd_demo,
-    )
-    p.add_argument("--turns", type=positive_int, default=2000, help="messages (default 2000)")
-    p.add_argument("--tenant", default="demo", help="tenant id (default 'demo')")
-    p.add_argument("--no-search", action="store_true", help="skip the embedding and search part")
-    p.add_argument(
-        "--keep",
-        action="store_true",
-        help="keep the long conversation too (by default it is purged at the end, so that "
-        "nothing is left to embed; its chunks take minutes to embed on a CPU)",
-    )
-    p.add_argument("--seed", type=int, default=1, help="synthetic conversation seed (default 1)")
-    p.add_argument(
-        "--batch",
-        type=positive_int,
-        default=1,
-        help="messages per append call (default 1: one commit per message)",
-    )
+COMMANDS = (cmd_demo,)

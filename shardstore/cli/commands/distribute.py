@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from ..app import Commands, Runner
+from ..app import Runner
+from ..declare import command, flag
 from ..output import kv, num
 
 
+@command(
+    "distribute",
+    "distribute the store on a Citus coordinator (reference and colocated tables)",
+    flag("--no-delegate", help="do not delegate the hot functions to the workers by session"),
+)
 def cmd_distribute(run: Runner) -> int:
     """Distribute (idempotently) and say what changed; on PostgreSQL without Citus, say so
     and change nothing. 0 in both cases."""
@@ -36,15 +42,4 @@ def cmd_distribute(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``distribute``."""
-    p = commands.add(
-        "distribute",
-        "distribute the store on a Citus coordinator (reference and colocated tables)",
-        cmd_distribute,
-    )
-    p.add_argument(
-        "--no-delegate",
-        action="store_true",
-        help="do not delegate the hot functions to the workers by session",
-    )
+COMMANDS = (cmd_distribute,)

@@ -15,11 +15,42 @@ from typing import Any
 
 from ...importers import directory
 from ...importers.report import records_text
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import UsageError
+from ..declare import arg, command, flag
 from ..output import dumps, num, printable, size
 
 
+@command(
+    "export",
+    "write sessions as JSONL (for 'shardstore import jsonl')",
+    arg("session_ids", nargs="*", metavar="SESSION_ID"),
+    arg("--tenant", metavar="T", help="every live session of this tenant"),
+    arg("--subject", metavar="S", help="every live session of this subject"),
+    arg("-o", "--output", metavar="FILE", help="the file (default stdout)"),
+    flag(
+        "--no-artifact-bytes",
+        help="describe the artifacts the sessions reference, without their bytes",
+    ),
+    arg(
+        "--report",
+        metavar="FILE.md",
+        help="also write a Markdown summary of what was exported (with --subject: an "
+        "access report of everything held about the subject); - prints it",
+    ),
+    flag("--quiet", help="no progress bar"),
+    flag(
+        "--decrypt",
+        help="encryption at rest: write the plaintext of encrypted values (needs the key "
+        "store; the file then needs none to import, and holds the data in clear); without "
+        "it the file carries them encrypted",
+    ),
+    flag(
+        "--all",
+        help="every tenant: a file each in the new or empty directory -o DIR, with a "
+        f"{directory.MANIFEST} ('shardstore import jsonl DIR' reads it back)",
+    ),
+)
 def cmd_export(run: Runner) -> int:
     """Write the sessions to -o FILE (default stdout); the summary goes to stdout, or to
     stderr when the sessions do; 0 on success."""
@@ -148,37 +179,4 @@ def _export_all(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``export``."""
-    p = commands.add(
-        "export", "write sessions as JSONL (for 'shardstore import jsonl')", cmd_export
-    )
-    p.add_argument("session_ids", nargs="*", metavar="SESSION_ID")
-    p.add_argument("--tenant", metavar="T", help="every live session of this tenant")
-    p.add_argument("--subject", metavar="S", help="every live session of this subject")
-    p.add_argument("-o", "--output", metavar="FILE", help="the file (default stdout)")
-    p.add_argument(
-        "--no-artifact-bytes",
-        action="store_true",
-        help="describe the artifacts the sessions reference, without their bytes",
-    )
-    p.add_argument(
-        "--report",
-        metavar="FILE.md",
-        help="also write a Markdown summary of what was exported (with --subject: an "
-        "access report of everything held about the subject); - prints it",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--decrypt",
-        action="store_true",
-        help="encryption at rest: write the plaintext of encrypted values (needs the key "
-        "store; the file then needs none to import, and holds the data in clear); without "
-        "it the file carries them encrypted",
-    )
-    p.add_argument(
-        "--all",
-        action="store_true",
-        help="every tenant: a file each in the new or empty directory -o DIR, with a "
-        f"{directory.MANIFEST} ('shardstore import jsonl DIR' reads it back)",
-    )
+COMMANDS = (cmd_export,)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...state.facts import Fact
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import TIME_HELP, optional_time
+from ..declare import arg, command, one_of
 from ..output import abbrev, dumps, fact_json, format_table, printable, when
 
 _HEADERS = ("key", "valid from (UTC)", "valid to (UTC)", "conf", "source", "value")
@@ -27,6 +28,20 @@ def _rows(facts: Sequence[Fact]) -> list[list[str]]:
     ]
 
 
+@command(
+    "facts",
+    "show what is remembered about a subject (facts)",
+    arg("--tenant", required=True, help="the subject's tenant"),
+    arg("--subject", required=True, help="the subject, e.g. user:42"),
+    one_of(
+        arg(
+            "--as-of",
+            metavar="TIME",
+            help=f"facts valid at TIME (default: now): {TIME_HELP}",
+        ),
+        arg("--history", metavar="KEY", help="every version of this key, oldest first"),
+    ),
+)
 def cmd_facts(run: Runner) -> int:
     """Print the subject's facts valid now (or ``--as-of`` a time), or with ``--history``
     every version of one key, oldest first; 0 on success."""
@@ -42,17 +57,4 @@ def cmd_facts(run: Runner) -> int:
     )
 
 
-def register(commands: Commands) -> None:
-    """Add ``facts``."""
-    p = commands.add("facts", "show what is remembered about a subject (facts)", cmd_facts)
-    p.add_argument("--tenant", required=True, help="the subject's tenant")
-    p.add_argument("--subject", required=True, help="the subject, e.g. user:42")
-    when_group = p.add_mutually_exclusive_group()
-    when_group.add_argument(
-        "--as-of",
-        metavar="TIME",
-        help=f"facts valid at TIME (default: now): {TIME_HELP}",
-    )
-    when_group.add_argument(
-        "--history", metavar="KEY", help="every version of this key, oldest first"
-    )
+COMMANDS = (cmd_facts,)

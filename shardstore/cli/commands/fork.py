@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..app import Commands, Runner
+from ..app import Runner
+from ..declare import arg, command, one_of
 
 
 def _at(text: str) -> int:
@@ -18,6 +19,21 @@ def _at(text: str) -> int:
     return value
 
 
+@command(
+    "fork",
+    "a new session whose history is a session's turns up to N (shared)",
+    arg("session_id", metavar="SESSION"),
+    one_of(
+        arg(
+            "--at",
+            metavar="N",
+            type=_at,
+            help="the last inherited turn_seq (-1: none)",
+        ),
+        arg("--checkpoint", metavar="ID", help="fork at this checkpoint's position"),
+    ),
+    arg("--new-session", metavar="ID", help="the new session's id"),
+)
 def cmd_fork(run: Runner) -> int:
     """Fork the session (at ``--at`` or ``--checkpoint``, else at its last turn) and print
     the new session's id; 0 on success."""
@@ -37,17 +53,4 @@ def cmd_fork(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``fork``."""
-    p = commands.add(
-        "fork", "a new session whose history is a session's turns up to N (shared)", cmd_fork
-    )
-    p.add_argument("session_id", metavar="SESSION")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--at", metavar="N", type=_at, default=None, help="the last inherited turn_seq (-1: none)"
-    )
-    where.add_argument(
-        "--checkpoint", metavar="ID", default=None, help="fork at this checkpoint's position"
-    )
-    p.add_argument("--new-session", metavar="ID", default=None, help="the new session's id")
+COMMANDS = (cmd_fork,)

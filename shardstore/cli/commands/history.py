@@ -6,8 +6,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import UsageError, non_negative_int, parse_json, positive_int, read_stdin
+from ..declare import arg, command, flag
 from ..output import (
     TurnPrinter,
     append_json,
@@ -21,6 +22,20 @@ from ..output import (
 )
 
 
+@command(
+    "append",
+    "append a message (a JSON object; a JSON array appends several atomically)",
+    arg("session_id", metavar="SESSION_ID"),
+    arg(
+        "message",
+        metavar="MESSAGE_JSON",
+        nargs="?",
+        help="the message as JSON; '-' or nothing reads it from stdin",
+    ),
+    arg("--key", help="idempotency key (for an array, KEY/0, KEY/1, ...)"),
+    arg("--role", help="with --content: build {role, content} (default role 'user')"),
+    arg("--content", metavar="TEXT", help="message text (instead of MESSAGE_JSON)"),
+)
 def cmd_append(run: Runner) -> int:
     """Append one message (a JSON object) or several atomically (a JSON array), from the
     argument, stdin or ``--role``/``--content``; 0 on success (duplicates included)."""
@@ -61,6 +76,19 @@ def cmd_append(run: Runner) -> int:
     return 0
 
 
+@command(
+    "tail",
+    "show the newest turns, oldest first",
+    arg("session_id", metavar="SESSION_ID"),
+    arg("-n", type=positive_int, metavar="N", help="at most N turns"),
+    arg("--max-tokens", type=positive_int, metavar="M", help="at most M tokens"),
+    flag("--full", help="print whole messages"),
+    flag(
+        "--show-held",
+        help="also print the turns the window held back (a tool result whose call is "
+        "outside it, or a newest turn over --max-tokens)",
+    ),
+)
 def cmd_tail(run: Runner) -> int:
     """Print the newest turns (``-n``, ``--max-tokens``), oldest first, then why turns were
     held back if any were (``--show-held`` prints them too); 0 on success."""
@@ -88,6 +116,14 @@ def cmd_tail(run: Runner) -> int:
     return 0
 
 
+@command(
+    "history",
+    "stream turns FROM <= turn < TO in order (--json: one JSON object per line)",
+    arg("session_id", metavar="SESSION_ID"),
+    arg("--from", dest="from_seq", type=non_negative_int, default=0, metavar="N"),
+    arg("--to", dest="to_seq", type=non_negative_int, metavar="N"),
+    flag("--full", help="print whole messages"),
+)
 def cmd_history(run: Runner) -> int:
     """Stream turns ``--from <= turn_seq < --to`` in order as they are read (``--json``:
     one JSON object per line); 0 on success. ``--from`` past ``--to`` is a usage error
@@ -115,6 +151,12 @@ def cmd_history(run: Runner) -> int:
     return 0
 
 
+@command(
+    "chunks",
+    "show a session's chunks, oldest first",
+    arg("session_id", metavar="SESSION_ID"),
+    arg("--last", type=positive_int, metavar="N", help="only the N newest chunks"),
+)
 def cmd_chunks(run: Runner) -> int:
     """Print a session's chunks (``--last N``: the newest N), oldest first; 0 on success."""
     with run.connect() as store:
@@ -126,50 +168,9 @@ def cmd_chunks(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``append``, ``tail``, ``history`` and ``chunks``."""
-    p = commands.add(
-        "append",
-        "append a message (a JSON object; a JSON array appends several atomically)",
-        cmd_append,
-    )
-    p.add_argument("session_id", metavar="SESSION_ID")
-    p.add_argument(
-        "message",
-        metavar="MESSAGE_JSON",
-        nargs="?",
-        help="the message as JSON; '-' or nothing reads it from stdin",
-    )
-    p.add_argument("--key", help="idempotency key (for an array, KEY/0, KEY/1, ...)")
-    p.add_argument("--role", help="with --content: build {role, content} (default role 'user')")
-    p.add_argument("--content", metavar="TEXT", help="message text (instead of MESSAGE_JSON)")
-
-    p = commands.add("tail", "show the newest turns, oldest first", cmd_tail)
-    p.add_argument("session_id", metavar="SESSION_ID")
-    p.add_argument("-n", type=positive_int, default=None, metavar="N", help="at most N turns")
-    p.add_argument(
-        "--max-tokens", type=positive_int, default=None, metavar="M", help="at most M tokens"
-    )
-    p.add_argument("--full", action="store_true", help="print whole messages")
-    p.add_argument(
-        "--show-held",
-        action="store_true",
-        help="also print the turns the window held back (a tool result whose call is "
-        "outside it, or a newest turn over --max-tokens)",
-    )
-
-    p = commands.add(
-        "history",
-        "stream turns FROM <= turn < TO in order (--json: one JSON object per line)",
-        cmd_history,
-    )
-    p.add_argument("session_id", metavar="SESSION_ID")
-    p.add_argument("--from", dest="from_seq", type=non_negative_int, default=0, metavar="N")
-    p.add_argument("--to", dest="to_seq", type=non_negative_int, default=None, metavar="N")
-    p.add_argument("--full", action="store_true", help="print whole messages")
-
-    p = commands.add("chunks", "show a session's chunks, oldest first", cmd_chunks)
-    p.add_argument("session_id", metavar="SESSION_ID")
-    p.add_argument(
-        "--last", type=positive_int, default=None, metavar="N", help="only the N newest chunks"
-    )
+COMMANDS = (
+    cmd_append,
+    cmd_tail,
+    cmd_history,
+    cmd_chunks,
+)

@@ -10,8 +10,9 @@ from typing import Any
 
 from ...importers import ImportReport, directory
 from ...importers.report import records_text
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import positive_int
+from ..declare import arg, command, flag, group, one_of
 from ..output import num, printable, size
 
 
@@ -39,6 +40,26 @@ def _print(run: Runner, report: ImportReport) -> int:
     return 0
 
 
+#: The options every source takes (read by :func:`_import`).
+COMMON_OPTIONS = (
+    arg(
+        "--batch",
+        type=positive_int,
+        default=500,
+        metavar="N",
+        help="turns per statement (default 500)",
+    ),
+    flag("--quiet", help="no progress bar"),
+    arg(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="a source that cannot be imported stops the run (raise, the "
+        "default) or is reported and skipped (skip)",
+    ),
+)
+
+
 def _import(run: Runner, method: str, *args: Any, **options: Any) -> int:
     """Run the store's import ``method`` with the options every source shares (--batch,
     --on-error, the progress bar) and print its report."""
@@ -53,6 +74,33 @@ def _import(run: Runner, method: str, *args: Any, **options: Any) -> int:
     return _print(run, report)
 
 
+@command(
+    "single-row",
+    "import a table holding one row per conversation",
+    arg("--source-dsn", required=True, metavar="DSN", help="the database holding the table"),
+    arg("--table", required=True, help="the table (or schema.table)"),
+    arg("--id-column", required=True, metavar="C"),
+    arg(
+        "--history-column",
+        required=True,
+        metavar="C",
+        help="a JSON array of messages, or an object holding one under --messages-key",
+    ),
+    one_of(
+        arg("--tenant", metavar="T", help="the tenant of every row"),
+        arg("--tenant-column", metavar="C", help="each row's tenant"),
+        required=True,
+    ),
+    arg("--subject-column", metavar="C"),
+    arg("--created-column", metavar="C", help="the session's created_at"),
+    arg(
+        "--messages-key",
+        default="messages",
+        metavar="KEY",
+        help="the array's key when the history is an object (default messages)",
+    ),
+    *COMMON_OPTIONS,
+)
 def cmd_single_row(run: Runner) -> int:
     """Import every row of --table as a session; prints the report; 0 on success."""
     a = run.args
@@ -71,6 +119,20 @@ def cmd_single_row(run: Runner) -> int:
     )
 
 
+@command(
+    "langgraph",
+    "import LangGraph threads from PostgresSaver tables",
+    arg("--source-dsn", required=True, metavar="DSN", help="the database PostgresSaver writes to"),
+    arg("--tenant", required=True, metavar="T"),
+    arg(
+        "--thread",
+        action="append",
+        metavar="ID",
+        help="import this thread only (repeatable; default every thread)",
+    ),
+    arg("--channel", default="messages", help="the messages channel"),
+    *COMMON_OPTIONS,
+)
 def cmd_langgraph(run: Runner) -> int:
     """Import LangGraph threads (all, or each --thread); prints the report; 0 on success."""
     a = run.args
@@ -84,6 +146,30 @@ def cmd_langgraph(run: Runner) -> int:
     )
 
 
+@command(
+    "jsonl",
+    "import a 'shardstore export' file",
+    arg("file", metavar="FILE", help="the file, - for stdin, or an 'export --all' directory"),
+    arg(
+        "--on-existing",
+        choices=("refuse", "skip"),
+        default="refuse",
+        help="a session this database has already: stop (refuse, the default) "
+        "or leave it and go on (skip)",
+    ),
+    flag(
+        "--remap-ids",
+        help="import beside existing data: new session, checkpoint, run and fact ids, "
+        "derived from the file's export id (or --import-id), so a re-run writes nothing twice",
+    ),
+    arg(
+        "--import-id",
+        metavar="ID",
+        help="with --remap-ids: what the new ids derive from (needed for files without an "
+        "export line; give the same ID again to resume)",
+    ),
+    *COMMON_OPTIONS,
+)
 def cmd_jsonl(run: Runner) -> int:
     """Import a ``shardstore export`` file (``-``: stdin), or every file of an ``export
     --all`` directory; prints the report of each; 0 on success."""
@@ -109,92 +195,12 @@ def _jsonl_source(run: Runner, source: Any) -> int:
     )
 
 
-def _common(p: Any, *, on_error: bool = True) -> None:
-    p.add_argument(
-        "--batch",
-        type=positive_int,
-        default=500,
-        metavar="N",
-        help="turns per statement (default 500)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    if on_error:
-        p.add_argument(
-            "--on-error",
-            choices=("raise", "skip"),
-            default="raise",
-            help="a source that cannot be imported stops the run (raise, the "
-            "default) or is reported and skipped (skip)",
-        )
-
-
-def register(commands: Commands) -> None:
-    """Add ``import`` and its sources."""
-    p = commands.add("import", "move conversations in (single-row table, LangGraph, JSONL)")
-    sources = commands.nested(p, "source", metavar="SOURCE")
-
-    s = sources.add("single-row", "import a table holding one row per conversation", cmd_single_row)
-    s.add_argument(
-        "--source-dsn", required=True, metavar="DSN", help="the database holding the table"
-    )
-    s.add_argument("--table", required=True, help="the table (or schema.table)")
-    s.add_argument("--id-column", required=True, metavar="C")
-    s.add_argument(
-        "--history-column",
-        required=True,
-        metavar="C",
-        help="a JSON array of messages, or an object holding one under --messages-key",
-    )
-    tenant = s.add_mutually_exclusive_group(required=True)
-    tenant.add_argument("--tenant", metavar="T", help="the tenant of every row")
-    tenant.add_argument("--tenant-column", metavar="C", help="each row's tenant")
-    s.add_argument("--subject-column", metavar="C")
-    s.add_argument("--created-column", metavar="C", help="the session's created_at")
-    s.add_argument(
-        "--messages-key",
-        default="messages",
-        metavar="KEY",
-        help="the array's key when the history is an object (default messages)",
-    )
-    _common(s)
-
-    g = sources.add(
-        "langgraph", "import LangGraph threads from PostgresSaver tables", cmd_langgraph
-    )
-    g.add_argument(
-        "--source-dsn", required=True, metavar="DSN", help="the database PostgresSaver writes to"
-    )
-    g.add_argument("--tenant", required=True, metavar="T")
-    g.add_argument(
-        "--thread",
-        action="append",
-        metavar="ID",
-        help="import this thread only (repeatable; default every thread)",
-    )
-    g.add_argument("--channel", default="messages", help="the messages channel")
-    _common(g)
-
-    j = sources.add("jsonl", "import a 'shardstore export' file", cmd_jsonl)
-    j.add_argument(
-        "file", metavar="FILE", help="the file, - for stdin, or an 'export --all' directory"
-    )
-    j.add_argument(
-        "--on-existing",
-        choices=("refuse", "skip"),
-        default="refuse",
-        help="a session this database has already: stop (refuse, the default) "
-        "or leave it and go on (skip)",
-    )
-    j.add_argument(
-        "--remap-ids",
-        action="store_true",
-        help="import beside existing data: new session, checkpoint, run and fact ids, "
-        "derived from the file's export id (or --import-id), so a re-run writes nothing twice",
-    )
-    j.add_argument(
-        "--import-id",
-        metavar="ID",
-        help="with --remap-ids: what the new ids derive from (needed for files without an "
-        "export line; give the same ID again to resume)",
-    )
-    _common(j)
+COMMANDS = (
+    group(
+        "import",
+        "move conversations in (single-row table, LangGraph, JSONL)",
+        subcommands=(cmd_single_row, cmd_langgraph, cmd_jsonl),
+        dest="source",
+        metavar="SOURCE",
+    ),
+)

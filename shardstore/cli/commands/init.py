@@ -7,10 +7,21 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ...settings import parse_interval
-from ..app import Commands, Runner
+from ..app import Runner
+from ..declare import arg, command
 from ..output import display_dsn, format_partitions, interval_text, kv, partition_json
 
 
+@command(
+    "init",
+    "create or upgrade the schema and show its status",
+    arg(
+        "--partition-interval",
+        metavar="INTERVAL",
+        help="width of agent_history partitions on a new database, e.g. '7 days', "
+        "'1h' (fixed once partitions exist)",
+    ),
+)
 def cmd_init(run: Runner) -> int:
     """Connect (which migrates the schema), then print the database, the schema version
     and the partitions; 0 on success."""
@@ -69,12 +80,4 @@ def _refuse_interval_change(run: Runner, wanted: timedelta) -> None:
         )
 
 
-def register(commands: Commands) -> None:
-    """Add ``init``."""
-    p = commands.add("init", "create or upgrade the schema and show its status", cmd_init)
-    p.add_argument(
-        "--partition-interval",
-        metavar="INTERVAL",
-        help="width of agent_history partitions on a new database, e.g. '7 days', "
-        "'1h' (fixed once partitions exist)",
-    )
+COMMANDS = (cmd_init,)

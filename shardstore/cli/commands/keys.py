@@ -17,44 +17,10 @@ from __future__ import annotations
 from ...encryption import LocalKeyProvider
 from ...encryption.rotation import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
 from ...errors import ConfigurationError
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import UsageError, positive_int
+from ..declare import arg, command, form, one_of
 from ..output import kv, num, printable
-
-
-def register(commands: Commands) -> None:
-    """Add ``keys`` and its forms (rotate-kek, rotate)."""
-    parser = commands.add(
-        "keys", "encryption at rest: rotate the key-encryption key or a data key", cmd_keys
-    )
-    forms = commands.nested(parser, "keys_action")
-    p = forms.add(
-        "rotate-kek",
-        "rewrap every data key under a new key-encryption key (no database row changes)",
-    )
-    p.add_argument(
-        "--new-key-file",
-        metavar="PATH",
-        required=True,
-        help="the new key-encryption key (a new random one is written there if absent)",
-    )
-    p = forms.add(
-        "rotate",
-        "a new data key for a subject or a session without one: its values re-sealed, "
-        "the old key shredded",
-    )
-    p.add_argument("--tenant", help="the subject's tenant (with --subject)")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--subject", help="the data subject whose key to rotate")
-    which.add_argument("--session", metavar="ID", help="a session without a subject")
-    p.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=DEFAULT_BATCH_SIZE,
-        metavar="N",
-        help=f"values re-sealed per transaction (default {DEFAULT_BATCH_SIZE}, "
-        f"at most {MAX_BATCH_SIZE})",
-    )
 
 
 def _key_store(run: Runner) -> LocalKeyProvider:
@@ -67,6 +33,46 @@ def _key_store(run: Runner) -> LocalKeyProvider:
     return keys
 
 
+#: ``keys``'s forms; :func:`cmd_keys` runs the one named.
+KEYS_FORMS = (
+    form(
+        "rotate-kek",
+        "rewrap every data key under a new key-encryption key (no database row changes)",
+        arg(
+            "--new-key-file",
+            metavar="PATH",
+            required=True,
+            help="the new key-encryption key (a new random one is written there if absent)",
+        ),
+    ),
+    form(
+        "rotate",
+        "a new data key for a subject or a session without one: its values re-sealed, "
+        "the old key shredded",
+        arg("--tenant", help="the subject's tenant (with --subject)"),
+        one_of(
+            arg("--subject", help="the data subject whose key to rotate"),
+            arg("--session", metavar="ID", help="a session without a subject"),
+            required=True,
+        ),
+        arg(
+            "--batch-size",
+            type=positive_int,
+            default=DEFAULT_BATCH_SIZE,
+            metavar="N",
+            help=f"values re-sealed per transaction (default {DEFAULT_BATCH_SIZE}, "
+            f"at most {MAX_BATCH_SIZE})",
+        ),
+    ),
+)
+
+
+@command(
+    "keys",
+    "encryption at rest: rotate the key-encryption key or a data key",
+    subcommands=KEYS_FORMS,
+    dest="keys_action",
+)
 def cmd_keys(run: Runner) -> int:
     """Run one form and print what it did; 0 when it ran."""
     args = run.args
@@ -117,3 +123,6 @@ def cmd_keys(run: Runner) -> int:
         )
     )
     return 0
+
+
+COMMANDS = (cmd_keys,)

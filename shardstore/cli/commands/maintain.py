@@ -20,8 +20,9 @@ from partition_manager.runner import format_report
 
 from ...lifecycle.maintenance import MAX_EMBED_SECONDS
 from ...settings import Settings
-from ..app import EXIT_OK, EXIT_UNHEALTHY, Commands, Runner
+from ..app import EXIT_OK, EXIT_UNHEALTHY, Runner
 from ..args import int_between, interval, lock_timeout, non_negative_int
+from ..declare import arg, command, flag
 
 #: ``--embed-seconds`` by default: a run every 10 minutes never overlaps the next one
 DEFAULT_EMBED_SECONDS = 300.0
@@ -41,6 +42,67 @@ def embed_seconds(text: str) -> float:
     return value
 
 
+@command(
+    "maintain",
+    "partition maintenance: create partitions ahead, fold idle sessions' buffers, apply "
+    "retention, embed new chunks (exit 3 when fewer than --premake partitions are ahead "
+    "afterwards)",
+    flag("--dry-run", help="print the plan; change nothing, take no lock"),
+    arg(
+        "--premake",
+        type=int_between(0, 1000),
+        metavar="N",
+        help="partitions kept ready ahead of the current one (default 4)",
+    ),
+    arg(
+        "--retention",
+        type=interval,
+        metavar="INTERVAL",
+        help="drop partitions (and sessions, buffered turns) older than this, e.g. '90 days' "
+        "(default: keep everything)",
+    ),
+    arg(
+        "--flush-idle",
+        type=interval,
+        default=timedelta(minutes=5),
+        metavar="INTERVAL",
+        help="fold the buffers of sessions without a turn for this long (default '5 minutes')",
+    ),
+    arg(
+        "--archive-command",
+        metavar="CMD",
+        help="shell command run for each expired partition before it is dropped; gets the "
+        "detached table's name ({table}, else appended; also $SHARDSTORE_ARCHIVE_TABLE); "
+        "non-zero exit keeps the table for the next run",
+    ),
+    flag(
+        "--no-embed", help="skip embedding queued chunks (done by default when a model is recorded)"
+    ),
+    arg(
+        "--max-embed",
+        type=non_negative_int,
+        metavar="N",
+        help="embed at most N chunks in this run (default: no count limit); the rest stays "
+        "queued for the next run",
+    ),
+    arg(
+        "--embed-seconds",
+        type=embed_seconds,
+        default=DEFAULT_EMBED_SECONDS,
+        metavar="SECONDS",
+        help="stop embedding after about this long, model loading included, e.g. 300 or "
+        f"'10 min' (default {DEFAULT_EMBED_SECONDS:.0f}: keeps a run inside a 10-minute "
+        "cron; 0: no limit); the rest stays queued for the next run",
+    ),
+    arg(
+        "--lock-timeout",
+        type=lock_timeout,
+        default=timedelta(seconds=1),
+        metavar="DURATION",
+        help="longest wait for any lock, e.g. '200ms', '2s' (default 1s); writers never "
+        "queue behind maintenance for longer",
+    ),
+)
 def cmd_maintain(run: Runner) -> int:
     """Run one maintenance pass and print its report; the exit status is as the module
     says (0 healthy or already running, 3 unhealthy)."""
@@ -69,75 +131,4 @@ def cmd_maintain(run: Runner) -> int:
     return EXIT_UNHEALTHY
 
 
-def register(commands: Commands) -> None:
-    """Add ``maintain``."""
-    p = commands.add(
-        "maintain",
-        "partition maintenance: create partitions ahead, fold idle sessions' buffers, apply "
-        "retention, embed new chunks (exit 3 when fewer than --premake partitions are ahead "
-        "afterwards)",
-        cmd_maintain,
-    )
-    p.add_argument(
-        "--dry-run", action="store_true", help="print the plan; change nothing, take no lock"
-    )
-    p.add_argument(
-        "--premake",
-        type=int_between(0, 1000),
-        default=None,
-        metavar="N",
-        help="partitions kept ready ahead of the current one (default 4)",
-    )
-    p.add_argument(
-        "--retention",
-        type=interval,
-        default=None,
-        metavar="INTERVAL",
-        help="drop partitions (and sessions, buffered turns) older than this, e.g. '90 days' "
-        "(default: keep everything)",
-    )
-    p.add_argument(
-        "--flush-idle",
-        type=interval,
-        default=timedelta(minutes=5),
-        metavar="INTERVAL",
-        help="fold the buffers of sessions without a turn for this long (default '5 minutes')",
-    )
-    p.add_argument(
-        "--archive-command",
-        default=None,
-        metavar="CMD",
-        help="shell command run for each expired partition before it is dropped; gets the "
-        "detached table's name ({table}, else appended; also $SHARDSTORE_ARCHIVE_TABLE); "
-        "non-zero exit keeps the table for the next run",
-    )
-    p.add_argument(
-        "--no-embed",
-        action="store_true",
-        help="skip embedding queued chunks (done by default when a model is recorded)",
-    )
-    p.add_argument(
-        "--max-embed",
-        type=non_negative_int,
-        default=None,
-        metavar="N",
-        help="embed at most N chunks in this run (default: no count limit); the rest stays "
-        "queued for the next run",
-    )
-    p.add_argument(
-        "--embed-seconds",
-        type=embed_seconds,
-        default=DEFAULT_EMBED_SECONDS,
-        metavar="SECONDS",
-        help="stop embedding after about this long, model loading included, e.g. 300 or "
-        f"'10 min' (default {DEFAULT_EMBED_SECONDS:.0f}: keeps a run inside a 10-minute "
-        "cron; 0: no limit); the rest stays queued for the next run",
-    )
-    p.add_argument(
-        "--lock-timeout",
-        type=lock_timeout,
-        default=timedelta(seconds=1),
-        metavar="DURATION",
-        help="longest wait for any lock, e.g. '200ms', '2s' (default 1s); writers never "
-        "queue behind maintenance for longer",
-    )
+COMMANDS = (cmd_maintain,)

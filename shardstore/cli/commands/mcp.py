@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ...core.connector import resolve_dsn
-from ..app import EXIT_OK, Commands, Runner
+from ..app import EXIT_OK, Runner
 from ..args import UsageError
+from ..declare import arg, command, flag
 
 TOKENS_VARIABLE = "SHARDSTORE_MCP_TOKENS"
 
@@ -39,6 +40,27 @@ def _dsn(run: Runner) -> str:
     return resolve_dsn(run.args.dsn)
 
 
+@command(
+    "mcp",
+    "serve a tenant's memory to a model over MCP (stdio, or streamable HTTP with --http)",
+    arg("--tenant", help="the tenant served (stdio; HTTP on 127.0.0.1 without tokens)"),
+    flag(
+        "--writable",
+        help="also offer append_turn (without it the model reads history and keeps facts, "
+        "but adds no turn)",
+    ),
+    arg(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio",
+    ),
+    arg(
+        "--tokens",
+        metavar="FILE",
+        help=f"bearer tokens, lines 'TOKEN TENANT' (default: ${TOKENS_VARIABLE}); each "
+        "request runs as its token's tenant, one without a valid token gets 401",
+    ),
+)
 def cmd_mcp(run: Runner) -> int:
     """Serve until the client goes away (stdio) or until interrupted (HTTP); 0 then."""
     import anyio
@@ -80,28 +102,4 @@ def cmd_mcp(run: Runner) -> int:
     return EXIT_OK
 
 
-def register(commands: Commands) -> None:
-    """Add ``mcp``."""
-    p = commands.add(
-        "mcp",
-        "serve a tenant's memory to a model over MCP (stdio, or streamable HTTP with --http)",
-        cmd_mcp,
-    )
-    p.add_argument("--tenant", help="the tenant served (stdio; HTTP on 127.0.0.1 without tokens)")
-    p.add_argument(
-        "--writable",
-        action="store_true",
-        help="also offer append_turn (without it the model reads history and keeps facts, "
-        "but adds no turn)",
-    )
-    p.add_argument(
-        "--http",
-        metavar="HOST:PORT",
-        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio",
-    )
-    p.add_argument(
-        "--tokens",
-        metavar="FILE",
-        help=f"bearer tokens, lines 'TOKEN TENANT' (default: ${TOKENS_VARIABLE}); each "
-        "request runs as its token's tenant, one without a valid token gets 401",
-    )
+COMMANDS = (cmd_mcp,)

@@ -21,7 +21,8 @@ from types import FrameType
 from ...core.connector import resolve_dsn
 from ...errors import ConnectionRejected
 from ...integrations import metrics
-from ..app import EXIT_OK, Commands, Runner
+from ..app import EXIT_OK, Runner
+from ..declare import arg, command
 from ..output import dumps
 
 
@@ -59,6 +60,18 @@ def _wait_for_stop() -> None:
             signal.signal(sig, handler)
 
 
+@command(
+    "metrics",
+    "the store's gauges (embedding backlog, partitions ahead, oldest unfolded turn, runs "
+    "awaiting a human, last maintenance) in the Prometheus text format, once or served "
+    "with --serve",
+    arg(
+        "--serve",
+        metavar="HOST:PORT",
+        help="serve them at http://HOST:PORT/metrics until interrupted, reading the database "
+        "once per scrape (e.g. 127.0.0.1:9464; port 0: a free one, printed)",
+    ),
+)
 def cmd_metrics(run: Runner) -> int:
     """Print the gauges once, or serve them until stopped (see the module docstring)."""
     address = run.args.serve
@@ -86,19 +99,4 @@ def cmd_metrics(run: Runner) -> int:
     return EXIT_OK
 
 
-def register(commands: Commands) -> None:
-    """Add ``metrics``."""
-    p = commands.add(
-        "metrics",
-        "the store's gauges (embedding backlog, partitions ahead, oldest unfolded turn, runs "
-        "awaiting a human, last maintenance) in the Prometheus text format, once or served "
-        "with --serve",
-        cmd_metrics,
-    )
-    p.add_argument(
-        "--serve",
-        default=None,
-        metavar="HOST:PORT",
-        help="serve them at http://HOST:PORT/metrics until interrupted, reading the database "
-        "once per scrape (e.g. 127.0.0.1:9464; port 0: a free one, printed)",
-    )
+COMMANDS = (cmd_metrics,)

@@ -22,89 +22,97 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ...lifecycle.purge import DEFAULT_BATCH_SIZE, PurgeReport
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import TIME_HELP, UsageError, non_negative_int, parse_time, positive_int
+from ..declare import Arg, arg, command, flag, form, one_of
 from ..output import format_table, kv, num, printable, size, when
 
-
-def register(commands: Commands) -> None:
-    """Add ``purge`` and its forms (session, subject, tenant, range, before)."""
-    parser = commands.add(
-        "purge",
-        "GDPR purge: remove sessions, a data subject, a tenant, a session's oldest turns, "
-        "or everything older than a time, leaving tombstones",
-        cmd_purge,
-    )
-    forms = commands.nested(parser, "purge_kind")
-
-    def form(name: str, help_text: str, *, batched: bool) -> argparse.ArgumentParser:
-        p = forms.add(name, help_text)
-        p.add_argument(
-            "--dry-run", action="store_true", help="report what would go; remove nothing"
-        )
-        p.add_argument("--vacuum", action="store_true", help="VACUUM the tables touched")
-        p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-        if batched:
-            p.add_argument(
-                "--batch-size",
-                type=positive_int,
-                default=DEFAULT_BATCH_SIZE,
-                metavar="N",
-                help=f"sessions per transaction (default {DEFAULT_BATCH_SIZE})",
-            )
-            p.add_argument(
-                "--progress",
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help="progress bar on stderr (default: when stderr is a terminal)",
-            )
-        return p
-
-    p = form("session", "purge one session and leave its tombstone", batched=False)
-    p.add_argument("session_id", metavar="SESSION_ID")
-    _shred_options(p, "the session's own data key (a session without a subject)")
-
-    p = form("subject", "purge every session of a data subject", batched=True)
-    p.add_argument("--tenant", required=True, help="tenant id")
-    p.add_argument("--subject", required=True, help="subject id")
-    _shred_options(p, "the subject's data key")
-
-    p = form("tenant", "purge every session of a tenant", batched=True)
-    p.add_argument("--tenant", required=True, help="tenant id")
-    _shred_options(p, "every data key of the tenant (its subjects', sessions' and own)")
-
-    p = form("range", "purge a session's oldest turns (the session stays live)", batched=False)
-    p.add_argument("session_id", metavar="SESSION_ID")
-    cut = p.add_mutually_exclusive_group(required=True)
-    cut.add_argument(
-        "--before-turn", type=non_negative_int, metavar="N", help="purge turns with turn_seq < N"
-    )
-    cut.add_argument(
-        "--before", metavar="TIME", help=f"purge turns written before TIME: {TIME_HELP}"
-    )
-
-    p = form(
-        "before",
-        "retention: purge every turn written before TIME (sessions stay live)",
-        batched=True,
-    )
-    p.add_argument("time", metavar="TIME", help=TIME_HELP)
-    p.add_argument("--tenant", help="only this tenant's sessions")
-    p.add_argument(
-        "--no-truncate",
-        action="store_true",
-        help="delete row by row even where whole partitions could be emptied",
-    )
+#: What every purge form takes, first.
+_EVERY_FORM = (
+    flag("--dry-run", help="report what would go; remove nothing"),
+    flag("--vacuum", help="VACUUM the tables touched"),
+    flag("--yes", "-y", help="do not ask for confirmation"),
+)
+#: What the forms that purge session by session take next.
+_BATCHED = (
+    arg(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"sessions per transaction (default {DEFAULT_BATCH_SIZE})",
+    ),
+    arg(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    ),
+)
 
 
-def _shred_options(p: argparse.ArgumentParser, whose: str) -> None:
-    p.add_argument(
+def _shred(whose: str) -> Arg:
+    return flag(
         "--shred",
-        action="store_true",
         help=f"first destroy {whose} (encryption at rest): every backup taken before holds "
         "only ciphertext nobody can open; needs the key store (the global --key-store PATH, "
         "or $SHARDSTORE_KEY_STORE)",
     )
+
+
+#: ``purge``'s forms; :func:`cmd_purge` runs the one named.
+PURGE_FORMS = (
+    form(
+        "session",
+        "purge one session and leave its tombstone",
+        *_EVERY_FORM,
+        arg("session_id", metavar="SESSION_ID"),
+        _shred("the session's own data key (a session without a subject)"),
+    ),
+    form(
+        "subject",
+        "purge every session of a data subject",
+        *_EVERY_FORM,
+        *_BATCHED,
+        arg("--tenant", required=True, help="tenant id"),
+        arg("--subject", required=True, help="subject id"),
+        _shred("the subject's data key"),
+    ),
+    form(
+        "tenant",
+        "purge every session of a tenant",
+        *_EVERY_FORM,
+        *_BATCHED,
+        arg("--tenant", required=True, help="tenant id"),
+        _shred("every data key of the tenant (its subjects', sessions' and own)"),
+    ),
+    form(
+        "range",
+        "purge a session's oldest turns (the session stays live)",
+        *_EVERY_FORM,
+        arg("session_id", metavar="SESSION_ID"),
+        one_of(
+            arg(
+                "--before-turn",
+                type=non_negative_int,
+                metavar="N",
+                help="purge turns with turn_seq < N",
+            ),
+            arg("--before", metavar="TIME", help=f"purge turns written before TIME: {TIME_HELP}"),
+            required=True,
+        ),
+    ),
+    form(
+        "before",
+        "retention: purge every turn written before TIME (sessions stay live)",
+        *_EVERY_FORM,
+        *_BATCHED,
+        arg("time", metavar="TIME", help=TIME_HELP),
+        arg("--tenant", help="only this tenant's sessions"),
+        flag(
+            "--no-truncate", help="delete row by row even where whole partitions could be emptied"
+        ),
+    ),
+)
 
 
 def _describe(args: argparse.Namespace) -> str:
@@ -139,6 +147,13 @@ def _confirm(run: Runner) -> bool:
     return answer in ("y", "yes")
 
 
+@command(
+    "purge",
+    "GDPR purge: remove sessions, a data subject, a tenant, a session's oldest turns, "
+    "or everything older than a time, leaving tombstones",
+    subcommands=PURGE_FORMS,
+    dest="purge_kind",
+)
 def cmd_purge(run: Runner) -> int:
     """Run one purge form (after confirmation on a terminal) and print its report; 0 when
     it ran, 1 when the confirmation was declined (nothing purged)."""
@@ -234,3 +249,6 @@ def print_report(
         for name, t in [*report.tables.items(), *report.partitions.items()]
     ]
     run.line(format_table(("table", "rows", "rewritten", "bytes"), rows, "lrrr"))
+
+
+COMMANDS = (cmd_purge,)

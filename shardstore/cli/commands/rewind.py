@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import non_negative_int
+from ..declare import arg, command
 
 
+@command(
+    "rewind",
+    "remove a session's turns from turn N on (retry or edit a reply)",
+    arg("session_id", metavar="SESSION"),
+    arg(
+        "--to",
+        metavar="N",
+        type=non_negative_int,
+        required=True,
+        help="the first turn_seq to remove; the next append gets it",
+    ),
+)
 def cmd_rewind(run: Runner) -> int:
     """Remove the session's turns from ``--to`` on (its next turn gets turn_seq N) and
     print how many went; 0 on success."""
@@ -22,16 +35,4 @@ def cmd_rewind(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``rewind``."""
-    p = commands.add(
-        "rewind", "remove a session's turns from turn N on (retry or edit a reply)", cmd_rewind
-    )
-    p.add_argument("session_id", metavar="SESSION")
-    p.add_argument(
-        "--to",
-        metavar="N",
-        type=non_negative_int,
-        required=True,
-        help="the first turn_seq to remove; the next append gets it",
-    )
+COMMANDS = (cmd_rewind,)

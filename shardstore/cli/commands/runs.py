@@ -5,13 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...state.runs import STATUSES, Run
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import positive_int
+from ..declare import arg, command
 from ..output import abbrev, dumps, format_table, num, printable, run_json, when
 
 _HEADERS = ("run", "tenant", "framework", "status", "steps", "usd", "since (UTC)", "what / error")
 
 
+@command(
+    "runs",
+    "list agent runs (what waits on a human first)",
+    arg("--tenant", help="only this tenant's runs"),
+    arg("--session", metavar="SESSION_ID", help="only this session's runs"),
+    arg("--status", choices=STATUSES, help="only runs in this status"),
+    arg("--framework", help="only runs of this framework"),
+    arg("--limit", type=positive_int, help="at most this many runs"),
+)
 def cmd_runs(run: Runner) -> int:
     """List runs matching the filters (waiting ones first, the longest wait first); 0 on
     success."""
@@ -44,11 +54,4 @@ def _table(found: Sequence[Run]) -> str:
     return format_table(_HEADERS, rows, "llllrrll")
 
 
-def register(commands: Commands) -> None:
-    """Add ``runs``."""
-    p = commands.add("runs", "list agent runs (what waits on a human first)", cmd_runs)
-    p.add_argument("--tenant", help="only this tenant's runs")
-    p.add_argument("--session", metavar="SESSION_ID", help="only this session's runs")
-    p.add_argument("--status", choices=STATUSES, help="only runs in this status")
-    p.add_argument("--framework", help="only runs of this framework")
-    p.add_argument("--limit", type=positive_int, help="at most this many runs")
+COMMANDS = (cmd_runs,)

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from ..app import Commands, Runner
+from ..app import Runner
+from ..declare import command, flag, one_of
 
 
+@command(
+    "sealed-vectors",
+    "show or switch vectors of encrypted turns (off: none stored, search ranks by text)",
+    one_of(
+        flag(
+            "--on", help="embed encrypted turns again (those skipped are queued for the next embed)"
+        ),
+        flag("--off", help="delete every vector of an encrypted turn and embed none from now on"),
+    ),
+)
 def cmd_sealed_vectors(run: Runner) -> int:
     """Print whether turns sealed under encryption at rest get vectors (``on`` or ``off``);
     with ``--on`` or ``--off`` switch it first (off deletes their vectors in one transaction,
@@ -29,21 +40,4 @@ def cmd_sealed_vectors(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``sealed-vectors``."""
-    p = commands.add(
-        "sealed-vectors",
-        "show or switch vectors of encrypted turns (off: none stored, search ranks by text)",
-        cmd_sealed_vectors,
-    )
-    which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--on",
-        action="store_true",
-        help="embed encrypted turns again (those skipped are queued for the next embed)",
-    )
-    which.add_argument(
-        "--off",
-        action="store_true",
-        help="delete every vector of an encrypted turn and embed none from now on",
-    )
+COMMANDS = (cmd_sealed_vectors,)

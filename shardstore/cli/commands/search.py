@@ -7,15 +7,40 @@ import time
 from typing import Any
 
 from ...errors import ConfigurationError
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import TIME_HELP, interval_seconds, optional_time, positive_int
+from ..declare import arg, command, flag
 from ..output import hit_json, print_hits
+
+MODEL_HELP = (
+    "embedding model: 'all-MiniLM-L6-v2', a hub name in the local cache (e.g. "
+    "BAAI/bge-m3) or a local directory (default: the model recorded in the database)"
+)
 
 
 def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {} if args.model is None else {"embedding_model": args.model}
 
 
+@command(
+    "search",
+    "find the chunks nearest to a text, with their best-matching turns",
+    arg("query", metavar="QUERY", help="what to look for, in words"),
+    arg("--tenant", help="search this tenant's sessions (HNSW per partition)"),
+    arg("--session", metavar="SESSION_ID", help="search one session exactly"),
+    arg("--agent", help="only this agent's sessions"),
+    arg("--since", metavar="TIME", help=f"turns at or after TIME: {TIME_HELP}"),
+    arg("--until", metavar="TIME", help=f"turns before TIME: {TIME_HELP}"),
+    arg("-k", type=positive_int, default=5, metavar="K", help="chunks to return (5)"),
+    arg("--model", help=MODEL_HELP),
+    arg(
+        "--mode",
+        choices=("vector", "text", "hybrid"),
+        default="vector",
+        help="vector (embeddings), text (full-text, no embeddings needed) or hybrid (both, "
+        "fused by reciprocal rank fusion); default vector",
+    ),
+)
 def cmd_search(run: Runner) -> int:
     """Print the ``-k`` chunks nearest to the query within one tenant or one session
     (never across tenants: neither given is a usage error); 0 on success."""
@@ -41,6 +66,26 @@ def cmd_search(run: Runner) -> int:
     return 0
 
 
+@command(
+    "embed",
+    "embed chunks that have no vectors yet or changed (safe to run several at once)",
+    flag("--watch", help="keep embedding new chunks until ^C"),
+    arg(
+        "--interval",
+        type=interval_seconds,
+        default=10.0,
+        metavar="INTERVAL",
+        help="with --watch: pause between rounds, e.g. '10s' (default 10 s)",
+    ),
+    arg("--batch", type=positive_int, default=16, metavar="N", help="chunks per transaction (16)"),
+    arg(
+        "--limit",
+        type=positive_int,
+        metavar="N",
+        help="stop after N chunks (per round)",
+    ),
+    arg("--model", help=MODEL_HELP),
+)
 def cmd_embed(run: Runner) -> int:
     """Embed chunks without current vectors (``--watch``: round after round until ^C) and
     print how many; 0 on success."""
@@ -69,6 +114,13 @@ def cmd_embed(run: Runner) -> int:
     return 0
 
 
+@command(
+    "reembed",
+    "switch to another embedding model: drop all vectors and embed every chunk again",
+    arg("--model", required=True, help=MODEL_HELP),
+    arg("--batch", type=positive_int, default=16, metavar="N", help="chunks per transaction (16)"),
+    flag("--yes", help="confirm dropping the stored vectors"),
+)
 def cmd_reembed(run: Runner) -> int:
     """Switch to ``--model`` and embed every chunk again; refuses (exit 2) without
     ``--yes``, since the stored vectors are dropped first."""
@@ -88,65 +140,8 @@ def cmd_reembed(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``search``, ``embed`` and ``reembed``."""
-    model_help = (
-        "embedding model: 'all-MiniLM-L6-v2', a hub name in the local cache (e.g. "
-        "BAAI/bge-m3) or a local directory (default: the model recorded in the database)"
-    )
-    p = commands.add(
-        "search",
-        "find the chunks nearest to a text, with their best-matching turns",
-        cmd_search,
-    )
-    p.add_argument("query", metavar="QUERY", help="what to look for, in words")
-    p.add_argument("--tenant", help="search this tenant's sessions (HNSW per partition)")
-    p.add_argument("--session", metavar="SESSION_ID", help="search one session exactly")
-    p.add_argument("--agent", help="only this agent's sessions")
-    p.add_argument("--since", metavar="TIME", help=f"turns at or after TIME: {TIME_HELP}")
-    p.add_argument("--until", metavar="TIME", help=f"turns before TIME: {TIME_HELP}")
-    p.add_argument("-k", type=positive_int, default=5, metavar="K", help="chunks to return (5)")
-    p.add_argument("--model", default=None, help=model_help)
-    p.add_argument(
-        "--mode",
-        choices=("vector", "text", "hybrid"),
-        default="vector",
-        help="vector (embeddings), text (full-text, no embeddings needed) or hybrid (both, "
-        "fused by reciprocal rank fusion); default vector",
-    )
-
-    p = commands.add(
-        "embed",
-        "embed chunks that have no vectors yet or changed (safe to run several at once)",
-        cmd_embed,
-    )
-    p.add_argument("--watch", action="store_true", help="keep embedding new chunks until ^C")
-    p.add_argument(
-        "--interval",
-        type=interval_seconds,
-        default=10.0,
-        metavar="INTERVAL",
-        help="with --watch: pause between rounds, e.g. '10s' (default 10 s)",
-    )
-    p.add_argument(
-        "--batch", type=positive_int, default=16, metavar="N", help="chunks per transaction (16)"
-    )
-    p.add_argument(
-        "--limit",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="stop after N chunks (per round)",
-    )
-    p.add_argument("--model", default=None, help=model_help)
-
-    p = commands.add(
-        "reembed",
-        "switch to another embedding model: drop all vectors and embed every chunk again",
-        cmd_reembed,
-    )
-    p.add_argument("--model", required=True, help=model_help)
-    p.add_argument(
-        "--batch", type=positive_int, default=16, metavar="N", help="chunks per transaction (16)"
-    )
-    p.add_argument("--yes", action="store_true", help="confirm dropping the stored vectors")
+COMMANDS = (
+    cmd_search,
+    cmd_embed,
+    cmd_reembed,
+)

@@ -16,8 +16,9 @@ from collections import Counter
 import psycopg
 
 from ... import embedded_server as embedded
-from ..app import EXIT_FAILURE, EXIT_OK, Commands, Runner
+from ..app import EXIT_FAILURE, EXIT_OK, Runner
 from ..args import UsageError
+from ..declare import command, flag, group
 from ..output import kv, printable, size
 
 # the other client connections of a server: not this one, not its background processes
@@ -68,6 +69,7 @@ def _print_status(run: Runner, status: embedded.ServerStatus) -> None:
     run.line(kv(rows))
 
 
+@command("status", "whether the embedded Postgres runs, its data directory, DSN and size")
 def cmd_status(run: Runner) -> int:
     """Print whether the embedded server runs, its data directory, DSN, socket and size
     (``--json``: one object); starts nothing; 0 whether it runs or not."""
@@ -79,6 +81,7 @@ def cmd_status(run: Runner) -> int:
     return EXIT_OK
 
 
+@command("start", "start the embedded Postgres (if it is not running)")
 def cmd_start(run: Runner) -> int:
     """Start the embedded server (creating its data directory and database on first use)
     unless it runs already, then print its status; 0 when it runs afterwards."""
@@ -126,6 +129,13 @@ def _may_stop(run: Runner, clients: list[str]) -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
+@command(
+    "stop",
+    "stop the embedded Postgres cleanly (the next command that needs it starts it again); "
+    "with clients connected it says how many and asks, or without a terminal refuses "
+    "unless --force",
+    flag("--force", help="stop it even while other clients are connected (they are disconnected)"),
+)
 def cmd_stop(run: Runner) -> int:
     """Stop the embedded server cleanly (sessions are disconnected, nothing committed is
     lost) and say so, or say that it was not running; 0 in both cases. When other clients
@@ -164,6 +174,11 @@ def cmd_stop(run: Runner) -> int:
     return EXIT_OK
 
 
+@command(
+    "path",
+    "print the embedded Postgres's data directory ($SHARDSTORE_DATA_DIR, else the user "
+    "data directory)",
+)
 def cmd_path(run: Runner) -> int:
     """Print the embedded server's data directory (whether or not it exists yet); 0."""
     path = embedded.server_status().data_dir
@@ -174,35 +189,12 @@ def cmd_path(run: Runner) -> int:
     return EXIT_OK
 
 
-def register(commands: Commands) -> None:
-    """Add ``server`` and its ``status``, ``start``, ``stop`` and ``path``."""
-    p = commands.add(
+COMMANDS = (
+    group(
         "server",
         "the embedded Postgres (used when neither --dsn nor $SHARDSTORE_DSN is given): "
         "status, start, stop, path",
-    )
-    sub = commands.nested(p, "server_command")
-    sub.add(
-        "status",
-        "whether the embedded Postgres runs, its data directory, DSN and size",
-        cmd_status,
-    )
-    sub.add("start", "start the embedded Postgres (if it is not running)", cmd_start)
-    stop = sub.add(
-        "stop",
-        "stop the embedded Postgres cleanly (the next command that needs it starts it again); "
-        "with clients connected it says how many and asks, or without a terminal refuses "
-        "unless --force",
-        cmd_stop,
-    )
-    stop.add_argument(
-        "--force",
-        action="store_true",
-        help="stop it even while other clients are connected (they are disconnected)",
-    )
-    sub.add(
-        "path",
-        "print the embedded Postgres's data directory ($SHARDSTORE_DATA_DIR, else the user "
-        "data directory)",
-        cmd_path,
-    )
+        subcommands=(cmd_status, cmd_start, cmd_stop, cmd_path),
+        dest="server_command",
+    ),
+)

@@ -5,14 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...models import SessionInfo
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import TIME_HELP, optional_time, parse_json, positive_int
+from ..declare import arg, command
 from ..output import dumps, format_table, kv, num, printable, session_json, when
 
 #: ``shardstore sessions`` lists at most this many unless ``--limit`` says otherwise.
 DEFAULT_LIST_LIMIT = 50
 
 
+@command(
+    "create-session",
+    "create a session and print its id",
+    arg("--tenant", required=True, help="tenant id"),
+    arg("--subject", help="subject id (e.g. the end user)"),
+    arg("--agent", help="agent id"),
+    arg("--session-id", help="use this UUID (idempotent: repeating returns it)"),
+    arg("--metadata", metavar="JSON", help="a JSON object stored with the session"),
+)
 def cmd_create_session(run: Runner) -> int:
     """Create a session (idempotent with ``--session-id``) and print its id; 0 on success."""
     metadata = parse_json(run.args.metadata, "--metadata") if run.args.metadata else None
@@ -27,6 +37,7 @@ def cmd_create_session(run: Runner) -> int:
     return 0
 
 
+@command("session", "show a session's owners and counts", arg("session_id", metavar="SESSION_ID"))
 def cmd_session(run: Runner) -> int:
     """Print a session's owners, metadata and counts; 0 on success."""
     with run.connect() as store:
@@ -56,6 +67,35 @@ def cmd_session(run: Runner) -> int:
     return 0
 
 
+@command(
+    "sessions",
+    "list live sessions, newest first, with turn counts and last activity",
+    arg("--tenant", help="only this tenant's sessions"),
+    arg("--subject", help="only this subject's sessions"),
+    arg("--agent", help="only this agent's sessions"),
+    arg(
+        "--external-id",
+        metavar="ID",
+        help="only the session an adapter or importer made for this framework id "
+        "(a LangGraph thread id, an Agents or LangChain session id)",
+    ),
+    arg(
+        "--since",
+        metavar="TIME",
+        help=f"only sessions created at or after TIME: {TIME_HELP}",
+    ),
+    arg(
+        "--limit",
+        type=positive_int,
+        metavar="N",
+        help=f"at most N sessions (default {DEFAULT_LIST_LIMIT})",
+    ),
+    arg(
+        "--before",
+        metavar="SESSION_ID",
+        help="the next page: sessions listed after this one (the last of the previous page)",
+    ),
+)
 def cmd_sessions(run: Runner) -> int:
     """List live sessions matching the filters, newest first, at most ``--limit``
     (default 50); a full page ends with the ``--before`` that lists the next one. 0 on
@@ -110,46 +150,8 @@ def _sessions_table(found: Sequence[SessionInfo]) -> str:
     return format_table(_SESSIONS_HEADERS, rows, "llllrrll")
 
 
-def register(commands: Commands) -> None:
-    """Add ``create-session``, ``session`` and ``sessions``."""
-    p = commands.add("create-session", "create a session and print its id", cmd_create_session)
-    p.add_argument("--tenant", required=True, help="tenant id")
-    p.add_argument("--subject", help="subject id (e.g. the end user)")
-    p.add_argument("--agent", help="agent id")
-    p.add_argument("--session-id", help="use this UUID (idempotent: repeating returns it)")
-    p.add_argument("--metadata", metavar="JSON", help="a JSON object stored with the session")
-
-    p = commands.add("session", "show a session's owners and counts", cmd_session)
-    p.add_argument("session_id", metavar="SESSION_ID")
-
-    p = commands.add(
-        "sessions",
-        "list live sessions, newest first, with turn counts and last activity",
-        cmd_sessions,
-    )
-    p.add_argument("--tenant", help="only this tenant's sessions")
-    p.add_argument("--subject", help="only this subject's sessions")
-    p.add_argument("--agent", help="only this agent's sessions")
-    p.add_argument(
-        "--external-id",
-        metavar="ID",
-        help="only the session an adapter or importer made for this framework id "
-        "(a LangGraph thread id, an Agents or LangChain session id)",
-    )
-    p.add_argument(
-        "--since",
-        metavar="TIME",
-        help=f"only sessions created at or after TIME: {TIME_HELP}",
-    )
-    p.add_argument(
-        "--limit",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help=f"at most N sessions (default {DEFAULT_LIST_LIMIT})",
-    )
-    p.add_argument(
-        "--before",
-        metavar="SESSION_ID",
-        help="the next page: sessions listed after this one (the last of the previous page)",
-    )
+COMMANDS = (
+    cmd_create_session,
+    cmd_session,
+    cmd_sessions,
+)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from ..app import Commands, Runner
+from ..app import Runner
+from ..declare import command
 from ..output import format_partitions, interval_text, kv, num, stats_json
 
 
+@command("stats", "store-wide counts and partitions")
 def cmd_stats(run: Runner) -> int:
     """Print store-wide counts and the partitions table; 0 on success."""
     with run.connect() as store:
@@ -30,6 +32,4 @@ def cmd_stats(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``stats``."""
-    commands.add("stats", "store-wide counts and partitions", cmd_stats)
+COMMANDS = (cmd_stats,)

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 from ...errors import ConfigurationError
 from ...models import Turn
-from ..app import Commands, Runner
+from ..app import Runner
 from ..args import positive_int
+from ..declare import arg, command, one_of
 from ..output import json_default
 
 
@@ -59,6 +60,22 @@ class CommandSummarizer:
         return done.stdout
 
 
+@command(
+    "summarize",
+    "summarise sealed chunks with your model (a command: turns as JSON in, text out)",
+    arg(
+        "--command",
+        required=True,
+        metavar="CMD",
+        help="shell command: reads the chunk's turns as JSON on stdin, prints the summary",
+    ),
+    one_of(
+        arg("--session", metavar="SESSION_ID", help="only this session"),
+        arg("--tenant", metavar="TENANT", help="only this tenant's sessions"),
+    ),
+    arg("--limit", type=positive_int, metavar="N", help="stop after N summaries"),
+    arg("--timeout", type=positive_int, default=300, metavar="SECONDS", help="per chunk (300)"),
+)
 def cmd_summarize(run: Runner) -> int:
     """Summarise queued sealed chunks (of ``--session``, or ``--tenant``'s sessions, else
     every session; at most ``--limit``) with ``--command`` and print how many; 0 on
@@ -86,27 +103,4 @@ def cmd_summarize(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``summarize``."""
-    p = commands.add(
-        "summarize",
-        "summarise sealed chunks with your model (a command: turns as JSON in, text out)",
-        cmd_summarize,
-    )
-    p.add_argument(
-        "--command",
-        required=True,
-        metavar="CMD",
-        help="shell command: reads the chunk's turns as JSON on stdin, prints the summary",
-    )
-    scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--session", metavar="SESSION_ID", default=None, help="only this session")
-    scope.add_argument(
-        "--tenant", metavar="TENANT", default=None, help="only this tenant's sessions"
-    )
-    p.add_argument(
-        "--limit", type=positive_int, default=None, metavar="N", help="stop after N summaries"
-    )
-    p.add_argument(
-        "--timeout", type=positive_int, default=300, metavar="SECONDS", help="per chunk (300)"
-    )
+COMMANDS = (cmd_summarize,)

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
-from ..app import Commands, Runner
+from ..app import Runner
+from ..declare import arg, command, flag, one_of
 
 
+@command(
+    "text-search",
+    "show or switch full-text indexing (its language, or off to save its disk)",
+    one_of(
+        arg(
+            "--language",
+            metavar="CONFIG",
+            help="a PostgreSQL text search configuration (english, german, simple...): "
+            "switch to it and reindex every folded turn",
+        ),
+        flag(
+            "--off",
+            help="stop indexing turns for text search and delete the index "
+            "(search --mode text then fails; hybrid ranks by vectors alone)",
+        ),
+    ),
+)
 def cmd_text_search(run: Runner) -> int:
     """Print the text search language (or ``off``); with ``--language`` or ``--off`` switch
     it first (rebuilding or deleting the index in one transaction) and say how many text
@@ -26,23 +44,4 @@ def cmd_text_search(run: Runner) -> int:
     return 0
 
 
-def register(commands: Commands) -> None:
-    """Add ``text-search``."""
-    p = commands.add(
-        "text-search",
-        "show or switch full-text indexing (its language, or off to save its disk)",
-        cmd_text_search,
-    )
-    which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--language",
-        metavar="CONFIG",
-        help="a PostgreSQL text search configuration (english, german, simple...): "
-        "switch to it and reindex every folded turn",
-    )
-    which.add_argument(
-        "--off",
-        action="store_true",
-        help="stop indexing turns for text search and delete the index "
-        "(search --mode text then fails; hybrid ranks by vectors alone)",
-    )
+COMMANDS = (cmd_text_search,)
