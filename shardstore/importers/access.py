@@ -13,19 +13,17 @@ the report's memory does not grow with the export."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any
 
 from psycopg import sql
 
-from ..core import validate
 from ..core.sql import query
 from ..core.steps import Op, Q
 from ..encryption.envelope import is_sealed
-from ..errors import InvalidInput
 from ..models import SessionInfo
+from .textfiles import path_or_stream, write_text
 
 CELL = 120
 LISTED = 500
@@ -84,14 +82,9 @@ class AccessReport:
     """What an export notes for its Markdown report, and the writing of it."""
 
     def __init__(self, out: Any, tenant: str | None, subject: str | None, file: str | None):
-        self.path: str | None = None
-        self.stream: TextIO | None = None
-        if isinstance(out, str | os.PathLike):
-            self.path = os.fspath(out)
-        elif callable(getattr(out, "write", None)):
-            self.stream = out
-        else:
-            raise InvalidInput("report must be a path or a text stream (an object with write())")
+        self.path, self.stream = path_or_stream(
+            out, "write", "report must be a path or a text stream (an object with write())"
+        )
         self.tenant = tenant
         self.subject = subject
         self.file = file
@@ -197,10 +190,4 @@ class AccessReport:
             self.stream.write(text)
             return
         assert self.path is not None
-        try:
-            with open(self.path, "w", encoding="utf-8") as out:
-                out.write(text)
-        except OSError as exc:
-            raise InvalidInput(f"cannot write {self.path}: {exc.strerror}") from None
-        except ValueError as exc:
-            raise InvalidInput(f"cannot write {validate.shown(self.path)}: {exc}") from None
+        write_text(self.path, text)

@@ -67,12 +67,12 @@ from __future__ import annotations
 import functools
 import io
 import json
-import os
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any
 
 from ..core import jsoncodec, validate
 from ..core.sql import query
@@ -136,6 +136,7 @@ from .lineage import (
 from .records import line, paged_op, record_lines
 from .remap import IdMap, import_id_of, needs_import_id
 from .report import Counts, ExportReport, ImportReport, Progress, Skipped, Tally
+from .textfiles import open_text, path_or_stream
 from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
 
 FORMAT = "shardstore.jsonl"
@@ -163,26 +164,16 @@ class _Sink:
     (opened here, closed at the end)."""
 
     def __init__(self, out: Any) -> None:
-        self.stream: TextIO | None = None
+        self.path, self.stream = path_or_stream(
+            out, "write", "out must be a path or a text stream (an object with write())"
+        )
         self.owned = False
-        self.path: str | None = None
-        if isinstance(out, str | os.PathLike):
-            self.path = os.fspath(out)
-        elif callable(getattr(out, "write", None)):
-            self.stream = out
-        else:
-            raise InvalidInput("out must be a path or a text stream (an object with write())")
         self.bytes = 0
 
     def open(self) -> None:
         """Open the named file (for writing, UTF-8)."""
         if self.path is not None:
-            try:
-                self.stream = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
-            except OSError as exc:
-                raise InvalidInput(f"cannot write {self.path}: {exc.strerror}") from None
-            except ValueError as exc:  # a NUL in the path, a lone surrogate (UnicodeError)
-                raise InvalidInput(f"cannot write {validate.shown(self.path)}: {exc}") from None
+            self.stream = open_text(self.path, "w")
             self.owned = True
 
     def write(self, lines: Sequence[str]) -> None:
@@ -593,27 +584,17 @@ class _Lines:
 
     def __init__(self, source: Any, limit: int) -> None:
         self.limit = limit
-        self.stream: Any = None
-        self.path: str | None = None
+        self.path, self.stream = path_or_stream(
+            source, "readline", "source must be a path or a text stream (with readline())"
+        )
         self.owned = False
         self.number = 0
         self.pending: ImportRejected | None = None
-        if isinstance(source, str | os.PathLike):
-            self.path = os.fspath(source)
-        elif callable(getattr(source, "readline", None)):
-            self.stream = source
-        else:
-            raise InvalidInput("source must be a path or a text stream (with readline())")
 
     def open(self) -> None:
         """Open the named file (UTF-8)."""
         if self.path is not None:
-            try:
-                self.stream = open(self.path, encoding="utf-8", newline="\n")  # noqa: SIM115
-            except OSError as exc:
-                raise InvalidInput(f"cannot read {self.path}: {exc.strerror}") from None
-            except ValueError as exc:  # a NUL in the path, a lone surrogate (UnicodeError)
-                raise InvalidInput(f"cannot read {validate.shown(self.path)}: {exc}") from None
+            self.stream = open_text(self.path, "r", newline="\n")
             self.owned = True
 
     def read(self, n: int) -> list[tuple[int, str]]:
@@ -767,35 +748,27 @@ def _stored(row: Any, at: str) -> Any:
     return row
 
 
+@dataclass(eq=False)
 class _State:
     """The checkpoints, runs, summaries and artifact references of one session being
     imported (version 2 and 3): each line checked, then written in the session's
     transaction, in the tenant of the session (a row naming another is refused), under
-    the ids ``ids`` gives (``old_sid``: the session's id in the file, ``sid`` here)."""
+    the ids ``remap`` gives (``old_sid``: the session's id in the file, ``sid`` here)."""
 
-    def __init__(
-        self,
-        old_sid: uuid.UUID,
-        sid: uuid.UUID,
-        tenant: str,
-        ids: IdMap,
-        carried: dict[Any, Carried],
-        resealing: sealing.SessionResealer | None = None,
-    ) -> None:
-        self.resealing = resealing
-        self.old_sid = old_sid
-        self.sid = sid
-        self.tenant = tenant
-        self.remap = ids
-        self.carried = carried
-        self.started = False
-        self.head = 0  # the session's next turn_seq once its turns are in
-        self.ids: set[uuid.UUID] = set()
-        self.keys: set[str] = set()
-        self.runs: set[uuid.UUID] = set()
-        self.counts = Counts()
-        self.unmatched: list[str] = []
-        self.unreferenced: list[tuple[str, str]] = []
+    old_sid: uuid.UUID
+    sid: uuid.UUID
+    tenant: str
+    remap: IdMap
+    carried: dict[Any, Carried]
+    resealing: sealing.SessionResealer | None = None
+    started: bool = field(default=False, init=False)
+    head: int = field(default=0, init=False)  # the next turn_seq once its turns are in
+    ids: set[uuid.UUID] = field(default_factory=set, init=False)
+    keys: set[str] = field(default_factory=set, init=False)
+    runs: set[uuid.UUID] = field(default_factory=set, init=False)
+    counts: Counts = field(default_factory=Counts, init=False)
+    unmatched: list[str] = field(default_factory=list, init=False)
+    unreferenced: list[tuple[str, str]] = field(default_factory=list, init=False)
 
     def line_op(self, kind: str, doc: dict[str, Any], at: str, version: int) -> Op[None]:
         """Check one state line and write it."""
