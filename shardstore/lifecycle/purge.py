@@ -719,9 +719,7 @@ def purge_subject(
     ``KeyShredded``; calling again purges them. Refused (``AccessDenied``) from a store
     bound to another tenant or by its role; ``ConfigurationError`` without encryption."""
     tenant, subject = validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id")
-    shredded: tuple[str, ...] = ()
-    if validate.flag(shred, "shred"):
-        shredded = yield from _shred_subject_op(store, tenant, subject, dry_run)
+    shredding = _shred_subject_op(store, tenant, subject, dry_run)
     purge = _sessions_op(
         "subject",
         (tenant, subject),
@@ -731,7 +729,25 @@ def purge_subject(
         progress,
         lambda acc: subject_facts_op(acc, tenant, subject),
     )
-    report = yield from _erasing_op(store, dry_run, tenant, purge)
+    return (yield from _shred_then_purge_op(store, tenant, shred, shredding, purge, dry_run))
+
+
+def _shred_then_purge_op(
+    store: StoreState,
+    tenant: str,
+    shred: Any,
+    shredding: Op[tuple[str, ...]],
+    purge: Op[PurgeReport],
+    dry_run: bool,
+    whole_tenant: bool = False,
+) -> Op[PurgeReport]:
+    """A subject's or a tenant's purge: with ``shred``, its data keys first (``shredding``,
+    durably, before any row goes), then ``purge`` and the erasure of what it queued
+    (:func:`_erasing_op`); the report names the shredded keys."""
+    shredded: tuple[str, ...] = ()
+    if validate.flag(shred, "shred"):
+        shredded = yield from shredding
+    report = yield from _erasing_op(store, dry_run, tenant, purge, whole_tenant=whole_tenant)
     return dataclasses.replace(report, shredded_keys=shredded)
 
 
@@ -769,9 +785,7 @@ def purge_tenant(
     is searched by the scope each key file records, so keys of subjects the database no
     longer names go too."""
     tenant = validate.text(tenant_id, "tenant_id")
-    shredded: tuple[str, ...] = ()
-    if validate.flag(shred, "shred"):
-        shredded = yield from _shred_tenant_op(store, tenant, dry_run)
+    shredding = _shred_tenant_op(store, tenant, dry_run)
     purge = _sessions_op(
         "tenant",
         (tenant,),
@@ -781,8 +795,11 @@ def purge_tenant(
         progress,
         lambda acc: tenant_facts_op(acc, tenant),
     )
-    report = yield from _erasing_op(store, dry_run, tenant, purge, whole_tenant=True)
-    return dataclasses.replace(report, shredded_keys=shredded)
+    return (
+        yield from _shred_then_purge_op(
+            store, tenant, shred, shredding, purge, dry_run, whole_tenant=True
+        )
+    )
 
 
 def _shred_tenant_op(store: StoreState, tenant: str, dry_run: bool) -> Op[tuple[str, ...]]:
