@@ -135,7 +135,7 @@ from .lineage import (
 )
 from .records import line, paged_op, record_lines
 from .remap import IdMap, import_id_of, needs_import_id
-from .report import Counts, ExportReport, ImportReport, Progress, Skipped, Tally
+from .report import ON_ERROR, Counts, ExportReport, ImportReport, Progress, Skipped, Tally
 from .textfiles import open_text, path_or_stream
 from .writer import Batch, Partitions, append_exact_op, partition_check, premake_op
 
@@ -147,7 +147,6 @@ PAGE = 200  # sessions listed per round trip when exporting by tenant or subject
 ON_EXISTING = ("refuse", "skip")
 # the lines after a session's turns
 STATE_KINDS = ("checkpoint", "run", "summary", "artifact_ref", "artifact_link")
-ON_ERROR = ("raise", "skip")
 TOP_KINDS = ("session", "artifact", "fact")  # the lines that start a record of their own
 RUN_STATUSES = ("running", "awaiting_human", "done", "failed")
 # a row the server refuses all the same (a unique or check constraint, a value out of range):
@@ -1382,7 +1381,7 @@ def import_jsonl(
                 except DecryptionFailed as exc:  # one line, listed like a refused session
                     if on_error == "raise" or isinstance(exc, EncryptionRequired):
                         raise
-                    tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
+                    tally.skip(where, exc)
                 continue
             try:
                 if kind == "artifact":
@@ -1416,7 +1415,7 @@ def import_jsonl(
                 if on_error == "raise" or isinstance(exc, EncryptionRequired):
                     raise
                 discard(pending)  # the refused session's artifacts go with it
-                tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
+                tally.skip(where, exc)
                 if kind != "artifact_ref":  # one line: nothing of it to read past
                     yield from _resync_op(reader)
         if pending:  # artifacts no session follows

@@ -31,8 +31,8 @@ from ..errors import (
     MissingDependency,
 )
 from ..integrations.ids import external_metadata, external_session_id
-from .report import ImportReport, Progress, Skipped, Tally
-from .source import connect, guarded, source_query
+from .report import ImportReport, Progress, Tally
+from .source import connect, guarded, run_options, source_query
 from .writer import Batch, append_batch_op, open_session_op
 
 FRAMEWORK = "langgraph"
@@ -183,12 +183,7 @@ def import_langgraph(
     else:
         raise InvalidInput("thread_id must be a string, a list of strings or None")
     name = validate.text(channel, "channel")
-    size = validate.count(batch_size, "batch_size", high=100_000)
-    if on_error not in ("raise", "skip"):
-        raise InvalidInput(f"on_error must be 'raise' or 'skip', not {validate.shown(on_error)}")
-    show = validate.flag(progress, "progress")
-    if not isinstance(source_dsn, str) or not source_dsn:
-        raise InvalidInput("source_dsn must be a non-empty DSN string")
+    size, show = run_options(source_dsn, batch_size, on_error, progress)
     source = LangGraphSource(source_dsn, name)
     tally = Tally()
     bar = Progress(show, "importing LangGraph threads")
@@ -207,8 +202,7 @@ def import_langgraph(
                 except ImportRejected as exc:
                     if on_error == "raise":
                         raise tally.stopped(exc) from exc
-                    where = f"thread {thread!r}"
-                    tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
+                    tally.skip(f"thread {thread!r}", exc)
     finally:
         source.close()
         bar.close()

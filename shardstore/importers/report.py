@@ -133,6 +133,11 @@ class Counts:
         return int(self.by_name[self.name(kind)])
 
 
+#: What ``on_error`` may be: stop the run at the first source element that cannot be
+#: imported, or list it in the report's ``skipped`` and go on.
+ON_ERROR = ("raise", "skip")
+
+
 @dataclass(slots=True)
 class Tally:
     """Counts an import accumulates while it runs (one per run, never shared)."""
@@ -154,6 +159,11 @@ class Tally:
             self.sessions += 1
         else:
             self.unchanged += 1
+
+    def skip(self, where: str, exc: Exception) -> None:
+        """Note that what ``where`` names was left out for ``exc`` (its reason: the message
+        without the ``where: `` it starts with)."""
+        self.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
 
     def stopped(self, exc: ImportRejected) -> ImportRejected:
         """``exc`` as the run's error when it stops the run: its message says what was

@@ -43,12 +43,11 @@ from ..core.steps import Call, Op, Try, Tx
 from ..errors import ImportRejected, InvalidInput
 from ..integrations.ids import external_metadata, external_session_id
 from .report import ImportReport, Progress, Skipped, Tally
-from .source import connect, guarded, identifier, source_query
+from .source import connect, guarded, identifier, run_options, source_query
 from .writer import Batch, append_batch_op, open_session_op
 
 PAGE = 200  # row heads per round trip
 DEFAULT_BATCH = 500  # elements per round trip and per append statement
-ON_ERROR = ("raise", "skip")
 _CURSOR = "shardstore_import_elements"
 _SAVEPOINT = "shardstore_import_row"
 
@@ -382,12 +381,7 @@ def import_single_row(
         created_column,
         messages_key,
     )
-    size = validate.count(batch_size, "batch_size", high=100_000)
-    if on_error not in ON_ERROR:
-        raise InvalidInput(f"on_error must be 'raise' or 'skip', not {validate.shown(on_error)}")
-    show = validate.flag(progress, "progress")
-    if not isinstance(source_dsn, str) or not source_dsn:
-        raise InvalidInput("source_dsn must be a non-empty DSN string")
+    size, show = run_options(source_dsn, batch_size, on_error, progress)
     source = TableSource(source_dsn, spec, store.ctx.settings.chunk_max_bytes)
     tally = Tally()
     bar = Progress(show, f"importing {spec.table}")
@@ -415,7 +409,7 @@ def import_single_row(
                 except ImportRejected as exc:
                     if on_error == "raise":
                         raise tally.stopped(exc) from exc
-                    tally.skipped.append(Skipped(where, str(exc).removeprefix(where + ": ")))
+                    tally.skip(where, exc)
     finally:
         source.close()
         bar.close()

@@ -20,6 +20,7 @@ from ..core import validate
 from ..core.executor import translate
 from ..core.sql import named_statements
 from ..errors import DatabaseUnavailable, ImportRejected, InvalidInput, ShardstoreError
+from .report import ON_ERROR
 
 T = TypeVar("T")
 
@@ -50,6 +51,18 @@ def source_error(exc: psycopg.Error, what: str) -> ShardstoreError:
     if isinstance(translated, DatabaseUnavailable):
         return DatabaseUnavailable(f"source database: {translated}")
     return type(translated)(f"source {what}: {translated}")
+
+
+def run_options(source_dsn: Any, batch_size: Any, on_error: Any, progress: Any) -> tuple[int, bool]:
+    """The options every import from a source database takes, checked (``InvalidInput``):
+    the batch size and whether to draw a progress bar."""
+    size = validate.count(batch_size, "batch_size", high=100_000)
+    if on_error not in ON_ERROR:
+        raise InvalidInput(f"on_error must be 'raise' or 'skip', not {validate.shown(on_error)}")
+    show = validate.flag(progress, "progress")
+    if not isinstance(source_dsn, str) or not source_dsn:
+        raise InvalidInput("source_dsn must be a non-empty DSN string")
+    return size, show
 
 
 def guarded(what: str, fn: Callable[[], T]) -> T:
