@@ -9,12 +9,14 @@
 
     COMMANDS = (cmd_distribute,)
 
-:func:`command` turns a handler into a :class:`Command` (its name, its one-line summary,
-its arguments as :func:`arg` takes them for ``argparse``, and the handler, which it still
-runs when called). A parent of subcommands that runs nothing itself is a :func:`group`; a
-subcommand whose parent's handler runs it is a :func:`form`. Each module lists its
-top-level commands in ``COMMANDS``, in ``--help`` order; :func:`shardstore.cli.app.build_parser`
-turns them into parsers, so that no module touches argparse to add a command.
+:func:`command` turns a handler into a :class:`Command`: its name, its one-line summary
+(``--help`` lists it and shows it as the description), its arguments in ``--help`` order
+(:func:`arg` takes what ``ArgumentParser.add_argument`` takes; :func:`flag` is an option
+that is off unless given; :func:`one_of` groups mutually exclusive ones), and the handler,
+which the command still runs when called. A parent of subcommands that runs nothing
+itself is a :func:`group`; a subcommand whose parent's handler runs it is a :func:`form`.
+Each module lists its top-level commands in ``COMMANDS``; :func:`shardstore.cli.app.build_parser`
+makes the parsers from them (:meth:`shardstore.cli.app.Commands.add`).
 """
 
 from __future__ import annotations

@@ -21,11 +21,16 @@ from ..output import (
     turn_json,
 )
 
+#: The session every command here reads or writes.
+SESSION = arg("session_id", metavar="SESSION_ID")
+#: Turns are shown one line each, their messages cut, unless this is given.
+WHOLE_MESSAGES = flag("--full", help="print whole messages")
+
 
 @command(
     "append",
     "append a message (a JSON object; a JSON array appends several atomically)",
-    arg("session_id", metavar="SESSION_ID"),
+    SESSION,
     arg(
         "message",
         metavar="MESSAGE_JSON",
@@ -79,10 +84,10 @@ def cmd_append(run: Runner) -> int:
 @command(
     "tail",
     "show the newest turns, oldest first",
-    arg("session_id", metavar="SESSION_ID"),
+    SESSION,
     arg("-n", type=positive_int, metavar="N", help="at most N turns"),
     arg("--max-tokens", type=positive_int, metavar="M", help="at most M tokens"),
-    flag("--full", help="print whole messages"),
+    WHOLE_MESSAGES,
     flag(
         "--show-held",
         help="also print the turns the window held back (a tool result whose call is "
@@ -119,10 +124,10 @@ def cmd_tail(run: Runner) -> int:
 @command(
     "history",
     "stream turns FROM <= turn < TO in order (--json: one JSON object per line)",
-    arg("session_id", metavar="SESSION_ID"),
+    SESSION,
     arg("--from", dest="from_seq", type=non_negative_int, default=0, metavar="N"),
     arg("--to", dest="to_seq", type=non_negative_int, metavar="N"),
-    flag("--full", help="print whole messages"),
+    WHOLE_MESSAGES,
 )
 def cmd_history(run: Runner) -> int:
     """Stream turns ``--from <= turn_seq < --to`` in order as they are read (``--json``:
@@ -154,7 +159,7 @@ def cmd_history(run: Runner) -> int:
 @command(
     "chunks",
     "show a session's chunks, oldest first",
-    arg("session_id", metavar="SESSION_ID"),
+    SESSION,
     arg("--last", type=positive_int, metavar="N", help="only the N newest chunks"),
 )
 def cmd_chunks(run: Runner) -> int:

@@ -33,6 +33,8 @@ _EVERY_FORM = (
     flag("--vacuum", help="VACUUM the tables touched"),
     flag("--yes", "-y", help="do not ask for confirmation"),
 )
+#: The session of ``purge session`` and ``purge range``.
+_SESSION = arg("session_id", metavar="SESSION_ID")
 #: What the forms that purge session by session take next.
 _BATCHED = (
     arg(
@@ -65,7 +67,7 @@ PURGE_FORMS = (
         "session",
         "purge one session and leave its tombstone",
         *_EVERY_FORM,
-        arg("session_id", metavar="SESSION_ID"),
+        _SESSION,
         _shred("the session's own data key (a session without a subject)"),
     ),
     form(
@@ -89,7 +91,7 @@ PURGE_FORMS = (
         "range",
         "purge a session's oldest turns (the session stays live)",
         *_EVERY_FORM,
-        arg("session_id", metavar="SESSION_ID"),
+        _SESSION,
         one_of(
             arg(
                 "--before-turn",
