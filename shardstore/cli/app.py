@@ -59,7 +59,7 @@ from ..errors import (
 from ..store import Store
 from .args import UsageError, positive_seconds
 from .declare import Command, OneOf
-from .output import dumps
+from .output import dumps, kv
 
 __all__ = [
     "COMMAND_MODULES",
@@ -316,6 +316,14 @@ class Runner:
     def line(self, text: str = "") -> None:
         """Print one line of human output."""
         print(text, file=self.out)
+
+    def record(self, document: Any, fields: Sequence[tuple[str, str]]) -> None:
+        """Print one result: ``document`` as JSON with ``--json``, else ``fields`` as
+        aligned ``name  value`` lines (:func:`output.kv`)."""
+        if self.json:
+            self.emit(document)
+        else:
+            self.line(kv(fields))
 
     def listing(
         self,

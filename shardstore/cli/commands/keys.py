@@ -20,7 +20,7 @@ from ...errors import ConfigurationError
 from ..app import Runner
 from ..args import UsageError, positive_int
 from ..declare import arg, command, form, one_of
-from ..output import kv, num, printable
+from ..output import num, printable
 
 
 def _key_store(run: Runner) -> LocalKeyProvider:
@@ -78,17 +78,13 @@ def cmd_keys(run: Runner) -> int:
     args = run.args
     if args.keys_action == "rotate-kek":
         report = _key_store(run).rotate_kek(args.new_key_file)
-        if run.json:
-            run.emit(report.to_dict())
-            return 0
-        run.line(
-            kv(
-                [
-                    ("rewrapped", f"{num(report.rewrapped)} data keys"),
-                    ("already", f"{num(report.already)} under the new key (an earlier run)"),
-                    ("kek", report.kek),
-                ]
-            )
+        run.record(
+            report.to_dict(),
+            [
+                ("rewrapped", f"{num(report.rewrapped)} data keys"),
+                ("already", f"{num(report.already)} under the new key (an earlier run)"),
+                ("kek", report.kek),
+            ],
         )
         return 0
     if args.subject is not None and not args.tenant:
@@ -103,24 +99,20 @@ def cmd_keys(run: Runner) -> int:
             )
         else:
             result = store.rotate_data_key(session_id=args.session, batch_size=args.batch_size)
-    if run.json:
-        run.emit(result.to_dict())
-        return 0
     resealed = ", ".join(f"{num(n)} {kind}" for kind, n in result.resealed.items())
-    run.line(
-        kv(
-            [
-                (
-                    "rotated",
-                    f"{result.scope} {printable(result.name)!r} of tenant "
-                    f"{printable(result.tenant_id)!r}",
-                ),
-                ("new key", result.new_key or "none: no data key to rotate"),
-                ("re-sealed", resealed),
-                ("shredded", ", ".join(result.shredded_keys) or "none"),
-                ("sessions", num(result.sessions)),
-            ]
-        )
+    run.record(
+        result.to_dict(),
+        [
+            (
+                "rotated",
+                f"{result.scope} {printable(result.name)!r} of tenant "
+                f"{printable(result.tenant_id)!r}",
+            ),
+            ("new key", result.new_key or "none: no data key to rotate"),
+            ("re-sealed", resealed),
+            ("shredded", ", ".join(result.shredded_keys) or "none"),
+            ("sessions", num(result.sessions)),
+        ],
     )
     return 0
 

@@ -8,7 +8,7 @@ from ...models import SessionInfo
 from ..app import Runner
 from ..args import TIME_HELP, optional_time, parse_json, positive_int
 from ..declare import arg, command
-from ..output import dumps, format_table, kv, num, printable, session_json, when
+from ..output import dumps, format_table, num, printable, session_json, when
 
 #: ``shardstore sessions`` lists at most this many unless ``--limit`` says otherwise.
 DEFAULT_LIST_LIMIT = 50
@@ -42,27 +42,23 @@ def cmd_session(run: Runner) -> int:
     """Print a session's owners, metadata and counts; 0 on success."""
     with run.connect() as store:
         info = store.session(run.args.session_id)
-    if run.json:
-        run.emit(session_json(info))
-        return 0
-    run.line(
-        kv(
-            [
-                ("session", str(info.session_id)),
-                ("tenant", printable(info.tenant_id)),
-                ("subject", printable(info.subject_id or "-")),
-                ("agent", printable(info.agent_id or "-")),
-                ("created", when(info.created_at) + " UTC"),
-                # the time of the last append, which a rewind or a range purge keeps (it
-                # orders later turns): not the time of the newest turn still stored
-                ("last append", when(info.last_turn_at) + " UTC" if info.last_turn_at else "-"),
-                ("turns", _stored(info)),
-                ("next turn", num(info.turn_count)),
-                ("chunks", num(info.chunk_count)),
-                ("purged", "yes" if info.purged else "no"),
-                ("metadata", dumps(info.metadata, indent=None)),
-            ]
-        )
+    run.record(
+        session_json(info),
+        [
+            ("session", str(info.session_id)),
+            ("tenant", printable(info.tenant_id)),
+            ("subject", printable(info.subject_id or "-")),
+            ("agent", printable(info.agent_id or "-")),
+            ("created", when(info.created_at) + " UTC"),
+            # the time of the last append, which a rewind or a range purge keeps (it
+            # orders later turns): not the time of the newest turn still stored
+            ("last append", when(info.last_turn_at) + " UTC" if info.last_turn_at else "-"),
+            ("turns", _stored(info)),
+            ("next turn", num(info.turn_count)),
+            ("chunks", num(info.chunk_count)),
+            ("purged", "yes" if info.purged else "no"),
+            ("metadata", dumps(info.metadata, indent=None)),
+        ],
     )
     return 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..app import Runner
 from ..declare import command
-from ..output import format_partitions, interval_text, kv, num, stats_json
+from ..output import format_partitions, interval_text, num, stats_json
 
 
 @command("stats", "store-wide counts and partitions")
@@ -12,21 +12,17 @@ def cmd_stats(run: Runner) -> int:
     """Print store-wide counts and the partitions table; 0 on success."""
     with run.connect() as store:
         stats = store.stats()
-    if run.json:
-        run.emit(stats_json(stats))
-        return 0
-    run.line(
-        kv(
-            [
-                ("sessions", num(stats.sessions)),
-                ("turns", num(stats.turns)),
-                ("chunks", num(stats.chunks)),
-                ("buffered turns", num(stats.buffered_turns)),
-                ("partition interval", interval_text(stats.partition_interval_seconds)),
-            ]
-        )
+    run.record(
+        stats_json(stats),
+        [
+            ("sessions", num(stats.sessions)),
+            ("turns", num(stats.turns)),
+            ("chunks", num(stats.chunks)),
+            ("buffered turns", num(stats.buffered_turns)),
+            ("partition interval", interval_text(stats.partition_interval_seconds)),
+        ],
     )
-    if stats.partitions:
+    if stats.partitions and not run.json:
         run.line()
         run.line(format_partitions(stats.partitions))
     return 0
