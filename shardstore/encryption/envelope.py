@@ -16,11 +16,18 @@ raises :class:`~shardstore.errors.DecryptionFailed`.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 import secrets
+from functools import lru_cache
 from typing import Any
+
+try:
+    # a turn's ciphertext is decoded on every read of it: the SIMD codec takes ~0.5 us for
+    # a 2 kB ciphertext where the standard library's takes ~5 us, most of opening a turn
+    from pybase64 import b64decode, b64encode
+except ImportError:  # pragma: no cover - the encryption extra installs it
+    from base64 import b64decode, b64encode  # type: ignore[assignment]
 
 from ..errors import DecryptionFailed, EncryptionRequired, PlaintextRefused
 from .keystore import DataKey, KeyStore
@@ -33,11 +40,18 @@ NONCE_BYTES = 12
 
 def associated_data(kind: str, tenant: str, origin: str, position: str) -> bytes:
     """The bytes a ciphertext is bound to; each part length-prefixed, so no two tuples meet."""
-    out = bytearray(b"shardstore-ad/1")
-    for part in (kind, tenant, origin, position):
-        raw = part.encode("utf-8", "surrogatepass")
-        out += len(raw).to_bytes(4, "big") + raw
-    return bytes(out)
+    return _place_prefix(kind, tenant, origin) + _length_prefixed(position)
+
+
+def _length_prefixed(part: str) -> bytes:
+    raw = part.encode("utf-8", "surrogatepass")
+    return len(raw).to_bytes(4, "big") + raw
+
+
+@lru_cache(maxsize=4096)
+def _place_prefix(kind: str, tenant: str, origin: str) -> bytes:
+    # the same for every turn a read opens: built once, not once per turn
+    return b"shardstore-ad/1" + b"".join(_length_prefixed(p) for p in (kind, tenant, origin))
 
 
 # the fields a sealed value may have: the mark, the key id, the ciphertext, the writing
@@ -103,7 +117,7 @@ class Sealer:
             sealed["o"] = origin
         if epoch:
             sealed["e"] = epoch
-        sealed["c"] = base64.b64encode(nonce + body).decode("ascii")
+        sealed["c"] = b64encode(nonce + body).decode("ascii")
         return sealed
 
     def seal_text(
@@ -150,7 +164,7 @@ class Sealer:
             if memo is not None:
                 memo[kid] = key
         try:
-            raw = base64.b64decode(value.get("c"), validate=True)
+            raw = b64decode(value.get("c"), validate=True)
         except (TypeError, ValueError, binascii.Error):
             raise DecryptionFailed(f"{what}: the ciphertext is malformed") from None
         ad = associated_data(kind, key.scope.tenant, origin, position)

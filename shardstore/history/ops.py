@@ -306,15 +306,21 @@ def _append_write(q: Q, locked: bool) -> Op[Any]:
     return (yield from rerun_on_deadlock(q))
 
 
-def _append_prepared_op(
-    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, locked: bool = False
-) -> Op[AppendOutcome]:
-    chunking = (
+def _chunking(ctx: Context) -> tuple[int, int, float, datetime]:
+    """The arguments every append statement takes after its turns: the chunk budgets and the
+    partitioning the seal of a chunk files it by."""
+    return (
         ctx.settings.budget_tokens,
         ctx.settings.chunk_max_bytes,
         ctx.partition_interval.total_seconds(),
         ctx.partition_origin,
     )
+
+
+def _append_prepared_op(
+    ctx: Context, sid: uuid.UUID, batch: PreparedTurns, locked: bool = False
+) -> Op[AppendOutcome]:
+    chunking = _chunking(ctx)
     if len(batch.texts) == 1:
         # one statement whatever happens (append_one_v2: the open chunk's fast path, the
         # seal's statement, else append_v2); a unique violation is a concurrent retry of
@@ -516,21 +522,25 @@ def _sealed_from_kept_head_op(
     """The batch sealed from the kept ``head`` and appended in one statement; None (nothing
     written, the head forgotten) when the head moved."""
     _key, sealed, expected = _sealed_batch(ctx, sealer, sid, head, batch)
-    params = (
-        sid,
-        int(head["epoch"]),
-        expected,
-        "[" + ",".join(sealed.texts) + "]",
-        sealed.tokens,
-        sealed.sizes,
-        sealed.keys,
-        ctx.settings.budget_tokens,
-        ctx.settings.chunk_max_bytes,
-        ctx.partition_interval.total_seconds(),
-        ctx.partition_origin,
-        ctx.settings.default_tail_turns,
-    )
-    rows = yield Q(query("append_sealed"), params, named=True, recover=_KEPT_HEAD_FAILED)
+    chunking = _chunking(ctx)
+    if len(sealed.texts) == 1:
+        one = (sealed.texts[0], sealed.tokens[0], sealed.sizes[0], sealed.keys[0])
+        params: tuple[Any, ...] = (sid, int(head["epoch"]), expected[0], *one, *chunking)
+        statement = query("append_sealed_one")
+    else:
+        params = (
+            sid,
+            int(head["epoch"]),
+            expected,
+            "[" + ",".join(sealed.texts) + "]",
+            sealed.tokens,
+            sealed.sizes,
+            sealed.keys,
+            *chunking,
+            ctx.settings.default_tail_turns,
+        )
+        statement = query("append_sealed")
+    rows = yield Q(statement, params, named=True, recover=_KEPT_HEAD_FAILED)
     if isinstance(rows, StatementFailed):
         enc_turns.forget_head(sealer, sid)
         return None

@@ -52,6 +52,7 @@ CHECKS: dict[str, str] = {
 
 DELEGATED: dict[str, str] = {
     "append_one_v2": "p_session_id",
+    "append_sealed_one_v1": "p_session_id",
     "append_sealed_v1": "p_session_id",
     "append_to_open_chunk": "p_session_id",
     "append_v2": "p_session_id",

@@ -261,7 +261,10 @@ def restore(
     if sealer is None:
         explained = explain_tail(window, history_ops.before_window(window, row["before"]))
         return Restored(found, explained.turns, [], explained.held_back)
-    window = yield from enc_turns.open_turns_op(sealer, sid, window)
+    # the epochs come from the window's own snapshot: no statement of their own
+    epochs = row["rewind_epochs"]
+    epochs = None if epochs is None else [int(v) for v in epochs]
+    window = yield from enc_turns.open_turns_op(sealer, sid, window, epochs)
     before = yield from history_ops.before_window_op(sid, window, sealer)
     explained = explain_tail(window, before)
     return Restored(found, explained.turns, [], explained.held_back)

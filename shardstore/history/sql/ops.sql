@@ -64,6 +64,14 @@ SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
   FROM shardstore.append_sealed_v1(%s, %s, %s::bigint[], %s::jsonb, %s::integer[], %s::integer[],
                                    %s::text[], %s, %s, make_interval(secs => %s), %s, %s);
 
+-- name: append_sealed_one
+-- append_sealed for one turn, its arguments scalars (append_sealed_one_v1)
+SELECT r_turn_seq AS turn_seq, r_chunk_seq AS chunk_seq, r_tokens AS tokens,
+       r_duplicate AS duplicate, r_sealed AS sealed
+  FROM shardstore.append_sealed_one_v1(%s, %s, %s::bigint, %s::jsonb, %s::integer, %s::integer,
+                                       %s::text, %s::bigint, %s::bigint, make_interval(secs => %s),
+                                       %s);
+
 -- name: tail_window_sealed
 -- tail_window and the session's rewind epochs from one snapshot (tail_sealed_v1)
 SELECT r_window, r_epochs FROM shardstore.tail_sealed_v1(%s, %s, %s);

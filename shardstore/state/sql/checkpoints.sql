@@ -81,5 +81,5 @@ SELECT r_found AS found, r_turn_count AS turn_count, r_checkpoint_id AS checkpoi
        r_turn_seq AS turn_seq, r_sub_step AS sub_step, r_parent_id AS parent_id,
        r_created_at AS created_at, r_state AS state, r_tool_calls AS tool_calls,
        r_tool_results AS tool_results, r_metadata AS metadata, r_window AS window,
-       r_before AS before, r_has_artifacts AS has_artifacts
-  FROM shardstore.restore_window_v1(%s, %s, %s, %s);
+       r_before AS before, r_has_artifacts AS has_artifacts, r_rewind_epochs AS rewind_epochs
+  FROM shardstore.restore_window_v2(%s, %s, %s, %s);

@@ -1,15 +1,16 @@
 -- restore(n | max_tokens) and checkpoints() in one round trip each.
 --
--- restore_window_v1 reads, in one statement and so one snapshot (a STABLE function's
+-- restore_window_v2 reads, in one statement and so one snapshot (a STABLE function's
 -- queries all see the snapshot of the statement that calls it), what would otherwise take a
 -- repeatable-read transaction of five statements: the session's head, the checkpoint (the
 -- newest, or the one named), the window of turns up to its position (tail_at_v1, newest
 -- first, as tail_window's JSON array), the message of the turn just before the window
 -- (plans.trim_tail looks at it when the window opens on a Responses item), and whether
 -- artifacts are linked to the checkpoint (restore() then reads them in a snapshot of its
--- own, the uncommon path).
-CREATE OR REPLACE FUNCTION shardstore.restore_window_v1(p_session_id uuid, p_checkpoint_id uuid, p_n integer, p_max_tokens bigint)
- RETURNS TABLE(r_found boolean, r_turn_count bigint, r_checkpoint_id uuid, r_turn_seq bigint, r_sub_step integer, r_parent_id uuid, r_created_at timestamp with time zone, r_state text, r_tool_calls text, r_tool_results text, r_metadata text, r_window text, r_before text, r_has_artifacts boolean)
+-- own, the uncommon path), and the session's rewind epochs (an encrypted store checks each
+-- sealed turn's epoch against them: read here, they cost no statement of their own).
+CREATE OR REPLACE FUNCTION shardstore.restore_window_v2(p_session_id uuid, p_checkpoint_id uuid, p_n integer, p_max_tokens bigint)
+ RETURNS TABLE(r_found boolean, r_turn_count bigint, r_checkpoint_id uuid, r_turn_seq bigint, r_sub_step integer, r_parent_id uuid, r_created_at timestamp with time zone, r_state text, r_tool_calls text, r_tool_results text, r_metadata text, r_window text, r_before text, r_has_artifacts boolean, r_rewind_epochs bigint[])
  LANGUAGE plpgsql
  STABLE
 AS $function$
@@ -20,7 +21,8 @@ DECLARE
     v_first  bigint;
     c        record;
 BEGIN
-    SELECT s.next_turn_seq, s.purged_at IS NOT NULL INTO v_count, v_purged
+    SELECT s.next_turn_seq, s.purged_at IS NOT NULL, s.rewind_epochs
+      INTO v_count, v_purged, r_rewind_epochs
       FROM shardstore.sessions s WHERE s.session_id = p_session_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'SS404', MESSAGE = format('session %s does not exist', p_session_id);
@@ -37,7 +39,8 @@ BEGIN
         IF NOT FOUND THEN
             RETURN QUERY SELECT false, v_count, NULL::uuid, NULL::bigint, NULL::integer,
                                 NULL::uuid, NULL::timestamptz, NULL::text, NULL::text,
-                                NULL::text, NULL::text, NULL::text, NULL::text, false;
+                                NULL::text, NULL::text, NULL::text, NULL::text, false,
+                                r_rewind_epochs;
             RETURN;
         END IF;
     END IF;
