@@ -34,7 +34,7 @@ from ..encryption.places import (
     fact_position,
     summary_position,
 )
-from ..encryption.turns import TURN, session_scope
+from ..encryption.turns import TURN, recorded_epoch, session_scope, turn_position
 from ..errors import DecryptionFailed, EncryptionRequired, KeyShredded
 
 CHECKPOINT_PARTS = ("state", "tool_calls", "tool_results")
@@ -238,7 +238,12 @@ class SessionResealer:
                 f"{at}: turn {seq} was sealed for another session than the one the file "
                 "puts it in; nothing of it is imported"
             )
-        text = self.resealer.open(message, self.tenant, TURN, origin, str(seq), f"{at}: turn {seq}")
+        # the turn opens for the rewind epoch it records: the file holds no session's epochs
+        # to check it against, but the ciphertext authenticates only for that session,
+        # position and epoch (a turn of that session at that place, if not the newest)
+        where = f"{at}: turn {seq}"
+        position = turn_position(seq, recorded_epoch(message, where))
+        text = self.resealer.open(message, self.tenant, TURN, origin, position, where)
         return jsoncodec.loads(text)
 
     def turn_sealer(self, seq: int) -> Callable[[str], str]:

@@ -87,12 +87,16 @@ def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int | None = N
             yield Tx.COMMIT
             return indexed
         messages = [jsoncodec.loads(r["message"]) for r in rows]
+        epochs = head["rewind_epochs"]
+        epochs = None if epochs is None else [int(v) for v in epochs]
         if lineage is None and needs_lineage(session_id, messages):
             lineage = yield from lineage_op(session_id)
         opened: list[tuple[Any, str]] = []
         for row, message in zip(rows, messages, strict=True):
             try:
-                plain = open_message(sealer, session_id, int(row["turn_seq"]), message, lineage)
+                plain = open_message(
+                    sealer, session_id, int(row["turn_seq"]), message, lineage, epochs
+                )
                 text = jsoncodec.encode_message(plain)
             except (DecryptionFailed, InvalidMessage):  # KeyShredded included: not indexed
                 continue

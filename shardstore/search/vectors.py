@@ -19,7 +19,15 @@ from ..core.rows import record
 from ..core.sql import query
 from ..core.steps import Call, Op, Q, Tx
 from ..encryption.envelope import Sealer, is_sealed
-from ..encryption.turns import Lineage, lineage_op, needs_lineage, open_message, open_turns_op
+from ..encryption.turns import (
+    Lineage,
+    epochs_op,
+    lineage_op,
+    needs_epochs,
+    needs_lineage,
+    open_message,
+    open_turns_op,
+)
 from ..errors import DecryptionFailed, EmbeddingModelMismatch, InvalidInput, KeyShredded
 from ..history.ops import envelope_turn
 from ..history.pairing import HIT_CONTEXT_TURNS, whole_window
@@ -125,6 +133,9 @@ def open_units_op(
     whoever embeds; the setting is read under a lock the switch waits for."""
     out: list[list[dict[str, Any]] | str | None] = []
     lineages: dict[uuid.UUID, Lineage] = {}
+    # read after the units: an epoch only grows, so an honest turn opens, and one a rewind
+    # removed since it was claimed does not (StaleEpoch) and gets no vector
+    epochs: dict[uuid.UUID, list[int] | None] = {}
     sealed_on: bool | None = None  # read once, when a unit holds a sealed turn
     for r in rows:
         if r["chunk_text"] is None:
@@ -147,10 +158,12 @@ def open_units_op(
         if lineage is None and needs_lineage(sid, [e["m"] for e in envelopes]):
             lineage = yield from lineage_op(sid)
             lineages[sid] = lineage
+        if sid not in epochs and needs_epochs(sid, [e["m"] for e in envelopes]):
+            epochs[sid] = yield from epochs_op(sid)
         opened = []
         for e in envelopes:
             try:
-                message = open_message(sealer, sid, int(e["s"]), e["m"], lineage)
+                message = open_message(sealer, sid, int(e["s"]), e["m"], lineage, epochs.get(sid))
             except DecryptionFailed:  # KeyShredded included
                 continue
             opened.append({**e, "m": message})
@@ -357,6 +370,10 @@ def hits_op(
     buffered = yield Q(
         query("vec_hit_buffer"), (index, sessions, chunks, lows, highs), prepare=False
     )
+    epochs: dict[uuid.UUID, list[int] | None] = {}
+    if sealer is not None:
+        rows = yield Q(query("vec_hit_epochs"), (list(set(sessions)),), prepare=False)
+        epochs = {sid: None if e is None else [int(v) for v in e] for sid, e in rows}
     yield Tx.COMMIT
     texts = hit_texts(folded, buffered)
     hits = []
@@ -368,7 +385,9 @@ def hits_op(
             else []
         )
         try:
-            context = yield from open_turns_op(sealer, entry.session_id, context)
+            context = yield from open_turns_op(
+                sealer, entry.session_id, context, epochs.get(entry.session_id)
+            )
         except KeyShredded:
             continue
         first = next(

@@ -178,6 +178,32 @@ def test_remapped_import_reseals_sealed_records(
     assert (again.sessions, again.unchanged) == (0, 2)
 
 
+def test_a_rewound_session_exported_sealed_imports_and_reads_the_same(
+    enc_store: shardstore.Store,
+) -> None:
+    # turns written after a rewind are sealed for their epoch; the import opens them so
+    tenant = "exp-rewound"
+    sid = enc_store.create_session(tenant, "cy")
+    enc_store.append_turns(sid, [{"role": "user", "content": f"{MARKER} r{i}"} for i in range(4)])
+    assert enc_store.rewind(sid, 2) == 2
+    enc_store.append_turns(sid, [{"role": "user", "content": f"{MARKER} a{i}"} for i in range(2)])
+    out = io.StringIO()
+    enc_store.export_sessions(tenant_id=tenant, out=out)
+    import_id = str(uuid.uuid4())
+    report = enc_store.import_jsonl(
+        io.StringIO(out.getvalue()), remap_ids=True, import_id=import_id
+    )
+    assert report.sessions == 1
+    new = IdMap(import_id).session(sid)
+    assert [t.message["content"] for t in enc_store.history(new)] == [
+        f"{MARKER} r0",
+        f"{MARKER} r1",
+        f"{MARKER} a0",
+        f"{MARKER} a1",
+    ]
+    assert _values(enc_store, new) == _values(enc_store, sid)
+
+
 def test_sealed_records_of_another_key_store_are_refused(
     target: shardstore.Store, target_dsn: str, exports: dict[str, str]
 ) -> None:

@@ -90,8 +90,13 @@ def test_a_ciphertext_from_before_a_rewind_written_back_is_refused(
         "new 3",
         "new 4",
     ]
+    # search hits are opened with the epochs read in the hits' own snapshot: the text pass
+    # indexes the honest turns, then a search reaching the replayed position is refused
+    assert store.search("new", session_id=sid, mode="text", k=5)
     write_back(module_dsn, sid, 3, before[3])
     refused_everywhere(store, sid, 3)
+    with pytest.raises(DecryptionFailed):
+        store.search("new", session_id=sid, mode="text", k=5)
     # the position, not the session: the turns around it still read
     assert [t.message["content"] for t in store.history(sid, to_seq=3)] == [
         "old 0",

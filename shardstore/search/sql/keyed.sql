@@ -51,9 +51,10 @@ SELECT q.config, q.words, q.pending, x.session_id, x.subject_id
 SELECT shardstore.text_config_v1()::text AS config;
 
 -- A text pass's hold on one session: FOR KEY SHARE (excludes rewinds, purges and flushes,
--- never appends, as text_index_buffered_v1). No row: the session is gone or purged.
+-- never appends, as text_index_buffered_v1), and the rewind epochs its turns are opened with
+-- (no rewind moves them while the row is held). No row: the session is gone or purged.
 -- name: keyed_pass_session
-SELECT s.tenant_id, s.subject_id, s.agent_id
+SELECT s.tenant_id, s.subject_id, s.agent_id, s.rewind_epochs
   FROM shardstore.sessions s
  WHERE s.session_id = %s AND s.purged_at IS NULL
    FOR KEY SHARE OF s;

@@ -55,6 +55,13 @@ SELECT x.i, b.turn_seq,
     ON b.session_id = x.session_id AND b.chunk_seq = x.chunk_seq
    AND b.turn_seq BETWEEN x.lo AND x.hi;
 
+-- name: vec_hit_epochs
+-- the rewind epochs of the hits' sessions, read in the hits' snapshot (an encrypted store checks
+-- each sealed turn's epoch against them; one statement for every session of the hits)
+SELECT s.session_id, s.rewind_epochs
+  FROM shardstore.sessions s
+ WHERE s.session_id = ANY(%s::uuid[]);
+
 -- Session scope, exact: every window of the session is compared (the MATERIALIZED scan has
 -- no ORDER BY, so no HNSW index can stand in), then the best window of each chunk.
 -- name: vec_search_exact
