@@ -553,6 +553,15 @@ def rotate_data_key(
             for session in sessions:
                 yield Q(query("rotation_lock_session"), {"sid": session}, fetch="none")
             left = yield from _pass_op(scan, scope, sessions)
+            # artifact bytes are not re-keyed: while an artifact of these sessions is stored,
+            # the versions that may seal it are kept. Asked under the locks: a link of newly
+            # sealed bytes re-reads the key under its session row's lock (check_sealing_op),
+            # so it committed before them (seen here) or refuses bytes under a retired version
+            (in_use,) = yield Q(
+                query("rotation_artifacts_linked"),
+                {"tenant": scope.tenant, "sids": sessions},
+                fetch="one",
+            )
             # keyed text windows hash under a key derived from the data key: a text pass in
             # flight holds its session row and has committed by now, later ones hash under
             # the new version, so the windows written before are dropped for the next search
@@ -562,13 +571,6 @@ def rotate_data_key(
             yield Tx.COMMIT
             if not left:
                 break
-        # artifact bytes are not re-keyed: while an artifact of these sessions is stored,
-        # the versions that may seal it are kept
-        (in_use,) = yield Q(
-            query("rotation_artifacts_linked"),
-            {"tenant": scope.tenant, "sids": sessions},
-            fetch="one",
-        )
         kept: tuple[str, ...] = tuple(retired) if in_use else ()
         shredded = [] if in_use else (yield Call(keys.shred_retired, (scope, retired)))
     return RotationReport(
