@@ -23,7 +23,14 @@ How it stays correct while the store is in use:
   session row ``FOR KEY SHARE``, a fact's subject lock shared), so it commits before the
   check (which finds its value) or reads the new version; the one-statement append, which
   seals before its statement, is refused by it when the turn before it no longer names its
-  key, and seals again under the new version (docs/decisions/0024-key-rotation.md).
+  key, and seals again under the new version (docs/decisions/0024-key-rotation.md). The
+  subject's lock is taken on the node holding the tenant's facts (on Citus the statement is
+  routed there), so a fact writer connected straight to a worker is held too.
+* **Artifact bytes are not re-keyed**: their versions are kept while an artifact linked to
+  one of the scope's sessions is stored, asked under the final check's locks. An upload
+  reads its key unlocked; the transaction linking its bytes to their session locks the
+  session row and reads the key again (``artifacts.ops.check_sealing_op``), so it committed
+  before the check (which keeps the version) or links nothing sealed under a retired one.
 * **Resumable.** A crash leaves every value sealed under one of the scope's versions, each
   still in the key store. Calling again rotates once more and re-seals every value naming any
   retired version, so the job finishes.
