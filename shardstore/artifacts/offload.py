@@ -208,7 +208,11 @@ def reference_op(referenced: Referenced, results: Sequence[Any]) -> Op[None]:
         for aid in dict.fromkeys(mine)
     ]
     if per_turn:
-        yield from check_sealing_op(referenced.sealing, f"a string offloaded by session {sid}")
+        yield from check_sealing_op(
+            referenced.sealing,
+            "a string this append offloaded",
+            "nothing was written, append again (retry=True with idempotency keys does)",
+        )
     yield from ref_turns_op(tenant, sid, per_turn)
     yield from _ref_new_checkpoint_op(tenant, sid, results, referenced.links)
 

@@ -174,7 +174,9 @@ class Sealing:
     session: uuid.UUID | None
 
 
-def check_sealing_op(sealing: Sealing | None, what: str) -> Op[None]:
+def check_sealing_op(
+    sealing: Sealing | None, what: str, again: str = "nothing was linked, store it again"
+) -> Op[None]:
     """In the transaction that links sealed bytes to their session, before the link: lock
     the session row ``FOR KEY SHARE`` (held to the commit; it conflicts only with a
     rotation's final check) and read the scope's current key. Guarantees that the link
@@ -182,7 +184,8 @@ def check_sealing_op(sealing: Sealing | None, what: str) -> Op[None]:
     rotation's final check commits before it, so the rotation sees the link and keeps that
     version; one that locks after reads the version the rotation made current, and a
     mismatch raises ``Conflict`` (retryable; nothing is linked) instead of linking bytes
-    whose key the rotation may shred. Nothing to check for ``None`` or the tenant's key."""
+    whose key the rotation may shred. Nothing to check for ``None`` or the tenant's key.
+    ``again``: what the error tells the caller to do."""
     if sealing is None or sealing.session is None:
         return
     from ..encryption.turns import locked_session_key_op
@@ -191,7 +194,7 @@ def check_sealing_op(sealing: Sealing | None, what: str) -> Op[None]:
     if current.kid != sealing.key.kid:
         raise _StaleSealingKey(
             f"the data key of session {sealing.session} was rotated while {what} was "
-            "sealed under its previous version; nothing was linked, store it again"
+            f"sealed under its previous version; {again}"
         )
 
 
