@@ -34,7 +34,7 @@ from ..models import Turn
 from .config import config_of
 from .links import has_marker, ref_checkpoint_op, ref_turns_op
 from .model import MARKER, ArtifactRef
-from .ops import read_all_op, scope_key_op, session_tenant_op
+from .ops import Sealing, check_sealing_op, read_all_op, sealing_op, session_tenant_op
 from .source import source
 
 PREVIEW_CHARS = 256
@@ -99,9 +99,10 @@ def card(ref: ArtifactRef, text: str, session_id: uuid.UUID) -> dict[str, Any]:
 
 def offload_messages_op(
     store: StoreState, sid: uuid.UUID, messages: Sequence[Any]
-) -> Op[tuple[str, list[Any], list[list[uuid.UUID]]]]:
+) -> Op[tuple[str, list[Any], list[list[uuid.UUID]], Sealing | None]]:
     """(tenant, the messages with big strings replaced by cards, each message's artifact
-    ids). Every message is validated first: a refused one uploads nothing."""
+    ids, the key they were sealed under when the store encrypts). Every message is
+    validated first: a refused one uploads nothing."""
     config = config_of(store)
     over = config.offload_over
     assert over is not None
@@ -109,10 +110,12 @@ def offload_messages_op(
         jsoncodec.encode_message(message)  # InvalidMessage before any upload
     tenant = yield from session_tenant_op(sid)
     key = None
+    sealing = None
     if store.ctx.sealer is not None:
         # sealed under the session's key, as its turns are: a shred of the subject's key
         # reaches the offloaded strings in every copy of the backend too
-        key = yield from scope_key_op(store.ctx.sealer, tenant, sid)
+        sealing = yield from sealing_op(store.ctx.sealer, tenant, sid)
+        key = sealing.key
     out: list[Any] = []
     ids: list[list[uuid.UUID]] = []
     for message in messages:
@@ -127,7 +130,7 @@ def offload_messages_op(
             mine.append(ref.artifact_id)
         out.append(_replace(message, cards) if cards else message)
         ids.append(mine)
-    return tenant, out, ids
+    return tenant, out, ids, sealing
 
 
 def _put_text_op(
@@ -163,6 +166,8 @@ class Referenced:
     messages: list[Any]
     ids: list[list[uuid.UUID]]
     links: dict[uuid.UUID, bool] | None
+    sealing: Sealing | None = None
+    """The key the offloaded strings were sealed under (None: not sealed, or none)."""
 
 
 def prepare_op(
@@ -180,8 +185,8 @@ def prepare_op(
     over = None if config is None else config.offload_over
     if over is not None and needs_offload(messages, over):
         sid = validate.session_id(session_id)
-        tenant, stored, ids = yield from offload_messages_op(store, sid, messages)
-        return Referenced(sid, tenant, stored, ids, links)
+        tenant, stored, ids, sealing = yield from offload_messages_op(store, sid, messages)
+        return Referenced(sid, tenant, stored, ids, links, sealing)
     if links and state is not None:  # links come only with a checkpoint's state
         sid = validate.session_id(session_id)
         tenant = yield from session_tenant_op(sid)
@@ -192,13 +197,22 @@ def prepare_op(
 def reference_op(referenced: Referenced, results: Sequence[Any]) -> Op[None]:
     """In the append's transaction, after it: each turn's references to the artifacts its
     message holds, and the new checkpoint's to those its state names; a refused reference
-    (``ArtifactNotFound``) rolls the append back."""
+    (``ArtifactNotFound``) rolls the append back. Offloaded strings sealed under a data-key
+    version that a rotation replaced during their upload are never linked: ``Conflict``
+    (retryable; the append is rolled back, and a repeat uploads them under the new
+    version), since the rotation may shred the version once its final check passed."""
     sid, tenant = referenced.session_id, referenced.tenant
     per_turn = [
         (result.turn_seq, aid)
         for result, mine in zip(results, referenced.ids, strict=True)
         for aid in dict.fromkeys(mine)
     ]
+    if per_turn:
+        yield from check_sealing_op(
+            referenced.sealing,
+            "a string this append offloaded",
+            "nothing was written, append again (retry=True with idempotency keys does)",
+        )
     yield from ref_turns_op(tenant, sid, per_turn)
     yield from _ref_new_checkpoint_op(tenant, sid, results, referenced.links)
 

@@ -30,7 +30,7 @@ from typing import Any
 from ..core import validate
 from ..core.sql import query
 from ..core.state import StoreState
-from ..core.steps import Call, Emit, Op, Q, Sleep, Tx, collect
+from ..core.steps import Call, Emit, Op, Q, Sleep, Try, Tx, collect
 from ..encryption.artifacts import (
     FRAME_BYTES,
     HEADER_BYTES,
@@ -61,7 +61,7 @@ from .model import (
     object_key,
     owned_key,
 )
-from .source import CHUNK, Source, next_chunk_op, source
+from .source import CHUNK, Source, next_chunk_op, rewind, source
 
 _CLAIM_ATTEMPTS = 5
 MAX_CONTENT_TYPE = 255
@@ -149,6 +149,68 @@ def ref_op(
     raise_ref_status(status, tenant, f"{artifact_id} for {kind} {owner_id}")
 
 
+# ---------------------------------------------------------------- sealing keys
+
+_RESEAL_ATTEMPTS = 4
+
+
+class _StaleSealingKey(Conflict):
+    """Internal: the bytes were sealed under a data-key version that a rotation replaced
+    before they were linked to their session; nothing was linked. A ``Conflict``
+    (retryable) wherever it reaches a caller."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sealing:
+    """The data key an artifact's bytes are sealed under and, when it is a session's key
+    (the session's subject's, else its own), that session. A data-key rotation locks the
+    rows of its scope's sessions ``FOR UPDATE`` for its final check and keeps the retired
+    versions while an artifact linked to one of them is stored, so a link of freshly sealed
+    bytes to their session checks the key under that row's lock (:func:`check_sealing_op`).
+    ``session`` None: the tenant's key, which no rotation replaces."""
+
+    sealer: Sealer
+    key: DataKey
+    session: uuid.UUID | None
+
+
+def check_sealing_op(
+    sealing: Sealing | None, what: str, again: str = "nothing was linked, store it again"
+) -> Op[None]:
+    """In the transaction that links sealed bytes to their session, before the link: lock
+    the session row ``FOR KEY SHARE`` (held to the commit; it conflicts only with a
+    rotation's final check) and read the scope's current key. Guarantees that the link
+    never outlives the version the bytes were sealed under: a link that locks before a
+    rotation's final check commits before it, so the rotation sees the link and keeps that
+    version; one that locks after reads the version the rotation made current, and a
+    mismatch raises ``Conflict`` (retryable; nothing is linked) instead of linking bytes
+    whose key the rotation may shred. Nothing to check for ``None`` or the tenant's key.
+    ``again``: what the error tells the caller to do."""
+    if sealing is None or sealing.session is None:
+        return
+    from ..encryption.turns import locked_session_key_op
+
+    current = yield from locked_session_key_op(sealing.sealer, sealing.session)
+    if current.kid != sealing.key.kid:
+        raise _StaleSealingKey(
+            f"the data key of session {sealing.session} was rotated while {what} was "
+            f"sealed under its previous version; {again}"
+        )
+
+
+def _still_current_op(sealing: Sealing | None, what: str) -> Op[None]:
+    """The same comparison without the lock, before work that a stale key would waste (a
+    claim, a placement); :func:`check_sealing_op` decides."""
+    if sealing is None or sealing.session is None:
+        return
+    current = yield Call(sealing.sealer.keys.key_for, (sealing.key.scope,))
+    if current is None or current.kid != sealing.key.kid:
+        raise _StaleSealingKey(
+            f"the data key of session {sealing.session} was rotated while {what} was "
+            "sealed under its previous version; nothing was stored, store it again"
+        )
+
+
 # ---------------------------------------------------------------- put
 
 
@@ -165,6 +227,9 @@ class _Put:
     config: ArtifactConfig
     key: DataKey | None = None
     """The owning scope's data key: the bytes are sealed under it (None: stored as given)."""
+    sealing: Sealing | None = None
+    """Where ``key`` came from, when the put links the bytes to their session (``owner``):
+    the link's transaction checks that ``key`` is still the scope's current version."""
 
 
 def _refuse_magic(piece: bytes, first: bool) -> None:
@@ -200,6 +265,8 @@ def _put_postgres_sealed_op(put: _Put) -> Op[ArtifactRef]:
     header = sealing.header(tenant, aid)
     digests[0] = hashlib.sha256(header).hexdigest()
     yield Q(query("artifact_chunk_put"), (upload, 0, tenant, header), fetch="none")
+    if put.owner is not None:
+        yield from check_sealing_op(put.sealing, f"artifact {aid}")
     row = yield _named(
         "artifact_commit_pg",
         (
@@ -316,6 +383,8 @@ def _put_object_op(backend: ObjectBackend, put: _Put) -> Op[ArtifactRef]:
             # the object is the sealed bytes: verified against their own digest
             stored_sha, stored_size = yield Call(staging.digest)
         key = object_key(tenant, sha)
+        if owner is not None:
+            yield from _still_current_op(put.sealing, f"artifact {aid}")
         claim = (tenant, aid, sha, size, content_type, backend.name, key, tokens, required)
         for attempt in range(_CLAIM_ATTEMPTS):
             row = yield _named("artifact_claim", claim, fetch="one")
@@ -324,7 +393,10 @@ def _put_object_op(backend: ObjectBackend, put: _Put) -> Op[ArtifactRef]:
                 continue
             if row["status"] == "existing":
                 if owner is not None:
+                    yield Tx.BEGIN
+                    yield from check_sealing_op(put.sealing, f"artifact {aid}")
                     yield from ref_op(tenant, aid, *owner, required, None)
+                    yield Tx.COMMIT
                 return _made_ref(config, aid, sha, key, row)
             yield Tx.BEGIN
             (state,) = yield Q(query("artifact_lock_upload"), (tenant, aid), fetch="one")
@@ -340,6 +412,9 @@ def _put_object_op(backend: ObjectBackend, put: _Put) -> Op[ArtifactRef]:
                 yield Q(query("artifact_mark_ready"), (tenant, aid), fetch="one")
             if state in ("uploading", "ready"):
                 if owner is not None:
+                    # the lock is taken last, so a rotation's final check waits for the
+                    # link and the commit only, never for the placement
+                    yield from check_sealing_op(put.sealing, f"artifact {aid}")
                     yield from ref_op(tenant, aid, *owner, required, None)
                 yield Tx.COMMIT
                 return _made_ref(config, aid, sha, key, row)
@@ -358,10 +433,14 @@ def put_op(
     required: bool = False,
     owner: tuple[str, str, uuid.UUID | None, int | None] | None = None,
     key: DataKey | None = None,
+    sealing: Sealing | None = None,
 ) -> Op[ArtifactRef]:
     """Store the bytes of ``src`` in the configured backend (validated arguments); sealed
-    under ``key`` when given (:mod:`shardstore.encryption.artifacts`)."""
-    put = _Put(tenant, src, content_type, tokens, required, owner, config, key)
+    under ``key`` when given (:mod:`shardstore.encryption.artifacts`). ``sealing`` (where
+    ``key`` came from) with an ``owner``: the link to the owner's session checks that
+    ``key`` is still the current version (:func:`check_sealing_op`; ``Conflict`` and
+    nothing linked otherwise)."""
+    put = _Put(tenant, src, content_type, tokens, required, owner, config, key, sealing)
     if config.backend is None:
         return (yield from _put_postgres_op(put))
     return (yield from _put_object_op(config.backend, put))
@@ -410,13 +489,28 @@ def put_artifact(
     required = validate.flag(required_for_resume, "required_for_resume")
     who = _owner(owner)
     src = source(data)
-    key = None
+    config = config_of(store)
     sealer = store.ctx.sealer
-    if sealer is not None:
-        session = who[2] if who is not None and who[0] == "turn" else None
-        checkpoint = uuid.UUID(who[1]) if who is not None and who[0] == "checkpoint" else None
-        key = yield from scope_key_op(sealer, tenant, session, checkpoint)
-    return (yield from put_op(config_of(store), tenant, src, ctype, None, required, who, key))
+    if sealer is None:
+        return (yield from put_op(config, tenant, src, ctype, None, required, who))
+    session = who[2] if who is not None and who[0] == "turn" else None
+    checkpoint = uuid.UUID(who[1]) if who is not None and who[0] == "checkpoint" else None
+    if who is None:  # the tenant's key: no rotation replaces it, nothing is linked
+        sealing = yield from sealing_op(sealer, tenant, None)
+        return (yield from put_op(config, tenant, src, ctype, None, required, None, sealing.key))
+    for _attempt in range(_RESEAL_ATTEMPTS):
+        sealing = yield from sealing_op(sealer, tenant, session, checkpoint)
+        try:
+            ref: ArtifactRef = yield Try(
+                put_op(config, tenant, src, ctype, None, required, who, sealing.key, sealing)
+            )
+            return ref
+        except _StaleSealingKey:
+            # a rotation made a new version current during the upload: bytes in memory are
+            # sealed again under it; a file object was read once and cannot be
+            if not rewind(src):
+                raise
+    raise Conflict("the owner's data key kept being rotated while the artifact was stored; retry")
 
 
 def scope_key_op(
@@ -430,6 +524,18 @@ def scope_key_op(
     session of ``checkpoint``), else the tenant's. ``SessionNotFound`` /
     ``SessionPurged`` / ``ArtifactNotFound`` for an owner this tenant does not have,
     before any byte is stored."""
+    sealing = yield from sealing_op(sealer, tenant, session, checkpoint)
+    return sealing.key
+
+
+def sealing_op(
+    sealer: Sealer,
+    tenant: str,
+    session: uuid.UUID | None,
+    checkpoint: uuid.UUID | None = None,
+) -> Op[Sealing]:
+    """:func:`scope_key_op`'s key with the session it belongs to (None for the tenant's),
+    for the link's check (:func:`check_sealing_op`)."""
     from ..encryption.turns import session_scope
 
     if checkpoint is not None:
@@ -447,7 +553,7 @@ def scope_key_op(
         scope = session_scope(tenant, owners["subject_id"], session)
     key = yield Call(sealer.keys.key_for, (scope,))
     assert key is not None
-    return key  # type: ignore[no-any-return]
+    return Sealing(sealer, key, session)
 
 
 # ---------------------------------------------------------------- read

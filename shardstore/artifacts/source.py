@@ -44,6 +44,14 @@ def source(data: Any, *, surrogates: bool = False) -> Source:
     )
 
 
+def rewind(src: Source) -> bool:
+    """Start ``src`` over from its first byte; False for a file object (read once)."""
+    if src.view is None:
+        return False
+    src.offset = 0
+    return True
+
+
 def next_chunk_op(src: Source) -> Op[bytes]:
     """The next chunk: exactly CHUNK bytes, fewer only at the end, b'' after it."""
     if src.view is not None:

@@ -23,7 +23,14 @@ How it stays correct while the store is in use:
   session row ``FOR KEY SHARE``, a fact's subject lock shared), so it commits before the
   check (which finds its value) or reads the new version; the one-statement append, which
   seals before its statement, is refused by it when the turn before it no longer names its
-  key, and seals again under the new version (docs/decisions/0024-key-rotation.md).
+  key, and seals again under the new version (docs/decisions/0024-key-rotation.md). The
+  subject's lock is taken on the node holding the tenant's facts (on Citus the statement is
+  routed there), so a fact writer connected straight to a worker is held too.
+* **Artifact bytes are not re-keyed**: their versions are kept while an artifact linked to
+  one of the scope's sessions is stored, asked under the final check's locks. An upload
+  reads its key unlocked; the transaction linking its bytes to their session locks the
+  session row and reads the key again (``artifacts.ops.check_sealing_op``), so it committed
+  before the check (which keeps the version) or links nothing sealed under a retired one.
 * **Resumable.** A crash leaves every value sealed under one of the scope's versions, each
   still in the key store. Calling again rotates once more and re-seals every value naming any
   retired version, so the job finishes.
@@ -553,6 +560,15 @@ def rotate_data_key(
             for session in sessions:
                 yield Q(query("rotation_lock_session"), {"sid": session}, fetch="none")
             left = yield from _pass_op(scan, scope, sessions)
+            # artifact bytes are not re-keyed: while an artifact of these sessions is stored,
+            # the versions that may seal it are kept. Asked under the locks: a link of newly
+            # sealed bytes re-reads the key under its session row's lock (check_sealing_op),
+            # so it committed before them (seen here) or refuses bytes under a retired version
+            (in_use,) = yield Q(
+                query("rotation_artifacts_linked"),
+                {"tenant": scope.tenant, "sids": sessions},
+                fetch="one",
+            )
             # keyed text windows hash under a key derived from the data key: a text pass in
             # flight holds its session row and has committed by now, later ones hash under
             # the new version, so the windows written before are dropped for the next search
@@ -562,13 +578,6 @@ def rotate_data_key(
             yield Tx.COMMIT
             if not left:
                 break
-        # artifact bytes are not re-keyed: while an artifact of these sessions is stored,
-        # the versions that may seal it are kept
-        (in_use,) = yield Q(
-            query("rotation_artifacts_linked"),
-            {"tenant": scope.tenant, "sids": sessions},
-            fetch="one",
-        )
         kept: tuple[str, ...] = tuple(retired) if in_use else ()
         shredded = [] if in_use else (yield Call(keys.shred_retired, (scope, retired)))
     return RotationReport(

@@ -173,7 +173,9 @@ RETURNING w.idx;
 -- whether an artifact linked to one of the sessions is still stored: its bytes may be sealed
 -- under the scope's key (an artifact owned by a turn or checkpoint of a session is sealed under
 -- that session's key, and the link stays for good), and the rotation does not re-key artifact
--- bytes
+-- bytes. Asked in the final check, under its session locks: a link of freshly sealed bytes
+-- locks its session row and re-reads the key first, so it committed before (seen here) or
+-- links bytes sealed under the new version only
 SELECT EXISTS (
     SELECT 1 FROM shardstore.artifact_links l
       JOIN shardstore.artifacts a ON a.tenant_id = l.tenant_id AND a.artifact_id = l.artifact_id
@@ -182,10 +184,16 @@ SELECT EXISTS (
 -- name: rotation_lock_subject
 -- taken for the final check of a subject's rotation: the subject's fact lock exclusively,
 -- which waits for the fact writers in flight (they take it shared before they read the data
--- key: sealed_writer_subject) and holds later ones until the check commits
+-- key: sealed_writer_subject) and holds later ones until the check commits. Taken where the
+-- tenant's facts are: the one-row join over a probe of facts filtered by the tenant is
+-- routed by Citus, lock included, to the node holding the tenant's facts shard, whichever
+-- node the client connected to (an advisory lock holds on one node only), so a fact writer
+-- connected straight to a worker meets it too; on one server it is a plain lock
 SELECT pg_advisory_xact_lock(
          hashtextextended(jsonb_build_array('fact-subject', %(tenant)s::text,
-                                            %(subject)s::text)::text, 8));
+                                            %(subject)s::text)::text, 8))
+  FROM (SELECT 1 FROM shardstore.facts f WHERE f.tenant_id = %(tenant)s LIMIT 1) AS probe
+ RIGHT JOIN (VALUES (1)) AS one (v) ON true;
 
 -- name: rotation_forget_keyed_windows
 -- the text windows of the session's sealed turns: their lexeme hashes are keyed by a key

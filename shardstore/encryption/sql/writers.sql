@@ -15,8 +15,13 @@ SELECT tenant_id, subject_id, purged_at IS NOT NULL AS purged
 
 -- name: sealed_writer_subject
 -- a subject's fact lock taken shared, as every fact writer takes it (fact_lock); the rotation
--- of the subject's key takes it exclusively for its final check. Advisory locks hold per node:
--- on Citus this holds while every client goes through the coordinator (docs/scale-out.md).
+-- of the subject's key takes it exclusively for its final check (rotation_lock_subject). An
+-- advisory lock holds on one node only, so both take it on the node holding the tenant's
+-- facts: the one-row join over a probe of facts filtered by the tenant is routed there by
+-- Citus, lock included, also from a client connected straight to a worker; on one server it
+-- is a plain lock.
 SELECT pg_advisory_xact_lock_shared(
          hashtextextended(jsonb_build_array('fact-subject', %(tenant)s::text,
-                                            %(subject)s::text)::text, 8));
+                                            %(subject)s::text)::text, 8))
+  FROM (SELECT 1 FROM shardstore.facts f WHERE f.tenant_id = %(tenant)s LIMIT 1) AS probe
+ RIGHT JOIN (VALUES (1)) AS one (v) ON true;
