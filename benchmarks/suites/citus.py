@@ -143,7 +143,7 @@ def _worker_dsn(citus_dsn: str, sid: uuid.UUID) -> str:
     with psycopg.connect(citus_dsn, autocommit=True) as c:
         row = c.execute(
             "SELECT nodename, nodeport FROM pg_dist_shard_placement"
-            " WHERE shardid = get_shard_id_for_distribution_column('shardstore.sessions', %s)",
+            " WHERE shardid = get_shard_id_for_distribution_column('shardstore.sessions', %s::uuid)",
             (sid,),
         ).fetchone()
     assert row is not None
