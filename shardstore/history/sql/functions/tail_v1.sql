@@ -46,7 +46,7 @@ BEGIN
         EXECUTE format('SELECT * FROM %s WHERE session_id = $1', v_shard_sessions)
            INTO s USING p_session_id;
     END IF;
-    IF NOT FOUND THEN
+    IF s.session_id IS NULL THEN  -- not found (EXECUTE leaves FOUND as it was)
         RAISE EXCEPTION USING ERRCODE = 'SS404', MESSAGE = format('session %s does not exist', p_session_id);
     END IF;
     IF s.purged_at IS NOT NULL THEN
