@@ -26,8 +26,9 @@ The profile, on Citus: the client's round trips per call (tests/wire.py's proxy,
 without a background folder), the coordinator's remote commands per call
 (``citus.log_remote_commands`` on the store's one connection: how many, whether a
 transaction block or 2PC wraps them), and what the call runs on the worker holding the
-session (the same statement sent to that worker with ``citus.log_local_commands``: its
-statements on the shards).
+session (the same statement sent to that worker with ``citus.log_local_commands``: the
+statements Citus plans and runs on the shards; none where the call works on the shards
+directly, docs/decisions/0027-citus-append-and-tail.md).
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ def _worker_dsn(citus_dsn: str, sid: uuid.UUID) -> str:
     """The DSN of the worker holding ``sid``'s shard of ``sessions``."""
     with psycopg.connect(citus_dsn, autocommit=True) as c:
         row = c.execute(
-            "SELECT nodename, nodeport FROM pg_dist_shard_placement"
-            " WHERE shardid = get_shard_id_for_distribution_column('shardstore.sessions', %s::uuid)",
+            "SELECT nodename, nodeport FROM pg_dist_shard_placement WHERE shardid ="
+            " get_shard_id_for_distribution_column('shardstore.sessions', %s::uuid)",
             (sid,),
         ).fetchone()
     assert row is not None
@@ -345,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "call",
             "client round trips",
             "coordinator → worker commands",
-            "statements on the shards (worker, local)",
+            "statements Citus runs on the worker (its local executor)",
         ],
         rows,
     )
@@ -353,8 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for call in GOALS:
         rep.add(f"`{call}`, sent by the coordinator:", "")
         rep.add(*[f"* `{c}`" for c in prof["remote_commands"][call]], "")
-        rep.add(f"`{call}`, run on the worker's shards:", "")
-        rep.add(*[f"* `{c}`" for c in prof["worker_statements"][call]], "")
+        rep.add(f"`{call}`, run by Citus on the worker's shards:", "")
+        rep.add(*([f"* `{c}`" for c in prof["worker_statements"][call]] or ["* none"]), "")
     if a.out:
         write_results(a.out, rep.text(), results)
     return 0
