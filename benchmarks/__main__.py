@@ -133,6 +133,12 @@ SUITES: dict[str, Suite] = {
         "encryption at rest on vs off: append_turn, tail(n=20), restore(n=20) interleaved, "
         "disk per payload byte; synthetic and real-text corpus",
     ),
+    "citus": Suite(
+        "citus",
+        "append_turn and tail(n=20) through a Citus coordinator vs one node, interleaved, both "
+        "corpora; round trips, remote commands and shard statements per call "
+        "(needs SHARDSTORE_CITUS_DSN)",
+    ),
     "portability": Suite("portability", "tenant export + import: records/s, peak RSS by size"),
     "langgraph": Suite(
         "langgraph_agent",

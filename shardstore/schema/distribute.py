@@ -58,6 +58,7 @@ DELEGATED: dict[str, str] = {
     "append_v2": "p_session_id",
     "tail_sealed_v1": "p_session_id",
     "tail_v1": "p_session_id",
+    "tail_window_v1": "p_session_id",
 }
 """The hot calls delegated to the worker that holds their session (measured in
 docs/scale-out.md), by function name -> the argument that names the session; the signatures

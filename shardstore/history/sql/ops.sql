@@ -142,22 +142,9 @@ SELECT shardstore.fold_sealed_v2(%s, %s), shardstore.text_index_buffered_v1(%s),
        shardstore.text_config_v1() IS NOT NULL;
 
 -- name: tail_window
--- tail's rows as one JSON array of [turn_seq, chunk_seq, tokens, created_at as microseconds
--- since 1970 (exact: numeric), idempotency key, message] items, newest first (tail_v1's
--- order): one text value to parse instead of a row and a JSON value per turn. Built by
--- concatenation, because json_build_object/json_build_array look up every argument's type
--- output at every row and a timestamp's JSON form costs as much again: on 20 buffered
--- ~700-token turns this takes 68 us in the server against 92 us for json_build_array and
--- 133 us for json_build_object + ordered json_agg (the floor's 20 rows: 65 us;
--- docs/decisions/0020-batches-keep-the-tail-and-the-window-by-concatenation.md). The
--- aggregate reads the function scan's rows in the
--- order tail_v1 returns them (one scan, no join, no sort); no rows give NULL.
-SELECT '[' || string_agg('[' || t.r_turn_seq || ',' || t.r_chunk_seq || ',' || t.r_tokens
-                         || ',' || (extract(epoch FROM t.r_created_at) * 1000000)::bigint
-                         || ',' || CASE WHEN t.r_key IS NULL THEN 'null'
-                                        ELSE to_json(t.r_key)::text END
-                         || ',' || t.r_message::text || ']', ',') || ']'
-  FROM shardstore.tail_v1(%s, %s, %s) AS t;
+-- tail's rows as one JSON array (tail_window_v1: the items, why one text value, why a
+-- function of its own)
+SELECT shardstore.tail_window_v1(%s, %s, %s);
 
 -- name: chunk_map_from
 SELECT chunk_seq, chunk_start FROM shardstore.chunk_map

@@ -8,7 +8,10 @@
 -- Citus plans a statement with unresolved parameters only when it is a single-table query on
 -- the distribution column, so every statement reads one table filtered by the session (the
 -- chunk below a gap: two statements, chunk_map and turn_buffer, compared in PL/pgSQL). Why
--- the buffer scan and the slice: docs/decisions/0007-tail-reads.md.
+-- the buffer scan and the slice: docs/decisions/0007-tail-reads.md. A call Citus delegated to
+-- the worker holding the session reads the session row and the buffer from that worker's
+-- shards directly (citus_local_shards: Citus re-plans each statement on a distributed
+-- table there at ~10x a plain statement's cost; docs/decisions/0027-citus-append-and-tail.md).
 CREATE OR REPLACE FUNCTION shardstore.tail_v1(p_session_id uuid, p_n integer, p_max_tokens bigint)
  RETURNS TABLE(r_turn_seq bigint, r_chunk_seq bigint, r_tokens integer, r_created_at timestamp with time zone, r_key text, r_message jsonb)
  LANGUAGE plpgsql
@@ -29,9 +32,21 @@ DECLARE
     v_e      jsonb;
     v_last   integer;
     t        record;
+    v_shard_sessions text;
+    v_shard_buffer   text;
 BEGIN
-    SELECT * INTO s FROM shardstore.sessions WHERE session_id = p_session_id;
-    IF NOT FOUND THEN
+    -- citus.version exists where the Citus library is loaded (a GUC lookup, ~free)
+    IF current_setting('citus.version', true) IS NOT NULL THEN
+        SELECT x.r_sessions, x.r_buffer INTO v_shard_sessions, v_shard_buffer
+          FROM shardstore.citus_local_shards(p_session_id) x;
+    END IF;
+    IF v_shard_sessions IS NULL THEN
+        SELECT * INTO s FROM shardstore.sessions WHERE session_id = p_session_id;
+    ELSE
+        EXECUTE format('SELECT * FROM %s WHERE session_id = $1', v_shard_sessions)
+           INTO s USING p_session_id;
+    END IF;
+    IF s.session_id IS NULL THEN  -- not found (EXECUTE leaves FOUND as it was)
         RAISE EXCEPTION USING ERRCODE = 'SS404', MESSAGE = format('session %s does not exist', p_session_id);
     END IF;
     IF s.purged_at IS NOT NULL THEN
@@ -46,22 +61,44 @@ BEGIN
     -- seqs are consecutive from the session's newest turn down (no folded or removed turn
     -- between them, so no chunk_map lookup is needed); at the first gap, or when the buffer
     -- has no more, the per-chunk walk below goes on from the chunk reached, below v_below.
-    FOR t IN SELECT b.turn_seq, b.chunk_seq, b.tokens, b.created_at, b.idempotency_key AS key,
-                    b.message
-               FROM shardstore.turn_buffer b
-              WHERE b.session_id = p_session_id
-              ORDER BY b.turn_seq DESC
-              LIMIT p_n LOOP
-        EXIT WHEN t.turn_seq <> coalesce(v_below, s.next_turn_seq) - 1;
-        IF p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens THEN
-            RETURN;
-        END IF;
-        r_turn_seq := t.turn_seq; r_chunk_seq := t.chunk_seq; r_tokens := t.tokens;
-        r_created_at := t.created_at; r_key := t.key; r_message := t.message;
-        RETURN NEXT;
-        v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
-        v_below := t.turn_seq; v_seq := t.chunk_seq; v_hit := true;
-    END LOOP;
+    -- (the two loops differ only in the table they scan: the distributed table, or the
+    -- session's shard on the worker a delegated call runs on)
+    IF v_shard_buffer IS NULL THEN
+        FOR t IN SELECT b.turn_seq, b.chunk_seq, b.tokens, b.created_at,
+                        b.idempotency_key AS key, b.message
+                   FROM shardstore.turn_buffer b
+                  WHERE b.session_id = p_session_id
+                  ORDER BY b.turn_seq DESC
+                  LIMIT p_n LOOP
+            EXIT WHEN t.turn_seq <> coalesce(v_below, s.next_turn_seq) - 1;
+            IF p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens THEN
+                RETURN;
+            END IF;
+            r_turn_seq := t.turn_seq; r_chunk_seq := t.chunk_seq; r_tokens := t.tokens;
+            r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+            RETURN NEXT;
+            v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+            v_below := t.turn_seq; v_seq := t.chunk_seq; v_hit := true;
+        END LOOP;
+    ELSE
+        FOR t IN EXECUTE format(
+                   'SELECT b.turn_seq, b.chunk_seq, b.tokens, b.created_at,
+                           b.idempotency_key AS key, b.message
+                      FROM %s b
+                     WHERE b.session_id = $1
+                     ORDER BY b.turn_seq DESC
+                     LIMIT $2', v_shard_buffer) USING p_session_id, p_n LOOP
+            EXIT WHEN t.turn_seq <> coalesce(v_below, s.next_turn_seq) - 1;
+            IF p_max_tokens IS NOT NULL AND v_tokens + t.tokens > p_max_tokens THEN
+                RETURN;
+            END IF;
+            r_turn_seq := t.turn_seq; r_chunk_seq := t.chunk_seq; r_tokens := t.tokens;
+            r_created_at := t.created_at; r_key := t.key; r_message := t.message;
+            RETURN NEXT;
+            v_count := v_count + 1; v_tokens := v_tokens + t.tokens;
+            v_below := t.turn_seq; v_seq := t.chunk_seq; v_hit := true;
+        END LOOP;
+    END IF;
     IF p_n IS NOT NULL AND v_count >= p_n THEN
         RETURN;
     END IF;
