@@ -29,6 +29,8 @@ try:
 except ImportError:  # pragma: no cover - the encryption extra installs it
     from base64 import b64decode, b64encode  # type: ignore[assignment]
 
+import msgspec
+
 from ..errors import DecryptionFailed, EncryptionRequired, PlaintextRefused
 from .keystore import DataKey, KeyStore
 from .provider import aead
@@ -36,6 +38,9 @@ from .provider import aead
 MARK = "ss_enc"
 VERSION = 1
 NONCE_BYTES = 12
+# a sealed value's JSON (str and int fields only): msgspec writes it several times faster
+# than json, once per sealed turn appended
+_json_text = msgspec.json.Encoder().encode
 
 
 def associated_data(kind: str, tenant: str, origin: str, position: str) -> bytes:
@@ -132,10 +137,13 @@ class Sealer:
         epoch: int = 0,
     ) -> str:
         """:meth:`seal` as the JSON text to store."""
-        return json.dumps(
-            self.seal(key, kind, origin, position, plaintext, with_origin=with_origin, epoch=epoch),
-            separators=(",", ":"),
+        sealed = self.seal(
+            key, kind, origin, position, plaintext, with_origin=with_origin, epoch=epoch
         )
+        try:
+            return _json_text(sealed).decode("utf-8")
+        except UnicodeEncodeError:  # an origin with a lone surrogate: json escapes it
+            return json.dumps(sealed, separators=(",", ":"))
 
     def open(
         self,

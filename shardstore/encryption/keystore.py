@@ -110,6 +110,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+SCOPE_FILES_KEPT = 65_536
+"""How many scopes' key file paths a key store keeps at most (then starts again)."""
+
+
 class KeyStore:
     """Data keys per scope, wrapped by ``provider``, in files under ``path`` (created if
     absent). Safe to share between threads and between processes on one file system.
@@ -151,6 +155,9 @@ class KeyStore:
         # scope file -> (its identity when read, the current key it held): key_for checks a
         # scope it has read with one stat() instead of reading and parsing the file again
         self._current: dict[Path, tuple[tuple[int, int], DataKey]] = {}
+        # each scope's key file, so that the check at every use is one stat, not a hash of
+        # the scope and a path built anew (a sealed append's client time)
+        self._scope_files: dict[Scope, Path] = {}
         self._sweep_temporaries()
 
     # ------------------------------------------------------------ files
@@ -353,7 +360,11 @@ class KeyStore:
         has none and ``create``; None when it has none and not ``create``. The file is
         checked at every call (a stat; read again when it changed), so a rotation's new
         version is used from the moment it is renamed in, and a shred is seen at once."""
-        file = self._file(scope.file_stem)
+        file = self._scope_files.get(scope)
+        if file is None:
+            if len(self._scope_files) >= SCOPE_FILES_KEPT:
+                self._scope_files.clear()
+            file = self._scope_files[scope] = self._file(scope.file_stem)
         known = self._current.get(file)
         if known is not None:
             try:

@@ -523,24 +523,26 @@ def _sealed_from_kept_head_op(
     written, the head forgotten) when the head moved."""
     _key, sealed, expected = _sealed_batch(ctx, sealer, sid, head, batch)
     chunking = _chunking(ctx)
+    epoch = int(head["epoch"])
     if len(sealed.texts) == 1:
         one = (sealed.texts[0], sealed.tokens[0], sealed.sizes[0], sealed.keys[0])
-        params: tuple[Any, ...] = (sid, int(head["epoch"]), expected[0], *one, *chunking)
-        statement = query("append_sealed_one")
-    else:
-        params = (
-            sid,
-            int(head["epoch"]),
-            expected,
-            "[" + ",".join(sealed.texts) + "]",
-            sealed.tokens,
-            sealed.sizes,
-            sealed.keys,
-            *chunking,
-            ctx.settings.default_tail_turns,
-        )
-        statement = query("append_sealed")
-    rows = yield Q(statement, params, named=True, recover=_KEPT_HEAD_FAILED)
+        params = (sid, epoch, expected[0], *one, *chunking)
+        row = yield Q(query("append_sealed_one"), params, fetch="one", recover=_KEPT_HEAD_FAILED)
+        if isinstance(row, StatementFailed):
+            enc_turns.forget_head(sealer, sid)
+            return None
+        turn_seq, chunk_seq, tokens, duplicate, closed = row
+        enc_turns.keep_head(sealer, sid, head, expected)
+        result = AppendResult(int(turn_seq), int(chunk_seq), int(tokens), bool(duplicate))
+        return AppendOutcome(sid, [result], bool(closed))
+    texts = "[" + ",".join(sealed.texts) + "]"
+    batch_params = (sid, epoch, expected, texts, sealed.tokens, sealed.sizes, sealed.keys)
+    rows = yield Q(
+        query("append_sealed"),
+        (*batch_params, *chunking, ctx.settings.default_tail_turns),
+        named=True,
+        recover=_KEPT_HEAD_FAILED,
+    )
     if isinstance(rows, StatementFailed):
         enc_turns.forget_head(sealer, sid)
         return None
