@@ -218,6 +218,43 @@ def test_an_import_whose_subject_key_was_rotated_is_refused_and_a_rerun_imports_
     assert store.get_artifact(tenant, imported) == MARKER
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=KeyShredded,
+    reason="decision 0024, Open: a rotation that starts after the import's check lists the "
+    "subject's sessions before the imported one commits; rotation.py must list them again "
+    "under the subject's lock",
+)
+def test_an_import_checked_before_the_rotation_started_keeps_its_artifacts_readable(
+    store: shardstore.Store,
+    keys: LocalKeyProvider,
+    module_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tenant, subject, sid = _subject(store, "window")
+    store.put_artifact(tenant, MARKER, content_type="text/plain", owner=("turn", f"{sid}:0"))
+    out = io.StringIO()
+    store.export_sessions([sid], out=out, decrypt=True)
+    # nothing of the source session keeps the version: only the import's link could
+    raw(module_dsn, "DELETE FROM shardstore.artifact_links WHERE tenant_id = %s", (tenant,))
+    export = out.getvalue()
+    # stopped at the check's key read (the version still current): the rotation starts
+    # after it, and its final check waits for the import's subject lock
+    writer, _report, waited = race(
+        monkeypatch,
+        keys,
+        [module_dsn],
+        lambda: store.import_jsonl(io.StringIO(export), remap_ids=True, import_id="window"),
+        lambda: store.rotate_data_key(tenant_id=tenant, subject_id=subject),
+        nth=2,
+    )
+    assert waited and writer.error is None
+    # the imported session links the artifact (the same content under the same version is
+    # stored once): it must still open
+    (artifact,) = store.list_artifacts(tenant)
+    assert store.get_artifact(tenant, artifact.ref.artifact_id) == MARKER
+
+
 # ---------------------------------------------------------------- ref_artifact
 
 
