@@ -21,6 +21,7 @@ Each public function whose first parameter is ``store`` is a store method (bound
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from ..core.steps import Call, Emit, Op, Q, Sleep, Try, Tx, collect
 from ..encryption.artifacts import (
     FRAME_BYTES,
     HEADER_BYTES,
+    MAGIC,
     ArtifactOpener,
     ArtifactSealer,
     is_sealed_bytes,
@@ -47,6 +49,7 @@ from ..errors import (
     ConfigurationError,
     Conflict,
     InvalidInput,
+    KeyShredded,
     PlaintextRefused,
     SessionNotFound,
     SessionPurged,
@@ -761,13 +764,101 @@ def ref_artifact(
     with it (purges, retention, rewind, keep_checkpoints). ``expires_at``: the reference
     stops counting then (a checkpoint's reference with ``required_for_resume`` counts while
     the checkpoint exists, whatever ``expires_at`` says). Repeating a reference keeps one.
-    ``ArtifactNotFound`` for an artifact (or turn, checkpoint) this tenant does not have."""
+    ``ArtifactNotFound`` for an artifact (or turn, checkpoint) this tenant does not have.
+
+    On a store connected with ``encryption=``, a reference from a turn or checkpoint links
+    the artifact to its session, and a data-key rotation of that session's scope keeps the
+    versions that linked artifacts are sealed under. So bytes sealed under that scope's key
+    are referenced only while the version they name is the current one, checked under the
+    session row's lock in the reference's transaction (the lock a rotation's final check
+    waits for, so it sees the reference): ``KeyShredded`` when that version was shredded,
+    ``InvalidInput`` when a rotation retired it (it is shredded at the next rotation that
+    finds nothing linked, and a reference cannot keep it; store the bytes again with
+    ``put_artifact(..., owner=...)``); nothing is referenced then. Bytes sealed under
+    another scope's key (the tenant's, which no rotation replaces, or another session's,
+    whose own links keep it) are referenced as before."""
     tenant = validate.text(tenant_id, "tenant_id")
     aid = _aid(artifact_id)
     kind, oid, session, turn = owner_args(owner_type, owner_id)
     required = validate.flag(required_for_resume, "required_for_resume")
     expires = validate.optional_instant(expires_at, "expires_at")
+    sealer = store.ctx.sealer
+    if sealer is None or (session is None and kind != "checkpoint"):
+        yield from ref_op(tenant, aid, kind, oid, session, turn, required, expires)
+        return
+    checkpoint = uuid.UUID(oid) if kind == "checkpoint" else None
+    try:
+        sealing = yield from sealing_op(sealer, tenant, session, checkpoint)
+    except SessionNotFound:
+        raise ArtifactNotFound(
+            f"the owner of the reference ({kind} {oid}) does not exist in this tenant"
+        ) from None
+    kid = yield from _sealed_kid_op(config_of(store), tenant, aid)
+    if kid is None or kid.split(".", 1)[0] != sealing.key.scope.file_stem:
+        yield from ref_op(tenant, aid, kind, oid, session, turn, required, expires)
+        return
+    yield Tx.BEGIN
+    yield from _check_sealed_kid_op(sealing, kid, aid)
     yield from ref_op(tenant, aid, kind, oid, session, turn, required, expires)
+    yield Tx.COMMIT
+
+
+def _sealed_kid_op(config: ArtifactConfig, tenant: str, artifact_id: uuid.UUID) -> Op[str | None]:
+    """The data-key id in a sealed artifact's header, as its backend stores it; None for
+    bytes that are not sealed (or a header that names no key: its read refuses it).
+    ``ArtifactNotFound`` when this tenant has no ready artifact of that id."""
+    yield Tx.BEGIN_SNAPSHOT
+    row = yield from _row_op(tenant, artifact_id)
+    key = owned_key(tenant, artifact_id, row["sha256"])
+    if key is None:
+        yield Tx.COMMIT
+        return None
+    if row["backend"] == "postgres":
+        chunks = (tenant, row["upload_id"])
+        first = yield Q(query("artifact_chunk_get"), (*chunks, 0), fetch="one")
+        yield Tx.COMMIT
+        head = b"" if first is None else bytes(first[0])[:HEADER_BYTES]
+    else:
+        yield Tx.COMMIT
+        handle = yield from _open_object_op(config, row, artifact_id, key)
+        try:
+            head = yield from _read_exact_op(handle, HEADER_BYTES)
+        finally:
+            handle.close()
+    if not is_sealed_bytes(head):
+        return None
+    try:
+        kid = json.loads(head[len(MAGIC) :].rstrip(b" "))["k"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return kid if type(kid) is str else None
+
+
+def _check_sealed_kid_op(sealing: Sealing, kid: str, artifact_id: uuid.UUID) -> Op[None]:
+    """In the reference's transaction: lock the session row ``FOR KEY SHARE`` and require
+    ``kid`` (the version the bytes are sealed under, of the session's scope) to be the
+    scope's current version. A retired version is not enough, even one a rotation kept: a
+    rotation shreds every retired version after its final check commits, so a reference
+    written between that commit and the shred would name shredded bytes."""
+    from ..encryption.turns import locked_session_key_op
+
+    assert sealing.session is not None
+    current = yield from locked_session_key_op(sealing.sealer, sealing.session)
+    if current.kid == kid:
+        return
+    try:
+        sealing.sealer.keys.key(kid)
+    except KeyShredded:
+        raise KeyShredded(
+            f"artifact {artifact_id} is sealed under a data key of session {sealing.session} "
+            "that was shredded; nothing was referenced"
+        ) from None
+    raise InvalidInput(
+        f"artifact {artifact_id} is sealed under a retired version of the data key of "
+        f"session {sealing.session} (a rotation replaced it, and shreds it once nothing "
+        "linked names it); nothing was referenced: store the bytes again with "
+        "put_artifact(..., owner=...)"
+    )
 
 
 def unref_artifact(

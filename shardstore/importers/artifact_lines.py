@@ -47,6 +47,8 @@ from ..artifacts.config import config_of
 from ..artifacts.model import artifact_id_for
 from ..artifacts.ops import (
     MAX_CONTENT_TYPE,
+    Sealing,
+    check_sealing_op,
     put_op,
     raise_ref_status,
     read_op,
@@ -68,7 +70,7 @@ from ..encryption.artifacts import (
 )
 from ..encryption.envelope import Sealer
 from ..encryption.keystore import DataKey, Scope
-from ..encryption.turns import session_scope
+from ..encryption.turns import locked_subject_key_op, session_scope
 from ..errors import ArtifactCorrupt, DecryptionFailed, ImportRejected, KeyShredded
 from .fields import _int, _opt_instant, _opt_int, _text, _uuid
 from .records import line, paged_op, record_lines
@@ -508,25 +510,40 @@ class Owner:
 
 
 def _target_op(
-    store: StoreState, item: Pending, owner: Owner | None
+    store: StoreState, item: Pending, owner: Owner | None, subject_key: DataKey | None = None
 ) -> Op[tuple[DataKey | None, uuid.UUID]]:
     """The key an artifact is sealed under here (None: a store without encryption) and its
     id here: the address of its plaintext sha256, or of its keyed hash under that key (the
-    session's, for a session of its tenant, else the tenant's)."""
+    session's, for a session of its tenant, else the tenant's). ``subject_key``: the
+    owner's subject key as read under the subject's lock, used for the session's key."""
     sealer = store.ctx.sealer
     if sealer is None:
         return None, artifact_id_for(item.tenant, item.sha256)
     if owner is not None and owner.tenant == item.tenant:
         scope = session_scope(item.tenant, owner.subject, owner.session_id)
+        key = subject_key or (yield Call(sealer.keys.key_for, (scope,)))
     else:
-        scope = Scope("tenant", item.tenant, "")
-    key = yield Call(sealer.keys.key_for, (scope,))
+        key = yield Call(sealer.keys.key_for, (Scope("tenant", item.tenant, ""),))
     assert key is not None
     mac = hmac.new(mac_key(key), digestmod=hashlib.sha256)
     spool = item.spool.rewind()
     while piece := spool.read(CHUNK):
         mac.update(piece)
     return key, artifact_id_for(item.tenant, mac.hexdigest())
+
+
+def _subject_sealing_op(store: StoreState, owner: Owner | None) -> Op[Sealing | None]:
+    """Before the session's artifacts are sealed under its subject's key: the subject's fact
+    lock, taken shared and held to the session's commit (a rotation of that key takes it
+    exclusively for its final check, which so waits for the session's transaction), and
+    the key read under it, for :func:`check_sealing_op` to compare once they are stored.
+    None when nothing needs it: no encryption, or a session of no subject (its own key: no
+    rotation can name a session before its transaction commits)."""
+    sealer = store.ctx.sealer
+    if sealer is None or owner is None or owner.subject is None:
+        return None
+    key = yield from locked_subject_key_op(sealer, owner.tenant, owner.subject)
+    return Sealing(sealer, key, owner.session_id)
 
 
 def store_artifacts_op(
@@ -543,12 +560,22 @@ def store_artifacts_op(
     again). Each one's id here goes into ``ids`` (references to it are remapped when it
     differs from the file's). ``store_missing=False`` (a session found complete from an
     earlier run) records the ids of those here and stores nothing. The spools are closed
-    and the list emptied."""
+    and the list emptied.
+
+    Under a subject's key, the artifacts are stored only if that key's version is still
+    current after they were (checked under the session row's lock): a data-key rotation
+    that made a new version current meanwhile raises ``Conflict`` (retryable), and the
+    caller's transaction, the whole session, is rolled back; a re-run of the import stores
+    them under the new version (docs/decisions/0024-key-rotation.md)."""
     stored = 0
     config = config_of(store)
     try:
+        sealing = (yield from _subject_sealing_op(store, owner)) if store_missing else None
+        under_subject = False  # whether the session links bytes sealed under that key
         for item in pending:
-            key, target = yield from _target_op(store, item, owner)
+            under_subject = under_subject or (owner is not None and owner.tenant == item.tenant)
+            subject_key = None if sealing is None else sealing.key
+            key, target = yield from _target_op(store, item, owner, subject_key)
             there = yield Q(query("artifact_get"), (item.tenant, target), fetch="one", named=True)
             if there is not None and there["state"] == "ready":
                 # a re-run, or the same content already here: stored once
@@ -567,6 +594,9 @@ def store_artifacts_op(
             )
             ids.place_artifact(item.tenant, item.artifact_id, ref)
             stored += 1
+        if sealing is not None and under_subject:
+            again = "nothing of the session was imported; run the import again"
+            yield from check_sealing_op(sealing, "an imported artifact", again)
     finally:
         discard(pending)
     return stored

@@ -413,12 +413,26 @@ def attach_payload(
     On a store connected with ``encryption=`` the payload's bytes are sealed as every
     artifact is (docs/artifacts.md, "Encryption"): under the session's key (its subject's,
     so ``purge_subject(shred=True)`` makes every copy unreadable) when ``session_id`` is
-    given, else under the tenant's key."""
+    given, else under the tenant's key. The reference to the session is written in a
+    transaction that first locks the session row and reads its key again
+    (:func:`~shardstore.artifacts.ops.check_sealing_op`), so it never names bytes sealed
+    under a data-key version a rotation running meanwhile shreds: bytes or a str are
+    sealed again under the new version (a few times at most, then ``Conflict``); a file
+    object, read once, gets ``Conflict`` (retryable) with nothing referenced."""
     from ..artifacts.config import config_of
-    from ..artifacts.ops import put_artifact, put_op, ref_op, scope_key_op, session_tenant_op
-    from ..artifacts.source import source
+    from ..artifacts.ops import (
+        _RESEAL_ATTEMPTS,
+        _StaleSealingKey,
+        put_artifact,
+        put_op,
+        ref_op,
+        sealing_op,
+        session_tenant_op,
+    )
+    from ..artifacts.source import rewind, source
     from ..core import validate
-    from ..errors import SessionNotFound
+    from ..core.steps import Try
+    from ..errors import Conflict, SessionNotFound
 
     label = validate.text(name, "name", limit=64)
     tenant = validate.text(tenant_id, "tenant_id")
@@ -427,21 +441,37 @@ def attach_payload(
         # checked before the upload, so a wrong session stores nothing; the reference
         # checks again under a lock (a purge in between refuses it)
         raise SessionNotFound(f"session {session} does not exist in tenant {tenant!r:.80}")
-    sealer = store.ctx.sealer
-    if sealer is None:
-        ref = yield from put_artifact(store, tenant_id, data, content_type=content_type)
-    else:
-        ctype = validate.text(content_type, "content_type", limit=255)
-        src = source(data)
-        key = yield from scope_key_op(sealer, tenant, session)
-        ref = yield from put_op(config_of(store), tenant, src, ctype, key=key)
     context = span.get_span_context() if hasattr(span, "get_span_context") else None
     trace_id = f"{context.trace_id:032x}" if context is not None else "0" * 32
     span_id = f"{context.span_id:016x}" if context is not None else "0" * 16
-    (now,) = yield from _now_op()
-    expires = now + config_of(store).trajectory_retention
     owner = f"{trace_id}:{span_id}:{label}"
-    yield from ref_op(tenant, ref.artifact_id, "trajectory", owner, session, None, False, expires)
+    sealer = store.ctx.sealer
+    if sealer is None:
+        ref = yield from put_artifact(store, tenant_id, data, content_type=content_type)
+        expires = yield from _expiry_op(store)
+        yield from ref_op(
+            tenant, ref.artifact_id, "trajectory", owner, session, None, False, expires
+        )
+    else:
+        ctype = validate.text(content_type, "content_type", limit=255)
+        src = source(data)
+        for _attempt in range(_RESEAL_ATTEMPTS):
+            sealing = yield from sealing_op(sealer, tenant, session)
+            ref = yield from put_op(config_of(store), tenant, src, ctype, key=sealing.key)
+            try:
+                yield Try(_linked_op(store, tenant, sealing, ref, owner))
+                break
+            except _StaleSealingKey:
+                # a rotation made a new version current after the key was read: bytes in
+                # memory are sealed again under it; a file object was read once and cannot
+                # be (the unreferenced bytes are swept after artifact_grace)
+                if not rewind(src):
+                    raise
+        else:
+            raise Conflict(
+                f"the data key of session {session} kept being rotated while the payload "
+                "was stored; retry"
+            )
     if hasattr(span, "set_attribute"):
         prefix = f"shardstore.payload.{label}"
         span.set_attribute(f"{prefix}.uri", ref.uri)
@@ -449,6 +479,32 @@ def attach_payload(
         span.set_attribute(f"{prefix}.size_bytes", ref.size_bytes)
         span.set_attribute(f"{prefix}.content_type", ref.content_type)
     return ref
+
+
+def _expiry_op(store: Any) -> Any:
+    """When a payload's reference stops counting: the database's now plus
+    ``trajectory_retention``."""
+    from ..artifacts.config import config_of
+
+    (now,) = yield from _now_op()
+    return now + config_of(store).trajectory_retention
+
+
+def _linked_op(store: Any, tenant: str, sealing: Any, ref: Any, owner: str) -> Any:
+    """The trajectory reference of sealed payload bytes, in one transaction that locks the
+    payload's session row and reads its key again first (``check_sealing_op``), so a
+    data-key rotation's final check either waits for and sees the reference, or the
+    reference is refused with nothing written (the bytes' version is no longer current)."""
+    from ..artifacts.ops import check_sealing_op, ref_op
+    from ..core.steps import Tx
+
+    yield Tx.BEGIN
+    yield from check_sealing_op(sealing, f"the payload {ref.artifact_id}", "nothing was referenced")
+    expires = yield from _expiry_op(store)
+    yield from ref_op(
+        tenant, ref.artifact_id, "trajectory", owner, sealing.session, None, False, expires
+    )
+    yield Tx.COMMIT
 
 
 def _now_op() -> Any:
