@@ -557,6 +557,10 @@ def rotate_data_key(
                     {"tenant": scope.tenant, "subject": scope.name},
                     fetch="none",
                 )
+                # listed again under the subject's lock: a session an import created since
+                # the list above (it seals under that lock, shared) has committed by now
+                rows = yield Q(query("rotation_sessions"), params)
+                sessions = [r[0] for r in rows]
             for session in sessions:
                 yield Q(query("rotation_lock_session"), {"sid": session}, fetch="none")
             left = yield from _pass_op(scan, scope, sessions)

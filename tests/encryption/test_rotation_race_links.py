@@ -218,13 +218,6 @@ def test_an_import_whose_subject_key_was_rotated_is_refused_and_a_rerun_imports_
     assert store.get_artifact(tenant, imported) == MARKER
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyShredded,
-    reason="decision 0024, Open: a rotation that starts after the import's check lists the "
-    "subject's sessions before the imported one commits; rotation.py must list them again "
-    "under the subject's lock",
-)
 def test_an_import_checked_before_the_rotation_started_keeps_its_artifacts_readable(
     store: shardstore.Store,
     keys: LocalKeyProvider,
