@@ -35,6 +35,7 @@ import math
 import operator
 import threading
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -95,6 +96,12 @@ _GENERATIONS = 8  # session ids tried per round trip when resolving a deleted th
 _ATTEMPTS = 5  # puts retried when another writer moved the session meanwhile
 _MAX_INT = 2**63
 _STATE_VERSION = 1
+# serialized values of at least this many bytes are stored deflated when that is shorter:
+# LangGraph's serializer keeps a message's text as is, and PostgreSQL compresses only rows
+# over ~2 kB (a 1.6 kB message in a pending write or a run's input went to disk and WAL whole)
+_DEFLATE_FROM = 128
+# the value type of a deflated pending write: this prefix, then the serializer's type
+_DEFLATED = "shardstore.deflate:"
 _STATE_KIND = checkpoint_kind("state")  # as the store's own checkpoints: restore() opens it
 
 
@@ -118,6 +125,23 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if t is dict:
         return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
     return False
+
+
+def _deflate(blob: bytes) -> bytes | None:
+    """``blob`` deflated (zlib), or None when it is short or does not shrink."""
+    if len(blob) < _DEFLATE_FROM:
+        return None
+    packed = zlib.compress(blob, 6)
+    return packed if len(packed) < len(blob) else None
+
+
+def _inflate(packed: bytes) -> bytes:
+    """What :func:`_deflate` packed; ``InvalidInput`` for bytes that are not (a row this
+    saver did not write)."""
+    try:
+        return zlib.decompress(packed)
+    except zlib.error:
+        raise InvalidInput("a stored LangGraph value is not deflated data") from None
 
 
 def _tuples_to_lists(value: Any) -> Any:
@@ -318,13 +342,31 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         if _plain(value):
             return {"j": value}
         kind, blob = self.serde.dumps_typed(value)
+        packed = _deflate(blob)
+        if packed is not None:
+            return {"z": [kind, base64.b64encode(packed).decode("ascii")]}
         return {"s": [kind, base64.b64encode(blob).decode("ascii")]}
 
     def _dec(self, doc: Mapping[str, Any]) -> Any:
         if "j" in doc:
             return doc["j"]
+        if "z" in doc:
+            kind, text = doc["z"]
+            return self.serde.loads_typed((kind, _inflate(base64.b64decode(text))))
         kind, text = doc["s"]
         return self.serde.loads_typed((kind, base64.b64decode(text)))
+
+    def _dumps_write(self, value: Any) -> tuple[str, bytes]:
+        """A pending write's value as stored: its type and bytes, deflated when shorter."""
+        kind, blob = self.serde.dumps_typed(value)
+        packed = _deflate(blob)
+        return (kind, blob) if packed is None else (_DEFLATED + kind, packed)
+
+    def _loads_write(self, kind: str, blob: bytes) -> Any:
+        """A pending write's value from its stored type and bytes (deflated or not)."""
+        if kind.startswith(_DEFLATED):
+            return self.serde.loads_typed((kind[len(_DEFLATED) :], _inflate(bytes(blob))))
+        return self.serde.loads_typed((kind, bytes(blob)))
 
     # ------------------------------------------------------------ encryption
     # With a store connected with encryption=, the saver seals what its own statements
@@ -692,7 +734,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             if not isinstance(write, tuple | list) or len(write) != 2:
                 raise InvalidInput(f"write {i} must be a (channel, value) pair")
             channel = _text(write[0], f"write {i}'s channel")
-            kind, blob = self.serde.dumps_typed(write[1])
+            kind, blob = self._dumps_write(write[1])
             idx.append(WRITES_IDX_MAP.get(channel, i))
             channels.append(channel)
             kinds.append(kind)
@@ -809,7 +851,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             blob = yield from self._open_write_op(
                 w["session_id"], where, bytes(w["value"]), lineage
             )
-            value = self.serde.loads_typed((w["value_type"], blob))
+            value = self._loads_write(w["value_type"], blob)
             writes.setdefault((w["session_id"], w["checkpoint_ns"], w["checkpoint_id"]), []).append(
                 (w["task_id"], w["channel"], value)
             )
@@ -885,7 +927,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
                 row["write_values"],
                 strict=True,
             ):
-                writes.append((task, channel, self.serde.loads_typed((kind, bytes(blob)))))
+                writes.append((task, channel, self._loads_write(kind, blob)))
         return self._tuple(row, state, sid, ns, thread, writes, log)
 
     def _get_op(self, config: Any) -> Op[CheckpointTuple | None]:
