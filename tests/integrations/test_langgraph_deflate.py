@@ -113,7 +113,9 @@ def test_writes_and_inputs_are_stored_deflated_and_read_back(
         " WHERE session_id = %s AND channel = 'messages'",
         sid,
     )
-    assert kinds and all(k.startswith("shardstore.deflate:") for k, _ in kinds)
+    # each message write is deflated, or names its checkpoint's input (stored there once;
+    # which of the two holds it depends on which LangGraph stored first)
+    assert kinds and {k for k, _ in kinds} <= {"shardstore.deflate:msgpack", "shardstore.input"}
     assert all(size < 1200 for _, size in kinds)  # a 1.6 kB message, deflated
     states = [
         s
@@ -121,8 +123,81 @@ def test_writes_and_inputs_are_stored_deflated_and_read_back(
             dsn, "SELECT state::text FROM shardstore.checkpoints WHERE session_id = %s", sid
         )
     ]
-    inputs = [s for s in states if "__start__" in s and '"z"' in s]
-    assert inputs, "a run's input (a message of 1.6 kB) is stored deflated"
+    assert len(states) == 9  # per turn: the input, then a step each side of the node
+    inputs = rows(
+        dsn,
+        "SELECT state #> '{ch,__start__}' FROM shardstore.checkpoints"
+        " WHERE session_id = %s AND state #> '{ch,__start__}' IS NOT NULL",
+        sid,
+    )
+    # a run's input (a message of 1.6 kB) is stored deflated, or names its write
+    assert len(inputs) == 3 and all(set(doc) & {"z", "w"} for (doc,) in inputs)
+
+
+CP_ID = "1f000000-0000-6000-8000-0000000000{:02d}"
+
+
+def input_checkpoint(n: int, start: Any) -> Any:
+    """A LangGraph checkpoint holding a run's input, as LangGraph puts one."""
+    return {
+        "v": 4,
+        "id": CP_ID.format(n),
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": {"__start__": start},
+        "channel_versions": {"__start__": 1},
+        "versions_seen": {},
+        "updated_channels": None,
+    }
+
+
+@pytest.mark.parametrize("order", ["write first", "put first"])
+def test_a_runs_input_and_its_write_are_stored_once(
+    store: shardstore.Store, dsn: str, order: str
+) -> None:
+    saver = ShardstoreSaver(store, tenant_id=TENANT)
+    msgs = [HumanMessage(text(1600, 3), id="u-in")]
+    start = {"messages": msgs, "other": {"k": 1}}
+    meta: Any = {"source": "input", "step": -1, "parents": {}}
+    at: Any = {
+        "configurable": {"thread_id": "in", "checkpoint_ns": "", "checkpoint_id": CP_ID.format(1)}
+    }
+    writes = [("messages", msgs), ("branch:to:node", None)]
+    if order == "write first":
+        saver.put_writes(at, writes, "task-in", "~__pregel_pull, __start__")
+        saver.put(cfg("in"), input_checkpoint(1, start), meta, {"__start__": 1})
+    else:
+        saver.put(cfg("in"), input_checkpoint(1, start), meta, {"__start__": 1})
+        saver.put_writes(at, writes, "task-in", "~__pregel_pull, __start__")
+    for reader in (saver, ShardstoreSaver(store, tenant_id=TENANT)):
+        got = reader.get_tuple(at)
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"__start__": start}
+        assert got.pending_writes == [
+            ("task-in", "messages", msgs),
+            ("task-in", "branch:to:node", None),
+        ]
+    # the message's 1.6 kB are in the database once
+    sizes = rows(
+        dsn,
+        "SELECT (SELECT sum(length(value)) FROM shardstore.langgraph_writes)"
+        " + (SELECT sum(length(state::text)) FROM shardstore.checkpoints)",
+    )
+    assert sizes[0][0] < 1600
+
+
+def test_an_input_naming_a_write_that_is_gone_raises_invalid_input(
+    store: shardstore.Store, dsn: str
+) -> None:
+    saver = ShardstoreSaver(store, tenant_id=TENANT)
+    msgs = [HumanMessage(text(1600, 4), id="u-gone")]
+    at: Any = {
+        "configurable": {"thread_id": "gone", "checkpoint_ns": "", "checkpoint_id": CP_ID.format(2)}
+    }
+    saver.put_writes(at, [("messages", msgs)], "task-in")
+    saver.put(cfg("gone"), input_checkpoint(2, {"messages": msgs}), {"step": -1}, {})
+    assert rows(dsn, "DELETE FROM shardstore.langgraph_writes RETURNING 1")
+    with pytest.raises(InvalidInput, match="gone"):
+        ShardstoreSaver(store, tenant_id=TENANT).get_tuple(at)
 
 
 def test_values_that_do_not_shrink_stay_as_they_were(store: shardstore.Store, dsn: str) -> None:

@@ -1,6 +1,7 @@
-"""ShardstoreSaver's deflated pending writes and inputs behind a real PgBouncer in
-transaction mode (tests/pgbouncer.py): a run of long messages stored through the pooler
-reads back exactly through it, from a fresh saver, sync and async."""
+"""ShardstoreSaver's deflated pending writes, and writes stored as their checkpoint's input,
+behind a real PgBouncer in transaction mode (tests/pgbouncer.py): a run of long messages
+stored through the pooler reads back exactly through it, from a fresh saver, sync and
+async."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def test_deflated_values_round_trip_behind_the_pooler(pooled_dsn: str, dsn: str)
                 (sid,),
             )
         ]
-    assert kinds and all(k.startswith("shardstore.deflate:") for k in kinds)
+    # which of a run's input and its write holds the message depends on which LangGraph
+    # stored first (they run side by side); neither is the serializer's plain bytes
+    assert kinds and set(kinds) <= {"shardstore.deflate:msgpack", "shardstore.input"}
 
     async def main() -> list[Any]:
         async with await shardstore.connect_async(pooled_dsn) as astore:
