@@ -145,6 +145,11 @@ SUITES: dict[str, Suite] = {
         "a LangGraph agent with ShardstoreSaver vs PostgresSaver: bytes, step time first vs "
         "last 50 steps, resume",
     ),
+    "langgraph-delta": Suite(
+        "langgraph_delta",
+        "ShardstoreSaver vs PostgresSaver (default, DeltaChannel, durability=exit, shallow) at "
+        "50/200/1,000 turns, both corpora: bytes and WAL per payload byte, step p50",
+    ),
     "artifacts": Suite(
         "artifacts",
         "artifacts: a 1 MB tool output stored once vs in every PostgresSaver checkpoint, "

@@ -8,6 +8,10 @@ checkpoint records only how many of the session's first turns it holds. Every ot
 channel, the channel versions, ``versions_seen`` and the metadata are one row of
 ``shardstore.checkpoints``; LangGraph's ids and namespaces and the pending writes are two
 small tables of the langgraph migration (registered: purges, retention and rewinds cover them).
+Serialized values (pending writes, channel values that are not plain JSON) are stored
+deflated when that is shorter, and a run's input (the ``__start__`` channel) and its input
+task's write, which hold the same messages, are stored once: whichever LangGraph stores
+second names the first (decision 0026).
 
 When a checkpoint's ``messages`` are not an append of the turns (time travel then a new
 branch, an edit, a ``RemoveMessage``), the checkpoint holds the turns they share with the
@@ -35,6 +39,7 @@ import math
 import operator
 import threading
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -95,6 +100,21 @@ _GENERATIONS = 8  # session ids tried per round trip when resolving a deleted th
 _ATTEMPTS = 5  # puts retried when another writer moved the session meanwhile
 _MAX_INT = 2**63
 _STATE_VERSION = 1
+# serialized values of at least this many bytes are stored deflated when that is shorter:
+# LangGraph's serializer keeps a message's text as is, and PostgreSQL compresses only rows
+# over ~2 kB (a 1.6 kB message in a pending write or a run's input went to disk and WAL whole)
+_DEFLATE_FROM = 128
+# the value type of a deflated pending write: this prefix, then the serializer's type
+_DEFLATED = "shardstore.deflate:"
+# the channel LangGraph holds a run's input in, and how many checkpoints' message writes a
+# saver keeps in memory for the input of the checkpoint they belong to (it is put after them)
+_INPUT_CHANNEL = "__start__"
+_RECENT_WRITES = 16
+# the value type of a pending write that is its checkpoint's input (stored there once)
+_INPUT_TYPE = "shardstore.input"
+# how long a put_writes waits for its checkpoint's put running in another thread (LangGraph
+# runs them side by side under async durability)
+_PUT_WAIT_S = 2.0
 _STATE_KIND = checkpoint_kind("state")  # as the store's own checkpoints: restore() opens it
 
 
@@ -118,6 +138,23 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if t is dict:
         return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
     return False
+
+
+def _deflate(blob: bytes) -> bytes | None:
+    """``blob`` deflated (zlib), or None when it is short or does not shrink."""
+    if len(blob) < _DEFLATE_FROM:
+        return None
+    packed = zlib.compress(blob, 6)
+    return packed if len(packed) < len(blob) else None
+
+
+def _inflate(packed: bytes) -> bytes:
+    """What :func:`_deflate` packed; ``InvalidInput`` for bytes that are not (a row this
+    saver did not write)."""
+    try:
+        return zlib.decompress(packed)
+    except zlib.error:
+        raise InvalidInput("a stored LangGraph value is not deflated data") from None
 
 
 def _tuples_to_lists(value: Any) -> Any:
@@ -296,6 +333,14 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         self._lock = threading.Lock()
         self._threads: dict[str, uuid.UUID] = {}  # thread id -> its live session
         self._logs: dict[uuid.UUID, _Log] = {}
+        # (session, namespace, checkpoint id) -> {task id: value} of the messages channel's
+        # writes stored last: a run's input names the one it equals instead of a copy
+        self._written: dict[tuple[uuid.UUID, str, str], dict[str, Any]] = {}
+        # (session, namespace, checkpoint id) -> the messages of the input stored in the
+        # checkpoint put last: its input task's write names it instead of a copy
+        self._inputs: dict[tuple[uuid.UUID, str, str], Any] = {}
+        # (session, namespace, checkpoint id) -> set when the put of it running now ends
+        self._putting: dict[tuple[uuid.UUID, str, str], threading.Event] = {}
 
     # ------------------------------------------------------------ running
 
@@ -318,13 +363,87 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         if _plain(value):
             return {"j": value}
         kind, blob = self.serde.dumps_typed(value)
+        packed = _deflate(blob)
+        if packed is not None:
+            return {"z": [kind, base64.b64encode(packed).decode("ascii")]}
         return {"s": [kind, base64.b64encode(blob).decode("ascii")]}
 
     def _dec(self, doc: Mapping[str, Any]) -> Any:
         if "j" in doc:
             return doc["j"]
+        if "z" in doc:
+            kind, text = doc["z"]
+            return self.serde.loads_typed((kind, _inflate(base64.b64decode(text))))
         kind, text = doc["s"]
         return self.serde.loads_typed((kind, base64.b64decode(text)))
+
+    def _input_ref(self, sid: uuid.UUID, ns: str, cid: str, value: Any) -> dict[str, Any] | None:
+        """A run's input (``__start__``: a dict whose messages-channel entry is what the
+        input task wrote) as the name of that pending write of the same checkpoint, which
+        LangGraph stores before the checkpoint: the input's messages are not stored twice."""
+        channel = self.messages_channel
+        if type(value) is not dict or channel not in value:
+            return None
+        with self._lock:
+            written = self._written.get((sid, ns, cid))
+        if not written:
+            return None
+        inner = value[channel]
+        task = next((t for t, v in written.items() if v is inner), None)
+        if task is None:
+            task = next((t for t, v in written.items() if v == inner), None)
+        if task is None:
+            return None
+        rest = {k: v for k, v in value.items() if k != channel}
+        return {"w": task, "k": list(value), "r": self._enc(rest)}
+
+    def _dec_channel(self, doc: Mapping[str, Any], writes: Sequence[Any]) -> Any:
+        """A channel value as stored: encoded (``_enc``), or a run's input naming its
+        checkpoint's pending write (``_input_ref``)."""
+        if "w" not in doc:
+            return self._dec(doc)
+        channel = self.messages_channel
+        inner = next((v for task, c, v in writes if task == doc["w"] and c == channel), _MISSING)
+        if inner is _MISSING:
+            raise InvalidInput(
+                "a checkpoint's input names a pending write that is gone (rows changed "
+                "outside this saver)"
+            )
+        rest = self._dec(doc["r"])
+        return {k: inner if k == channel else rest[k] for k in doc["k"]}
+
+    def _write_values(
+        self, stored: Sequence[tuple[str, str, str, bytes]], state: Mapping[str, Any]
+    ) -> list[tuple[str, str, Any]]:
+        """A checkpoint's pending writes (task, channel, type, opened bytes) as LangGraph's
+        (task, channel, value); a write stored as its checkpoint's input (``_INPUT_TYPE``)
+        is read from the checkpoint's ``state``."""
+        out = []
+        for task, channel, kind, blob in stored:
+            if kind == _INPUT_TYPE:
+                doc = state["ch"].get(_INPUT_CHANNEL)
+                start = self._dec(doc) if isinstance(doc, Mapping) and "w" not in doc else None
+                if type(start) is not dict or channel not in start:
+                    raise InvalidInput(
+                        "a pending write names its checkpoint's input, which holds none "
+                        "(rows changed outside this saver)"
+                    )
+                out.append((task, channel, start[channel]))
+            else:
+                out.append((task, channel, self._loads_write(kind, blob)))
+        return out
+
+    def _dumps_write(self, value: Any) -> tuple[str, bytes]:
+        """A pending write's value as stored: its type and bytes, deflated when shorter."""
+        kind, blob = self.serde.dumps_typed(value)
+        packed = _deflate(blob)
+        return (kind, blob) if packed is None else (_DEFLATED + kind, packed)
+
+    def _loads_write(self, kind: str, blob: bytes) -> Any:
+        """A pending write's value from its stored type and bytes (deflated or not)."""
+        if kind.startswith(_DEFLATED):
+            return self.serde.loads_typed((kind[len(_DEFLATED) :], _inflate(bytes(blob))))
+        return self.serde.loads_typed((kind, bytes(blob)))
 
     # ------------------------------------------------------------ encryption
     # With a store connected with encryption=, the saver seals what its own statements
@@ -585,7 +704,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         values = dict(checkpoint["channel_values"])
         messages = values.pop(self.messages_channel, _MISSING)
         rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        base_state = {
+        base_state: dict[str, Any] = {
             "lg": _STATE_VERSION,
             "cp": self._enc(rest),
             "ch": {k: self._enc(v) for k, v in values.items()},
@@ -599,85 +718,105 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         )
         sid = yield from self._session_op(thread, create=True)
         assert sid is not None
-        log: _Log | None = None
-        for _attempt in range(_ATTEMPTS):
-            with self._lock:
-                cached = self._logs.get(sid)
-            if log is None and cached is not None and cached.complete:
-                log = cached
-            if log is None:
-                head = yield from self._head_op(sid)
-                if head is None:  # purged meanwhile: the thread moves on
+        start = values.get(_INPUT_CHANNEL)
+        in_flight = (sid, ns, cid)
+        done = threading.Event()
+        with self._lock:
+            mine = self._putting.setdefault(in_flight, done) is done
+        try:
+            log: _Log | None = None
+            for _attempt in range(_ATTEMPTS):
+                with self._lock:
+                    cached = self._logs.get(sid)
+                if log is None and cached is not None and cached.complete:
+                    log = cached
+                if log is None:
+                    head = yield from self._head_op(sid)
+                    if head is None:  # purged meanwhile: the thread moves on
+                        self._forget(thread, sid)
+                        sid = yield from self._session_op(thread, create=True)
+                        assert sid is not None
+                        continue
+                    log = yield from self._log_op(sid, head, head.turns)
+                state = dict(base_state)
+                given = self._input_ref(sid, ns, cid, start)
+                if given is not None:
+                    state["ch"] = {**state["ch"], _INPUT_CHANNEL: given}
+                plan = None
+                if messages is not _MISSING:
+                    plan = self._plan(log, messages)
+                    state["msg"] = plan.ref
+                state_text = history_ops.encode_state(
+                    state, "checkpoint", ctx.settings.chunk_max_bytes
+                )
+                turns = [] if plan is None else plan.append
+                batch = history_ops.prepare_turns(ctx, turns, [None] * len(turns))
+                texts, sizes = batch.texts, batch.sizes
+                sealed = ctx.sealer is not None
+                if sealed:
+                    # lg_put appends at the head it is given (else 'stale'): turn i gets
+                    # log.head.turns + i, the seq it is sealed for; the key is read under the
+                    # session row's lock, held until lg_put commits
+                    yield Tx.BEGIN
+                    key = yield from self._key_op(sid)
+                    texts, sizes = self._seal_turns(key, sid, log.head.turns, texts)
+                    state_text = self._seal_state(key, sid, ns, cid, state_text)
+                params = (
+                    sid,
+                    ns,
+                    cid,
+                    parent,
+                    run_id,
+                    shard_checkpoint_id(ns, cid),
+                    log.head.turns,
+                    log.head.last_at,
+                    "[" + ",".join(texts) + "]",
+                    batch.tokens,
+                    sizes,
+                    *chunking,
+                    state_text,
+                    meta_text,
+                )
+                try:
+                    row = yield _named("lg_put", params, fetch="one")
+                    if sealed:
+                        yield Tx.COMMIT
+                except (SessionNotFound, SessionPurged):
                     self._forget(thread, sid)
+                    log = None
                     sid = yield from self._session_op(thread, create=True)
                     assert sid is not None
                     continue
-                log = yield from self._log_op(sid, head, head.turns)
-            state = dict(base_state)
-            plan = None
-            if messages is not _MISSING:
-                plan = self._plan(log, messages)
-                state["msg"] = plan.ref
-            state_text = history_ops.encode_state(state, "checkpoint", ctx.settings.chunk_max_bytes)
-            turns = [] if plan is None else plan.append
-            batch = history_ops.prepare_turns(ctx, turns, [None] * len(turns))
-            texts, sizes = batch.texts, batch.sizes
-            sealed = ctx.sealer is not None
-            if sealed:
-                # lg_put appends at the head it is given (else 'stale'): turn i gets
-                # log.head.turns + i, the seq it is sealed for; the key is read under the
-                # session row's lock, held until lg_put commits
-                yield Tx.BEGIN
-                key = yield from self._key_op(sid)
-                texts, sizes = self._seal_turns(key, sid, log.head.turns, texts)
-                state_text = self._seal_state(key, sid, ns, cid, state_text)
-            params = (
-                sid,
-                ns,
-                cid,
-                parent,
-                run_id,
-                shard_checkpoint_id(ns, cid),
-                log.head.turns,
-                log.head.last_at,
-                "[" + ",".join(texts) + "]",
-                batch.tokens,
-                sizes,
-                *chunking,
-                state_text,
-                meta_text,
-            )
-            try:
-                row = yield _named("lg_put", params, fetch="one")
-                if sealed:
-                    yield Tx.COMMIT
-            except (SessionNotFound, SessionPurged):
-                self._forget(thread, sid)
-                log = None
-                sid = yield from self._session_op(thread, create=True)
-                assert sid is not None
-                continue
-            if row["status"] == "stale":
+                if row["status"] == "stale":
+                    with self._lock:
+                        self._logs.pop(sid, None)
+                    log = None
+                    continue
+                head = _Head(int(row["turns"]), row["last_at"], log.head.first)
+                grown = _Log(head, log.messages + (plan.appended if plan is not None else []))
                 with self._lock:
-                    self._logs.pop(sid, None)
-                log = None
-                continue
-            head = _Head(int(row["turns"]), row["last_at"], log.head.first)
-            grown = _Log(head, log.messages + (plan.appended if plan is not None else []))
-            with self._lock:
-                current = self._logs.get(sid)
-                if current is None or current is log:
-                    self._logs[sid] = grown
-                else:  # another call of this saver replaced it meanwhile: read it again
-                    self._logs.pop(sid, None)
-            if row["sealed"]:
-                outcome = history_ops.AppendOutcome(sid, [], True)
-                yield from history_ops._after_append_op(self.store, outcome)
-            return _config(thread, ns, cid)
-        raise Conflict(
-            f"thread {thread!r}: the session kept changing under this put ({_ATTEMPTS} tries); "
-            "another writer is appending to it: retry"
-        )
+                    current = self._logs.get(sid)
+                    if current is None or current is log:
+                        self._logs[sid] = grown
+                    else:  # another call of this saver replaced it meanwhile: read it again
+                        self._logs.pop(sid, None)
+                if given is None and type(start) is dict and self.messages_channel in start:
+                    # stored here: the input task's write (LangGraph puts it after this, with
+                    # async durability) names it
+                    self._remember(self._inputs, (sid, ns, cid), start[self.messages_channel])
+                if row["sealed"]:
+                    outcome = history_ops.AppendOutcome(sid, [], True)
+                    yield from history_ops._after_append_op(self.store, outcome)
+                return _config(thread, ns, cid)
+            raise Conflict(
+                f"thread {thread!r}: the session kept changing under this put ({_ATTEMPTS} tries); "
+                "another writer is appending to it: retry"
+            )
+        finally:
+            if mine:
+                with self._lock:
+                    del self._putting[in_flight]
+                done.set()
 
     def _put_writes_op(self, config: Any, writes: Any, task_id: Any, task_path: Any) -> Op[None]:
         thread, ns, cid = _where(config)
@@ -692,7 +831,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             if not isinstance(write, tuple | list) or len(write) != 2:
                 raise InvalidInput(f"write {i} must be a (channel, value) pair")
             channel = _text(write[0], f"write {i}'s channel")
-            kind, blob = self.serde.dumps_typed(write[1])
+            kind, blob = self._dumps_write(write[1])
             idx.append(WRITES_IDX_MAP.get(channel, i))
             channels.append(channel)
             kinds.append(kind)
@@ -701,6 +840,22 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             return None
         sid = yield from self._session_op(thread, create=True)
         assert sid is not None
+        with self._lock:
+            putting = self._putting.get((sid, ns, cid))
+        if putting is not None and not self._async:
+            # the checkpoint's put is under way in another thread: its input, once stored,
+            # may hold this write's value
+            putting.wait(_PUT_WAIT_S)
+        with self._lock:
+            stored_input = self._inputs.get((sid, ns, cid), _MISSING)
+        if stored_input is not _MISSING:
+            for i, (channel, write) in enumerate(zip(channels, writes, strict=True)):
+                value = write[1]
+                if channel == self.messages_channel and (
+                    value is stored_input or value == stored_input
+                ):
+                    # the checkpoint holds this value as its input already
+                    kinds[i], blobs[i] = _INPUT_TYPE, b""
         try:
             yield from self._write_blobs_op(sid, (ns, cid, task, path, idx, channels, kinds), blobs)
         except (SessionNotFound, SessionPurged):
@@ -708,7 +863,27 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             sid = yield from self._session_op(thread, create=True)
             assert sid is not None
             yield from self._write_blobs_op(sid, (ns, cid, task, path, idx, channels, kinds), blobs)
+        mine = [
+            w[1]
+            for c, w, i, k in zip(channels, writes, idx, kinds, strict=True)
+            if c == self.messages_channel and i >= 0 and k != _INPUT_TYPE
+        ]
+        if len(mine) == 1:
+            # a regular write stored once is kept (lg_put_writes): the first value is the one
+            # the input may name
+            with self._lock:
+                self._written.setdefault((sid, ns, cid), {}).setdefault(task, mine[0])
+                while len(self._written) > _RECENT_WRITES:
+                    del self._written[next(iter(self._written))]
         return None
+
+    def _remember(self, recent: dict[Any, Any], key: Any, value: Any) -> None:
+        """Keep ``value`` under ``key`` in one of the saver's small memories of what it
+        stored last (the oldest forgotten past _RECENT_WRITES)."""
+        with self._lock:
+            recent.setdefault(key, value)
+            while len(recent) > _RECENT_WRITES:
+                del recent[next(iter(recent))]
 
     def _write_blobs_op(
         self, sid: uuid.UUID, where: tuple[Any, ...], blobs: list[bytes]
@@ -761,7 +936,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
         read with the row; None when the session was purged)."""
         cid = row["checkpoint_id"]
         rest = self._dec(state["cp"])
-        values = {k: self._dec(v) for k, v in state["ch"].items()}
+        values = {k: self._dec_channel(v, writes) for k, v in state["ch"].items()}
         ref = state.get("msg")
         if ref is not None:
             if "v" in ref:
@@ -795,7 +970,7 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             [r["checkpoint_id"] for r in rows],
         )
         written = yield _named("lg_writes", keys)
-        writes: dict[tuple[Any, str, str], list[Any]] = {}
+        writes: dict[tuple[Any, str, str], list[tuple[str, str, str, bytes]]] = {}
         lineages: dict[uuid.UUID, dict[str, Any]] = {}
         for w in written:
             where = (
@@ -809,9 +984,8 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             blob = yield from self._open_write_op(
                 w["session_id"], where, bytes(w["value"]), lineage
             )
-            value = self.serde.loads_typed((w["value_type"], blob))
             writes.setdefault((w["session_id"], w["checkpoint_ns"], w["checkpoint_id"]), []).append(
-                (w["task_id"], w["channel"], value)
+                (w["task_id"], w["channel"], w["value_type"], blob)
             )
         states = []
         for r in rows:
@@ -845,7 +1019,10 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
                 row["session_id"],
                 row["checkpoint_ns"],
                 threads[row["session_id"]],
-                writes.get((row["session_id"], row["checkpoint_ns"], row["checkpoint_id"]), []),
+                self._write_values(
+                    writes.get((row["session_id"], row["checkpoint_ns"], row["checkpoint_id"]), []),
+                    state,
+                ),
                 logs.get(row["session_id"]),
             )
             for row, state in zip(rows, states, strict=True)
@@ -876,16 +1053,18 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             upto = min(ref["n"], head.turns)
             if log is None or log.head != head or head.first + len(log.messages) < upto:
                 return _Missing()
-        writes = []
+        stored = []
         if row["task_ids"] is not None:
-            for task, channel, kind, blob in zip(
-                row["task_ids"],
-                row["channels"],
-                row["value_types"],
-                row["write_values"],
-                strict=True,
-            ):
-                writes.append((task, channel, self.serde.loads_typed((kind, bytes(blob)))))
+            stored = list(
+                zip(
+                    row["task_ids"],
+                    row["channels"],
+                    row["value_types"],
+                    row["write_values"],
+                    strict=True,
+                )
+            )
+        writes = self._write_values(stored, state)
         return self._tuple(row, state, sid, ns, thread, writes, log)
 
     def _get_op(self, config: Any) -> Op[CheckpointTuple | None]:
