@@ -256,7 +256,22 @@ def test_a_damaged_deflated_value_raises_invalid_input(
     store: shardstore.Store, dsn: str, where: str
 ) -> None:
     saver = ShardstoreSaver(store, tenant_id=TENANT)
-    run(saver, "bad", turns=1)
+    if where == "write":
+        run(saver, "bad", turns=1)  # the node's write of its answer is stored deflated
+    else:
+        # the input checkpoint stored before its task's write holds the messages deflated
+        # (a graph run may store the two in either order: the second names the first)
+        msgs = [HumanMessage(text(1600, 5), id="u-bad")]
+        at: Any = {
+            "configurable": {
+                "thread_id": "bad",
+                "checkpoint_ns": "",
+                "checkpoint_id": CP_ID.format(3),
+            }
+        }
+        meta: Any = {"source": "input", "step": -1, "parents": {}}
+        saver.put(cfg("bad"), input_checkpoint(3, {"messages": msgs}), meta, {"__start__": 1})
+        saver.put_writes(at, [("messages", msgs)], "task-in", "~__pregel_pull, __start__")
     sid = saver.session_id("bad")
     if where == "write":
         damaged = rows(
