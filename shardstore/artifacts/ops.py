@@ -516,29 +516,18 @@ def put_artifact(
     raise Conflict("the owner's data key kept being rotated while the artifact was stored; retry")
 
 
-def scope_key_op(
-    sealer: Sealer,
-    tenant: str,
-    session: uuid.UUID | None,
-    checkpoint: uuid.UUID | None = None,
-) -> Op[DataKey]:
-    """The data key an artifact's bytes are sealed under: its session's (the session's
-    subject key, else the session's own) when it belongs to a session (``session``, or the
-    session of ``checkpoint``), else the tenant's. ``SessionNotFound`` /
-    ``SessionPurged`` / ``ArtifactNotFound`` for an owner this tenant does not have,
-    before any byte is stored."""
-    sealing = yield from sealing_op(sealer, tenant, session, checkpoint)
-    return sealing.key
-
-
 def sealing_op(
     sealer: Sealer,
     tenant: str,
     session: uuid.UUID | None,
     checkpoint: uuid.UUID | None = None,
 ) -> Op[Sealing]:
-    """:func:`scope_key_op`'s key with the session it belongs to (None for the tenant's),
-    for the link's check (:func:`check_sealing_op`)."""
+    """The data key an artifact's bytes are sealed under, with the session it belongs to
+    (None for the tenant's), for the link's check (:func:`check_sealing_op`): the session's
+    key (its subject's, else the session's own) when the artifact belongs to a session
+    (``session``, or the session of ``checkpoint``), else the tenant's. ``SessionNotFound`` /
+    ``SessionPurged`` / ``ArtifactNotFound`` for an owner this tenant does not have, before
+    any byte is stored."""
     from ..encryption.turns import session_scope
 
     if checkpoint is not None:
