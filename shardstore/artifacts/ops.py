@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -501,16 +501,32 @@ def put_artifact(
     if who is None:  # the tenant's key: no rotation replaces it, nothing is linked
         sealing = yield from sealing_op(sealer, tenant, None)
         return (yield from put_op(config, tenant, src, ctype, None, required, None, sealing.key))
+
+    def put_linked(sealing: Sealing) -> Op[ArtifactRef]:
+        return put_op(config, tenant, src, ctype, None, required, who, sealing.key, sealing)
+
+    return (yield from resealing_op(sealer, tenant, session, checkpoint, src, put_linked))
+
+
+def resealing_op(
+    sealer: Sealer,
+    tenant: str,
+    session: uuid.UUID | None,
+    checkpoint: uuid.UUID | None,
+    src: Source,
+    put_linked: Callable[[Sealing], Op[ArtifactRef]],
+) -> Op[ArtifactRef]:
+    """``put_linked(sealing)``: the bytes of ``src`` sealed under the owner's current key and
+    linked to its session (checked by :func:`check_sealing_op`), done again under the new
+    version when a rotation replaced the key meanwhile: bytes in memory are sealed again, a
+    file object (read once) gets ``Conflict``; after a few rotations in a row, ``Conflict``
+    (retryable)."""
     for _attempt in range(_RESEAL_ATTEMPTS):
         sealing = yield from sealing_op(sealer, tenant, session, checkpoint)
         try:
-            ref: ArtifactRef = yield Try(
-                put_op(config, tenant, src, ctype, None, required, who, sealing.key, sealing)
-            )
+            ref: ArtifactRef = yield Try(put_linked(sealing))
             return ref
         except _StaleSealingKey:
-            # a rotation made a new version current during the upload: bytes in memory are
-            # sealed again under it; a file object was read once and cannot be
             if not rewind(src):
                 raise
     raise Conflict("the owner's data key kept being rotated while the artifact was stored; retry")

@@ -420,19 +420,10 @@ def attach_payload(
     sealed again under the new version (a few times at most, then ``Conflict``); a file
     object, read once, gets ``Conflict`` (retryable) with nothing referenced."""
     from ..artifacts.config import config_of
-    from ..artifacts.ops import (
-        _RESEAL_ATTEMPTS,
-        _StaleSealingKey,
-        put_artifact,
-        put_op,
-        ref_op,
-        sealing_op,
-        session_tenant_op,
-    )
-    from ..artifacts.source import rewind, source
+    from ..artifacts.ops import put_artifact, put_op, ref_op, resealing_op, session_tenant_op
+    from ..artifacts.source import source
     from ..core import validate
-    from ..core.steps import Try
-    from ..errors import Conflict, SessionNotFound
+    from ..errors import SessionNotFound
 
     label = validate.text(name, "name", limit=64)
     tenant = validate.text(tenant_id, "tenant_id")
@@ -455,23 +446,14 @@ def attach_payload(
     else:
         ctype = validate.text(content_type, "content_type", limit=255)
         src = source(data)
-        for _attempt in range(_RESEAL_ATTEMPTS):
-            sealing = yield from sealing_op(sealer, tenant, session)
-            ref = yield from put_op(config_of(store), tenant, src, ctype, key=sealing.key)
-            try:
-                yield Try(_linked_op(store, tenant, sealing, ref, owner))
-                break
-            except _StaleSealingKey:
-                # a rotation made a new version current after the key was read: bytes in
-                # memory are sealed again under it; a file object was read once and cannot
-                # be (the unreferenced bytes are swept after artifact_grace)
-                if not rewind(src):
-                    raise
-        else:
-            raise Conflict(
-                f"the data key of session {session} kept being rotated while the payload "
-                "was stored; retry"
-            )
+
+        def put_linked(sealing: Any) -> Any:
+            # a refused link leaves the bytes unreferenced: swept after artifact_grace
+            stored = yield from put_op(config_of(store), tenant, src, ctype, key=sealing.key)
+            yield from _linked_op(store, tenant, sealing, stored, owner)
+            return stored
+
+        ref = yield from resealing_op(sealer, tenant, session, None, src, put_linked)
     if hasattr(span, "set_attribute"):
         prefix = f"shardstore.payload.{label}"
         span.set_attribute(f"{prefix}.uri", ref.uri)
