@@ -229,12 +229,15 @@ def needs_epochs(session_id: uuid.UUID, messages: Sequence[Any]) -> bool:
     return any(is_sealed(m) and m.get("o") == own for m in messages)
 
 
+def epochs_of(column: Sequence[int] | None) -> list[int] | None:
+    """A ``rewind_epochs`` column as read, for the readers' checks (None: never rewound)."""
+    return None if column is None else [int(v) for v in column]
+
+
 def epochs_op(session_id: uuid.UUID) -> Op[list[int] | None]:
     """The session's ``rewind_epochs`` (None: never rewound, or no such session)."""
     row = yield Q(query("sealed_epochs"), (session_id,), fetch="one")
-    if row is None or row[0] is None:
-        return None
-    return [int(v) for v in row[0]]
+    return None if row is None else epochs_of(row[0])
 
 
 def _still_stored_op(session_id: uuid.UUID, turn: Turn) -> Op[bool]:

@@ -806,7 +806,7 @@ def tail_op(ctx: Context, session_id: Any, n: Any = None, max_tokens: Any = None
         # the window and the rewind epochs its turns are checked against, in one statement
         text, epochs = yield Q(query("tail_window_sealed"), (sid, n, max_tokens), fetch="one")
         turns = yield from enc_turns.open_turns_op(
-            ctx.sealer, sid, window_turns(text), None if epochs is None else list(epochs)
+            ctx.sealer, sid, window_turns(text), enc_turns.epochs_of(epochs)
         )
     before = yield from before_window_op(sid, turns, ctx.sealer)
     return trim_tail(turns, before)

@@ -28,7 +28,14 @@ from ..core.steps import Op, Q, Tx
 from ..encryption import search as lexeme_hashes
 from ..encryption.envelope import Sealer
 from ..encryption.keystore import DataKey
-from ..encryption.turns import Lineage, lineage_op, needs_lineage, open_message, session_scope
+from ..encryption.turns import (
+    Lineage,
+    epochs_of,
+    lineage_op,
+    needs_lineage,
+    open_message,
+    session_scope,
+)
 from ..errors import DecryptionFailed, InvalidInput, InvalidMessage, KeyShredded
 from .vectors import Ranked, SearchScope
 
@@ -87,8 +94,7 @@ def session_pass_op(sealer: Sealer, session_id: uuid.UUID, batch: int | None = N
             yield Tx.COMMIT
             return indexed
         messages = [jsoncodec.loads(r["message"]) for r in rows]
-        epochs = head["rewind_epochs"]
-        epochs = None if epochs is None else [int(v) for v in epochs]
+        epochs = epochs_of(head["rewind_epochs"])
         if lineage is None and needs_lineage(session_id, messages):
             lineage = yield from lineage_op(session_id)
         opened: list[tuple[Any, str]] = []

@@ -21,6 +21,7 @@ from ..core.steps import Call, Op, Q, Tx
 from ..encryption.envelope import Sealer, is_sealed
 from ..encryption.turns import (
     Lineage,
+    epochs_of,
     epochs_op,
     lineage_op,
     needs_epochs,
@@ -373,7 +374,7 @@ def hits_op(
     epochs: dict[uuid.UUID, list[int] | None] = {}
     if sealer is not None:
         rows = yield Q(query("vec_hit_epochs"), (list(set(sessions)),), prepare=False)
-        epochs = {sid: None if e is None else [int(v) for v in e] for sid, e in rows}
+        epochs = {sid: epochs_of(e) for sid, e in rows}
     yield Tx.COMMIT
     texts = hit_texts(folded, buffered)
     hits = []

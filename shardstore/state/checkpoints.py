@@ -262,8 +262,7 @@ def restore(
         explained = explain_tail(window, history_ops.before_window(window, row["before"]))
         return Restored(found, explained.turns, [], explained.held_back)
     # the epochs come from the window's own snapshot: no statement of their own
-    epochs = row["rewind_epochs"]
-    epochs = None if epochs is None else [int(v) for v in epochs]
+    epochs = enc_turns.epochs_of(row["rewind_epochs"])
     window = yield from enc_turns.open_turns_op(sealer, sid, window, epochs)
     before = yield from history_ops.before_window_op(sid, window, sealer)
     explained = explain_tail(window, before)
