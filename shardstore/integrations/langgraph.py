@@ -148,13 +148,26 @@ def _deflate(blob: bytes) -> bytes | None:
     return packed if len(packed) < len(blob) else None
 
 
+# the most a stored value inflates to: what one PostgreSQL field holds. A row written by
+# other SQL than the saver's (a tenant role may write its own rows) could otherwise inflate
+# a few kB into gigabytes in the reading process
+_INFLATED_MAX = 2**30
+
+
 def _inflate(packed: bytes) -> bytes:
     """What :func:`_deflate` packed; ``InvalidInput`` for bytes that are not (a row this
-    saver did not write)."""
+    saver did not write), or that would inflate past :data:`_INFLATED_MAX`."""
+    inflater = zlib.decompressobj()
     try:
-        return zlib.decompress(packed)
+        blob = inflater.decompress(packed, _INFLATED_MAX)
     except zlib.error:
         raise InvalidInput("a stored LangGraph value is not deflated data") from None
+    if inflater.unconsumed_tail or not inflater.eof or inflater.unused_data:
+        raise InvalidInput(
+            "a stored LangGraph value is not deflated data the saver wrote (truncated, "
+            f"followed by other bytes, or inflating past {_INFLATED_MAX} bytes)"
+        )
+    return blob
 
 
 def _tuples_to_lists(value: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import zlib
 from typing import Any
 
 import psycopg
@@ -315,3 +316,19 @@ def test_async_parity(dsn: str, store: shardstore.Store) -> None:
     # the async writes read back through the sync saver, deflated rows included
     sync_read = build(ShardstoreSaver(store, tenant_id=TENANT)).get_state(cfg("both"))
     assert [message_to_dict(m) for m in sync_read.values["messages"]] == after
+
+
+def test_inflating_is_bounded_and_refuses_what_the_saver_did_not_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardstore.integrations import langgraph as lg
+
+    packed = zlib.compress(b"\x00" * 5000)
+    assert lg._inflate(packed) == b"\x00" * 5000
+    monkeypatch.setattr(lg, "_INFLATED_MAX", 4096)  # a bomb: more than the bound
+    with pytest.raises(InvalidInput, match="inflating past 4096"):
+        lg._inflate(packed)
+    monkeypatch.undo()
+    for damaged in (packed[:-3], packed + b"tail", b"not zlib at all"):
+        with pytest.raises(InvalidInput):
+            lg._inflate(damaged)
