@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -192,36 +193,38 @@ def http_server(dsn: str, *args: str, env: dict[str, str] | None = None) -> Iter
     it answers (401 to a request without a token, or 200 where it takes none)."""
     port = free_port()
     command = [sys.executable, "-m", "shardstore", "--dsn", dsn, "mcp"]
-    process = subprocess.Popen(
-        [*command, "--http", f"127.0.0.1:{port}", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the server exited: {process.stderr.read().decode()}")  # type: ignore[union-attr]
-            try:
-                post(url, INITIALIZE, {})
-                break
-            except (urllib.error.URLError, ConnectionError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
+    # the server's log goes to a file: a pipe no one drains blocks the server once it holds
+    # 64 KiB of log lines
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [*command, "--http", f"127.0.0.1:{port}", *args],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        url = f"http://127.0.0.1:{port}/mcp"
         try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+            deadline = time.monotonic() + 60
+            while True:
+                if process.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"the server exited: {log.read().decode()}")
+                try:
+                    post(url, INITIALIZE, {})
+                    break
+                except (urllib.error.URLError, ConnectionError):
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 # ---------------------------------------------------------------- the data

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -25,28 +26,55 @@ from tests.integrations.test_mcp_server import (
 from tests.pgbouncer import POOL_SIZE, Pooler
 
 ROUNDS = 6  # per tenant thread, each round five tool calls
-# one poisoner at a time: two, each holding some of the pool's server connections in a
-# transaction while it waits for the rest, would wait for each other for ever
+# one poisoner at a time (two, each holding some of the pool's server connections, would
+# wait for each other), and none holds what it took for longer than this: a poisoner
+# holding two server connections while it waits for the third, held by a tool call whose
+# transaction is waiting on the event loop, could otherwise wait for ever
 POISONING = threading.Lock()
+PATIENCE = 5.0
 
 
-def _poison(pooled: str, tenant: str) -> None:
-    """Leave a session-level tenant setting on every server connection of the pool."""
+def _poison(pooled: str, tenant: str, patience: float = PATIENCE) -> int:
+    """Leave a session-level tenant setting on as many of the pool's server connections as
+    it can take within ``patience`` seconds (all of them when the pool is idle); how many
+    it took."""
     with POISONING:
-        _poison_all(pooled, tenant)
+        return _poison_all(pooled, tenant, patience)
 
 
-def _poison_all(pooled: str, tenant: str) -> None:
-    conns = [psycopg.connect(pooled, autocommit=True) for _ in range(POOL_SIZE)]
-    try:
-        for conn in conns:
-            conn.execute("BEGIN")  # holds its server connection, so each gets another
+def _poison_all(pooled: str, tenant: str, patience: float) -> int:
+    release = threading.Event()
+    holding = threading.Semaphore(0)
+    errors: list[BaseException] = []
+
+    def hold(conn: psycopg.Connection[Any]) -> None:
+        try:
+            # BEGIN holds a server connection, so each of these gets another one (or waits
+            # in PgBouncer's queue until one is free)
+            conn.execute("BEGIN")
             conn.execute("SELECT set_config('shardstore.tenant_id', %s, false)", (tenant,))
-        for conn in conns:
+            holding.release()
+            release.wait()
             conn.execute("COMMIT")
-    finally:
-        for conn in conns:
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
             conn.close()
+
+    conns = [psycopg.connect(pooled, autocommit=True) for _ in range(POOL_SIZE)]
+    threads = [threading.Thread(target=hold, args=(conn,)) for conn in conns]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + patience
+    held = 0
+    while held < POOL_SIZE and holding.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        held += 1
+    release.set()  # a holder still queued finishes once the others give theirs back
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a poisoner never got through"
+    assert not errors, errors[0]
+    return held
 
 
 def _round(client: McpClient, tenant: str, ids: dict[str, Any], n: int) -> None:
@@ -79,7 +107,9 @@ def test_two_tenants_through_the_pooler_stay_apart(
         connected(http_opener(url, TOKENS["acme"])) as acme,
         connected(http_opener(url, TOKENS["globex"])) as globex,
     ):
-        _poison(pooled, "globex")
+        # with no call in flight the MCP server's store holds no server connection (none
+        # is left in a transaction), so the poisoner takes every one of them
+        assert _poison(pooled, "globex", patience=60) == POOL_SIZE
 
         def work(client: McpClient, tenant: str) -> None:
             try:
@@ -97,7 +127,10 @@ def test_two_tenants_through_the_pooler_stay_apart(
             thread.start()
         for thread in threads:
             thread.join()
-    assert not failures, failures[0]
+        assert not failures, failures[0]
+        # and after every call came back, no server connection stays in a transaction (a
+        # leaked one would never come back: the long patience is for a loaded machine)
+        assert _poison(pooled, "acme", patience=60) == POOL_SIZE
     with psycopg.connect(dsn, autocommit=True) as admin:
         written = admin.execute(
             "SELECT tenant_id, value #>> '{}', count(*) FROM shardstore.facts "
