@@ -38,9 +38,7 @@ def stored_objects(store: shardstore.Store, dsn: str) -> list[str]:
         return sorted(r[0] for r in rows)
 
 
-def check_invariant(
-    store: shardstore.Store, dsn: str, verified: set[Any] | None = None
-) -> None:
+def check_invariant(store: shardstore.Store, dsn: str, verified: set[Any] | None = None) -> None:
     """No reference names an artifact that is not ready, and every ready artifact's bytes
     are all there and hash to its sha256 (read straight from the backend).
 
