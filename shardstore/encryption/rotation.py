@@ -317,7 +317,7 @@ class _Scan:
         parameters are ``params``' scope, each of ``keys`` per row, the old values and the
         new); ``place`` gives a row's (origin, sid, position, where) for
         :meth:`resealed`."""
-        scope = {name: params[name] for name in ("sid", "tenant") if name in params}
+        scope: dict[str, Any] = {n: params[n] for n in ("sid", "tenant") if n in params}
 
         def reseal(rows: list[Any]) -> Op[None]:
             news = [self.resealed(r["value"], kind, *place(r)) for r in rows]
