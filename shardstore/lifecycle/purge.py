@@ -314,31 +314,60 @@ def purge_sessions_op(
     (total,) = yield Q(count_sql, selector, fetch="one")
     total = int(total)
     done = 0
+    batch_sql = query("purge_session_batch")
     for _round in range(1 if acc.dry_run else 10):
-        after = _ZERO_UUID
-        found = False
-        while True:
-            rows = yield Q(list_sql, (*selector, after, batch_size))
-            if not rows:
-                break
-            found = True
-            ids = [r[0] for r in rows]
-            after = ids[-1]
-            yield Tx.BEGIN
-            results = yield Q(query("purge_session_batch"), (acc.dry_run, ids))
-            yield Tx.COMMIT
-            for sid, doc in results:
-                acc.merge(sid, doc)
-            acc.batches += 1
-            done += len(ids)
-            if progress is not None:
-                yield Call(progress, (done, max(total, done)))
-        if not found:
+        before_pass = done
+        done = yield from _pass_op(
+            acc,
+            list_sql,
+            selector,
+            batch_size,
+            batch_sql,
+            lambda ids: (acc.dry_run, ids),
+            progress,
+            total,
+            done,
+        )
+        if done == before_pass:
             break
     if finish is not None:
         yield from finish(acc)
     yield from _vacuum_op(acc, vacuum)
     return acc.report()
+
+
+def _pass_op(
+    acc: _Acc,
+    list_sql: str,
+    selector: tuple[Any, ...],
+    batch_size: int,
+    batch_sql: str,
+    batch_params: Callable[[list[uuid.UUID]], tuple[Any, ...]],
+    progress: ProgressHook | None,
+    total: int,
+    done: int = 0,
+) -> Op[int]:
+    """One pass over the sessions ``list_sql`` selects (``selector``, then the id to start
+    after and ``batch_size``), in session id order: each batch purged by ``batch_sql`` in
+    a transaction of its own (a crash keeps the batches before it), its results merged
+    into ``acc``, ``progress`` told ``(done, total)``. Returns ``done`` plus the sessions
+    this pass purged."""
+    after = _ZERO_UUID
+    while True:
+        rows = yield Q(list_sql, (*selector, after, batch_size))
+        if not rows:
+            return done
+        ids = [r[0] for r in rows]
+        after = ids[-1]
+        yield Tx.BEGIN
+        results = yield Q(batch_sql, batch_params(ids))
+        yield Tx.COMMIT
+        for sid, doc in results:
+            acc.merge(sid, doc)
+        acc.batches += 1
+        done += len(ids)
+        if progress is not None:
+            yield Call(progress, (done, max(total, done)))
 
 
 def subject_facts_op(acc: _Acc, tenant_id: str, subject_id: str) -> Op[None]:
@@ -399,27 +428,16 @@ def purge_before_op(
                 acc.add(f"shardstore.{name}", TableRemoval(int(doc["rows"]), 0, int(doc["bytes"])))
                 skip.append(f"shardstore.{name}")
     (total,) = yield Q(query("purge_before_count"), (before, tenant_id), fetch="one")
-    total = int(total)
-    done = 0
-    after = _ZERO_UUID
-    while True:
-        rows = yield Q(query("purge_before_sessions"), (before, tenant_id, after, batch_size))
-        if not rows:
-            break
-        ids = [r[0] for r in rows]
-        after = ids[-1]
-        yield Tx.BEGIN
-        results = yield Q(
-            query("purge_range_batch"),
-            (before, acc.dry_run, skip if acc.dry_run else None, ids),
-        )
-        yield Tx.COMMIT
-        for sid, doc in results:
-            acc.merge(sid, doc)
-        acc.batches += 1
-        done += len(ids)
-        if progress is not None:
-            progress(done, max(total, done))
+    yield from _pass_op(
+        acc,
+        query("purge_before_sessions"),
+        (before, tenant_id),
+        batch_size,
+        query("purge_range_batch"),
+        lambda ids: (before, acc.dry_run, skip if acc.dry_run else None, ids),
+        progress,
+        int(total),
+    )
     yield from _vacuum_op(acc, vacuum)
     return acc.report()
 
