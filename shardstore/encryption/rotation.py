@@ -307,16 +307,18 @@ class _Scan:
         self,
         table: str,
         params: dict[str, Any],
+        *,
         cursor: Callable[[Any], dict[str, Any]],
         keys: dict[str, Callable[[Any], Any]],
         kind: str,
         place: Callable[[Any], tuple[str | None, uuid.UUID, str, str]],
     ) -> Op[int]:
-        """Re-seal the ``value`` column of ``table``'s rows still under an older version,
-        page by page (``rotation_<table>``, then ``rotation_reseal_<table>``, whose
-        parameters are ``params``' scope, each of ``keys`` per row, the old values and the
-        new); ``place`` gives a row's (origin, sid, position, where) for
-        :meth:`resealed`."""
+        """Re-seal the values of ``table`` still under an older version, a page at a time
+        (counted under ``table``): ``rotation_<table>`` finds them from ``params`` on
+        (``cursor`` moves past a page's last row); ``rotation_reseal_<table>`` swaps each for
+        its re-sealed value, the rows named by the session (``sid``) or tenant that
+        ``params`` scope them to and by ``keys`` (one list of a key column each).
+        ``place`` gives a row's (origin, sid, position, where) for :meth:`resealed`."""
         scope: dict[str, Any] = {n: params[n] for n in ("sid", "tenant") if n in params}
 
         def reseal(rows: list[Any]) -> Op[None]:
@@ -336,10 +338,10 @@ class _Scan:
             yield from self._values_op(
                 "summaries",
                 {"sid": sid, "after": -1, "patterns": [f'%"k":"{kid}"%' for kid in self.kids]},
-                lambda last: {"after": int(last["chunk_seq"])},
-                {"seqs": lambda r: int(r["chunk_seq"])},
-                SUMMARY_KIND,
-                lambda r: (
+                cursor=lambda last: {"after": int(last["chunk_seq"])},
+                keys={"seqs": lambda r: int(r["chunk_seq"])},
+                kind=SUMMARY_KIND,
+                place=lambda r: (
                     str(sid),
                     sid,
                     summary_position(r["chunk_seq"], r["first_turn_seq"], r["last_turn_seq"]),
@@ -349,7 +351,7 @@ class _Scan:
         )
 
     def langgraph_writes_op(self, sid: uuid.UUID) -> Op[int]:
-        key_columns = ("checkpoint_ns", "checkpoint_id", "task_id", "channel", "value_type")
+        position_columns = ("checkpoint_ns", "checkpoint_id", "task_id", "channel", "value_type")
         return (
             yield from self._values_op(
                 "langgraph_writes",
@@ -361,23 +363,23 @@ class _Scan:
                     "idx": -1,
                     "patterns": [f'%"k":"{kid}"%'.encode("ascii") for kid in self.kids],
                 },
-                lambda last: {
+                cursor=lambda last: {
                     "ns": last["checkpoint_ns"],
                     "cid": last["checkpoint_id"],
                     "task": last["task_id"],
                     "idx": int(last["idx"]),
                 },
-                {
+                keys={
                     "nss": lambda r: r["checkpoint_ns"],
                     "cids": lambda r: r["checkpoint_id"],
                     "tasks": lambda r: r["task_id"],
                     "idxs": lambda r: int(r["idx"]),
                 },
-                LANGGRAPH_WRITE_KIND,
-                lambda r: (
+                kind=LANGGRAPH_WRITE_KIND,
+                place=lambda r: (
                     None,
                     sid,
-                    langgraph_write_position(tuple(r[c] for c in key_columns)),
+                    langgraph_write_position(tuple(r[c] for c in position_columns)),
                     f"a pending write of checkpoint {r['checkpoint_id']!r:.80} of session {sid}",
                 ),
             )
@@ -393,10 +395,10 @@ class _Scan:
                     "after": uuid.UUID(int=0),
                     "kids": self.kids,
                 },
-                lambda last: {"after": last["fact_id"]},
-                {"ids": lambda r: r["fact_id"]},
-                FACT_KIND,
-                lambda r: (
+                cursor=lambda last: {"after": last["fact_id"]},
+                keys={"ids": lambda r: r["fact_id"]},
+                kind=FACT_KIND,
+                place=lambda r: (
                     subject,
                     uuid.UUID(int=0),
                     fact_position(r["fact_id"], r["key"]),
