@@ -65,8 +65,8 @@ COMMON_OPTIONS = (
 def _import(run: Runner, method: str, **given: Any) -> int:
     """Run the store's import ``method`` and print its report. Each parameter of the
     method that the command line holds is passed (a source's options are named as the
-    parameters they set: ``--id-column`` is ``id_column``, ``--tenant`` is ``tenant_id``),
-    with those ``given`` and those every source shares (--batch, the progress bar)."""
+    parameters they set: ``--id-column`` is ``id_column``), with those ``given`` (the
+    options named otherwise) and those every source shares (--batch, the progress bar)."""
     parameters = inspect.signature(getattr(Store, method)).parameters
     options = {n: getattr(run.args, n) for n in parameters if n not in given and n in run.args}
     with run.connect() as store:
@@ -89,7 +89,7 @@ def _import(run: Runner, method: str, **given: Any) -> int:
         help="a JSON array of messages, or an object holding one under --messages-key",
     ),
     one_of(
-        arg("--tenant", dest="tenant_id", metavar="T", help="the tenant of every row"),
+        arg("--tenant", metavar="T", help="the tenant of every row"),
         arg("--tenant-column", metavar="C", help="each row's tenant"),
         required=True,
     ),
@@ -105,17 +105,16 @@ def _import(run: Runner, method: str, **given: Any) -> int:
 )
 def cmd_single_row(run: Runner) -> int:
     """Import every row of --table as a session; prints the report; 0 on success."""
-    return _import(run, "import_single_row")
+    return _import(run, "import_single_row", tenant_id=run.args.tenant)
 
 
 @command(
     "langgraph",
     "import LangGraph threads from PostgresSaver tables",
     arg("--source-dsn", required=True, metavar="DSN", help="the database PostgresSaver writes to"),
-    arg("--tenant", dest="tenant_id", required=True, metavar="T"),
+    arg("--tenant", required=True, metavar="T"),
     arg(
         "--thread",
-        dest="thread_id",
         action="append",
         metavar="ID",
         help="import this thread only (repeatable; default every thread)",
@@ -125,7 +124,7 @@ def cmd_single_row(run: Runner) -> int:
 )
 def cmd_langgraph(run: Runner) -> int:
     """Import LangGraph threads (all, or each --thread); prints the report; 0 on success."""
-    return _import(run, "import_langgraph")
+    return _import(run, "import_langgraph", tenant_id=run.args.tenant, thread_id=run.args.thread)
 
 
 @command(
