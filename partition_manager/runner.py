@@ -611,15 +611,7 @@ def maintenance_op(
         # judge "partitions ahead" at the instant the plan was made for: with short
         # intervals a run may cross a boundary, which would count one fewer through no fault
         after = Snapshot(dataclasses.replace(after.layout, now=snap.layout.now), after.listing)
-        report = _report(after, policy, lock_timeout, plan, started, clock)
-        report = dataclasses.replace(
-            report,
-            partitions_created=log.created,
-            partitions_dropped=log.dropped,
-            detaches_finished=log.finished,
-            archived=log.archived,
-            errors=log.errors,
-        )
+        report = _report(after, policy, lock_timeout, plan, started, clock, log=log)
         return (yield from hooks.finish(report))
     except GeneratorExit:
         closing = True  # the driver is abandoning the run: no more steps
@@ -646,7 +638,11 @@ def _report(
     *,
     dry_run: bool = False,
     already_running: bool = False,
+    log: RunLog | None = None,
 ) -> MaintenanceReport:
+    """The report of a run that left ``snap``, with what ``log`` says it did (nothing,
+    without one: a dry run, or one that found another running)."""
+    log = RunLog() if log is None else log
     layout = snap.layout
     parts = snap.planning_input()
     current_lower = bounds_for(layout.now, layout.interval, layout.origin).lower
@@ -662,7 +658,12 @@ def _report(
         lock_timeout=lock_timeout,
         partition_interval=layout.interval,
         plan=plan,
+        partitions_created=log.created,
+        partitions_dropped=log.dropped,
+        detaches_finished=log.finished,
+        archived=log.archived,
         partitions_ahead=partitions_ahead(parts, layout.now, layout.interval, layout.origin),
         current_attached=current,
         partitions=snap.partitions,
+        errors=log.errors,
     )

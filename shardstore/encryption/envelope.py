@@ -19,8 +19,9 @@ from __future__ import annotations
 import binascii
 import json
 import secrets
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, ParamSpec
 
 try:
     # a turn's ciphertext is decoded on every read of it: the SIMD codec takes ~0.5 us for
@@ -90,6 +91,25 @@ def refuse_sealed(value: Any, what: str) -> None:
         )
 
 
+P = ParamSpec("P")
+
+
+def envelope_text(sealed: dict[str, Any]) -> str:
+    """A sealed value as the JSON text to store."""
+    try:
+        return _json_text(sealed).decode("utf-8")
+    except UnicodeEncodeError:  # an origin with a lone surrogate: json escapes it
+        return json.dumps(sealed, separators=(",", ":"))
+
+
+def _as_text(seal: Callable[P, dict[str, Any]]) -> Callable[P, str]:
+    def seal_text(*args: P.args, **kwargs: P.kwargs) -> str:
+        return envelope_text(seal(*args, **kwargs))
+
+    seal_text.__doc__ = ":meth:`seal` as the JSON text to store (:func:`envelope_text`)."
+    return seal_text
+
+
 class Sealer:
     """Seals and opens values with the data keys of a :class:`KeyStore`."""
 
@@ -125,25 +145,7 @@ class Sealer:
         sealed["c"] = b64encode(nonce + body).decode("ascii")
         return sealed
 
-    def seal_text(
-        self,
-        key: DataKey,
-        kind: str,
-        origin: str,
-        position: str,
-        plaintext: str,
-        *,
-        with_origin: bool = False,
-        epoch: int = 0,
-    ) -> str:
-        """:meth:`seal` as the JSON text to store."""
-        sealed = self.seal(
-            key, kind, origin, position, plaintext, with_origin=with_origin, epoch=epoch
-        )
-        try:
-            return _json_text(sealed).decode("utf-8")
-        except UnicodeEncodeError:  # an origin with a lone surrogate: json escapes it
-            return json.dumps(sealed, separators=(",", ":"))
+    seal_text = _as_text(seal)
 
     def open(
         self,

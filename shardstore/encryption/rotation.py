@@ -303,125 +303,107 @@ class _Scan:
         where = f"the {part} of checkpoint {cid} of session {sid}"
         return self.resealed(raw, checkpoint_kind(part), None, sid, str(cid), where)
 
-    def summaries_op(self, sid: uuid.UUID) -> Op[int]:
+    def _values_op(
+        self,
+        table: str,
+        params: dict[str, Any],
+        *,
+        cursor: Callable[[Any], dict[str, Any]],
+        keys: dict[str, Callable[[Any], Any]],
+        kind: str,
+        place: Callable[[Any], tuple[str | None, uuid.UUID, str, str]],
+    ) -> Op[int]:
+        """Re-seal the values of ``table`` still under an older version, a page at a time
+        (counted under ``table``): ``rotation_<table>`` finds them from ``params`` on
+        (``cursor`` moves past a page's last row); ``rotation_reseal_<table>`` swaps each for
+        its re-sealed value, the rows named by the session (``sid``) or tenant that
+        ``params`` scope them to and by ``keys`` (one list of a key column each).
+        ``place`` gives a row's (origin, sid, position, where) for :meth:`resealed`."""
+        scope: dict[str, Any] = {n: params[n] for n in ("sid", "tenant") if n in params}
+
         def reseal(rows: list[Any]) -> Op[None]:
-            news = [
-                self.resealed(
-                    r["value"],
-                    SUMMARY_KIND,
+            news = [self.resealed(r["value"], kind, *place(r)) for r in rows]
+            columns = {name: [key(r) for r in rows] for name, key in keys.items()}
+            olds = [r["value"] for r in rows]
+            done = yield Q(
+                query(f"rotation_reseal_{table}"),
+                {**scope, **columns, "olds": olds, "news": news},
+            )
+            self.counts[table] += len(done)
+
+        return (yield from self._paged_op(f"rotation_{table}", params, reseal, cursor))
+
+    def summaries_op(self, sid: uuid.UUID) -> Op[int]:
+        return (
+            yield from self._values_op(
+                "summaries",
+                {"sid": sid, "after": -1, "patterns": [f'%"k":"{kid}"%' for kid in self.kids]},
+                cursor=lambda last: {"after": int(last["chunk_seq"])},
+                keys={"seqs": lambda r: int(r["chunk_seq"])},
+                kind=SUMMARY_KIND,
+                place=lambda r: (
                     str(sid),
                     sid,
                     summary_position(r["chunk_seq"], r["first_turn_seq"], r["last_turn_seq"]),
                     f"the summary of chunk {r['chunk_seq']} of session {sid}",
-                )
-                for r in rows
-            ]
-            done = yield Q(
-                query("rotation_reseal_summaries"),
-                {
-                    "sid": sid,
-                    "seqs": [int(r["chunk_seq"]) for r in rows],
-                    "olds": [r["value"] for r in rows],
-                    "news": news,
-                },
-            )
-            self.counts["summaries"] += len(done)
-
-        patterns = [f'%"k":"{kid}"%' for kid in self.kids]
-        return (
-            yield from self._paged_op(
-                "rotation_summaries",
-                {"sid": sid, "after": -1, "patterns": patterns},
-                reseal,
-                lambda last: {"after": int(last["chunk_seq"])},
+                ),
             )
         )
 
     def langgraph_writes_op(self, sid: uuid.UUID) -> Op[int]:
-        def reseal(rows: list[Any]) -> Op[None]:
-            news = [
-                self.resealed(
-                    r["value"],
-                    LANGGRAPH_WRITE_KIND,
-                    None,
-                    sid,
-                    langgraph_write_position(
-                        (
-                            r["checkpoint_ns"],
-                            r["checkpoint_id"],
-                            r["task_id"],
-                            r["channel"],
-                            r["value_type"],
-                        )
-                    ),
-                    f"a pending write of checkpoint {r['checkpoint_id']!r:.80} of session {sid}",
-                )
-                for r in rows
-            ]
-            done = yield Q(
-                query("rotation_reseal_langgraph_writes"),
+        position_columns = ("checkpoint_ns", "checkpoint_id", "task_id", "channel", "value_type")
+        return (
+            yield from self._values_op(
+                "langgraph_writes",
                 {
                     "sid": sid,
-                    "nss": [r["checkpoint_ns"] for r in rows],
-                    "cids": [r["checkpoint_id"] for r in rows],
-                    "tasks": [r["task_id"] for r in rows],
-                    "idxs": [int(r["idx"]) for r in rows],
-                    "olds": [r["value"] for r in rows],
-                    "news": news,
+                    "ns": "",
+                    "cid": "",
+                    "task": "",
+                    "idx": -1,
+                    "patterns": [f'%"k":"{kid}"%'.encode("ascii") for kid in self.kids],
                 },
-            )
-            self.counts["langgraph_writes"] += len(done)
-
-        patterns = [f'%"k":"{kid}"%'.encode("ascii") for kid in self.kids]
-        return (
-            yield from self._paged_op(
-                "rotation_langgraph_writes",
-                {"sid": sid, "ns": "", "cid": "", "task": "", "idx": -1, "patterns": patterns},
-                reseal,
-                lambda last: {
+                cursor=lambda last: {
                     "ns": last["checkpoint_ns"],
                     "cid": last["checkpoint_id"],
                     "task": last["task_id"],
                     "idx": int(last["idx"]),
                 },
+                keys={
+                    "nss": lambda r: r["checkpoint_ns"],
+                    "cids": lambda r: r["checkpoint_id"],
+                    "tasks": lambda r: r["task_id"],
+                    "idxs": lambda r: int(r["idx"]),
+                },
+                kind=LANGGRAPH_WRITE_KIND,
+                place=lambda r: (
+                    None,
+                    sid,
+                    langgraph_write_position(tuple(r[c] for c in position_columns)),
+                    f"a pending write of checkpoint {r['checkpoint_id']!r:.80} of session {sid}",
+                ),
             )
         )
 
     def facts_op(self, tenant: str, subject: str) -> Op[int]:
-        def reseal(rows: list[Any]) -> Op[None]:
-            news = [
-                self.resealed(
-                    r["value"],
-                    FACT_KIND,
-                    subject,
-                    uuid.UUID(int=0),
-                    fact_position(r["fact_id"], r["key"]),
-                    f"the value of fact {r['key']!r} of subject {subject!r} ({r['fact_id']})",
-                )
-                for r in rows
-            ]
-            done = yield Q(
-                query("rotation_reseal_facts"),
-                {
-                    "tenant": tenant,
-                    "ids": [r["fact_id"] for r in rows],
-                    "olds": [r["value"] for r in rows],
-                    "news": news,
-                },
-            )
-            self.counts["facts"] += len(done)
-
         return (
-            yield from self._paged_op(
-                "rotation_facts",
+            yield from self._values_op(
+                "facts",
                 {
                     "tenant": tenant,
                     "subject": subject,
                     "after": uuid.UUID(int=0),
                     "kids": self.kids,
                 },
-                reseal,
-                lambda last: {"after": last["fact_id"]},
+                cursor=lambda last: {"after": last["fact_id"]},
+                keys={"ids": lambda r: r["fact_id"]},
+                kind=FACT_KIND,
+                place=lambda r: (
+                    subject,
+                    uuid.UUID(int=0),
+                    fact_position(r["fact_id"], r["key"]),
+                    f"the value of fact {r['key']!r} of subject {subject!r} ({r['fact_id']})",
+                ),
             )
         )
 

@@ -35,7 +35,14 @@ from typing import Any
 from ..core import jsoncodec
 from ..core.sql import query
 from ..core.steps import Op, Q
-from ..errors import Conflict, DecryptionFailed, SessionNotFound, SessionPurged
+from ..errors import (
+    Conflict,
+    DecryptionFailed,
+    InvalidInput,
+    SessionNotFound,
+    SessionPurged,
+    TurnTooLarge,
+)
 from ..models import Turn, new_turn
 from .envelope import MARK, Sealer, is_sealed, refuse_sealed
 from .keystore import DataKey, Scope
@@ -126,6 +133,23 @@ def recorded_epoch(message: Mapping[str, Any], where: str) -> int:
     if type(epoch) is not int or epoch < 0 or (epoch == 0 and "e" in message):
         raise DecryptionFailed(f"{where}: the sealed turn's epoch is malformed")
     return epoch
+
+
+def sealed_sizes(
+    texts: Sequence[str], limit: int, refuse: type[InvalidInput] = TurnTooLarge
+) -> list[int]:
+    """The stored size in bytes of each sealed turn; ``refuse`` (an :class:`InvalidInput`,
+    ``TurnTooLarge`` unless given) for the first over ``limit`` (``chunk_max_bytes``): the
+    envelope (nonce, tag, base64, its fields) makes a message under the cap in clear
+    larger, so the cap is checked again once sealed."""
+    sizes = [len(text.encode("utf-8")) for text in texts]
+    for i, size in enumerate(sizes):
+        if size > limit:
+            raise refuse(
+                f"message {i} is {size} bytes once encrypted; the per-turn cap is {limit} "
+                "bytes (chunk_max_bytes). Store large tool outputs elsewhere and reference them."
+            )
+    return sizes
 
 
 def seal_batch(

@@ -496,14 +496,7 @@ def _sealed_batch(
     key = sealer.keys.key_for(enc_turns.session_scope(head["tenant_id"], head["subject_id"], sid))
     assert key is not None
     texts, expected = enc_turns.seal_batch(sealer, key, sid, head, batch.texts, batch.keys)
-    limit = ctx.settings.chunk_max_bytes
-    sizes = [len(text.encode("utf-8")) for text in texts]
-    for i, size in enumerate(sizes):
-        if size > limit:
-            raise TurnTooLarge(
-                f"message {i} is {size} bytes once encrypted; the per-turn cap is {limit} "
-                "bytes (chunk_max_bytes). Store large tool outputs elsewhere and reference them."
-            )
+    sizes = enc_turns.sealed_sizes(texts, ctx.settings.chunk_max_bytes)
     return key, PreparedTurns(texts, batch.tokens, sizes, batch.keys), expected
 
 

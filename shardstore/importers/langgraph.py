@@ -19,21 +19,21 @@ not re-imported)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from ..core import validate
 from ..core.state import StoreState
-from ..core.steps import Call, Op, Try, Tx
+from ..core.steps import Call, Op
 from ..errors import (
     ImportRejected,
     InvalidInput,
     MissingDependency,
 )
-from ..integrations.ids import external_metadata, external_session_id
-from .report import ImportReport, Progress, Tally
-from .source import connect, guarded, run_options, source_query
-from .writer import Batch, append_batch_op, open_session_op
+from .report import ImportReport
+from .source import SourceRun, connect, guarded, source_query
+from .writer import Batch, append_batch_op
 
 FRAMEWORK = "langgraph"
 PAGE = 500  # thread ids per round trip
@@ -119,35 +119,21 @@ class LangGraphSource:
 
 
 def _thread_op(
-    store: StoreState,
-    source: LangGraphSource,
-    thread_id: str,
-    tenant: str,
-    batch_size: int,
-    tally: Tally,
-    bar: Progress,
+    store: StoreState, source: LangGraphSource, thread_id: str, tenant: str, run: SourceRun
 ) -> Op[None]:
     """Import one thread in one transaction of the store."""
     where = f"thread {thread_id!r}"
-    try:
-        sid = external_session_id(FRAMEWORK, tenant, thread_id)
-    except InvalidInput:
-        raise ImportRejected(f"{where}: the thread id cannot name a session") from None
-    messages: list[Any] = yield Call(source.messages, (thread_id, where))
     ctx = store.ctx
-    yield Tx.BEGIN
-    have, existed = yield from open_session_op(
-        where, tenant, None, sid, external_metadata(FRAMEWORK, thread_id)
-    )
-    bar.expect(len(messages) - have)
-    batch = Batch()
-    for start in range(have, len(messages), batch_size):
-        for index in range(start, min(start + batch_size, len(messages))):
-            at = f"{where} message {index}"
-            batch.add(ctx, messages[index], at)
-        yield from append_batch_op(ctx, sid, batch, bar)
-    yield Tx.COMMIT
-    tally.add_session(batch.appended, batch.written, existed)
+
+    def fill(sid: uuid.UUID, have: int, batch: Batch) -> Op[None]:
+        messages: list[Any] = yield Call(source.messages, (thread_id, where))
+        run.bar.expect(len(messages) - have)
+        for start in range(have, len(messages), run.size):
+            for index in range(start, min(start + run.size, len(messages))):
+                batch.add(ctx, messages[index], f"{where} message {index}")
+            yield from append_batch_op(ctx, sid, batch, run.bar)
+
+    yield from run.session_op(where, FRAMEWORK, tenant, thread_id, fill)
 
 
 def import_langgraph(
@@ -183,10 +169,8 @@ def import_langgraph(
     else:
         raise InvalidInput("thread_id must be a string, a list of strings or None")
     name = validate.text(channel, "channel")
-    size, show = run_options(source_dsn, batch_size, on_error, progress)
+    run = SourceRun(source_dsn, batch_size, on_error, progress, "importing LangGraph threads")
     source = LangGraphSource(source_dsn, name)
-    tally = Tally()
-    bar = Progress(show, "importing LangGraph threads")
     try:
         yield Call(source.open)
         while True:
@@ -197,13 +181,10 @@ def import_langgraph(
             if not page:
                 break
             for thread in page:
-                try:
-                    yield Try(_thread_op(store, source, thread, tenant, size, tally, bar))
-                except ImportRejected as exc:
-                    if on_error == "raise":
-                        raise tally.stopped(exc) from exc
-                    tally.skip(f"thread {thread!r}", exc)
+                yield from run.element_op(
+                    f"thread {thread!r}", _thread_op(store, source, thread, tenant, run)
+                )
     finally:
         source.close()
-        bar.close()
-    return tally.report()
+        run.bar.close()
+    return run.tally.report()

@@ -39,12 +39,11 @@ from psycopg import sql
 
 from ..core import validate
 from ..core.state import StoreState
-from ..core.steps import Call, Op, Try, Tx
+from ..core.steps import Call, Op
 from ..errors import ImportRejected, InvalidInput
-from ..integrations.ids import external_metadata, external_session_id
-from .report import ImportReport, Progress, Skipped, Tally
-from .source import connect, guarded, identifier, run_options, source_query
-from .writer import Batch, append_batch_op, open_session_op
+from .report import ImportReport, Skipped
+from .source import SourceRun, connect, guarded, identifier, source_query
+from .writer import Batch, append_batch_op
 
 PAGE = 200  # row heads per round trip
 DEFAULT_BATCH = 500  # elements per round trip and per append statement
@@ -292,47 +291,35 @@ def parse_element(text: str, where: str) -> dict[str, Any]:
 
 
 def _row_op(
-    store: StoreState,
-    source: TableSource,
-    head: Head,
-    spec: TableSpec,
-    batch_size: int,
-    tally: Tally,
-    bar: Progress,
+    store: StoreState, source: TableSource, head: Head, spec: TableSpec, where: str, run: SourceRun
 ) -> Op[None]:
     """Import one row in one transaction of the store."""
-    where = f"row {spec.id_column}={head.label!r}"
     tenant = spec.tenant_id if spec.tenant_id is not None else head.tenant
     if tenant is None:
         raise ImportRejected(f"{where}: the tenant column is NULL")
-    framework = f"table:{spec.table}"
-    try:
-        sid = external_session_id(framework, tenant, head.label)
-    except InvalidInput:
-        raise ImportRejected(f"{where}: the id cannot name a session") from None
     ctx = store.ctx
-    yield Tx.BEGIN
-    have, existed = yield from open_session_op(
-        where, tenant, head.subject, sid, external_metadata(framework, head.label), head.created
+
+    def fill(sid: uuid.UUID, have: int, batch: Batch) -> Op[None]:
+        try:
+            length = yield Call(source.start, (head, have, where))
+            run.bar.expect(length - have)
+            while True:
+                elements = yield Call(source.fetch, (run.size,))
+                if not elements:
+                    break
+                for index, text in elements:
+                    at = f"{where} element {index}"
+                    batch.add(ctx, parse_element(text, at), at)
+                yield from append_batch_op(ctx, sid, batch, run.bar)
+            yield Call(source.finish)
+        except Exception:
+            yield Call(source.abandon)
+            raise
+
+    framework = f"table:{spec.table}"
+    yield from run.session_op(
+        where, framework, tenant, head.label, fill, head.subject, head.created
     )
-    batch = Batch()
-    try:
-        length = yield Call(source.start, (head, have, where))
-        bar.expect(length - have)
-        while True:
-            elements = yield Call(source.fetch, (batch_size,))
-            if not elements:
-                break
-            for index, text in elements:
-                at = f"{where} element {index}"
-                batch.add(ctx, parse_element(text, at), at)
-            yield from append_batch_op(ctx, sid, batch, bar)
-        yield Call(source.finish)
-    except Exception:
-        yield Call(source.abandon)
-        raise
-    yield Tx.COMMIT
-    tally.add_session(batch.appended, batch.written, existed)
 
 
 def import_single_row(
@@ -381,14 +368,12 @@ def import_single_row(
         created_column,
         messages_key,
     )
-    size, show = run_options(source_dsn, batch_size, on_error, progress)
+    run = SourceRun(source_dsn, batch_size, on_error, progress, f"importing {spec.table}")
     source = TableSource(source_dsn, spec, store.ctx.settings.chunk_max_bytes)
-    tally = Tally()
-    bar = Progress(show, f"importing {spec.table}")
     try:
         null_ids = yield Call(source.open)
         if null_ids:
-            tally.skipped.append(
+            run.tally.skipped.append(
                 Skipped(f"table {spec.table!r}", f"{null_ids} rows have a NULL {spec.id_column}")
             )
         previous: Any = _NONE
@@ -399,21 +384,16 @@ def import_single_row(
             for head in heads:
                 where = f"row {spec.id_column}={head.label!r}"
                 if head.key == previous:
-                    tally.skipped.append(
+                    run.tally.skipped.append(
                         Skipped(where, f"another row has the same {spec.id_column}")
                     )
                     continue
                 previous = head.key
-                try:
-                    yield Try(_row_op(store, source, head, spec, size, tally, bar))
-                except ImportRejected as exc:
-                    if on_error == "raise":
-                        raise tally.stopped(exc) from exc
-                    tally.skip(where, exc)
+                yield from run.element_op(where, _row_op(store, source, head, spec, where, run))
     finally:
         source.close()
-        bar.close()
-    return tally.report()
+        run.bar.close()
+    return run.tally.report()
 
 
 _NONE = uuid.uuid4()  # a sentinel no id equals

@@ -7,7 +7,9 @@ so the event loop goes on while a batch is fetched."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from datetime import datetime
 from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
@@ -19,8 +21,11 @@ from psycopg import sql
 from ..core import validate
 from ..core.executor import translate
 from ..core.sql import named_statements
+from ..core.steps import Op, Try, Tx
 from ..errors import DatabaseUnavailable, ImportRejected, InvalidInput, ShardstoreError
-from .report import ON_ERROR
+from ..integrations.ids import external_metadata, external_session_id
+from .report import ON_ERROR, Progress, Tally
+from .writer import Batch, open_session_op
 
 T = TypeVar("T")
 
@@ -53,16 +58,62 @@ def source_error(exc: psycopg.Error, what: str) -> ShardstoreError:
     return type(translated)(f"source {what}: {translated}")
 
 
-def run_options(source_dsn: Any, batch_size: Any, on_error: Any, progress: Any) -> tuple[int, bool]:
-    """The options every import from a source database takes, checked (``InvalidInput``):
-    the batch size and whether to draw a progress bar."""
-    size = validate.count(batch_size, "batch_size", high=100_000)
-    if on_error not in ON_ERROR:
-        raise InvalidInput(f"on_error must be 'raise' or 'skip', not {validate.shown(on_error)}")
-    show = validate.flag(progress, "progress")
-    if not isinstance(source_dsn, str) or not source_dsn:
-        raise InvalidInput("source_dsn must be a non-empty DSN string")
-    return size, show
+class SourceRun:
+    """One import from a source database: its options, checked (``InvalidInput``): the
+    batch ``size``, ``on_error`` and the progress ``bar``; its ``tally``; and how each source
+    element (a LangGraph thread, a table's row) becomes a session."""
+
+    def __init__(
+        self, source_dsn: Any, batch_size: Any, on_error: Any, progress: Any, what: str
+    ) -> None:
+        self.size = validate.count(batch_size, "batch_size", high=100_000)
+        if on_error not in ON_ERROR:
+            raise InvalidInput(
+                f"on_error must be 'raise' or 'skip', not {validate.shown(on_error)}"
+            )
+        show = validate.flag(progress, "progress")
+        if not isinstance(source_dsn, str) or not source_dsn:
+            raise InvalidInput("source_dsn must be a non-empty DSN string")
+        self.on_error = on_error
+        self.tally = Tally()
+        self.bar = Progress(show, what)
+
+    def element_op(self, where: str, op: Op[None]) -> Op[None]:
+        """Run ``op`` (one element's import) in a :class:`Try`: its ``ImportRejected``
+        stops the run (``on_error="raise"``, the message saying what was kept) or lists
+        the element as skipped and goes on."""
+        try:
+            yield Try(op)
+        except ImportRejected as exc:
+            if self.on_error == "raise":
+                raise self.tally.stopped(exc) from exc
+            self.tally.skip(where, exc)
+
+    def session_op(
+        self,
+        where: str,
+        framework: str,
+        tenant: str,
+        external_id: str,
+        fill: Callable[[uuid.UUID, int, Batch], Op[None]],
+        subject: str | None = None,
+        created: datetime | None = None,
+    ) -> Op[None]:
+        """Import one element as the session ``external_session_id(framework, tenant,
+        external_id)`` in one transaction: opened (created, or found with the same owners,
+        holding how many turns), ``fill`` appends what it lacks through the batch, counted
+        in the tally when committed."""
+        try:
+            sid = external_session_id(framework, tenant, external_id)
+        except InvalidInput:
+            raise ImportRejected(f"{where}: the id cannot name a session") from None
+        yield Tx.BEGIN
+        metadata = external_metadata(framework, external_id)
+        have, existed = yield from open_session_op(where, tenant, subject, sid, metadata, created)
+        batch = Batch()
+        yield from fill(sid, have, batch)
+        yield Tx.COMMIT
+        self.tally.add_session(batch.appended, batch.written, existed)
 
 
 def guarded(what: str, fn: Callable[[], T]) -> T:

@@ -29,7 +29,7 @@ from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q
 from ..encryption.envelope import is_sealed
-from ..encryption.turns import seal_batch, session_scope
+from ..encryption.turns import seal_batch, sealed_sizes, session_scope
 from ..errors import (
     Conflict,
     ImportRejected,
@@ -212,15 +212,7 @@ def _sealed_texts_op(
     key = sealer.keys.key_for(session_scope(owners["tenant_id"], owners["subject_id"], sid))
     assert key is not None
     texts, expected = seal_batch(sealer, key, sid, owners, batch.texts, batch.keys)
-    sizes = [len(text.encode("utf-8")) for text in texts]
-    limit = ctx.settings.chunk_max_bytes
-    for i, size in enumerate(sizes):
-        if size > limit:
-            raise ImportRejected(
-                f"message {i} of a batch is {size} bytes once encrypted; the per-turn cap is "
-                f"{limit} bytes (chunk_max_bytes)"
-            )
-    return texts, sizes, expected
+    return texts, sealed_sizes(texts, ctx.settings.chunk_max_bytes, ImportRejected), expected
 
 
 def append_batch_op(ctx: Context, sid: uuid.UUID, batch: Batch, bar: Progress) -> Op[None]:

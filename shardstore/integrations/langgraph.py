@@ -59,7 +59,6 @@ from ..errors import (
     MissingDependency,
     SessionNotFound,
     SessionPurged,
-    TurnTooLarge,
 )
 from ..history import ops as history_ops
 from ..lifecycle import purge as purge_ops
@@ -479,21 +478,13 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
     ) -> tuple[list[str], list[int]]:
         sealer = self.store.ctx.sealer
         assert sealer is not None
-        limit = self.store.settings.chunk_max_bytes
         sealed = [
             sealer.seal_text(
                 key, enc_turns.TURN, str(sid), str(first_seq + i), text, with_origin=True
             )
             for i, text in enumerate(texts)
         ]
-        sizes = [len(t.encode("utf-8")) for t in sealed]
-        for i, size in enumerate(sizes):
-            if size > limit:
-                raise TurnTooLarge(
-                    f"message {i} is {size} bytes once encrypted; the per-turn cap is {limit} "
-                    "bytes (chunk_max_bytes)"
-                )
-        return sealed, sizes
+        return sealed, enc_turns.sealed_sizes(sealed, self.store.settings.chunk_max_bytes)
 
     def _seal_state(self, key: DataKey, sid: uuid.UUID, ns: str, cid: str, text: str) -> str:
         sealer = self.store.ctx.sealer

@@ -44,108 +44,125 @@ from ..settings import Settings
 SCHEMA = "shardstore"
 
 
-def _at(name: str, nullable: bool = False) -> Column[Any]:
-    return Column(name, TIMESTAMP(timezone=True), nullable=nullable)
+_TYPES: dict[str, Any] = {
+    "uuid": Uuid,
+    "text": Text,
+    "integer": Integer,
+    "bigint": BigInteger,
+    "bigint[]": ARRAY(BigInteger),
+    "double": Double,
+    "jsonb": JSONB,
+    "timestamptz": TIMESTAMP(timezone=True),
+}
+
+# Each table as its DDL reads: a column a line, "name type", then "key" (part of the primary
+# key) or "not null"; "--" starts a comment. A test holds them equal to the migrated schema.
+_TABLES = {
+    "sessions": """
+        session_id        uuid         key
+        tenant_id         text         not null
+        subject_id        text
+        agent_id          text
+        metadata          jsonb        not null
+        created_at        timestamptz  not null
+        closed_at         timestamptz
+        purged_at         timestamptz
+        -- the write head: next_turn_seq is the turn count (turns ever appended, less those a
+        -- rewind removed)
+        next_turn_seq     bigint       not null
+        open_chunk_seq    bigint       not null
+        open_chunk_start  timestamptz
+        open_turns        integer      not null
+        open_tokens       bigint       not null
+        open_bytes        bigint       not null
+        last_turn_at      timestamptz
+        -- a fork's lineage (docs/fork.md): the session owning its last inherited turn, that
+        -- turn, and the first chunk the fork owns; NULL for a session that is no fork
+        fork_parent       uuid
+        fork_at           bigint
+        fork_chunk        bigint
+        -- the first turn the session still holds (0 unless a range purge cut its start)
+        first_turn_seq    bigint       not null
+        rewind_epochs     bigint[]
+    """,
+    "checkpoints": """
+        session_id        uuid         key
+        checkpoint_id     uuid         key
+        seq               bigint       not null
+        tenant_id         text         not null
+        turn_seq          bigint       not null
+        sub_step          integer
+        parent_id         uuid
+        idempotency_key   text
+        created_at        timestamptz  not null
+        state             jsonb        not null
+        tool_calls        jsonb
+        tool_results      jsonb
+        metadata          jsonb        not null
+    """,
+    "runs": """
+        session_id        uuid         key
+        run_id            uuid         key
+        tenant_id         text         not null
+        framework         text         not null
+        thread_key        text         not null
+        status            text         not null
+        awaiting          jsonb
+        awaiting_since    timestamptz
+        steps             bigint       not null
+        usd_cost          double       not null
+        error             text
+        metadata          jsonb        not null
+        created_at        timestamptz  not null
+        updated_at        timestamptz  not null
+        closed_at         timestamptz
+    """,
+    "facts": """
+        tenant_id         text         key
+        fact_id           uuid         key
+        subject           text         not null
+        key               text         not null
+        value             jsonb        not null
+        confidence        double
+        source_session_id uuid
+        source_turn_seq   bigint
+        valid_from        timestamptz  not null
+        valid_to          timestamptz
+        recorded_at       timestamptz  not null
+    """,
+    # a view (docs/integrations.md): one row per turn a session holds, folded or buffered;
+    # a fork's inherited turns are rows of the session holding them
+    "turns": """
+        session_id        uuid
+        tenant_id         text
+        turn_seq          bigint
+        chunk_seq         bigint
+        created_at        timestamptz
+        tokens            integer
+        idempotency_key   text
+        message           jsonb
+    """,
+}
+_COMMENTS = {
+    "sessions": "one row per session; purged sessions keep a tombstone (purged_at set)",
+    "turns": "view: one row per stored turn; messages as stored (jsoncodec escapes)",
+}
+
+
+def _column(line: str) -> Column[Any]:
+    name, type_name, *constraint = line.split(maxsplit=2)
+    if constraint not in ([], ["key"], ["not null"]):
+        raise ValueError(f"a column is 'name type [key | not null]', not {line!r}")
+    key = constraint == ["key"]
+    return Column(name, _TYPES[type_name], primary_key=key, nullable=not key and not constraint)
 
 
 def _build() -> MetaData:
     meta = MetaData(schema=SCHEMA, info={"read_only": True})
-    Table(
-        "sessions",
-        meta,
-        Column("session_id", Uuid, primary_key=True),
-        Column("tenant_id", Text, nullable=False),
-        Column("subject_id", Text),
-        Column("agent_id", Text),
-        Column("metadata", JSONB, nullable=False),
-        _at("created_at"),
-        _at("closed_at", nullable=True),
-        _at("purged_at", nullable=True),
-        # the write head: next_turn_seq is the turn count (turns ever appended, less
-        # those a rewind removed)
-        Column("next_turn_seq", BigInteger, nullable=False),
-        Column("open_chunk_seq", BigInteger, nullable=False),
-        _at("open_chunk_start", nullable=True),
-        Column("open_turns", Integer, nullable=False),
-        Column("open_tokens", BigInteger, nullable=False),
-        Column("open_bytes", BigInteger, nullable=False),
-        _at("last_turn_at", nullable=True),
-        # a fork's lineage (docs/fork.md): the session owning its last inherited turn,
-        # that turn, and the first chunk the fork owns; NULL for a session that is no fork
-        Column("fork_parent", Uuid),
-        Column("fork_at", BigInteger),
-        Column("fork_chunk", BigInteger),
-        # the first turn the session still holds (0 unless a range purge cut its start)
-        Column("first_turn_seq", BigInteger, nullable=False),
-        Column("rewind_epochs", ARRAY(BigInteger)),
-        comment="one row per session; purged sessions keep a tombstone (purged_at set)",
-    )
-    Table(
-        "checkpoints",
-        meta,
-        Column("session_id", Uuid, primary_key=True),
-        Column("checkpoint_id", Uuid, primary_key=True),
-        Column("seq", BigInteger, nullable=False),
-        Column("tenant_id", Text, nullable=False),
-        Column("turn_seq", BigInteger, nullable=False),
-        Column("sub_step", Integer),
-        Column("parent_id", Uuid),
-        Column("idempotency_key", Text),
-        _at("created_at"),
-        Column("state", JSONB, nullable=False),
-        Column("tool_calls", JSONB),
-        Column("tool_results", JSONB),
-        Column("metadata", JSONB, nullable=False),
-    )
-    Table(
-        "runs",
-        meta,
-        Column("session_id", Uuid, primary_key=True),
-        Column("run_id", Uuid, primary_key=True),
-        Column("tenant_id", Text, nullable=False),
-        Column("framework", Text, nullable=False),
-        Column("thread_key", Text, nullable=False),
-        Column("status", Text, nullable=False),
-        Column("awaiting", JSONB),
-        _at("awaiting_since", nullable=True),
-        Column("steps", BigInteger, nullable=False),
-        Column("usd_cost", Double, nullable=False),
-        Column("error", Text),
-        Column("metadata", JSONB, nullable=False),
-        _at("created_at"),
-        _at("updated_at"),
-        _at("closed_at", nullable=True),
-    )
-    Table(
-        "facts",
-        meta,
-        Column("tenant_id", Text, primary_key=True),
-        Column("fact_id", Uuid, primary_key=True),
-        Column("subject", Text, nullable=False),
-        Column("key", Text, nullable=False),
-        Column("value", JSONB, nullable=False),
-        Column("confidence", Double),
-        Column("source_session_id", Uuid),
-        Column("source_turn_seq", BigInteger),
-        _at("valid_from"),
-        _at("valid_to", nullable=True),
-        _at("recorded_at"),
-    )
-    Table(
-        "turns",
-        meta,
-        # a view (docs/integrations.md): one row per turn a session holds, folded or buffered;
-        # a fork's inherited turns are rows of the session holding them
-        Column("session_id", Uuid),
-        Column("tenant_id", Text),
-        Column("turn_seq", BigInteger),
-        Column("chunk_seq", BigInteger),
-        _at("created_at", nullable=True),
-        Column("tokens", Integer),
-        Column("idempotency_key", Text),
-        Column("message", JSONB),
-        comment="view: one row per stored turn; messages as stored (jsoncodec escapes)",
-    )
+    for name, ddl in _TABLES.items():
+        lines = [line.strip() for line in ddl.splitlines()]
+        columns = [_column(line) for line in lines if line and not line.startswith("--")]
+        Table(name, meta, *columns, comment=_COMMENTS.get(name))
     return meta
 
 

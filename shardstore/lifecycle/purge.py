@@ -48,16 +48,8 @@ from ..core.rows import json_fields
 from ..core.sql import query
 from ..core.state import StoreState
 from ..core.steps import Call, Op, Q, Tx
-from ..encryption.keystore import Scope
-from ..encryption.rotation import may_act_for_op
-from ..errors import (
-    AccessDenied,
-    ConfigurationError,
-    Conflict,
-    InvalidInput,
-    SessionNotFound,
-    SessionPurged,
-)
+from ..encryption.shred import shred_session_op, shred_subject_op, shred_tenant_op
+from ..errors import Conflict, InvalidInput, SessionPurged
 from ..history.ops import parse_bound
 
 AGENT_HISTORY = "shardstore.agent_history"
@@ -314,31 +306,60 @@ def purge_sessions_op(
     (total,) = yield Q(count_sql, selector, fetch="one")
     total = int(total)
     done = 0
+    batch_sql = query("purge_session_batch")
     for _round in range(1 if acc.dry_run else 10):
-        after = _ZERO_UUID
-        found = False
-        while True:
-            rows = yield Q(list_sql, (*selector, after, batch_size))
-            if not rows:
-                break
-            found = True
-            ids = [r[0] for r in rows]
-            after = ids[-1]
-            yield Tx.BEGIN
-            results = yield Q(query("purge_session_batch"), (acc.dry_run, ids))
-            yield Tx.COMMIT
-            for sid, doc in results:
-                acc.merge(sid, doc)
-            acc.batches += 1
-            done += len(ids)
-            if progress is not None:
-                yield Call(progress, (done, max(total, done)))
-        if not found:
+        before_pass = done
+        done = yield from _pass_op(
+            acc,
+            list_sql,
+            selector,
+            batch_size,
+            batch_sql,
+            lambda ids: (acc.dry_run, ids),
+            progress,
+            total,
+            done,
+        )
+        if done == before_pass:
             break
     if finish is not None:
         yield from finish(acc)
     yield from _vacuum_op(acc, vacuum)
     return acc.report()
+
+
+def _pass_op(
+    acc: _Acc,
+    list_sql: str,
+    selector: tuple[Any, ...],
+    batch_size: int,
+    batch_sql: str,
+    batch_params: Callable[[list[uuid.UUID]], tuple[Any, ...]],
+    progress: ProgressHook | None,
+    total: int,
+    done: int = 0,
+) -> Op[int]:
+    """One pass over the sessions ``list_sql`` selects (``selector``, then the id to start
+    after and ``batch_size``), in session id order: each batch purged by ``batch_sql`` in
+    a transaction of its own (a crash keeps the batches before it), its results merged
+    into ``acc``, ``progress`` told ``(done, total)``. Returns ``done`` plus the sessions
+    this pass purged."""
+    after = _ZERO_UUID
+    while True:
+        rows = yield Q(list_sql, (*selector, after, batch_size))
+        if not rows:
+            return done
+        ids = [r[0] for r in rows]
+        after = ids[-1]
+        yield Tx.BEGIN
+        results = yield Q(batch_sql, batch_params(ids))
+        yield Tx.COMMIT
+        for sid, doc in results:
+            acc.merge(sid, doc)
+        acc.batches += 1
+        done += len(ids)
+        if progress is not None:
+            yield Call(progress, (done, max(total, done)))
 
 
 def subject_facts_op(acc: _Acc, tenant_id: str, subject_id: str) -> Op[None]:
@@ -399,27 +420,16 @@ def purge_before_op(
                 acc.add(f"shardstore.{name}", TableRemoval(int(doc["rows"]), 0, int(doc["bytes"])))
                 skip.append(f"shardstore.{name}")
     (total,) = yield Q(query("purge_before_count"), (before, tenant_id), fetch="one")
-    total = int(total)
-    done = 0
-    after = _ZERO_UUID
-    while True:
-        rows = yield Q(query("purge_before_sessions"), (before, tenant_id, after, batch_size))
-        if not rows:
-            break
-        ids = [r[0] for r in rows]
-        after = ids[-1]
-        yield Tx.BEGIN
-        results = yield Q(
-            query("purge_range_batch"),
-            (before, acc.dry_run, skip if acc.dry_run else None, ids),
-        )
-        yield Tx.COMMIT
-        for sid, doc in results:
-            acc.merge(sid, doc)
-        acc.batches += 1
-        done += len(ids)
-        if progress is not None:
-            progress(done, max(total, done))
+    yield from _pass_op(
+        acc,
+        query("purge_before_sessions"),
+        (before, tenant_id),
+        batch_size,
+        query("purge_range_batch"),
+        lambda ids: (before, acc.dry_run, skip if acc.dry_run else None, ids),
+        progress,
+        int(total),
+    )
     yield from _vacuum_op(acc, vacuum)
     return acc.report()
 
@@ -614,57 +624,10 @@ def purge_session(
     _flags(dry_run=dry_run, vacuum=vacuum, shred=shred)
     shredded: tuple[str, ...] = ()
     if shred:
-        shredded = yield from _shred_session_op(store, sid, dry_run)
+        shredded = yield from shred_session_op(store, sid, dry_run)
     purge = _purge_op(acc, lambda: purge_session_op(acc, sid, vacuum))
     report = yield from _erasing_op(store, dry_run, None, purge, sid)
     return dataclasses.replace(report, shredded_keys=shredded)
-
-
-def _shred_session_op(store: StoreState, sid: uuid.UUID, dry_run: bool) -> Op[tuple[str, ...]]:
-    """Destroy a subject-less session's data key (nothing on a dry run); the ids destroyed.
-    A tombstone (a purge that crashed after its shred, then finished) shreds again: a no-op
-    or the rest of the job."""
-    sealer = _sealer_for_shred(store, "the session's data key")
-    owner = yield Q(query("rotation_session_owner"), {"sid": sid}, fetch="one", named=True)
-    if owner is None:
-        raise SessionNotFound(f"session {sid} does not exist")
-    if owner["subject_id"] is not None:
-        raise InvalidInput(
-            f"session {sid} belongs to subject {owner['subject_id']!r}: its values are sealed "
-            "under the subject's data key, which the subject's other sessions share; shred it "
-            "with purge_subject(..., shred=True), or purge the session without shred",
-            cli=f"session {sid} belongs to subject {owner['subject_id']!r}, whose data key its "
-            "other sessions share: use 'purge subject --shred', or drop --shred",
-        )
-    tenant = str(owner["tenant_id"])
-    yield from _may_shred_op(store, tenant)
-    if dry_run:
-        return ()
-    kids = yield Call(sealer.keys.shred_all, (Scope("session", tenant, str(sid)),))
-    return tuple(str(k) for k in kids)
-
-
-def _sealer_for_shred(store: StoreState, whose: str) -> Any:
-    sealer = store.ctx.sealer
-    if sealer is None:
-        raise ConfigurationError(
-            f"shred=True needs a store connected with encryption= (the key store holding {whose})",
-            cli=f"--shred needs --key-store (the key store holding {whose})",
-        )
-    return sealer
-
-
-def _may_shred_op(store: StoreState, tenant: str) -> Op[None]:
-    """``AccessDenied`` unless this store may destroy ``tenant``'s keys: not a store bound
-    to another tenant nor one whose role is bound (the key store is files, outside row
-    security), and a connection that row security lets act for ``tenant``."""
-    bound = store.connector.tenant
-    _setting, role_bound, _distributed = yield Q(query("rls_store_binding"), fetch="one")
-    if role_bound or (bound is not None and bound != tenant):
-        raise AccessDenied(
-            "only an operator's store, or one bound to this tenant, may shred its keys"
-        )
-    yield from may_act_for_op(store, tenant, "shred this tenant's keys")
 
 
 def _sessions_op(
@@ -719,7 +682,7 @@ def purge_subject(
     ``KeyShredded``; calling again purges them. Refused (``AccessDenied``) from a store
     bound to another tenant or by its role; ``ConfigurationError`` without encryption."""
     tenant, subject = validate.text(tenant_id, "tenant_id"), validate.text(subject_id, "subject_id")
-    shredding = _shred_subject_op(store, tenant, subject, dry_run)
+    shredding = shred_subject_op(store, tenant, subject, dry_run)
     purge = _sessions_op(
         "subject",
         (tenant, subject),
@@ -751,18 +714,6 @@ def _shred_then_purge_op(
     return dataclasses.replace(report, shredded_keys=shredded)
 
 
-def _shred_subject_op(
-    store: StoreState, tenant: str, subject: str, dry_run: bool
-) -> Op[tuple[str, ...]]:
-    """Destroy the subject's data key, every version (nothing on a dry run); their ids."""
-    sealer = _sealer_for_shred(store, "the subject's data key")
-    yield from _may_shred_op(store, tenant)
-    if dry_run:
-        return ()
-    kids = yield Call(sealer.keys.shred_all, (Scope("subject", tenant, subject),))
-    return tuple(str(k) for k in kids)
-
-
 def purge_tenant(
     store: StoreState,
     tenant_id: str,
@@ -785,7 +736,7 @@ def purge_tenant(
     is searched by the scope each key file records, so keys of subjects the database no
     longer names go too."""
     tenant = validate.text(tenant_id, "tenant_id")
-    shredding = _shred_tenant_op(store, tenant, dry_run)
+    shredding = shred_tenant_op(store, tenant, dry_run)
     purge = _sessions_op(
         "tenant",
         (tenant,),
@@ -800,20 +751,6 @@ def purge_tenant(
             store, tenant, shred, shredding, purge, dry_run, whole_tenant=True
         )
     )
-
-
-def _shred_tenant_op(store: StoreState, tenant: str, dry_run: bool) -> Op[tuple[str, ...]]:
-    """Destroy every data key of ``tenant`` (nothing on a dry run); their ids."""
-    sealer = _sealer_for_shred(store, "the tenant's data keys")
-    yield from _may_shred_op(store, tenant)
-    if dry_run:
-        return ()
-    kids: list[str] = []
-    scopes = yield Call(sealer.keys.scopes, (tenant,))
-    for scope in scopes:
-        gone = yield Call(sealer.keys.shred_all, (scope,))
-        kids += [str(k) for k in gone]
-    return tuple(kids)
 
 
 def purge_range(

@@ -4,12 +4,14 @@ with one row per conversation, from LangGraph's PostgresSaver tables, or from a
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from typing import Any
 
 from ...importers import ImportReport, directory
 from ...importers.report import records_text
+from ...store import Store
 from ..app import Runner
 from ..args import positive_int
 from ..declare import arg, command, flag, group, one_of
@@ -60,16 +62,16 @@ COMMON_OPTIONS = (
 )
 
 
-def _import(run: Runner, method: str, *args: Any, **options: Any) -> int:
-    """Run the store's import ``method`` with the options every source shares (--batch,
-    --on-error, the progress bar) and print its report."""
+def _import(run: Runner, method: str, **given: Any) -> int:
+    """Run the store's import ``method`` and print its report. Each parameter of the
+    method that the command line holds is passed (a source's options are named as the
+    parameters they set: ``--id-column`` is ``id_column``), with those ``given`` (the
+    options named otherwise) and those every source shares (--batch, the progress bar)."""
+    parameters = inspect.signature(getattr(Store, method)).parameters
+    options = {n: getattr(run.args, n) for n in parameters if n not in given and n in run.args}
     with run.connect() as store:
         report = getattr(store, method)(
-            *args,
-            batch_size=run.args.batch,
-            on_error=run.args.on_error,
-            progress=_progress(run),
-            **options,
+            **options, **given, batch_size=run.args.batch, progress=_progress(run)
         )
     return _print(run, report)
 
@@ -103,20 +105,7 @@ def _import(run: Runner, method: str, *args: Any, **options: Any) -> int:
 )
 def cmd_single_row(run: Runner) -> int:
     """Import every row of --table as a session; prints the report; 0 on success."""
-    a = run.args
-    return _import(
-        run,
-        "import_single_row",
-        a.source_dsn,
-        a.table,
-        id_column=a.id_column,
-        history_column=a.history_column,
-        tenant_id=a.tenant,
-        tenant_column=a.tenant_column,
-        subject_column=a.subject_column,
-        created_column=a.created_column,
-        messages_key=a.messages_key,
-    )
+    return _import(run, "import_single_row", tenant_id=run.args.tenant)
 
 
 @command(
@@ -135,15 +124,7 @@ def cmd_single_row(run: Runner) -> int:
 )
 def cmd_langgraph(run: Runner) -> int:
     """Import LangGraph threads (all, or each --thread); prints the report; 0 on success."""
-    a = run.args
-    return _import(
-        run,
-        "import_langgraph",
-        a.source_dsn,
-        tenant_id=a.tenant,
-        thread_id=a.thread or None,
-        channel=a.channel,
-    )
+    return _import(run, "import_langgraph", tenant_id=run.args.tenant, thread_id=run.args.thread)
 
 
 @command(
@@ -184,15 +165,7 @@ def cmd_jsonl(run: Runner) -> int:
 
 
 def _jsonl_source(run: Runner, source: Any) -> int:
-    a = run.args
-    return _import(
-        run,
-        "import_jsonl",
-        source,
-        on_existing=a.on_existing,
-        remap_ids=a.remap_ids,
-        import_id=a.import_id,
-    )
+    return _import(run, "import_jsonl", source=source)
 
 
 COMMANDS = (
