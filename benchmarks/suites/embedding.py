@@ -22,11 +22,20 @@ worker: it takes no lock an append needs); on fewer cores it is the CPU the mode
 
 ``--device cuda --model /path/to/bge-m3 --fp16`` runs the production model on a GPU (the
 model must be on local disk; nothing is downloaded).
+
+``--free-dimension D`` (default 1024, BGE-M3's; 0 skips it): the database's side alone, the
+ceiling of a worker whose model costs nothing (what a fast GPU approaches). The same
+turns, cut into windows of ``--free-window`` model tokens (default 8190, BGE-M3's: a turn
+is one window unless it is longer) counted by the model's tokenizer, embedded by a free
+embedder (pseudo-random unit vectors of D dimensions, a hash of the text each) into a
+database of their own: claims, reads, windows, vector writes into the HNSW index, queue
+updates.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import threading
@@ -35,12 +44,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
+
 import shardstore
 from benchmarks.lib.corpus import CORPUS_CHOICES, CORPUS_LABELS, corpus_sources, messages
 from benchmarks.lib.report import progress, quick, write_results
 from benchmarks.lib.server import create_database, drop_database, open_server
 from benchmarks.lib.stats import med, spread
 from shardstore.search.embedding import (
+    Embedder,
     SentenceTransformerEmbedder,
     message_text,
     plan_windows,
@@ -67,13 +79,81 @@ def _append(store: shardstore.Store, msgs: Sequence[dict[str, Any]], tenant: str
     store.drain_folds()
 
 
-def _windows(embedder: SentenceTransformerEmbedder, msgs: Sequence[dict[str, Any]]) -> list[str]:
+def _windows(embedder: Embedder, msgs: Sequence[dict[str, Any]]) -> list[str]:
     now = datetime.now(UTC)
     turns = [(i, now, message_text(m)) for i, m in enumerate(msgs)]
     return [
         w.text
         for w in plan_windows(turns, embedder.window_tokens, embedder.token_counts, embedder.split)
     ]
+
+
+class FreeEmbedder:
+    """The model's tokenizer, windows of ``window_tokens``, and vectors that cost nothing to
+    compute: a unit vector of ``dimension`` pseudo-random numbers seeded by each text."""
+
+    def __init__(
+        self, model: SentenceTransformerEmbedder, dimension: int, window_tokens: int
+    ) -> None:
+        self._model = model
+        self._dimension = dimension
+        self._window = window_tokens
+
+    @property
+    def name(self) -> str:
+        return f"bench/free-{self._dimension}"
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
+    def window_tokens(self) -> int:
+        return self._window
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        return self._model.token_counts(texts)
+
+    def split(self, text: str, max_tokens: int) -> list[str]:
+        return self._model.split(text, max_tokens)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest())
+            v = np.random.default_rng(seed).standard_normal(self._dimension)
+            out.append((v / np.linalg.norm(v)).tolist())
+        return out
+
+
+def _database_side(
+    args: argparse.Namespace, admin: str, source: str, model: SentenceTransformerEmbedder
+) -> dict[str, list[float]]:
+    """Turns, windows and model tokens a second of ``embed()`` with a free embedder."""
+    db = f"shardstore_embed_free_{os.getpid()}_{source}"
+    dsn = create_database(admin, db)
+    free = FreeEmbedder(model, args.free_dimension, args.free_window)
+    out: dict[str, list[float]] = {"turns": [], "windows": [], "tokens": []}
+    try:
+        with shardstore.connect(dsn, embedding_model=free) as store:
+            for r in range(args.rounds):
+                msgs = messages(source, args.turns, 1000 + r)
+                texts = _windows(free, msgs)
+                tokens = sum(free.token_counts(texts))
+                _append(store, msgs, f"free-{r}")
+                t0 = time.perf_counter()
+                store.embed(batch_size=max(int(b) for b in args.batch_sizes.split(",") if b))
+                seconds = time.perf_counter() - t0
+                out["turns"].append(len(msgs) / seconds)
+                out["windows"].append(len(texts) / seconds)
+                out["tokens"].append(tokens / seconds)
+                progress(
+                    f"{CORPUS_LABELS[source]} round {r + 1} free embedder "
+                    f"({args.free_dimension} dimensions): {len(texts) / seconds:,.0f} windows/s"
+                )
+    finally:
+        drop_database(admin, db)
+    return out
 
 
 def _embed_until_done(worker: shardstore.Store, result: list[int], done: threading.Event) -> None:
@@ -178,8 +258,17 @@ def run_corpus(
                 f"| the model alone, same windows | {spread(model_alone['turns'], 0)} | — | "
                 f"{spread(model_alone['tokens'], 0)} | 1 |"
             )
-            lines.append("")
             raw[source] = {"batches": per, "model_alone": model_alone}
+            if args.free_dimension:
+                free = _database_side(args, admin, source, embedder)
+                lines.append(
+                    f"| the database alone: a free embedder, {args.free_dimension} dimensions, "
+                    f"windows of {args.free_window:,} tokens "
+                    f"| {spread(free['turns'], 0)} | {spread(free['windows'], 0)} | "
+                    f"{spread(free['tokens'], 0)} | 0 |"
+                )
+                raw[source]["database_alone"] = free
+            lines.append("")
             if args.appends:
                 with shardstore.connect(dsn, embedding_model=embedder) as worker:
                     a, w, stored = _appends_beside_worker(
@@ -208,6 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model-batch", type=int, default=32, help="the model's batch size")
     parser.add_argument("--fp16", action="store_true", help="half precision (GPU)")
+    parser.add_argument(
+        "--free-dimension", type=int, default=1024, help="the database-side run's vectors (0: none)"
+    )
+    parser.add_argument(
+        "--free-window", type=int, default=8190, help="the database-side run's window tokens"
+    )
     parser.add_argument("--no-appends", dest="appends", action="store_false")
     parser.add_argument("--append-blocks", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="200 turns, 1 round")
