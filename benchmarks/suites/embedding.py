@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -88,40 +89,30 @@ def _windows(embedder: Embedder, msgs: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
 class FreeEmbedder:
     """The model's tokenizer, windows of ``window_tokens``, and vectors that cost nothing to
     compute: a unit vector of ``dimension`` pseudo-random numbers seeded by each text."""
 
-    def __init__(
-        self, model: SentenceTransformerEmbedder, dimension: int, window_tokens: int
-    ) -> None:
-        self._model = model
-        self._dimension = dimension
-        self._window = window_tokens
+    model: SentenceTransformerEmbedder
+    dimension: int
+    window_tokens: int
 
     @property
     def name(self) -> str:
-        return f"bench/free-{self._dimension}"
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    @property
-    def window_tokens(self) -> int:
-        return self._window
+        return f"bench/free-{self.dimension}"
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
-        return self._model.token_counts(texts)
+        return self.model.token_counts(texts)
 
     def split(self, text: str, max_tokens: int) -> list[str]:
-        return self._model.split(text, max_tokens)
+        return self.model.split(text, max_tokens)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         out = []
         for text in texts:
             seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest())
-            v = np.random.default_rng(seed).standard_normal(self._dimension)
+            v = np.random.default_rng(seed).standard_normal(self.dimension)
             out.append((v / np.linalg.norm(v)).tolist())
         return out
 
