@@ -84,7 +84,7 @@ def main() -> int:
                 if kind == "fold":
                     with holding(dsn, "LOCK TABLE shardstore.chunk_map IN EXCLUSIVE MODE"):
                         try:
-                            wait_for_backend(dsn, "fold_sealed(", waiting=True, timeout=2)
+                            wait_for_backend(dsn, "fold_sealed_v2(", waiting=True, timeout=2)
                         except AssertionError:
                             kind = "server"  # no fold within 2 s (large chunks): plain crash
                         server.crash()
