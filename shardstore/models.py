@@ -90,6 +90,7 @@ class Chunk:
 
     @property
     def last_turn_seq(self) -> int:
+        """The turn_seq of the chunk's newest turn."""
         return self.first_turn_seq + self.turn_count - 1
 
 

@@ -367,6 +367,7 @@ class Parser(argparse.ArgumentParser):
     Every subcommand's parser is one too (argparse makes them of the parent's class)."""
 
     def error(self, message: str) -> NoReturn:
+        """Raise :class:`ArgumentsRejected` with ``message`` (argparse calls this)."""
         raise ArgumentsRejected(self, message)
 
 

@@ -24,7 +24,9 @@ class Folder(Protocol):
 
     text_search: bool
 
-    def submit(self, session_id: Any) -> None: ...
+    def submit(self, session_id: Any) -> None:
+        """Fold the session soon, after the caller's commit; never raises for a fold."""
+        ...
 
 
 class StoreState(Protocol):

@@ -86,6 +86,8 @@ class Scope:
 
     @property
     def file_stem(self) -> str:
+        """The name of the scope's key files: a hash of the scope, so a file name reveals no
+        tenant, subject or session."""
         return hashlib.sha256(b"shardstore-scope\x00" + self.canonical()).hexdigest()[:40]
 
 
@@ -591,4 +593,5 @@ class RewrapReport:
     kek: str
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
         return {"rewrapped": self.rewrapped, "already": self.already, "kek": self.kek}

@@ -36,11 +36,18 @@ class KeyProvider(Protocol):
     (a KMS's encryption context / additional authenticated data)."""
 
     @property
-    def key_id(self) -> str: ...
+    def key_id(self) -> str:
+        """A stable name of the KEK (never the key itself), stored beside each wrapped key."""
+        ...
 
-    def wrap(self, data_key: bytes, context: bytes) -> bytes: ...
+    def wrap(self, data_key: bytes, context: bytes) -> bytes:
+        """``data_key`` sealed under the KEK and bound to ``context``; opaque bytes."""
+        ...
 
-    def unwrap(self, wrapped: bytes, context: bytes) -> bytes: ...
+    def unwrap(self, wrapped: bytes, context: bytes) -> bytes:
+        """The data key ``wrap`` sealed with this ``context``; raises for another context,
+        another KEK or altered bytes, never returns a wrong key."""
+        ...
 
 
 def aead() -> tuple[Any, type[Exception]]:
@@ -88,6 +95,8 @@ class LocalKek:
 
     @property
     def key_id(self) -> str:
+        """``local:`` and 16 hex digits of a hash of the KEK: which KEK wrapped a key,
+        without revealing it."""
         return self._key_id
 
     @classmethod
@@ -132,11 +141,15 @@ class LocalKek:
         return cls(parse_kek(value.encode("utf-8", "surrogateescape"), f"${name}"))
 
     def wrap(self, data_key: bytes, context: bytes) -> bytes:
+        """AES-256-GCM of ``data_key`` under the KEK with ``context`` as associated data,
+        a fresh random nonce in front."""
         nonce = secrets.token_bytes(NONCE_BYTES)
         body: bytes = self._aead.encrypt(nonce, data_key, context)
         return nonce + body
 
     def unwrap(self, wrapped: bytes, context: bytes) -> bytes:
+        """The data key ``wrap`` sealed for ``context``; ``DecryptionFailed`` when the tag
+        does not verify (another KEK or context, altered or truncated bytes)."""
         try:
             key: bytes = self._aead.decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], context)
         except (self._invalid_tag, ValueError):

@@ -100,6 +100,7 @@ class RotationReport:
     passes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
         return {
             "scope": self.scope,
             "tenant_id": self.tenant_id,

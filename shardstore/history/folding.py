@@ -44,6 +44,7 @@ class BackgroundFolder:
         self._closed = False
 
     def submit(self, session_id: uuid.UUID) -> None:
+        """Queue a fold of the session (once while it waits; nothing after ``close``)."""
         with self._lock:
             if self._closed or session_id in self._queued:
                 return
@@ -100,6 +101,8 @@ class AsyncFolder:
         self._closed = False
 
     def submit(self, session_id: uuid.UUID) -> None:
+        """Start a fold of the session as a task of the running loop (once while it waits;
+        nothing after ``close``)."""
         if self._closed or session_id in self._queued:
             return
         self._queued.add(session_id)
@@ -122,5 +125,6 @@ class AsyncFolder:
             await asyncio.gather(*list(self._tasks))
 
     async def close(self) -> None:
+        """Take no more sessions and wait for the folds already started."""
         self._closed = True
         await self.drain()

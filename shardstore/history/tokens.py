@@ -21,7 +21,10 @@ class TokenCounter(Protocol):
 
     name: str
 
-    def count(self, text: str) -> int: ...
+    def count(self, text: str) -> int:
+        """The number of tokens in ``text``: the same for the same text, in every thread
+        and process with the same counter."""
+        ...
 
 
 class TiktokenCounter:
@@ -68,6 +71,8 @@ class TiktokenCounter:
             ) from exc
 
     def count(self, text: str) -> int:
+        """The BPE token count of ``text`` (no special tokens); a lone surrogate counts as
+        tiktoken's replacement of it."""
         if self._fast is not None and len(text) <= self.FAST_MAX_CHARS:
             try:
                 return int(self._fast.count(text))
@@ -135,6 +140,7 @@ class HFTokenizerCounter:
         self._tokenizer = Tokenizer.from_file(str(file))
 
     def count(self, text: str) -> int:
+        """The tokenizer's token count of ``text``, without special tokens."""
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
 

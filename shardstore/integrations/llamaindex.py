@@ -217,6 +217,7 @@ class ShardstoreChatStore(BaseChatStore):
 
     @classmethod
     def class_name(cls) -> str:
+        """LlamaIndex's name of this chat store class (used when it is serialized)."""
         return "ShardstoreChatStore"
 
     @property

@@ -91,6 +91,7 @@ class TableRemoval:
         )
 
     def to_dict(self) -> dict[str, int]:
+        """A JSON-ready form."""
         return json_fields(self)
 
 
@@ -120,6 +121,7 @@ class PurgeReport:
 
     @property
     def sessions_affected(self) -> int:
+        """The number of sessions purged (or, in a dry run, that would be)."""
         return len(self.session_ids)
 
     @property

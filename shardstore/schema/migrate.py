@@ -75,6 +75,9 @@ _CHECKED_BODY = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Migration:
+    """One versioned file of ``migrations/``: applied once, in version order, its checksum
+    recorded (a changed applied file is refused)."""
+
     version: int
     name: str
     sql: str
@@ -83,6 +86,7 @@ class Migration:
 
     @property
     def checksum(self) -> str:
+        """sha256 of the file's text, hex."""
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
     @property
@@ -102,10 +106,12 @@ class DefinitionFile:
 
     @property
     def checksum(self) -> str:
+        """sha256 of the file's text, hex: the file is applied again when it changes."""
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
     @property
     def statements(self) -> list[str]:
+        """The file's statements, sent one at a time (as :attr:`Migration.statements`)."""
         return split_statements(self.sql)
 
 

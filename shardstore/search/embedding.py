@@ -46,19 +46,31 @@ class Embedder(Protocol):
     """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The model's name; its last path component is recorded in the database."""
+        ...
 
     @property
-    def dimension(self) -> int: ...
+    def dimension(self) -> int:
+        """The length of every vector ``embed`` returns."""
+        ...
 
     @property
-    def window_tokens(self) -> int: ...
+    def window_tokens(self) -> int:
+        """The most model tokens one window (one text given to ``embed``) may hold."""
+        ...
 
-    def token_counts(self, texts: Sequence[str]) -> list[int]: ...
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Model tokens of each text, without special tokens, in order."""
+        ...
 
-    def split(self, text: str, max_tokens: int) -> list[str]: ...
+    def split(self, text: str, max_tokens: int) -> list[str]:
+        """``text`` cut into pieces of at most ``max_tokens`` tokens each, in order."""
+        ...
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit-length vector of ``dimension`` floats per text, in order."""
+        ...
 
 
 def model_identity(name: str) -> str:
@@ -93,16 +105,19 @@ class SentenceTransformerEmbedder:
 
     @property
     def name(self) -> str:
+        """The model as given (a name or a local path)."""
         return self._name
 
     @property
     def dimension(self) -> int:
+        """The model's vector length (loads the model the first time)."""
         if self._dimension is None:
             self._dimension = int(self._load().get_embedding_dimension())
         return self._dimension
 
     @property
     def window_tokens(self) -> int:
+        """The model's maximum sequence length less its two special tokens (at least 8)."""
         if self._window is None:
             model = self._load()
             # the model adds its own special tokens ([CLS] ... [SEP]) around a window
@@ -135,11 +150,14 @@ class SentenceTransformerEmbedder:
         return model
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """The model tokenizer's count of each text, without special tokens."""
         tokenizer = self._load().tokenizer
         encoded = tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
         return [len(ids) for ids in encoded]
 
     def split(self, text: str, max_tokens: int) -> list[str]:
+        """``text`` cut at word starts into pieces of at most ``max_tokens`` tokens (a word
+        longer than that is cut inside); blank pieces dropped, ``[text]`` if none is left."""
         tokenizer = self._load().tokenizer
         enc = tokenizer(
             text, add_special_tokens=False, truncation=False, return_offsets_mapping=True
@@ -162,6 +180,7 @@ class SentenceTransformerEmbedder:
         return pieces or [text]
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalised vector per text, in order, batched by the model batch size."""
         if not texts:
             return []
         vectors = self._load().encode(

@@ -15,7 +15,9 @@ from ...errors import ConfigurationError
 class Staging(Protocol):
     """Bytes being received, before their hash is known."""
 
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes) -> None:
+        """Append ``data`` to what was received so far."""
+        ...
 
     def write_head(self, data: bytes) -> None:
         """Overwrite the first ``len(data)`` bytes written (an encrypted artifact's header,
