@@ -48,17 +48,25 @@ def keep(exc: psycopg.Error) -> BaseException:
 class Source(Protocol[C]):
     """Where a driver gets its connection from (a pool, or one connection)."""
 
-    def acquire(self) -> C: ...
+    def acquire(self) -> C:
+        """A connection for one operation, outside any transaction of another."""
+        ...
 
-    def release(self, conn: C) -> None: ...
+    def release(self, conn: C) -> None:
+        """Take back a connection :meth:`acquire` gave (broken ones included)."""
+        ...
 
 
 class AsyncSource(Protocol[C]):
     """asyncio version of :class:`Source`."""
 
-    async def acquire(self) -> C: ...
+    async def acquire(self) -> C:
+        """As :meth:`Source.acquire`."""
+        ...
 
-    async def release(self, conn: C) -> None: ...
+    async def release(self, conn: C) -> None:
+        """As :meth:`Source.release`."""
+        ...
 
 
 class Fixed(Generic[C]):
@@ -68,10 +76,11 @@ class Fixed(Generic[C]):
         self.conn = conn
 
     def acquire(self) -> C:
+        """The one connection, every time."""
         return self.conn
 
     def release(self, conn: C) -> None:
-        pass
+        """Nothing: the connection stays the caller's."""
 
 
 class AsyncFixed(Generic[C]):
@@ -81,10 +90,11 @@ class AsyncFixed(Generic[C]):
         self.conn = conn
 
     async def acquire(self) -> C:
+        """The one connection, every time."""
         return self.conn
 
     async def release(self, conn: C) -> None:
-        pass
+        """Nothing: the connection stays the caller's."""
 
 
 class _Done:

@@ -82,10 +82,14 @@ class PartitionSQL(Protocol):
     called."""
 
     @property
-    def schema(self) -> str: ...
+    def schema(self) -> str:
+        """The schema the partition tables are created in."""
+        ...
 
     @property
-    def naming(self) -> Naming: ...
+    def naming(self) -> Naming:
+        """How a partition is named from its bounds, and read back from a name."""
+        ...
 
     def qualified(self, name: str) -> str:
         """``schema.name`` as the archive hook gets it."""
