@@ -1,4 +1,4 @@
-"""Who marks an artifact released, now that no trigger does (migration 0033): every path that
+"""Who marks an artifact released, now that no trigger does: every path that
 deletes references marks the artifacts it left without a live reference itself — unref,
 keep_checkpoints and rewind at once, a purge in its release step (what was released before
 the purge keeps its grace), retention lazily through the sweep's mark phase — and a

@@ -358,7 +358,7 @@ def test_text_indexing_off_and_on_again(store: shardstore.Store, citus: str) -> 
 def test_fork_copies_are_indexed_and_erased_on_the_shards(
     store: shardstore.Store, citus: str
 ) -> None:
-    """fork_copies is distributed by session_id (no triggers since 0031): a copy-on-write
+    """fork_copies is distributed by session_id (no triggers): a copy-on-write
     indexes the copied turns for text search on the fork's worker, and a GDPR purge of the
     parent (fork_erase, which finds copies by origin across shards) erases them there."""
     tenant = _tenant()
@@ -835,8 +835,8 @@ ARTIFACT_TABLES = ("shardstore.artifacts", "shardstore.artifact_chunks", "shards
 
 
 def test_artifact_tables_are_distributed_by_tenant_and_colocated(citus: str) -> None:
-    """``artifacts``, ``artifact_chunks`` and ``artifact_refs`` (coordinator tables until
-    0034; ``artifact_refs`` had a trigger until 0033) are hash-distributed by ``tenant_id``
+    """``artifacts``, ``artifact_chunks`` and ``artifact_refs`` (once coordinator tables;
+    ``artifact_refs`` once had a trigger) are hash-distributed by ``tenant_id``
     in the colocation group of ``facts``, without triggers."""
     with psycopg.connect(citus, autocommit=True) as conn:
         rows = {

@@ -126,7 +126,7 @@ def test_server_crash_during_fold(server: CrashableServer, tmp_path: Path) -> No
         stop_file=str(tmp_path / "stop"),
         settings=settings,
         # one turn per call, so sealed chunks wait in the buffer for fold_sealed_v2 (a
-        # batch writes the chunks it starts and seals straight to agent_history since 0022)
+        # batch writes the chunks it starts and seals straight to agent_history)
         max_batch=1,
     )
     proc = spawn_writer(cfg)

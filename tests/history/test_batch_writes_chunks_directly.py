@@ -112,7 +112,7 @@ def test_a_batch_is_stored_as_the_turn_by_turn_path_stores_it(dsn: str, prefix: 
                     store.append_turn(sid, msgs[i], keys[i])
             sids.append(sid)
         store.drain_folds()
-        for sid in sids:  # what the folds kept in the buffer (0035) folded too
+        for sid in sids:  # what the folds kept in the buffer (the keep rule) folded too
             store._run(shardstore.history.ops.fold_sealed_op(sid, 0))
         batched_rows, single_rows = (_stored(dsn, s) for s in sids)
         assert len(batched_rows["chunks"]) > 5  # the batch sealed many chunks
@@ -124,8 +124,8 @@ def test_a_batch_is_stored_as_the_turn_by_turn_path_stores_it(dsn: str, prefix: 
 
 
 def _kept_from(chunks: list[int], keep: int) -> int:
-    """The model of the keep window (0035, 0040): given each turn's chunk, oldest first, the
-    first chunk that stays buffered. Going down from the newest sealed chunk, one is kept
+    """The model of the keep window (decisions 0006, 0020): given each turn's chunk, oldest
+    first, the first chunk that stays buffered. Going down from the newest sealed chunk, one is kept
     while the turns newer than it (the open chunk's first) number fewer than ``keep``."""
     open_chunk = chunks[-1]
     newer = chunks.count(open_chunk)
@@ -152,7 +152,7 @@ def _buffered(dsn: str, sid: Any) -> list[tuple[int, int]]:
 def test_a_batch_buffers_the_open_chunk_and_the_chunks_a_tail_reads(dsn: str, keep: int) -> None:
     """In the batch's own transaction: turn_buffer gets exactly the turns of the open chunk
     and of the sealed chunks holding the newest ``default_tail_turns`` turns (the keep window
-    a fold leaves, 0040), and loses none; agent_history gets one row per other chunk."""
+    a fold leaves), and loses none; agent_history gets one row per other chunk."""
     with psycopg.connect(dsn) as conn:
         store = shardstore.connect(
             conn, chunk_tokens=240, background_fold=False, default_tail_turns=keep
@@ -270,7 +270,7 @@ def test_text_search_finds_turns_of_direct_chunks(dsn: str) -> None:
 
 def test_stored_text_windows_are_sorted_lexeme_hashes(store: shardstore.Store, dsn: str) -> None:
     """turn_text holds each window's lexemes as their sorted, distinct hashtext() values
-    (0042; stripped tsvectors before): the ranking reads only which lexemes a window holds
+    (decision 0012): the ranking reads only which lexemes a window holds
     and how many. Each turn's window is the lexemes of its strings in document order."""
     sid = store.create_session("tenant-a", "subject", "agent-x")
     sent = _messages(5)

@@ -1,5 +1,5 @@
 """A fold after a seal leaves the session's newest ``default_tail_turns`` turns in the write
-buffer (migration 0035), so that a default ``tail()`` of a session written one turn at a time
+buffer (decision 0006), so that a default ``tail()`` of a session written one turn at a time
 reads buffer rows only. The invariant, checked after every append against the buffer's rows:
 every one of the newest ``keep`` turns is buffered, and no sealed chunk is buffered that the
 rule does not need (the turns newer than it are fewer than ``keep``). Reads are the same

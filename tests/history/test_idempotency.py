@@ -27,7 +27,8 @@ def test_retry_after_the_chunk_was_folded(store: shardstore.Store, dsn: str) -> 
     store.append_turn(sid, big)  # over the budget: seals chunk 0 and folds it
     store.append_turn(sid, {"role": "user", "content": "next"})
     store.drain_folds()
-    store._run(shardstore.history.ops.fold_sealed_op(sid, 0))  # the fold kept chunk 0 (0035)
+    # the background fold kept chunk 0 buffered (the keep rule): fold it keeping none
+    store._run(shardstore.history.ops.fold_sealed_op(sid, 0))
     with psycopg.connect(dsn) as conn:
         (buffered,) = conn.execute(
             "SELECT count(*) FROM shardstore.turn_buffer WHERE session_id = %s AND turn_seq = 0",

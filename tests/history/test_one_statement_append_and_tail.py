@@ -1,4 +1,4 @@
-"""The fast append and tail paths of migration 0023 and the LIFO pool (issue 14).
+"""The one-statement append and tail paths and the LIFO pool.
 
 * tail_v1 reads a folded chunk's newest turns through one jsonpath slice: held to an
   in-memory model built from ``history()`` (an independent read path) for every n /
@@ -225,7 +225,7 @@ def test_async_store_keeps_one_connection(new_database: Callable[[], str]) -> No
 def test_a_seal_does_not_wait_for_a_fold(dsn: str) -> None:
     """Appends that seal a chunk (single turns, with a checkpoint, and batches) go on while
     another transaction holds the session row FOR KEY SHARE, the lock a fold or a text pass
-    holds while it works (0043); before, the sealing append waited for it. lock_timeout turns
+    holds while it works; a sealing append does not wait for it (decision 0013). lock_timeout turns
     a wait into an error; afterwards every turn is there, in order, once."""
     holder = psycopg.connect(dsn)
     store = shardstore.connect(
@@ -260,7 +260,7 @@ APPEND_V2 = (
 
 def test_a_seal_does_not_need_the_batch_function(dsn: str) -> None:
     """A single turn that seals its chunk (with or without a key or a checkpoint) is one
-    UPDATE of the head and one INSERT (0044): with the batch function renamed away, turns
+    UPDATE of the head and one INSERT: with the batch function renamed away, turns
     keep sealing chunks; the results are those the batch path gives (the model tests hold
     the chunk rule), and once it is back a retried key and a new session work as before."""
     store = shardstore.connect(dsn, chunk_tokens=60, background_fold=False)

@@ -53,7 +53,7 @@ def test_chunks_never_span_partitions(make_store: Callable[..., shardstore.Store
         assert all(bucket.lower <= t.created_at < bucket.upper for t in members)
         assert all(t.chunk_seq == chunk.chunk_seq for t in members)
     stats = store.stats()
-    # folded chunks (the newest sealed ones may still be in the buffer: 0035 keeps them)
+    # folded chunks (the newest sealed ones may still be in the buffer: the keep rule)
     folded = {c.partition for c in chunks if c.partition is not None}
     assert folded and folded <= {p.name for p in stats.partitions}
     for chunk in chunks:

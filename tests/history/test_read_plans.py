@@ -54,7 +54,7 @@ def spread(make_store: Callable[..., shardstore.Store]) -> tuple[shardstore.Stor
     """A store with 1-hour partitions and one session whose chunks lie in HOURS past
     partitions (each hour boundary seals a chunk). One turn stays in the write buffer
     (``default_tail_turns=1``): with the default window the newest 20 turns' chunks would
-    stay buffered too, outside every partition (0040)."""
+    stay buffered too, outside every partition."""
     store = make_store(partition_interval=timedelta(hours=1), default_tail_turns=1)
     sid = uuid.uuid4()
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)

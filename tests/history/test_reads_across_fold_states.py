@@ -81,7 +81,7 @@ def test_background_folds_leave_only_the_newest_tail_in_the_buffer(
     make_store: Callable[..., shardstore.Store], dsn: str
 ) -> None:
     # chunks of a few turns each: the open one and the sealed ones holding any of the newest
-    # default_tail_turns turns stay buffered (0035); every older chunk is folded
+    # default_tail_turns turns stay buffered (the keep rule); every older chunk is folded
     store = make_store(chunk_tokens=100, default_tail_turns=5)
     sid = store.create_session("acme")
     for i in range(50):

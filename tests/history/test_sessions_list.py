@@ -1,4 +1,4 @@
-"""Listing sessions (issue 15, ``store.sessions()``, migration 0010): newest first, filters,
+"""Listing sessions (``store.sessions()``): newest first, filters,
 keyset paging, purged sessions hidden, last activity, the indexes used, hostile input, the
 asyncio store, Row-Level Security and the ``shardstore sessions`` command."""
 

@@ -1,9 +1,10 @@
-"""tail_v1 since 0037 (the newest buffered turns in one index scan, then 0023's per-chunk
-walk) returns exactly what 0023's tail_v1 returned, in every state a session can reach:
-turns buffered and folded, open chunks partly folded (flush), kept sealed chunks, gaps left
-by purge_range, cuts by rewind, batches that write chunks straight to agent_history. The
-0023 body is read from its migration file and installed beside the current one under
-another name; after every operation both are called with a spread of (n, max_tokens)."""
+"""tail_v1 (the newest buffered turns in one index scan, then the per-chunk walk) returns
+exactly what the earlier tail_v1 (the per-chunk walk alone) returned, in every state a
+session can reach: turns buffered and folded, open chunks partly folded (flush), kept sealed
+chunks, gaps left by purge_range, cuts by rewind, batches that write chunks straight to
+agent_history. The earlier body is read from the historical migration that created it and
+installed beside the current one under another name; after every operation both are called
+with a spread of (n, max_tokens)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,13 @@ import shardstore
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations" / "legacy"
 
 
-def _install_0023_body(dsn: str) -> None:
+def _install_chunk_walk_body(dsn: str) -> None:
     text = (MIGRATIONS / "0023_append_speed.sql").read_text()
     found = re.search(
         r"CREATE OR REPLACE FUNCTION shardstore\.tail_v1\(.*?\n\$\$;", text, flags=re.S
     )
     assert found is not None
-    body = found.group(0).replace("shardstore.tail_v1(", "shardstore.tail_v1_0023(", 1)
+    body = found.group(0).replace("shardstore.tail_v1(", "shardstore.tail_v1_chunk_walk(", 1)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(body)
 
@@ -45,7 +46,7 @@ def _same_tails(dsn: str, sid: Any, next_turn: int) -> int:
                 "SELECT * FROM shardstore.tail_v1(%s, %s, %s)", (sid, n, max_tokens)
             ).fetchall()
             old = conn.execute(
-                "SELECT * FROM shardstore.tail_v1_0023(%s, %s, %s)", (sid, n, max_tokens)
+                "SELECT * FROM shardstore.tail_v1_chunk_walk(%s, %s, %s)", (sid, n, max_tokens)
             ).fetchall()
             assert new == old, (n, max_tokens, [r[0] for r in new], [r[0] for r in old])
             checks += 1
@@ -70,8 +71,8 @@ operations = st.lists(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(ops=operations)
-def test_tail_equals_the_0023_body_in_every_state(dsn: str, ops: list[tuple[str, Any]]) -> None:
-    _install_0023_body(dsn)
+def test_tail_equals_the_chunk_walk_in_every_state(dsn: str, ops: list[tuple[str, Any]]) -> None:
+    _install_chunk_walk_body(dsn)
     # small chunks (a handful of turns each) and inline folds: every state is reached
     # deterministically, and windows of 20 span several chunks
     with shardstore.connect(

@@ -6,7 +6,7 @@ EXCLUSIVE lock until the session committed, and two parallel imports deadlocked
 (the scale benchmark, benchmarks/suites/scale.py).
 
 These imports keep one turn in the write buffer (``default_tail_turns=1``): with the default
-window of 20 a 10-turn session never folds, and no partition would be created at all (0040)."""
+window of 20 a 10-turn session never folds, and no partition would be created at all."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def test_an_import_over_many_premade_partitions_finds_each(
 ) -> None:
     """5,000 turns 15 s apart (~21 one-hour partitions, each premade on another connection
     of the pool while the import's transaction holds agent_history): every chunk lands.
-    Before 0036 ensure_partition_v1 found such a partition attached and returned, and the
+    An older ensure_partition_v1 found such a partition attached and returned, and the
     insert failed with "no partition of relation agent_history found for row" (this
     backend's partition descriptor was older than the attach; seen on every fresh run)."""
     store = make_store(partition_interval=HOUR, **KEEP)

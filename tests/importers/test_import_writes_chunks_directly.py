@@ -1,5 +1,5 @@
 """A JSONL import writes the chunks a batch starts and seals straight into agent_history
-(import_turns_v2, migration 0036): what it stores is what import_turns stored once its
+(import_turns_v2, decision 0019): what it stores is what import_turns stored once its
 folds ran (chunks with their envelopes and times, partitions, chunk map, queues, text
 windows, keys, buffer, session head), and only the open chunk's turns touch turn_buffer. The
 long transaction of an import no longer walks its own dead buffer rows on every fold."""
@@ -137,8 +137,8 @@ def two_databases(new_database: Callable[[], str]) -> Iterator[tuple[str, str]]:
 
 def _import_both(a: str, b: str, text: str, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """``text`` imported into ``a`` by import_turns_v3 and into ``b`` by import_turns
-    (the path before 0036: every turn buffered, then fold_sealed keeping nothing). In ``a``
-    the sealed chunks holding the newest default_tail_turns turns stay buffered (0040):
+    (the older path: every turn buffered, then fold_sealed keeping nothing). In ``a``
+    the sealed chunks holding the newest default_tail_turns turns stay buffered (decision 0020):
     checked here against the keep window, then folded, so that both store the same rows."""
     with shardstore.connect(a, **SETTINGS) as store:
         store.import_jsonl(io.StringIO(text), batch_size=batch)
@@ -244,9 +244,9 @@ def _buffer_counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
 
 def test_a_batch_buffers_only_the_open_chunk_and_the_keep_window(dsn: str) -> None:
     """In the import statement's own transaction: turn_buffer gets only the turns of the
-    chunk left open, of the sealed chunks holding the newest default_tail_turns turns (0040)
-    and of the chunk open before the batch; the statement folds what an earlier batch kept
-    there once the window moved on, and nothing is lost."""
+    chunk left open, of the sealed chunks holding the newest default_tail_turns turns
+    (decision 0020) and of the chunk open before the batch; the statement folds what an
+    earlier batch kept there once the window moved on, and nothing is lost."""
     shardstore.connect(dsn, **SETTINGS).close()
     with psycopg.connect(dsn) as conn:
         store = shardstore.connect(conn, **SETTINGS)

@@ -1,6 +1,6 @@
 """stats() against a brute-force count after random sequences of the operations that change
 counts (append one / many, flush, fold, rewind, fork, import with past times, purge of a
-session or a subject); and the one-statement reads of migration 0028 (chunks(last=),
+session or a subject); and the one-statement reads (chunks(last=),
 history(from_seq)) against the general multi-statement paths on the same sessions."""
 
 from __future__ import annotations

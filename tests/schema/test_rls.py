@@ -1,4 +1,4 @@
-"""Tenant isolation with Row-Level Security (migration 0004, docs/security.md).
+"""Tenant isolation with Row-Level Security (docs/security.md).
 
 The test server connects as a superuser, which bypasses row security; every check here runs
 as a non-superuser tenant role (SET ROLE on a superuser connection)."""

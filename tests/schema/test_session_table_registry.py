@@ -1,4 +1,4 @@
-"""The registry of session-scoped tables (migration 0006): every table with a session column
+"""The registry of session-scoped tables: every table with a session column
 is registered, and a table registered with one call is covered by every purge, by
 retention and by Row-Level Security without any other change."""
 
@@ -18,8 +18,8 @@ from shardstore.schema import rls
 from tests.purge_support import append_unfolded, converse, next_second, snapshot
 from tests.tenancy import as_tenant, drop_tenant_role, make_tenant_role
 
-# default_tail_turns=1: folds keep no sealed chunk in the buffer (0035), so every sealed chunk
-# of these short conversations is in agent_history (and chunk_map) once the folds ran
+# default_tail_turns=1: folds keep no sealed chunk in the buffer (the keep rule), so every
+# sealed chunk of these short conversations is in agent_history (and chunk_map) once the folds ran
 SMALL = {"chunk_tokens": 200, "partition_interval": timedelta(seconds=1), "default_tail_turns": 1}
 # the tables the tests register: turn-level with its own tenant column (a policy without
 # subquery), chunk-level partitioned like agent_history (a policy that looks the session
@@ -134,7 +134,7 @@ def test_every_table_with_a_session_id_is_registered(
     assert _unregistered(dsn) == []
     with psycopg.connect(dsn) as conn:
         # every session table has its policy and a NOT NULL session column (or one the
-        # registry records as NULLable, with a tenant column: facts without a source, 0008)
+        # registry records as NULLable, with a tenant column: facts without a source)
         rows = conn.execute(
             "SELECT r.table_name::text, EXISTS (SELECT 1 FROM pg_policy p"
             "   WHERE p.polrelid = r.table_name AND p.polname = 'tenant_isolation'),"

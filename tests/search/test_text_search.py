@@ -1,4 +1,4 @@
-"""Full-text and hybrid search (migration 0012): every appended turn is found by text
+"""Full-text and hybrid search: every appended turn is found by text
 without any embedding run (folded through turn_text, buffered on the fly), with the
 scopes and tenant isolation of vector search; reciprocal rank fusion as a pure rule."""
 
@@ -64,7 +64,7 @@ def test_folded_and_buffered_turns_are_found_without_embeddings(make_store: Any,
         row = conn.execute("SELECT count(*) FROM shardstore.chunk_vectors").fetchone()
         assert row == (0,)
     # every folded turn is indexed once, none twice; a buffered turn is indexed by the pass
-    # after a seal's fold (0038; the chunks kept for tail()) or else on the fly, never twice
+    # after a seal's fold (the chunks kept for tail()) or else on the fly, never twice
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT count(*), count(DISTINCT turn_seq) FROM shardstore.turn_text"

@@ -1,4 +1,4 @@
-"""Text windows stored as lexeme hashes (migration 0042): an upgrade converts every stored
+"""Text windows stored as lexeme hashes (decision 0012): an upgrade converts every stored
 window in place and keeps every ranking, exact and sampled, in a session and in a tenant; the
 GIN index finds a lexeme's windows; the ranking still scores a query of many lexemes."""
 

@@ -1,4 +1,4 @@
-"""Full-text windows of buffered turns written ahead of their fold (migration 0038).
+"""Full-text windows of buffered turns written ahead of their fold (decision 0010).
 
 The invariant: every stored turn has at most one set of windows in ``turn_text``, equal to
 what ``text_windows`` makes of its message (what a fold writes); every folded turn has
@@ -194,7 +194,7 @@ def test_a_seal_indexes_the_chunks_kept_for_tail_and_maintain_the_rest(
     while chunks[-1] != chunks[-2]:  # two turns since the last seal: the second waits
         chunks.append(store.append_turn(sid, say(rng, len(chunks))).chunk_seq)
     buffered, indexed = buffered_counts(dsn)
-    assert buffered >= 20  # the keep rule (0035) holds the newest 20 turns buffered
+    assert buffered >= 20  # the keep rule holds the newest 20 turns buffered
     assert 0 < indexed < buffered  # kept chunks indexed by the seal's fold; the open one not
     report = store.maintain(embed=False)
     assert report.text_turns_indexed == buffered - indexed
@@ -509,7 +509,7 @@ def test_a_writer_during_a_language_change_waits_and_writes_the_new_language(
     writer: str,
     language: str | None,
 ) -> None:
-    """0039: a fold, a text pass or an import that starts while a change of the
+    """A fold, a text pass or an import that starts while a change of the
     configuration is open waits for it, then writes windows of the new configuration (none
     when it switched text indexing off); before, it wrote old-language windows the change
     never removed."""
@@ -560,7 +560,7 @@ def test_a_writer_during_a_language_change_waits_and_writes_the_new_language(
 
 
 def test_a_search_during_a_language_change_does_not_wait_for_it(make_store: Any, dsn: str) -> None:
-    """Readers never take the writers' lock (0039): a search while a change is open ranks
+    """Readers never take the writers' lock: a search while a change is open ranks
     the old windows, as before; the change's own rows appear when it commits."""
     rng = random.Random(13)
     store = make_store(chunk_tokens=150, background_fold=False)

@@ -1,4 +1,4 @@
-"""Checkpoints and restore (issue 11, shardstore/state/checkpoints.py, migration 0009): positions,
+"""Checkpoints and restore (shardstore/state/checkpoints.py): positions,
 idempotency, atomicity with appends, size, hostile input, purge / retention / RLS, asyncio,
 a stateful model, and kills of the writer process and of the server."""
 
@@ -747,7 +747,7 @@ def test_server_killed_mid_checkpoint(server: CrashableServer) -> None:
 
             with holding(dsn, "LOCK TABLE shardstore.checkpoints IN EXCLUSIVE MODE"):
                 thread, errors = _blocked(write)
-                # one turn: append_checkpoint_v2 (0023)
+                # one turn: append_checkpoint_v2, one statement
                 wait_for_backend(
                     dsn, "append_checkpoint_v2" if with_turn else "checkpoint_v1", waiting=True
                 )

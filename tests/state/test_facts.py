@@ -1,4 +1,4 @@
-"""Facts (migration 0008, shardstore/state/facts.py): versions that never overlap per key,
+"""Facts (shardstore/state/facts.py): versions that never overlap per key,
 provenance checked against the history, purges and retention, Row-Level Security,
 concurrent and killed writers, and an in-memory model under hypothesis."""
 

@@ -184,7 +184,7 @@ def test_rewind_of_buffered_sealed_chunks(make_store: StoreFactory, dsn: str) ->
     sent = [msg(i, extra=4) for i in range(30)]
     # append_v2 alone, one turn per call: every chunk is sealed by a later call than the
     # one that started it, so it stays buffered (a chunk one batch starts and seals goes
-    # straight to agent_history, 0022)
+    # straight to agent_history)
     for m in sent:
         raw_append(store, dsn, sid, [m])
     assert count(dsn, "SELECT count(*) FROM shardstore.agent_history") == 0

@@ -1,4 +1,4 @@
-"""Runs (migration 0007, shardstore/state/runs.py): the lifecycle and its errors, idempotent
+"""Runs (shardstore/state/runs.py): the lifecycle and its errors, idempotent
 opens, the awaiting index, purge / retention / RLS coverage through the registry, the
 asyncio store, hostile input, an in-memory model (hypothesis), and a writer killed with
 SIGKILL in the middle of run updates."""
