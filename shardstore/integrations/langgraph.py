@@ -139,6 +139,13 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
+def _forget_oldest(recent: dict[Any, Any]) -> None:
+    """Trim one of a saver's small memories of what it stored last to :data:`_RECENT_WRITES`
+    entries, the oldest first (the caller holds the saver's lock)."""
+    while len(recent) > _RECENT_WRITES:
+        del recent[next(iter(recent))]
+
+
 def _deflate(blob: bytes) -> bytes | None:
     """``blob`` deflated (zlib), or None when it is short or does not shrink."""
     if len(blob) < _DEFLATE_FROM:
@@ -807,7 +814,9 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
                 if given is None and type(start) is dict and self.messages_channel in start:
                     # stored here: the input task's write (LangGraph puts it after this, with
                     # async durability) names it
-                    self._remember(self._inputs, (sid, ns, cid), start[self.messages_channel])
+                    with self._lock:
+                        self._inputs.setdefault((sid, ns, cid), start[self.messages_channel])
+                        _forget_oldest(self._inputs)
                 if row["sealed"]:
                     outcome = history_ops.AppendOutcome(sid, [], True)
                     yield from history_ops._after_append_op(self.store, outcome)
@@ -877,17 +886,8 @@ class ShardstoreSaver(BaseCheckpointSaver[int]):
             # the input may name
             with self._lock:
                 self._written.setdefault((sid, ns, cid), {}).setdefault(task, mine[0])
-                while len(self._written) > _RECENT_WRITES:
-                    del self._written[next(iter(self._written))]
+                _forget_oldest(self._written)
         return None
-
-    def _remember(self, recent: dict[Any, Any], key: Any, value: Any) -> None:
-        """Keep ``value`` under ``key`` in one of the saver's small memories of what it
-        stored last (the oldest forgotten past _RECENT_WRITES)."""
-        with self._lock:
-            recent.setdefault(key, value)
-            while len(recent) > _RECENT_WRITES:
-                del recent[next(iter(recent))]
 
     def _write_blobs_op(
         self, sid: uuid.UUID, where: tuple[Any, ...], blobs: list[bytes]
