@@ -69,6 +69,11 @@ VARIANTS: dict[str, list[str]] = {
         "ALTER TABLE shardstore.turn_buffer SET (toast_tuple_target = 128)",
         TEXT_OFF,
     ],
+    # the windows and their GIN index kept out of the WAL: derived data, but an unlogged
+    # table is emptied by crash recovery and is empty on every replica
+    "turn_text unlogged": [
+        f"ALTER TABLE shardstore.turn_text_h{i:02d} SET UNLOGGED" for i in range(16)
+    ],
     # a server setting, not the store's: compresses full-page images (floor's too)
     "wal_compression = pglz": [
         "ALTER SYSTEM SET wal_compression = pglz",
