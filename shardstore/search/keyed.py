@@ -11,7 +11,7 @@ pass over its scope first, so every sealed turn appended before the search is fo
 buffered plaintext turns are found without any worker.
 
 :func:`keyed_ranking_op` hashes the query's lexemes with the key of every scope searched and
-ranks with ``text_rank_keyed_v1``: a window holds a query lexeme when it holds any of that
+ranks with ``text_rank_keyed_v2``: a window holds a query lexeme when it holds any of that
 lexeme's hashes, so the ranking is the plaintext one (same lexemes, same BM25, same bounded
 candidates), up to 32-bit hash collisions.
 """
@@ -228,7 +228,7 @@ def keyed_ranking_op(
     index: bool = True,
 ) -> Op[list[Ranked]]:
     """The ``n`` best-matching turns of the scope for ``text`` over keyed windows, best
-    first (``text_rank_keyed_v1``); [] when text search is off, the query has no lexeme or
+    first (``text_rank_keyed_v2``); [] when text search is off, the query has no lexeme or
     no key of the scope exists. With ``index``, the sealed turns of the scope without
     windows are indexed first (:func:`session_pass_op`), so every turn appended before the
     search is found. ``params``: the scope's statement parameters. The query is hashed
@@ -283,6 +283,7 @@ def keyed_ranking_op(
             int(r["first_turn_seq"]),
             int(r["last_turn_seq"]),
             float(r["score"]),
+            float(r["cover"]),
         )
         for r in rows
     ]

@@ -5,7 +5,8 @@ docs/decisions/0012-text-windows-as-lexeme-hashes.md says why; written by ``fold
 it folds the turns, and for buffered turns by :mod:`shardstore.search.text_index`) and indexes the
 buffered turns that have none yet on the fly, so every appended turn is found without any
 worker having run. Hybrid search fuses the text ranking with the vector ranking by reciprocal
-rank fusion (:func:`fuse`), turn by turn.
+rank fusion (:func:`fuse`), turn by turn, a text hit weighted by the share of the query it
+holds.
 """
 
 from __future__ import annotations
@@ -37,8 +38,16 @@ from .vectors import (
 )
 
 MODES = ("vector", "text", "hybrid")
-#: reciprocal rank fusion's constant (Cormack et al. 2009): a turn ranked r adds 1 / (60 + r)
-RRF_K = 60
+#: reciprocal rank fusion's constant: a turn ranked r adds weight / (10 + r). Cormack et al.
+#: (2009) fused many runs with 60; with two rankings, 60 makes a ranking's first and its
+#: twentieth place nearly equal (1/61 against 1/80), so a text hit that shares a common word
+#: with the query and is anywhere in the vector ranking beat the vector ranking's first
+#: (docs/decisions/0029-hybrid-search-weighs-text-hits-by-coverage.md)
+RRF_K = 10
+#: a text hit's weight in the fusion is TEXT_WEIGHT * cover ** 3: a turn holding all of the
+#: query's weight (an exact id or code, what vectors miss) counts twice a vector hit of the
+#: same rank, one holding ~79% of it as much, one holding half a quarter
+TEXT_WEIGHT = 2.0
 #: the longest text query accepted, in characters
 MAX_QUERY_CHARS = 10_000
 #: the scope's newest indexed windows a text ranking samples: a scope no larger is scored
@@ -64,13 +73,14 @@ def depth(k: int) -> int:
     return min(MAX_CANDIDATES, max(50, 8 * k))
 
 
-def _ranked(row: Mapping[str, Any], score: float) -> Ranked:
+def _ranked(row: Mapping[str, Any], score: float, cover: float | None = None) -> Ranked:
     return Ranked(
         row["session_id"],
         int(row["chunk_seq"]),
         int(row["first_turn_seq"]),
         int(row["last_turn_seq"]),
         score,
+        cover,
     )
 
 
@@ -80,7 +90,7 @@ def text_ranking_op(
     """The ``n`` best-matching turns of the scope for ``text``, best first (folded and
     buffered turns alike, a session's fork lineage included; ``session_id`` is the turn's
     owner). The work is bounded: at most :data:`TEXT_SAMPLE` windows plus
-    :data:`TEXT_CAP` per rare query lexeme are scored (``text_rank_v1``; docs/search.md,
+    :data:`TEXT_CAP` per rare query lexeme are scored (``text_rank_v2``; docs/search.md,
     "How full-text search works"). A store connected with ``encryption=`` ranks its keyed
     windows instead (:func:`shardstore.search.keyed.keyed_ranking_op`), indexing its sealed
     turns first unless ``index`` is false (a caller inside a read-only snapshot)."""
@@ -90,7 +100,7 @@ def text_ranking_op(
         keyed: list[Ranked] = yield from keyed_ranking_op(ctx.sealer, scope, text, n, params, index)
         return keyed
     rows = yield Q(query("text_search"), params, prepare=False, named=True)
-    return [_ranked(r, float(r["score"])) for r in rows]
+    return [_ranked(r, float(r["score"]), float(r["cover"])) for r in rows]
 
 
 def vector_ranking_op(ctx: Context, scope: SearchScope, vector: str, n: int) -> Op[list[Ranked]]:
@@ -128,11 +138,20 @@ def best_chunks(ranked: Sequence[Ranked], k: int) -> list[Ranked]:
     return first_per_key(ranked, lambda entry: (entry.session_id, entry.chunk_seq), k)
 
 
+def fusion_weight(entry: Ranked) -> float:
+    """How much ``entry`` counts in a fusion: 1 for a hit without a coverage (a vector
+    hit), :data:`TEXT_WEIGHT` times its coverage cubed for a text hit."""
+    if entry.cover is None:
+        return 1.0
+    return TEXT_WEIGHT * min(max(entry.cover, 0.0), 1.0) ** 3
+
+
 def fuse(rankings: Sequence[Sequence[Ranked]], k: int = RRF_K) -> list[Ranked]:
-    """Reciprocal rank fusion of rankings of turns (each best first): a turn's score is the
-    sum over the rankings that hold it of ``1 / (k + rank)`` (rank from 1; a turn counted
-    once per ranking, at its best rank). Best first; ties by session id, then turn. A
-    turn keeps the window of the ranking that ranked it best."""
+    """Weighted reciprocal rank fusion of rankings of turns (each best first): a turn's
+    score is the sum over the rankings that hold it of ``fusion_weight(entry) / (k +
+    rank)`` (rank from 1; a turn counted once per ranking, at its best rank, with that
+    entry's weight). Best first; ties by session id, then turn. A turn keeps the window of
+    the ranking that ranked it best."""
     score: dict[tuple[uuid.UUID, int], float] = {}
     where: dict[tuple[uuid.UUID, int], tuple[int, Ranked]] = {}
     for ranking in rankings:
@@ -144,7 +163,7 @@ def fuse(rankings: Sequence[Sequence[Ranked]], k: int = RRF_K) -> list[Ranked]:
                 continue
             seen.add(key)
             rank += 1
-            score[key] = score.get(key, 0.0) + 1.0 / (k + rank)
+            score[key] = score.get(key, 0.0) + fusion_weight(entry) / (k + rank)
             if key not in where or rank < where[key][0]:
                 where[key] = (rank, entry)
     ordered = sorted(score, key=lambda key: (-score[key], str(key[0]), key[1]))
@@ -203,8 +222,8 @@ def hybrid_ranking_op(
 def search_hybrid_op(
     ctx: Context, state: VectorState, scope: SearchScope, text: str
 ) -> Op[list[SearchHit]]:
-    """The ``k`` chunks whose best turn ranks best by reciprocal rank fusion of the text and
-    vector rankings, best first; score: the fused score."""
+    """The ``k`` chunks whose best turn ranks best by the weighted reciprocal rank fusion of
+    the text and vector rankings (:func:`fuse`), best first; score: the fused score."""
     vector = yield from query_vector_op(state, text)
     fused = yield from hybrid_ranking_op(ctx, state, scope, text, vector)
     hits: list[SearchHit] = yield from hits_op(

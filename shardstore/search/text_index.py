@@ -9,7 +9,7 @@ folds, every ``history.TEXT_INDEX_EVERY`` turns of a session; ``maintain()`` run
 so every turn is found either way. In a scope of at most ``TEXT_SAMPLE`` indexed windows the
 ranking is exact and does not depend on whether a pass ran; above that, common lexemes take
 their candidates from the scope's newest indexed windows plus every turn not indexed yet
-(see text_rank_v1), so a pass can change which of many equally plausible turns come first.
+(see text_rank_v2), so a pass can change which of many equally plausible turns come first.
 """
 
 from __future__ import annotations

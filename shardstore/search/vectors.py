@@ -333,13 +333,16 @@ def _params(ctx: Context, scope: SearchScope, vector: str, limit: int) -> dict[s
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """One turn window of a ranking: where it is and its score in that ranking."""
+    """One turn window of a ranking: where it is and its score in that ranking; ``cover``,
+    for a text hit, the share of the query's weight (its lexemes' idf) the turn holds, 0 to
+    1 (None in other rankings)."""
 
     session_id: uuid.UUID
     chunk_seq: int
     first_turn_seq: int
     last_turn_seq: int
     score: float
+    cover: float | None = None
 
 
 def hits_op(

@@ -118,13 +118,18 @@ def test_tampered_key_files_and_envelopes_are_decryption_failures(
         json.dumps({**doc, "wrapped": base64.b64encode(wrapped[:-1] + b"\0").decode()}).encode(),
         json.dumps([1, 2]).encode(),
     ]
+    # the store knows a key file by its inode and mtime; a file rewritten in place within one
+    # tick of the kernel's coarse clock keeps its mtime, so each rewrite here moves it on
+    mtime = key_file.stat().st_mtime_ns
     try:
-        for content in tampered:
+        for step, content in enumerate(tampered, 1):
             key_file.write_bytes(content)
+            os.utime(key_file, ns=(mtime + step * 1_000_000, mtime + step * 1_000_000))
             with pytest.raises(DecryptionFailed):
                 enc_store.tail(sid)
     finally:
         key_file.write_bytes(original)
+        os.utime(key_file, ns=(mtime - 1_000_000, mtime - 1_000_000))
     assert enc_store.tail(sid)[0].message == {"role": "user", "content": "hello"}
 
     envelopes: list[Any] = [

@@ -254,30 +254,50 @@ def test_cli_search_mode_text(store: shardstore.Store, capsys: Any) -> None:
     assert main([*args, "--mode", "fuzzy"]) == 2
 
 
-def _ranking(draw: Any) -> list[Ranked]:
+def _ranking(draw: Any, text: bool = False) -> list[Ranked]:
     sid = uuid.UUID(int=1)
     turns = draw(st.lists(st.integers(0, 30), unique=True, max_size=15))
-    return [Ranked(sid, t // 5, t, t, 0.0) for t in turns]
+    covers = st.floats(0.0, 1.0, allow_nan=False) if text else st.none()
+    return [Ranked(sid, t // 5, t, t, 0.0, draw(covers)) for t in turns]
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.data())
-def test_fuse_is_reciprocal_rank_fusion(data: Any) -> None:
+def test_fuse_is_weighted_reciprocal_rank_fusion(data: Any) -> None:
+    """The model: a turn scores the sum over the rankings holding it of its entry's weight
+    over (10 + rank), the weight 1 for a vector hit and 2 * cover ** 3 for a text hit."""
     a = _ranking(data.draw)
-    b = _ranking(data.draw)
+    b = _ranking(data.draw, text=True)
     fused = fuse([a, b])
     rank_a = {r.first_turn_seq: i + 1 for i, r in enumerate(a)}
-    rank_b = {r.first_turn_seq: i + 1 for i, r in enumerate(b)}
+    rank_b = {r.first_turn_seq: (i + 1, r.cover) for i, r in enumerate(b)}
     assert {r.first_turn_seq for r in fused} == set(rank_a) | set(rank_b)
     for r in fused:
-        want = sum(
-            1 / (60 + rk[r.first_turn_seq]) for rk in (rank_a, rank_b) if r.first_turn_seq in rk
-        )
+        want = 0.0
+        if r.first_turn_seq in rank_a:
+            want += 1 / (10 + rank_a[r.first_turn_seq])
+        if r.first_turn_seq in rank_b:
+            rank, cover = rank_b[r.first_turn_seq]
+            want += 2 * cover**3 / (10 + rank)
         assert r.score == pytest.approx(want)
     assert [r.score for r in fused] == sorted((r.score for r in fused), reverse=True)
-    if a and b and a[0].first_turn_seq == b[0].first_turn_seq:
-        assert fused[0].first_turn_seq == a[0].first_turn_seq  # first in both: first
+    top_cover = max((r.cover or 0.0 for r in b), default=0.0)
+    if a and b and a[0].first_turn_seq == b[0].first_turn_seq and b[0].cover == top_cover:
+        # first in both, and no text hit holds more of the query: first
+        assert fused[0].first_turn_seq == a[0].first_turn_seq
     assert fuse([a, b]) == fused  # deterministic
+
+
+def test_fuse_puts_an_exact_match_over_a_partial_one() -> None:
+    """A text hit holding all of the query outranks the vector ranking's first when the
+    vectors miss it (an id or a code); one holding a third of it (a common word the query
+    shares) does not displace the vector ranking's first, even near the top of both."""
+    sid = uuid.UUID(int=1)
+    vector = [Ranked(sid, 0, t, t, 0.0) for t in (1, 2, 3)]
+    exact = [Ranked(sid, 0, 9, 9, 0.0, 1.0), Ranked(sid, 0, 2, 2, 0.0, 0.2)]
+    assert fuse([vector, exact])[0].first_turn_seq == 9
+    common = [Ranked(sid, 0, 2, 2, 0.0, 0.34), Ranked(sid, 0, 3, 3, 0.0, 0.3)]
+    assert fuse([vector, common])[0].first_turn_seq == 1
 
 
 # ---------------------------------------------------------------- text indexing off

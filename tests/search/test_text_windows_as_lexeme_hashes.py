@@ -89,15 +89,32 @@ def _both_rankings(store: shardstore.Store, sids: list[uuid.UUID]) -> list[Any]:
     return [exact, sampled]
 
 
+RANK_ARGS = "uuid, text, text, timestamptz, timestamptz, text, integer, integer, integer"
+#: the text search of this version calls text_rank_v2; the schema before the lexeme hashes
+#: has only text_rank_v1, its ranking by the same arguments (text search reads no coverage)
+RANK_SHIM = f"""
+CREATE FUNCTION shardstore.text_rank_v2({RANK_ARGS})
+ RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_turn_seq bigint,
+               r_score double precision, r_cover double precision)
+ LANGUAGE sql STABLE
+AS $$ SELECT r.*, 1.0::float8 FROM shardstore.text_rank_v1($1, $2, $3, $4, $5, $6, $7, $8, $9) r $$
+"""
+
+
 @pytest.mark.slow
 def test_an_upgrade_converts_every_window_and_keeps_every_ranking(
     empty_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     full = migrate.all_migrations()
     cut = next(i for i, m in enumerate(full) if m.name == LEXEME_MIGRATION)
+    # the baseline is read (and checked against the full set) once per process: read it
+    # before the set is cut, as any earlier connect in the process would have
+    migrate.baseline()
     monkeypatch.setattr(migrate, "all_migrations", lambda: full[:cut])
     old = shardstore.connect(empty_dsn, background_fold=False, **SMALL)
     try:
+        with psycopg.connect(empty_dsn, autocommit=True) as admin:
+            admin.execute(RANK_SHIM)
         sids = build_sessions(old)
         before = _both_rankings(old, sids)
         with psycopg.connect(empty_dsn, autocommit=True) as admin:
@@ -110,6 +127,7 @@ def test_an_upgrade_converts_every_window_and_keeps_every_ranking(
                 "SELECT tsvector_to_array(tsv) FROM shardstore.turn_text ORDER BY"
                 " session_id, turn_seq, window_no"
             ).fetchall()
+            admin.execute(f"DROP FUNCTION shardstore.text_rank_v2({RANK_ARGS})")
     finally:
         old.close()
     monkeypatch.undo()
@@ -162,7 +180,9 @@ def test_the_index_finds_a_lexemes_windows(store: shardstore.Store, dsn: str) ->
 
 def test_a_query_of_many_lexemes_is_ranked(store: shardstore.Store, dsn: str) -> None:
     """The masks are as long as the query has lexemes (no 64-lexeme limit): a question of
-    ~100 distinct words still ranks the turn holding most of them first."""
+    ~100 distinct words still ranks the turn holding most of them first, and each turn's
+    coverage is the share of the query's weight it holds (all of it for the turn holding
+    every word; about a seventh for each turn holding a seventh of them)."""
     sid = store.create_session("acme")
     words = [f"word{i}x" for i in range(100)]
     sent = [{"role": "user", "content": " ".join(words[i::7])} for i in range(7)]
@@ -171,8 +191,12 @@ def test_a_query_of_many_lexemes_is_ranked(store: shardstore.Store, dsn: str) ->
     store.flush(sid)
     with psycopg.connect(dsn) as conn:
         ranked = conn.execute(
-            "SELECT r_turn_seq FROM shardstore.text_rank_v1(%s, NULL, NULL, NULL, NULL, %s,"
-            " 20, 1000, 500)",
+            "SELECT r_turn_seq, r_cover FROM shardstore.text_rank_v2(%s, NULL, NULL, NULL, NULL,"
+            " %s, 20, 1000, 500)",
             (sid, " ".join(words)),
         ).fetchall()
-    assert ranked[0] == (7,) and sorted(r[0] for r in ranked) == list(range(8))
+    assert ranked[0] == (7, pytest.approx(1.0))
+    assert sorted(r[0] for r in ranked) == list(range(8))
+    for turn, cover in ranked[1:]:
+        held = len(words[turn::7])
+        assert cover == pytest.approx(held / len(words), rel=0.05), (turn, cover)

@@ -76,7 +76,7 @@ def check_windows(conn: psycopg.Connection[Any]) -> None:
 
 RANK = (
     "SELECT r_session_id, r_chunk_seq, r_turn_seq, round(r_score::numeric, 9)"
-    "  FROM shardstore.text_rank_v1(%s, %s, NULL, NULL, NULL, %s, 20, 1000, 500)"
+    "  FROM shardstore.text_rank_v2(%s, %s, NULL, NULL, NULL, %s, 20, 1000, 500)"
 )
 
 

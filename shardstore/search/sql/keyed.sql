@@ -107,8 +107,8 @@ ON CONFLICT DO NOTHING;
 
 -- name: keyed_text_search
 SELECT r.r_session_id AS session_id, r.r_chunk_seq AS chunk_seq, r.r_turn_seq AS first_turn_seq,
-       r.r_turn_seq AS last_turn_seq, r.r_score AS score
-  FROM shardstore.text_rank_keyed_v1(%(session)s::uuid, %(tenant)s::text, %(agent)s::text,
+       r.r_turn_seq AS last_turn_seq, r.r_score AS score, r.r_cover AS cover
+  FROM shardstore.text_rank_keyed_v2(%(session)s::uuid, %(tenant)s::text, %(agent)s::text,
                                      %(since)s::timestamptz, %(until)s::timestamptz,
                                      %(hashes)s::integer[], %(lexemes)s::integer,
                                      %(sessions)s::uuid[], %(slots)s::integer[], %(n)s::integer,

@@ -4,13 +4,14 @@
 -- turns, and buffered ones a text pass indexed) and every other buffered turn of the scope
 -- (indexed on the fly, as fold_chunk indexes them), a
 -- session's fork lineage included, scored by BM25 over a bounded candidate set (see
--- text_rank_v1: a common lexeme adds candidates only from the scope's %(sample)s newest
+-- text_rank_v2: a common lexeme adds candidates only from the scope's %(sample)s newest
 -- windows; rarer ones add every window holding them, unless more than %(cap)s do). At most %(n)s
--- turns, best first, ties by position; session_id is the session whose row holds the turn.
+-- turns, best first, ties by position; session_id is the session whose row holds the turn;
+-- cover the share of the query's weight the turn holds.
 -- name: text_search
 SELECT r.r_session_id AS session_id, r.r_chunk_seq AS chunk_seq, r.r_turn_seq AS first_turn_seq,
-       r.r_turn_seq AS last_turn_seq, r.r_score AS score
-  FROM shardstore.text_rank_v1(%(session)s::uuid, %(tenant)s::text, %(agent)s::text,
+       r.r_turn_seq AS last_turn_seq, r.r_score AS score, r.r_cover AS cover
+  FROM shardstore.text_rank_v2(%(session)s::uuid, %(tenant)s::text, %(agent)s::text,
                                %(since)s::timestamptz, %(until)s::timestamptz, %(q)s::text,
                                %(n)s::integer, %(sample)s::integer, %(cap)s::integer) r;
 

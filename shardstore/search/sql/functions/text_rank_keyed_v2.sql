@@ -1,14 +1,14 @@
--- text_rank_v1 for sealed turns (encryption at rest): the query comes as keyed lexeme hashes
+-- text_rank_v2 for sealed turns (encryption at rest): the query comes as keyed lexeme hashes
 -- (the client hashed the query's p_lexemes lexemes with each data key searched; the server
 -- never sees them), key-major: key k's hash of lexeme i is p_hashes[(k - 1) * p_lexemes + i].
 -- A window is read with the key of its session (p_sessions[j] uses key p_slots[j]; windows
 -- of other sessions are no candidates), so each window is compared with p_lexemes hashes,
--- whatever the number of keys. Ranking as text_rank_v1 (BM25 over the same
+-- whatever the number of keys. Ranking and r_cover as text_rank_v2 (BM25 over the same
 -- bounded candidates; N the scope's turns), except that buffered turns are not windowed on the
 -- fly (the server cannot read sealed ones: the client's text pass wrote their windows before
 -- the search). Reads only. Design: docs/decisions/0025-encrypted-search.md.
-CREATE OR REPLACE FUNCTION shardstore.text_rank_keyed_v1(p_session uuid, p_tenant text, p_agent text, p_since timestamp with time zone, p_until timestamp with time zone, p_hashes integer[], p_lexemes integer, p_sessions uuid[], p_slots integer[], p_n integer, p_sample integer, p_cap integer)
- RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_turn_seq bigint, r_score double precision)
+CREATE OR REPLACE FUNCTION shardstore.text_rank_keyed_v2(p_session uuid, p_tenant text, p_agent text, p_since timestamp with time zone, p_until timestamp with time zone, p_hashes integer[], p_lexemes integer, p_sessions uuid[], p_slots integer[], p_n integer, p_sample integer, p_cap integer)
+ RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_turn_seq bigint, r_score double precision, r_cover double precision)
  LANGUAGE plpgsql
  STABLE
 AS $function$
@@ -222,20 +222,25 @@ BEGIN
     ), df AS MATERIALIZED (  -- materialised: the estimates are small, a rescan per row is not
         SELECT m.i, coalesce(v_df[m.i], count(DISTINCT (m.sid, m.turn))::float8) AS n
           FROM m GROUP BY m.i
+    ), idf AS MATERIALIZED (  -- every query lexeme's weight; one no candidate holds: df 0
+        SELECT x.i, ln(1 + greatest(v_n - x.n, 0) / (x.n + 0.5) + 0.5 / (x.n + 0.5)) AS w
+          FROM (SELECT q.i, coalesce(d.n, v_df[q.i], 0) AS n
+                  FROM generate_series(1, v_nlex) AS q(i) LEFT JOIN df d ON d.i = q.i) x
     ), total AS MATERIALIZED (
-        SELECT greatest((SELECT avg(c.len) FROM cand c), 1)::float8 AS avglen
+        SELECT greatest((SELECT avg(c.len) FROM cand c), 1)::float8 AS avglen,
+               greatest((SELECT sum(x.w) FROM idf x), 1e-9) AS mass
     ), scored AS (
         SELECT m.sid, m.turn, m.win, m.chunk,
-               sum(ln(1 + greatest(v_n - d.n, 0) / (d.n + 0.5) + 0.5 / (d.n + 0.5))
-                   * 2.2 / (1 + 1.2 * (0.25 + 0.75 * m.len / t.avglen))) AS score
-          FROM m JOIN df d ON d.i = m.i, total t
-         GROUP BY m.sid, m.turn, m.win, m.chunk, m.len
+               sum(f.w * 2.2 / (1 + 1.2 * (0.25 + 0.75 * m.len / t.avglen))) AS score,
+               sum(f.w) / t.mass AS cover
+          FROM m JOIN idf f ON f.i = m.i, total t
+         GROUP BY m.sid, m.turn, m.win, m.chunk, m.len, t.mass
     ), best AS (
         SELECT DISTINCT ON (sc.sid, sc.turn) sc.*
           FROM scored sc
          ORDER BY sc.sid, sc.turn, sc.score DESC, sc.win
     )
-    SELECT b.sid, b.chunk, b.turn, b.score
+    SELECT b.sid, b.chunk, b.turn, b.score, b.cover
       FROM best b
      ORDER BY b.score DESC, b.sid, b.turn
      LIMIT p_n;

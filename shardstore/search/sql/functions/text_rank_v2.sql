@@ -10,10 +10,13 @@
 -- from the sample, its df the sample's estimate; a rare one's df is counted over the
 -- candidates; a scope that fits in the sample is ranked exactly. A window is read as its length
 -- and a bitmask of the query lexemes it holds (text_mask_sql, text_mask), never as a vector.
+-- r_cover: the share of the query's weight (the sum of its lexemes' idf, a lexeme no window
+-- holds at df 0) that the turn's best window holds, 0 to 1: 1 for a window holding every
+-- query lexeme; hybrid search weighs a text hit by it (shardstore/search/text.py, fuse).
 -- Reads only, without the writers' lock (text_config_read_v1). One statement per lineage
 -- segment: Citus plans no LATERAL subquery over a function's rows. Design: docs/search.md.
-CREATE OR REPLACE FUNCTION shardstore.text_rank_v1(p_session uuid, p_tenant text, p_agent text, p_since timestamp with time zone, p_until timestamp with time zone, p_query text, p_n integer, p_sample integer, p_cap integer)
- RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_turn_seq bigint, r_score double precision)
+CREATE OR REPLACE FUNCTION shardstore.text_rank_v2(p_session uuid, p_tenant text, p_agent text, p_since timestamp with time zone, p_until timestamp with time zone, p_query text, p_n integer, p_sample integer, p_cap integer)
+ RETURNS TABLE(r_session_id uuid, r_chunk_seq bigint, r_turn_seq bigint, r_score double precision, r_cover double precision)
  LANGUAGE plpgsql
  STABLE
 AS $function$
@@ -255,20 +258,25 @@ BEGIN
     ), df AS MATERIALIZED (  -- materialised: the estimates are small, a rescan per row is not
         SELECT m.i, coalesce(v_df[m.i], count(DISTINCT (m.sid, m.turn))::float8) AS n
           FROM m GROUP BY m.i
+    ), idf AS MATERIALIZED (  -- every query lexeme's weight; one no candidate holds: df 0
+        SELECT x.i, ln(1 + greatest(v_n - x.n, 0) / (x.n + 0.5) + 0.5 / (x.n + 0.5)) AS w
+          FROM (SELECT q.i, coalesce(d.n, v_df[q.i], 0) AS n
+                  FROM generate_series(1, cardinality(v_h)) AS q(i) LEFT JOIN df d ON d.i = q.i) x
     ), total AS MATERIALIZED (
-        SELECT greatest((SELECT avg(c.len) FROM cand c), 1)::float8 AS avglen
+        SELECT greatest((SELECT avg(c.len) FROM cand c), 1)::float8 AS avglen,
+               greatest((SELECT sum(x.w) FROM idf x), 1e-9) AS mass
     ), scored AS (
         SELECT m.sid, m.turn, m.win, m.chunk,
-               sum(ln(1 + greatest(v_n - d.n, 0) / (d.n + 0.5) + 0.5 / (d.n + 0.5))
-                   * 2.2 / (1 + 1.2 * (0.25 + 0.75 * m.len / t.avglen))) AS score
-          FROM m JOIN df d ON d.i = m.i, total t
-         GROUP BY m.sid, m.turn, m.win, m.chunk, m.len
+               sum(f.w * 2.2 / (1 + 1.2 * (0.25 + 0.75 * m.len / t.avglen))) AS score,
+               sum(f.w) / t.mass AS cover
+          FROM m JOIN idf f ON f.i = m.i, total t
+         GROUP BY m.sid, m.turn, m.win, m.chunk, m.len, t.mass
     ), best AS (
         SELECT DISTINCT ON (sc.sid, sc.turn) sc.*
           FROM scored sc
          ORDER BY sc.sid, sc.turn, sc.score DESC, sc.win
     )
-    SELECT b.sid, b.chunk, b.turn, b.score
+    SELECT b.sid, b.chunk, b.turn, b.score, b.cover
       FROM best b
      ORDER BY b.score DESC, b.sid, b.turn
      LIMIT p_n;
