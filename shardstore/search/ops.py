@@ -189,8 +189,9 @@ def search(
     every turn (folded turns through a GIN index, buffered turns too), in the database's
     text search language (``english`` unless switched with ``configure_text_search``); needs
     no embeddings extra and no embedding run; score: a BM25-style score of the best turn;
-    ``"hybrid"``: the text and vector rankings of turns fused by reciprocal rank fusion
-    (score: the fused score; only the text ranking while nothing was ever embedded). Text
+    ``"hybrid"``: the text and vector rankings of turns fused by reciprocal rank fusion, a
+    text hit weighted by the share of the query it holds (score: the fused score; only the
+    text ranking, so weighted, while nothing was ever embedded). Text
     and hybrid take a text query; scopes and tenant isolation are the same in every mode.
 
     With ``encryption=`` every mode works over sealed turns: text search over keyed lexeme

@@ -1047,12 +1047,15 @@ def test_lexeme_hashes_upgrade_a_distributed_schema(
     from shardstore.schema import distribute, migrate
     from tests.search.test_text_windows_as_lexeme_hashes import (
         LEXEME_MIGRATION,
+        RANK_ARGS,
+        RANK_SHIM,
         _both_rankings,
         build_sessions,
     )
 
     full = migrate.all_migrations()
     cut = next(i for i, m in enumerate(full) if m.name == LEXEME_MIGRATION)
+    migrate.baseline()  # read once per process, against the full set
     monkeypatch.setattr(migrate, "all_migrations", lambda: full[:cut])
     # what the shardstore of that schema delegated, under the names it had then
     monkeypatch.setattr(
@@ -1065,9 +1068,13 @@ def test_lexeme_hashes_upgrade_a_distributed_schema(
     old = shardstore.connect(empty_citus_dsn, background_fold=False, **SMALL)
     try:
         assert old.distribute().workers >= 1
+        with psycopg.connect(empty_citus_dsn, autocommit=True) as admin:
+            admin.execute(RANK_SHIM)  # this version's text search, on that schema's ranking
         sids = build_sessions(old)
         before = _both_rankings(old, sids)
         windows = _one(empty_citus_dsn, "SELECT count(*) FROM shardstore.turn_text")
+        with psycopg.connect(empty_citus_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP FUNCTION shardstore.text_rank_v2({RANK_ARGS})")
     finally:
         old.close()
     monkeypatch.undo()
