@@ -15,6 +15,15 @@ BEGIN
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'SS404', MESSAGE = format('session %s does not exist', p_session_id);
         END IF;
+        -- this session may hold copies of another session's turns (copied here when that
+        -- session rewound or purged a range under this fork): they are not this session's
+        -- data, so its live forks, which read them here, get what they inherit copied into
+        -- themselves first; fork_erase below then takes this session's own turns out of
+        -- those copies again
+        IF EXISTS (SELECT 1 FROM shardstore.fork_copies f
+                    WHERE f.session_id = p_session_id AND f.origin_session_id <> p_session_id) THEN
+            PERFORM shardstore.fork_cow(p_session_id, NULL);
+        END IF;
         v_cleared := coalesce(pg_column_size(s.subject_id), 0) + coalesce(pg_column_size(s.agent_id), 0)
                    + CASE WHEN s.metadata = '{}' THEN 0 ELSE pg_column_size(s.metadata) END;
         v_now := clock_timestamp();

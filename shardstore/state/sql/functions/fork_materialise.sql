@@ -32,6 +32,7 @@ DECLARE
     v_new_at  bigint;
     v_owner   uuid;
     v_ochunk  bigint;
+    v_own_lo  bigint;  -- the owner's first own turn in a chunk copied from it
 BEGIN
     SELECT * INTO c FROM shardstore.sessions x WHERE x.session_id = p_child FOR UPDATE;
     IF NOT FOUND OR c.fork_parent IS NULL OR (p_from IS NOT NULL AND p_from > c.fork_at) THEN
@@ -90,12 +91,21 @@ BEGIN
             INSERT INTO shardstore.embed_queue (session_id, chunk_seq, chunk_start, queued_at, tenant_id)
             VALUES (p_child, k.seq, v_start, statement_timestamp(), c.tenant_id)
             ON CONFLICT DO NOTHING;
-            -- origins: the owner, and whatever the owner had copied into this chunk itself
+            -- origins: whatever the owner had copied into this chunk itself, and the owner
+            -- for the rest; copies hold an ancestor's turns, which precede the owner's own, so
+            -- the owner's turns are those above the highest copied one (a purge of the owner
+            -- takes its own turns out of this copy, never what it held for another session)
+            SELECT max(y.last_turn_seq) + 1 INTO v_own_lo
+              FROM shardstore.fork_copies y
+             WHERE y.session_id = g.r_session_id AND y.chunk_seq = k.seq
+               AND y.first_turn_seq <= v_last AND y.last_turn_seq >= v_first;
+            v_own_lo := greatest(v_first, coalesce(v_own_lo, v_first));
             INSERT INTO shardstore.fork_copies AS f
                    (session_id, chunk_seq, origin_session_id, chunk_start, first_turn_seq, last_turn_seq,
                     tenant_id)
             SELECT p_child, k.seq, o.origin, v_start, o.lo, o.hi, c.tenant_id
-              FROM (SELECT g.r_session_id AS origin, v_first AS lo, v_last AS hi
+              FROM (SELECT g.r_session_id AS origin, v_own_lo AS lo, v_last AS hi
+                     WHERE v_own_lo <= v_last
                     UNION ALL
                     SELECT y.origin_session_id, greatest(y.first_turn_seq, v_first),
                            least(y.last_turn_seq, v_last)
