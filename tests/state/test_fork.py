@@ -27,38 +27,6 @@ SMALL: dict[str, Any] = {
     "partition_interval": timedelta(days=3650),
     "premake": 0,
 }
-@pytest.mark.parametrize("middle_rewinds", [False, True])
-def test_purge_of_a_middle_fork_keeps_what_it_held_for_its_parent(
-    make_store: StoreFactory, dsn: str, middle_rewinds: bool
-) -> None:
-    """A fork holding copies of its parent's turns (the parent rewound below the fork point)
-    is purged: its own fork keeps those turns, which were the parent's, and loses only the
-    purged fork's own (found by the fork state machine: the grandchild read them through the
-    purged fork's rows, and the copy record naming the purged fork covered them too). With
-    the middle fork rewound first, its fork reads copies it made of them."""
-    store = make_store(**SMALL)
-    parent = store.create_session("acme", "alice")
-    sent = grow(store, parent, 0, 12)
-    middle = store.fork(parent, at_turn_seq=9)
-    own = grow(store, middle, 10, 3, "m")
-    store.rewind(parent, 2)  # turns 2..9 now live in the middle fork as copies
-    grand = store.fork(middle, at_turn_seq=12)
-    if middle_rewinds:
-        store.rewind(middle, 11)  # the grandchild copies what it reads: 0..12
-    assert [t.message for t in store.history(grand)] == sent[:10] + own
-    store.purge_session(middle)
-    assert [t.message for t in store.history(grand)] == sent[:10]
-    assert [t.message for t in store.tail(grand, n=50)] == sent[:10]
-    assert store.session(grand).turn_count == 13
-    assert sum(c.turn_count for c in store.chunks(grand)) == 10
-    assert [t.message for t in store.history(parent)] == sent[:2]
-    assert count(
-        dsn,
-        "SELECT count(*) FROM shardstore.fork_copies f JOIN shardstore.sessions s"
-        " ON s.session_id = f.origin_session_id WHERE s.purged_at IS NOT NULL",
-    ) == 0
-
-
 WORDS = ["refund", "kernel", "ticket", "ocean", "pixel", "quartz", "lemon", "zebra"]
 
 
@@ -344,6 +312,41 @@ def test_purge_of_the_fork_leaves_the_parent(make_store: StoreFactory, dsn: str)
     assert count(dsn, "SELECT count(*) FROM shardstore.fork_copies") == 0
     with pytest.raises(shardstore.SessionPurged):
         store.fork(child)
+
+
+@pytest.mark.parametrize("middle_rewinds", [False, True])
+def test_purge_of_a_middle_fork_keeps_what_it_held_for_its_parent(
+    make_store: StoreFactory, dsn: str, middle_rewinds: bool
+) -> None:
+    """A fork holding copies of its parent's turns (the parent rewound below the fork point)
+    is purged: its own fork keeps those turns, which were the parent's, and loses only the
+    purged fork's own (found by the fork state machine: the grandchild read them through the
+    purged fork's rows, and the copy record naming the purged fork covered them too). With
+    the middle fork rewound first, its fork reads copies it made of them."""
+    store = make_store(**SMALL)
+    parent = store.create_session("acme", "alice")
+    sent = grow(store, parent, 0, 12)
+    middle = store.fork(parent, at_turn_seq=9)
+    own = grow(store, middle, 10, 3, "m")
+    store.rewind(parent, 2)  # turns 2..9 now live in the middle fork as copies
+    grand = store.fork(middle, at_turn_seq=12)
+    if middle_rewinds:
+        store.rewind(middle, 11)  # the grandchild copies what it reads: 0..12
+    assert [t.message for t in store.history(grand)] == sent[:10] + own
+    store.purge_session(middle)
+    assert [t.message for t in store.history(grand)] == sent[:10]
+    assert [t.message for t in store.tail(grand, n=50)] == sent[:10]
+    assert store.session(grand).turn_count == 13
+    assert sum(c.turn_count for c in store.chunks(grand)) == 10
+    assert [t.message for t in store.history(parent)] == sent[:2]
+    assert (
+        count(
+            dsn,
+            "SELECT count(*) FROM shardstore.fork_copies f JOIN shardstore.sessions s"
+            " ON s.session_id = f.origin_session_id WHERE s.purged_at IS NOT NULL",
+        )
+        == 0
+    )
 
 
 def test_purge_subject_erases_forks_of_the_subject(make_store: StoreFactory) -> None:
