@@ -349,6 +349,55 @@ def test_purge_of_a_middle_fork_keeps_what_it_held_for_its_parent(
     )
 
 
+@pytest.mark.parametrize("change", ["rewind", "purge_range"])
+def test_a_change_of_the_grandparent_keeps_a_fork_of_a_purged_fork(
+    make_store: StoreFactory, change: str
+) -> None:
+    """The grandchild reads the grandparent's turns through a purged middle fork: a rewind or
+    range purge of the grandparent copies them into the grandchild first, as for a live
+    fork (found by the fork state machine: copy-on-write skipped the purged fork and did
+    not reach its forks)."""
+    store = make_store(**SMALL)
+    grandparent = store.create_session("acme", "alice")
+    sent = grow(store, grandparent, 0, 10)
+    middle = store.fork(grandparent, at_turn_seq=7)
+    grow(store, middle, 8, 3, "m")
+    grand = store.fork(middle, at_turn_seq=10)
+    store.purge_session(middle)
+    before = view(store, grand)
+    assert [t.message for t in store.history(grand)] == sent[:8]
+    if change == "rewind":
+        store.rewind(grandparent, 2)
+    else:
+        store.purge_range(grandparent, before_turn_seq=9)
+    assert view(store, grand) == before
+
+
+def test_a_fork_at_an_erased_turn_inherits_the_turns_below_it(make_store: StoreFactory) -> None:
+    """Forking a session at a turn that a GDPR purge of a fork in its lineage erased: the new
+    fork inherits what the source still shows below that turn (it was created empty and
+    unlinked, found by the fork state machine), and the owner's later turns never show
+    through the link."""
+    store = make_store(**SMALL)
+    grandparent = store.create_session("acme", "alice")
+    sent = grow(store, grandparent, 0, 6)
+    middle = store.fork(grandparent, at_turn_seq=5)
+    grow(store, middle, 6, 3, "m")
+    child = store.fork(middle, at_turn_seq=8)
+    store.purge_session(middle)
+    assert [t.message for t in store.history(child)] == sent
+    fork = store.fork(child, at_turn_seq=7)  # turn 7 was the purged middle fork's
+    assert [t.message for t in store.history(fork)] == sent
+    assert store.session(fork).turn_count == 8
+    grow(store, grandparent, 6, 4, "g")  # the grandparent goes on: not inherited
+    appended = store.append_turn(fork, {"role": "user", "content": "mine"})
+    assert appended.turn_seq == 8
+    assert [t.message["content"] for t in store.history(fork)] == [m["content"] for m in sent] + [
+        "mine"
+    ]
+    assert [t.turn_seq for t in store.tail(fork, n=3)] == [4, 5, 8]
+
+
 def test_purge_subject_erases_forks_of_the_subject(make_store: StoreFactory) -> None:
     store = make_store(**SMALL)
     parent = store.create_session("acme", "alice")

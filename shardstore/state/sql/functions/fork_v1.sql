@@ -15,6 +15,7 @@ DECLARE
     v_owner uuid;
     v_chunk bigint;
     v_n     integer;
+    v_link_at bigint;  -- the last turn the fork's link inherits
 BEGIN
     SELECT * INTO s FROM shardstore.sessions x WHERE x.session_id = p_source FOR SHARE;
     IF NOT FOUND THEN
@@ -52,12 +53,19 @@ BEGIN
     END IF;
     SELECT o.r_owner, o.r_chunk_seq INTO v_owner, v_chunk
       FROM shardstore.fork_chunk_of_v1(p_source, v_at) o;
+    v_link_at := v_at;
+    IF v_owner IS NULL THEN
+        -- the turn at the fork point is gone (erased with a purged fork in the lineage), but
+        -- older turns of the view may remain: the fork inherits those
+        SELECT o.r_owner, o.r_chunk_seq, o.r_turn_at INTO v_owner, v_chunk, v_link_at
+          FROM shardstore.fork_below(p_source, v_at) o;
+    END IF;
     INSERT INTO shardstore.sessions AS x
            (session_id, tenant_id, subject_id, agent_id, metadata, next_turn_seq, open_chunk_seq,
             last_turn_at, fork_parent, fork_at, fork_chunk, first_turn_seq)
     VALUES (p_new, s.tenant_id, s.subject_id, s.agent_id, p_metadata, v_at + 1,
             coalesce(v_chunk + 1, 0), s.last_turn_at, v_owner,
-            CASE WHEN v_owner IS NOT NULL THEN v_at END, v_chunk + 1,
+            CASE WHEN v_owner IS NOT NULL THEN v_link_at END, v_chunk + 1,
             least(s.first_turn_seq, v_at + 1))
     ON CONFLICT (session_id) DO NOTHING;
     GET DIAGNOSTICS v_n = ROW_COUNT;
