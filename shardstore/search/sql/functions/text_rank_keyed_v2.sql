@@ -208,41 +208,7 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
-    RETURN QUERY
-    WITH cand AS MATERIALIZED (
-        SELECT DISTINCT ON (x.sid, x.turn, x.win) x.sid, x.turn, x.win, x.chunk, x.len, x.mask
-          FROM unnest(c_sid, c_turn, c_win, c_chunk, c_len, c_mask)
-               AS x(sid, turn, win, chunk, len, mask)
-         WHERE position(B'1' IN x.mask) > 0  -- the sample's other windows are no candidates
-         ORDER BY x.sid, x.turn, x.win
-    ), m AS MATERIALIZED (
-        SELECT c.sid, c.turn, c.win, c.chunk, c.len, q.i
-          FROM cand c, generate_series(1, v_nlex) AS q(i)
-         WHERE get_bit(c.mask, q.i - 1) = 1
-    ), df AS MATERIALIZED (  -- materialised: the estimates are small, a rescan per row is not
-        SELECT m.i, coalesce(v_df[m.i], count(DISTINCT (m.sid, m.turn))::float8) AS n
-          FROM m GROUP BY m.i
-    ), idf AS MATERIALIZED (  -- every query lexeme's weight; one no candidate holds: df 0
-        SELECT x.i, ln(1 + greatest(v_n - x.n, 0) / (x.n + 0.5) + 0.5 / (x.n + 0.5)) AS w
-          FROM (SELECT q.i, coalesce(d.n, v_df[q.i], 0) AS n
-                  FROM generate_series(1, v_nlex) AS q(i) LEFT JOIN df d ON d.i = q.i) x
-    ), total AS MATERIALIZED (
-        SELECT greatest((SELECT avg(c.len) FROM cand c), 1)::float8 AS avglen,
-               greatest((SELECT sum(x.w) FROM idf x), 1e-9) AS mass
-    ), scored AS (
-        SELECT m.sid, m.turn, m.win, m.chunk,
-               sum(f.w * 2.2 / (1 + 1.2 * (0.25 + 0.75 * m.len / t.avglen))) AS score,
-               sum(f.w) / t.mass AS cover
-          FROM m JOIN idf f ON f.i = m.i, total t
-         GROUP BY m.sid, m.turn, m.win, m.chunk, m.len, t.mass
-    ), best AS (
-        SELECT DISTINCT ON (sc.sid, sc.turn) sc.*
-          FROM scored sc
-         ORDER BY sc.sid, sc.turn, sc.score DESC, sc.win
-    )
-    SELECT b.sid, b.chunk, b.turn, b.score, b.cover
-      FROM best b
-     ORDER BY b.score DESC, b.sid, b.turn
-     LIMIT p_n;
+    RETURN QUERY SELECT * FROM shardstore.text_rank_score(
+        c_sid, c_turn, c_win, c_chunk, c_len, c_mask, v_df, v_nlex, v_n, p_n);
 END
 $function$;
